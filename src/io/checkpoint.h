@@ -1,0 +1,50 @@
+#pragma once
+// A Hugging Face model directory: config.json plus one safetensors file or shards listed in
+// model.safetensors.index.json. Tensor names are normalised to the native naming of the published
+// DeepSeek checkpoints (spec §2.1: `layers.N.attn.wq_a.weight`, `embed.weight`, `head.weight`,
+// `mtp.0.*` ...), whichever of the two namings (published native, or the mixed naming that
+// transformers' save_pretrained writes) the files use.
+//
+// The model asks for tensors with take(); after loading it calls unused() so that every tensor the
+// model did not consume is reported by name, never silently dropped.
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "util/json.h"
+
+namespace deepinfer {
+
+class Checkpoint {
+ public:
+  // Opens `dir`: parses config.json (kept as JSON; the model parses its own fields), opens and
+  // validates all shard files. Throws Error on any problem (missing dir / config / shard, bad JSON,
+  // index pointing at a tensor that the shard lacks, the same tensor in two shards, ...).
+  static std::unique_ptr<Checkpoint> open(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  const nlohmann::json& config() const { return config_; }
+
+  // Lookup by native name. find() returns nullptr if absent; take() throws Error("missing tensor
+  // <name> in <dir>") if absent and marks the tensor as used. Both accept only native names.
+  const TensorView* find(const std::string& native_name) const;
+  const TensorView& take(const std::string& native_name);
+  bool has(const std::string& native_name) const { return find(native_name) != nullptr; }
+
+  std::vector<std::string> names() const;   // all native names, sorted
+  std::vector<std::string> unused() const;  // names never take()n, sorted
+
+  // Maps a name as written in a file to the native name (identity for native names).
+  static std::string to_native_name(const std::string& file_name);
+
+ private:
+  std::string dir_;
+  nlohmann::json config_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const TensorView*, std::less<>> by_native_;
+  std::set<std::string, std::less<>> used_;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,1 @@
+// Keeps the module's library non-empty while it grows; holds nothing.
