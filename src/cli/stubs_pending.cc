@@ -9,8 +9,6 @@ static int pending(const char* what) {
   std::fprintf(stderr, "deepinfer %s: not available in this build yet\n", what);
   return 1;
 }
-int cmd_logits(int, char**) { return pending("logits"); }
 int cmd_tokenize(int, char**) { return pending("tokenize"); }
 int cmd_detokenize(int, char**) { return pending("detokenize"); }
-int cmd_inspect(int, char**) { return pending("inspect"); }
 }  // namespace deepinfer::cli

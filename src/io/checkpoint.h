@@ -7,6 +7,8 @@
 //
 // The model asks for tensors with take(); after loading it calls unused() so that every tensor the
 // model did not consume is reported by name, never silently dropped.
+#include <deque>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -36,13 +38,27 @@ class Checkpoint {
   std::vector<std::string> names() const;   // all native names, sorted
   std::vector<std::string> unused() const;  // names never take()n, sorted
 
-  // Maps a name as written in a file to the native name (identity for native names).
+  // Maps a name as written in a file to the native name (identity for native names). Stacked
+  // expert tensors (`...ffn.experts.gate_up_proj` [E, 2I, D], `...ffn.experts.down_proj` [E, D, I],
+  // and their `_scale_inv`) keep their stacked name here; open() splits them into per-expert
+  // native views `...ffn.experts.E.w1.weight` [I, D], `w3` [I, D], `w2` [D, I].
   static std::string to_native_name(const std::string& file_name);
 
+  // The name the tensor has inside its file (differs from the native name for transformers-saved
+  // checkpoints; for per-expert slices it is the stacked tensor's name). Empty if absent.
+  std::string file_tensor_name(const std::string& native_name) const;
+
  private:
+  void add_native(TensorView v, const std::string& file_name);
+  void split_stacked_experts();
+
   std::string dir_;
   nlohmann::json config_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  // Views under native names (same bytes as the files' views; per-expert slices of stacked
+  // expert tensors). A deque so that pointers in by_native_ stay valid while it grows.
+  std::deque<TensorView> views_;
+  std::map<std::string, std::string> file_name_of_;  // native name -> name as written in the file
   std::map<std::string, const TensorView*, std::less<>> by_native_;
   std::set<std::string, std::less<>> used_;
 };

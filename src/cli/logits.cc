@@ -1,0 +1,114 @@
+// deepinfer logits --model DIR --ids-file IDS.json --out OUT.safetensors [--prefill N --chunk M]
+// Writes one F32 tensor `logits` [T, vocab_size], one row per input position. Without --prefill it
+// is one forward over all T tokens; with it, N tokens in one step, then steps of M tokens through
+// the incremental path.
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "io/safetensors.h"
+#include "model/model.h"
+#include "ops/cpu/cpu_backend.h"
+#include "util/error.h"
+#include "util/json.h"
+
+namespace deepinfer::cli {
+namespace {
+
+const char* kUsage =
+    "usage: deepinfer logits --model DIR --ids-file IDS.json --out OUT.safetensors [--prefill N --chunk M]\n"
+    "                        [--threads K]\n";
+
+int64_t parse_int(const std::string& flag, const std::string& v) {
+  try {
+    size_t used = 0;
+    long long x = std::stoll(v, &used);
+    if (used != v.size()) throw 0;
+    return x;
+  } catch (...) {
+    throw Error(flag + ": expected an integer, got '" + v + "'");
+  }
+}
+
+std::vector<int32_t> read_ids(const std::string& path, int64_t vocab) {
+  std::ifstream f(path);
+  if (!f) throw Error(path + ": cannot open ids file");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const std::exception& e) {
+    throw Error(path + ": not valid JSON (" + std::string(e.what()) + ")");
+  }
+  if (!j.is_array()) throw Error(path + ": expected a JSON array of token ids");
+  if (j.empty()) throw Error(path + ": the array of token ids is empty");
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < j.size(); ++i) {
+    if (!j[i].is_number_integer()) throw Error(path + ": element " + std::to_string(i) + " is not an integer");
+    int64_t v = j[i].get<int64_t>();
+    if (v < 0 || v >= vocab)
+      throw Error(path + ": token id " + std::to_string(v) + " at index " + std::to_string(i) +
+                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    ids.push_back((int32_t)v);
+  }
+  return ids;
+}
+
+}  // namespace
+
+int cmd_logits(int argc, char** argv) {
+  std::string model, ids_file, out;
+  int64_t prefill = -1, chunk = -1, threads = 0;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a == "-h" || a == "--help") {
+        std::fputs(kUsage, stdout);
+        return 0;
+      }
+      if (i + 1 >= argc) throw Error(a + ": missing value");
+      std::string v = argv[++i];
+      if (a == "--model") model = v;
+      else if (a == "--ids-file") ids_file = v;
+      else if (a == "--out") out = v;
+      else if (a == "--prefill") prefill = parse_int(a, v);
+      else if (a == "--chunk") chunk = parse_int(a, v);
+      else if (a == "--threads") threads = parse_int(a, v);
+      else throw Error("unknown option '" + a + "'");
+    }
+    if (model.empty() || ids_file.empty() || out.empty()) throw Error("--model, --ids-file and --out are required");
+    if (chunk != -1 && prefill == -1) throw Error("--chunk needs --prefill");
+    if (prefill != -1 && prefill < 1) throw Error("--prefill must be >= 1");
+    if (chunk == -1) chunk = 1;
+    if (chunk < 1) throw Error("--chunk must be >= 1");
+
+    CpuBackend backend((int)threads);
+    LoadedModel m = load_model(model, backend);
+    for (const auto& n : m.unused) std::fprintf(stderr, "deepinfer: warning: tensor '%s' is not used by the model\n", n.c_str());
+    const int64_t V = m.v4->config().vocab_size;
+    std::vector<int32_t> ids = read_ids(ids_file, V);
+    const int64_t T = (int64_t)ids.size();
+    if (prefill > T) throw Error("--prefill " + std::to_string(prefill) + " is longer than the " + std::to_string(T) + " ids");
+
+    V4SeqState state = m.v4->new_state();
+    std::vector<float> logits;
+    logits.reserve(T * V);
+    int64_t done = 0;
+    while (done < T) {
+      int64_t n = prefill == -1 ? T : (done == 0 ? prefill : std::min(chunk, T - done));
+      V4SeqChunk c{&state, std::span<const int32_t>(ids.data() + done, n), true};
+      auto l = m.v4->forward(std::span<const V4SeqChunk>(&c, 1));
+      logits.insert(logits.end(), l.begin(), l.end());
+      done += n;
+    }
+    write_safetensors(out, {{"logits", DType::F32, {T, V}, logits.data(), logits.size() * sizeof(float)}});
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "deepinfer logits: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace deepinfer::cli

@@ -1,0 +1,535 @@
+#include "model/deepseek_v4.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "io/checkpoint.h"
+#include "io/dequant.h"
+#include "util/error.h"
+
+namespace deepinfer {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+// Loads one weight as float32 with its logical shape checked. FP8 weights carry a sibling
+// `<base>.scale` block-scale grid; packed FP4 experts (I8, two values a byte) carry 1×32 scales.
+class WeightReader {
+ public:
+  WeightReader(Checkpoint& ck, const V4Config& cfg) : ck_(ck), cfg_(cfg) {}
+
+  std::vector<float> f32(const std::string& name, std::vector<int64_t> shape) {
+    const TensorView& w = ck_.take(name);
+    const TensorView* scale = nullptr;
+    std::string base = name;
+    if (base.size() > 7 && base.compare(base.size() - 7, 7, ".weight") == 0) {
+      base.resize(base.size() - 7);
+      if (ck_.has(base + ".scale")) scale = &ck_.take(base + ".scale");
+    }
+    std::vector<int64_t> logical = w.shape;
+    bool fp4 = (w.dtype == DType::I8 || w.dtype == DType::U8) && scale;
+    if (fp4 && !logical.empty()) logical.back() *= 2;
+    if (logical != shape)
+      throw Error(ck_.dir() + ": tensor '" + name + "' has shape " + shape_str(logical) + ", expected " +
+                  shape_str(shape));
+    if (fp4) return dequantize_to_f32(w, scale, 1, 32);
+    return dequantize_to_f32(w, scale, cfg_.fp8_block_rows, cfg_.fp8_block_cols);
+  }
+
+  std::vector<int32_t> ids(const std::string& name, std::vector<int64_t> shape, int64_t max_value) {
+    const TensorView& w = ck_.take(name);
+    if (w.shape != shape)
+      throw Error(ck_.dir() + ": tensor '" + name + "' has shape " + shape_str(w.shape) + ", expected " +
+                  shape_str(shape));
+    std::vector<int32_t> out(w.numel());
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      int64_t v;
+      if (w.dtype == DType::I64) std::memcpy(&v, w.data + 8 * i, 8);
+      else if (w.dtype == DType::I32) { int32_t x; std::memcpy(&x, w.data + 4 * i, 4); v = x; }
+      else throw Error(ck_.dir() + ": tensor '" + name + "' must be I64 or I32, is " + std::string(dtype_name(w.dtype)));
+      if (v < 0 || v >= max_value)
+        throw Error(ck_.dir() + ": tensor '" + name + "' holds " + std::to_string(v) + ", outside [0, " +
+                    std::to_string(max_value) + ")");
+      out[i] = (int32_t)v;
+    }
+    return out;
+  }
+
+ private:
+  Checkpoint& ck_;
+  const V4Config& cfg_;
+};
+
+void load_compressor(WeightReader& r, const std::string& p, V4Compressor& c, int rate, int width, bool overlap,
+                     int64_t D) {
+  c.rate = rate;
+  c.width = width;
+  c.overlap = overlap;
+  int64_t cw = (overlap ? 2 : 1) * (int64_t)width;
+  c.wkv = r.f32(p + "wkv.weight", {cw, D});
+  c.wgate = r.f32(p + "wgate.weight", {cw, D});
+  c.ape = r.f32(p + "ape", {rate, cw});
+  c.norm = r.f32(p + "norm.weight", {width});
+}
+
+void load_layer(WeightReader& r, const V4Config& c, const std::string& p, AttnType type, bool hash, V4Layer& L) {
+  const int64_t D = c.hidden_size, H = c.num_heads, d = c.head_dim, hc = c.hc_mult, mix = (2 + hc) * hc;
+  const int64_t I = c.moe_intermediate_size, E = c.n_routed_experts;
+  L.type = type;
+  L.hash = hash;
+  L.attn_norm = r.f32(p + "attn_norm.weight", {D});
+  L.ffn_norm = r.f32(p + "ffn_norm.weight", {D});
+  L.hc_attn_fn = r.f32(p + "hc_attn_fn", {mix, hc * D});
+  L.hc_attn_base = r.f32(p + "hc_attn_base", {mix});
+  L.hc_attn_scale = r.f32(p + "hc_attn_scale", {3});
+  L.hc_ffn_fn = r.f32(p + "hc_ffn_fn", {mix, hc * D});
+  L.hc_ffn_base = r.f32(p + "hc_ffn_base", {mix});
+  L.hc_ffn_scale = r.f32(p + "hc_ffn_scale", {3});
+  L.sinks = r.f32(p + "attn.attn_sink", {H});
+  L.wq_a = r.f32(p + "attn.wq_a.weight", {c.q_lora_rank, D});
+  L.q_norm = r.f32(p + "attn.q_norm.weight", {c.q_lora_rank});
+  L.wq_b = r.f32(p + "attn.wq_b.weight", {H * d, c.q_lora_rank});
+  L.wkv = r.f32(p + "attn.wkv.weight", {d, D});
+  L.kv_norm = r.f32(p + "attn.kv_norm.weight", {d});
+  L.wo_a = r.f32(p + "attn.wo_a.weight", {(int64_t)c.o_groups * c.o_lora_rank, H * d / c.o_groups});
+  L.wo_b = r.f32(p + "attn.wo_b.weight", {D, (int64_t)c.o_groups * c.o_lora_rank});
+  if (type == AttnType::CSA) {
+    load_compressor(r, p + "attn.compressor.", L.comp, c.compress_rate_csa, (int)d, true, D);
+    load_compressor(r, p + "attn.indexer.compressor.", L.idx_comp, c.compress_rate_csa, c.index_head_dim, true, D);
+    L.idx_wq_b = r.f32(p + "attn.indexer.wq_b.weight", {(int64_t)c.index_n_heads * c.index_head_dim, c.q_lora_rank});
+    L.idx_weights_proj = r.f32(p + "attn.indexer.weights_proj.weight", {c.index_n_heads, D});
+  } else if (type == AttnType::HCA) {
+    load_compressor(r, p + "attn.compressor.", L.comp, c.compress_rate_hca, (int)d, false, D);
+  }
+  L.gate = r.f32(p + "ffn.gate.weight", {E, D});
+  if (hash) L.tid2eid = r.ids(p + "ffn.gate.tid2eid", {c.vocab_size, c.num_experts_per_tok}, E);
+  else L.gate_bias = r.f32(p + "ffn.gate.bias", {E});
+  L.expert_w13.resize(E);
+  L.expert_w2.resize(E);
+  for (int64_t e = 0; e < E; ++e) {
+    std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
+    auto w1 = r.f32(ep + "w1.weight", {I, D});
+    auto w3 = r.f32(ep + "w3.weight", {I, D});
+    w1.insert(w1.end(), w3.begin(), w3.end());
+    L.expert_w13[e] = std::move(w1);
+    L.expert_w2[e] = r.f32(ep + "w2.weight", {D, I});
+  }
+  if (c.n_shared_experts == 1) {
+    auto w1 = r.f32(p + "ffn.shared_experts.w1.weight", {I, D});
+    auto w3 = r.f32(p + "ffn.shared_experts.w3.weight", {I, D});
+    w1.insert(w1.end(), w3.begin(), w3.end());
+    L.shared_w13 = std::move(w1);
+    L.shared_w2 = r.f32(p + "ffn.shared_experts.w2.weight", {D, I});
+  }
+}
+
+inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+}  // namespace
+
+DeepseekV4Model::DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend& backend) : cfg_(cfg), be_(backend) {
+  const int64_t V = cfg.vocab_size, D = cfg.hidden_size, hc = cfg.hc_mult;
+  WeightReader r(ckpt, cfg_);
+  embed_ = r.f32("embed.weight", {V, D});
+  if (cfg.tie_word_embeddings && !ckpt.has("head.weight")) head_ = embed_;
+  else head_ = r.f32("head.weight", {V, D});
+  norm_ = r.f32("norm.weight", {D});
+  hc_head_fn_ = r.f32("hc_head_fn", {hc, hc * D});
+  hc_head_base_ = r.f32("hc_head_base", {hc});
+  hc_head_scale_ = r.f32("hc_head_scale", {1});
+  layers_.resize(cfg.num_layers);
+  for (int l = 0; l < cfg.num_layers; ++l)
+    load_layer(r, cfg_, "layers." + std::to_string(l) + ".", cfg.layer_types[l], cfg.hash_layers[l], layers_[l]);
+  // MTP layers: present in published checkpoints (transformers drops them). Kept for speculative
+  // decoding; a checkpoint without them simply has no draft head.
+  for (int k = 0; k < cfg.num_mtp_layers; ++k) {
+    std::string p = "mtp." + std::to_string(k) + ".";
+    if (!ckpt.has(p + "e_proj.weight")) break;
+    V4Mtp m;
+    load_layer(r, cfg_, p, AttnType::Sliding, false, m.block);
+    m.e_proj = r.f32(p + "e_proj.weight", {D, D});
+    m.h_proj = r.f32(p + "h_proj.weight", {D, D});
+    m.enorm = r.f32(p + "enorm.weight", {D});
+    m.hnorm = r.f32(p + "hnorm.weight", {D});
+    m.norm = r.f32(p + "norm.weight", {D});
+    m.hc_head_fn = r.f32(p + "hc_head_fn", {hc, hc * D});
+    m.hc_head_base = r.f32(p + "hc_head_base", {hc});
+    m.hc_head_scale = r.f32(p + "hc_head_scale", {1});
+    mtp_.push_back(std::move(m));
+  }
+  inv_freq_main_ = rope_inv_freq(cfg.rope_main, cfg.rope_dim);
+  inv_freq_compress_ = rope_inv_freq(cfg.rope_compress, cfg.rope_dim);
+}
+
+V4SeqState DeepseekV4Model::new_state() const {
+  V4SeqState s;
+  s.layers.resize(cfg_.num_layers);
+  for (auto& l : s.layers) l.ring.assign((size_t)cfg_.sliding_window * cfg_.head_dim, 0.0f);
+  return s;
+}
+
+struct DeepseekV4Model::Step {
+  std::span<const V4SeqChunk> batch;
+  int64_t T = 0;                       // tokens in the step
+  std::vector<int64_t> seq_begin;      // [B + 1] first row of each chunk
+  std::vector<int32_t> tokens, pos;    // [T]
+  std::vector<float> h;                // [T, D] normed sub-block input
+  std::vector<float> y;                // [T, D] sub-block output
+};
+
+// Appends a chunk's compressor projections to a sequence's compressor state and emits an entry for
+// every window that closes (windows are aligned to absolute position 0). kv/gate: [n, c·width]
+// with row stride ld, for positions p0 .. p0+n-1.
+void DeepseekV4Model::compressor_update(const V4Compressor& w, V4CompressorState& s, const float* kv,
+                                        const float* gate, int64_t ld, int64_t p0, int64_t n) {
+  const int m = w.rate, width = w.width;
+  const int64_t cw = (w.overlap ? 2 : 1) * (int64_t)width;
+  const int64_t b = p0 % m;  // open-window tokens already buffered
+  const int64_t total = b + n, nwin = total / m;
+  auto kv_row = [&](int64_t r) { return r < b ? s.buf_kv.data() + r * cw : kv + (r - b) * ld; };
+  auto gate_row = [&](int64_t r) { return r < b ? s.buf_gate.data() + r * cw : gate + (r - b) * ld; };
+  const float ninf = -std::numeric_limits<float>::infinity();
+  if (nwin > 0) {
+    const int S = w.overlap ? 2 * m : m;
+    std::vector<float> skv((size_t)nwin * S * width), sg((size_t)nwin * S * width);
+    for (int64_t i = 0; i < nwin; ++i) {
+      float* wk = skv.data() + i * S * width;
+      float* wg = sg.data() + i * S * width;
+      if (!w.overlap) {
+        for (int j = 0; j < m; ++j) {
+          const float* kr = kv_row(i * m + j);
+          const float* gr = gate_row(i * m + j);
+          for (int c = 0; c < width; ++c) {
+            wk[j * width + c] = kr[c];
+            wg[j * width + c] = gr[c] + w.ape[(int64_t)j * cw + c];
+          }
+        }
+        continue;
+      }
+      // CSA: slots 0..m-1 = A halves of the previous window, m..2m-1 = B halves of this one.
+      for (int j = 0; j < m; ++j) {
+        if (i > 0) {
+          const float* kr = kv_row((i - 1) * m + j);
+          const float* gr = gate_row((i - 1) * m + j);
+          for (int c = 0; c < width; ++c) {
+            wk[j * width + c] = kr[c];
+            wg[j * width + c] = gr[c] + w.ape[(int64_t)j * cw + c];
+          }
+        } else if (s.has_prev) {
+          std::memcpy(wk + j * width, s.prev_kv.data() + (int64_t)j * width, sizeof(float) * width);
+          std::memcpy(wg + j * width, s.prev_gate.data() + (int64_t)j * width, sizeof(float) * width);
+        } else {
+          std::fill(wk + j * width, wk + (j + 1) * width, 0.0f);
+          std::fill(wg + j * width, wg + (j + 1) * width, ninf);
+        }
+        const float* kr = kv_row(i * m + j);
+        const float* gr = gate_row(i * m + j);
+        for (int c = 0; c < width; ++c) {
+          wk[(m + j) * width + c] = kr[width + c];
+          wg[(m + j) * width + c] = gr[width + c] + w.ape[(int64_t)j * cw + width + c];
+        }
+      }
+    }
+    std::vector<float> out((size_t)nwin * width);
+    be_.compress_pool(skv.data(), sg.data(), nwin, S, width, out.data());
+    be_.rms_norm(out.data(), nwin, width, width, w.norm.data(), (float)cfg_.rms_norm_eps, out.data());
+    std::vector<int32_t> wpos(nwin);
+    const int64_t w0 = (p0 - b) / m;
+    for (int64_t i = 0; i < nwin; ++i) wpos[i] = (int32_t)((w0 + i) * m);
+    be_.rope(out.data(), nwin, width, 1, width, cfg_.rope_dim, wpos.data(), inv_freq_compress_.data(), false);
+    s.entries.insert(s.entries.end(), out.begin(), out.end());
+    s.n_entries += nwin;
+    if (w.overlap) {  // keep the A halves (gate with ape) of the last closed window
+      s.prev_kv.resize((size_t)m * width);
+      s.prev_gate.resize((size_t)m * width);
+      for (int j = 0; j < m; ++j) {
+        const float* kr = kv_row((nwin - 1) * m + j);
+        const float* gr = gate_row((nwin - 1) * m + j);
+        for (int c = 0; c < width; ++c) {
+          s.prev_kv[(size_t)j * width + c] = kr[c];
+          s.prev_gate[(size_t)j * width + c] = gr[c] + w.ape[(int64_t)j * cw + c];
+        }
+      }
+      s.has_prev = true;
+    }
+  }
+  std::vector<float> nk, ng;  // the new open window
+  for (int64_t r = nwin * m; r < total; ++r) {
+    nk.insert(nk.end(), kv_row(r), kv_row(r) + cw);
+    ng.insert(ng.end(), gate_row(r), gate_row(r) + cw);
+  }
+  s.buf_kv = std::move(nk);
+  s.buf_gate = std::move(ng);
+}
+
+void DeepseekV4Model::attention(int l, Step& st) {
+  const V4Layer& L = layers_[l];
+  const int64_t T = st.T, D = cfg_.hidden_size, H = cfg_.num_heads, d = cfg_.head_dim, r = cfg_.rope_dim;
+  const int64_t ql = cfg_.q_lora_rank, W = cfg_.sliding_window;
+  const float eps = (float)cfg_.rms_norm_eps;
+  const float* inv_freq = L.type == AttnType::Sliding ? inv_freq_main_.data() : inv_freq_compress_.data();
+  const float* h = st.h.data();
+
+  std::vector<float> qr(T * ql), q(T * H * d), kv(T * d);  // [T, q_lora], [T, H, d], [T, d]
+  be_.linear(h, T, D, D, L.wq_a.data(), ql, qr.data(), ql);
+  be_.rms_norm(qr.data(), T, ql, ql, L.q_norm.data(), eps, qr.data());
+  be_.linear(qr.data(), T, ql, ql, L.wq_b.data(), H * d, q.data(), H * d);
+  be_.rms_norm(q.data(), T * H, d, d, nullptr, eps, q.data());  // per-head, unweighted
+  be_.rope(q.data(), T, H * d, (int)H, (int)d, (int)r, st.pos.data(), inv_freq, false);
+  be_.linear(h, T, D, D, L.wkv.data(), d, kv.data(), d);
+  be_.rms_norm(kv.data(), T, d, d, L.kv_norm.data(), eps, kv.data());
+  be_.rope(kv.data(), T, d, 1, (int)d, (int)r, st.pos.data(), inv_freq, false);
+
+  // Compressor projections for the whole step.
+  const bool csa = L.type == AttnType::CSA, comp = L.type != AttnType::Sliding;
+  const int64_t cw = comp ? (L.comp.overlap ? 2 : 1) * d : 0;
+  const int64_t hI = cfg_.index_n_heads, dI = cfg_.index_head_dim, icw = 2 * dI;
+  std::vector<float> ckv, cgate, ikv, igate, iq, gamma;
+  if (comp) {
+    ckv.resize(T * cw);
+    cgate.resize(T * cw);
+    be_.linear(h, T, D, D, L.comp.wkv.data(), cw, ckv.data(), cw);
+    be_.linear(h, T, D, D, L.comp.wgate.data(), cw, cgate.data(), cw);
+  }
+  if (csa) {
+    ikv.resize(T * icw);
+    igate.resize(T * icw);
+    iq.resize(T * hI * dI);
+    gamma.resize(T * hI);
+    be_.linear(h, T, D, D, L.idx_comp.wkv.data(), icw, ikv.data(), icw);
+    be_.linear(h, T, D, D, L.idx_comp.wgate.data(), icw, igate.data(), icw);
+    be_.linear(qr.data(), T, ql, ql, L.idx_wq_b.data(), hI * dI, iq.data(), hI * dI);
+    be_.rope(iq.data(), T, hI * dI, (int)hI, (int)dI, (int)r, st.pos.data(), inv_freq_compress_.data(), false);
+    be_.linear(h, T, D, D, L.idx_weights_proj.data(), hI, gamma.data(), hI);
+    const float ws = 1.0f / std::sqrt((float)hI);
+    for (auto& g : gamma) g *= ws;
+  }
+
+  // Per sequence: gather the sliding keys (ring tail + chunk), update compressor states, choose each
+  // query's compressed entries. Key pools for the whole step are concatenated.
+  std::vector<float> win, ent;
+  std::vector<int32_t> win_lo(T), win_hi(T), ent_idx;
+  std::vector<int64_t> ent_off(T + 1, 0);
+  const size_t B = st.batch.size();
+  for (size_t b = 0; b < B; ++b) {
+    V4SeqState& S = *st.batch[b].state;
+    V4LayerState& LS = S.layers[l];
+    const int64_t p0 = S.pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
+    const int64_t np = std::min<int64_t>(W - 1, p0);  // earlier tokens still inside the window
+    const int64_t base = (int64_t)win.size() / d;
+    win.resize((size_t)(base + np + n) * d);
+    for (int64_t i = 0; i < np; ++i) {
+      int64_t t = p0 - np + i;
+      std::memcpy(win.data() + (base + i) * d, LS.ring.data() + (t % W) * d, sizeof(float) * d);
+    }
+    std::memcpy(win.data() + (base + np) * d, kv.data() + r0 * d, sizeof(float) * n * d);
+    for (int64_t i = 0; i < n; ++i) {  // the ring keeps the last W positions
+      int64_t t = p0 + i;
+      if (t >= p0 + n - W) std::memcpy(LS.ring.data() + (t % W) * d, kv.data() + (r0 + i) * d, sizeof(float) * d);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      int32_t hi = (int32_t)(base + np + i + 1);
+      win_hi[r0 + i] = hi;
+      win_lo[r0 + i] = (int32_t)std::max<int64_t>(base, hi - W);
+    }
+    if (!comp) continue;
+    compressor_update(L.comp, LS.comp, ckv.data() + r0 * cw, cgate.data() + r0 * cw, cw, p0, n);
+    const int m = L.comp.rate;
+    const int64_t ebase = (int64_t)ent.size() / d;
+    ent.insert(ent.end(), LS.comp.entries.begin(), LS.comp.entries.end());
+    if (!csa) {
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t nvis = (p0 + i + 1) / m;
+        for (int64_t w = 0; w < nvis; ++w) ent_idx.push_back((int32_t)(ebase + w));
+        ent_off[r0 + i + 1] = (int64_t)ent_idx.size();
+      }
+      continue;
+    }
+    compressor_update(L.idx_comp, LS.idx, ikv.data() + r0 * icw, igate.data() + r0 * icw, icw, p0, n);
+    const int64_t nk = LS.idx.n_entries;
+    std::vector<int32_t> nvis(n);
+    for (int64_t i = 0; i < n; ++i) nvis[i] = (int32_t)((p0 + i + 1) / m);
+    std::vector<float> score(n * std::max<int64_t>(nk, 1));
+    if (nk > 0)
+      be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI,
+                         LS.idx.entries.data(), nk, nvis.data(), 1.0f / std::sqrt((float)dI), score.data());
+    std::vector<int32_t> cand;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = std::min<int64_t>(cfg_.index_topk, nvis[i]);
+      cand.resize(nvis[i]);
+      std::iota(cand.begin(), cand.end(), 0);
+      const float* sc = score.data() + i * nk;
+      // Highest scores first; equal scores by lower index, so the choice is deterministic.
+      std::partial_sort(cand.begin(), cand.begin() + k, cand.end(),
+                        [&](int32_t a, int32_t c) { return sc[a] > sc[c] || (sc[a] == sc[c] && a < c); });
+      std::sort(cand.begin(), cand.begin() + k);
+      for (int64_t j = 0; j < k; ++j) ent_idx.push_back((int32_t)(ebase + cand[j]));
+      ent_off[r0 + i + 1] = (int64_t)ent_idx.size();
+    }
+  }
+
+  std::vector<float> o(T * H * d);  // [T, H, d]
+  be_.sink_attention(q.data(), T, H * d, (int)H, (int)d, win.data(), win_lo.data(), win_hi.data(), ent.data(),
+                     ent_idx.data(), comp ? ent_off.data() : nullptr, L.sinks.data(), 1.0f / std::sqrt((float)d),
+                     o.data(), H * d);
+  be_.rope(o.data(), T, H * d, (int)H, (int)d, (int)r, st.pos.data(), inv_freq, true);
+
+  // Grouped output projection: group g's heads (H·d/g wide) through wo_a[g], then wo_b.
+  const int64_t G = cfg_.o_groups, ol = cfg_.o_lora_rank, gin = H * d / G;
+  std::vector<float> z(T * G * ol);  // [T, g·o_lora]
+  for (int64_t g = 0; g < G; ++g)
+    be_.linear(o.data() + g * gin, T, gin, H * d, L.wo_a.data() + g * ol * gin, ol, z.data() + g * ol, G * ol);
+  be_.linear(z.data(), T, G * ol, G * ol, L.wo_b.data(), D, st.y.data(), D);
+}
+
+void DeepseekV4Model::moe(const V4Layer& L, const float* h, const int32_t* tokens, int64_t T, float* out) {
+  const int64_t D = cfg_.hidden_size, E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok;
+  const int64_t I = cfg_.moe_intermediate_size;
+  std::vector<float> logits(T * E);  // [T, E]
+  be_.linear(h, T, D, D, L.gate.data(), E, logits.data(), E);
+  std::vector<int32_t> sel(T * K);
+  std::vector<float> wsel(T * K);
+  std::vector<float> sc(E), biased(E);
+  std::vector<int32_t> order(E);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* lg = logits.data() + t * E;
+    switch (cfg_.scoring) {
+      case ScoringFunc::SqrtSoftplus:
+        for (int64_t e = 0; e < E; ++e) sc[e] = std::sqrt(softplus(lg[e]));
+        break;
+      case ScoringFunc::Sigmoid:
+        for (int64_t e = 0; e < E; ++e) sc[e] = 1.0f / (1.0f + std::exp(-lg[e]));
+        break;
+      case ScoringFunc::Softmax: {
+        float mx = *std::max_element(lg, lg + E), s = 0;
+        for (int64_t e = 0; e < E; ++e) s += (sc[e] = std::exp(lg[e] - mx));
+        for (int64_t e = 0; e < E; ++e) sc[e] /= s;
+        break;
+      }
+    }
+    if (L.hash) {
+      for (int64_t k = 0; k < K; ++k) sel[t * K + k] = L.tid2eid[(int64_t)tokens[t] * K + k];
+    } else {
+      for (int64_t e = 0; e < E; ++e) biased[e] = sc[e] + L.gate_bias[e];  // bias only picks, never weighs
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t b) {
+        return biased[a] > biased[b] || (biased[a] == biased[b] && a < b);
+      });
+      for (int64_t k = 0; k < K; ++k) sel[t * K + k] = order[k];
+    }
+    float sum = 0;
+    for (int64_t k = 0; k < K; ++k) sum += (wsel[t * K + k] = sc[sel[t * K + k]]);
+    const bool normalize = cfg_.scoring != ScoringFunc::Softmax || cfg_.norm_topk_prob;
+    const float f = (float)cfg_.routed_scaling_factor / (normalize ? sum + 1e-20f : 1.0f);
+    for (int64_t k = 0; k < K; ++k) wsel[t * K + k] *= f;
+  }
+  // Routed experts, one GEMM pair per expert over the tokens routed to it. Tokens accumulate
+  // experts in ascending expert order, whatever the batch.
+  std::vector<std::vector<std::pair<int32_t, float>>> routed(E);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < K; ++k) routed[sel[t * K + k]].push_back({(int32_t)t, wsel[t * K + k]});
+  std::fill(out, out + T * D, 0.0f);
+  std::vector<float> xe, gu, act, ye;
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& rows = routed[e];
+    if (rows.empty()) continue;
+    const int64_t n = (int64_t)rows.size();
+    xe.resize(n * D);
+    gu.resize(n * 2 * I);
+    act.resize(n * I);
+    ye.resize(n * D);
+    for (int64_t i = 0; i < n; ++i) std::memcpy(xe.data() + i * D, h + (int64_t)rows[i].first * D, sizeof(float) * D);
+    be_.linear(xe.data(), n, D, D, L.expert_w13[e].data(), 2 * I, gu.data(), 2 * I);
+    be_.swiglu_clamp(gu.data(), n, I, (float)cfg_.swiglu_limit, nullptr, act.data());
+    be_.linear(act.data(), n, I, I, L.expert_w2[e].data(), D, ye.data(), D);
+    for (int64_t i = 0; i < n; ++i) {
+      float* o = out + (int64_t)rows[i].first * D;
+      const float wgt = rows[i].second;
+      for (int64_t c = 0; c < D; ++c) o[c] += ye[i * D + c] * wgt;
+    }
+  }
+  if (!L.shared_w13.empty()) {
+    gu.resize(T * 2 * I);
+    act.resize(T * I);
+    ye.resize(T * D);
+    be_.linear(h, T, D, D, L.shared_w13.data(), 2 * I, gu.data(), 2 * I);
+    be_.swiglu_clamp(gu.data(), T, I, (float)cfg_.swiglu_limit, nullptr, act.data());
+    be_.linear(act.data(), T, I, I, L.shared_w2.data(), D, ye.data(), D);
+    for (int64_t i = 0; i < T * D; ++i) out[i] += ye[i];
+  }
+}
+
+std::vector<float> DeepseekV4Model::forward(std::span<const V4SeqChunk> batch) {
+  const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult, V = cfg_.vocab_size;
+  const float eps = (float)cfg_.rms_norm_eps, hc_eps = (float)cfg_.hc_eps;
+  Step st;
+  st.batch = batch;
+  st.seq_begin.push_back(0);
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const V4SeqChunk& c = batch[b];
+    if (!c.state || c.tokens.empty()) throw Error("forward: every sequence needs a state and at least one token");
+    if ((int)c.state->layers.size() != cfg_.num_layers) throw Error("forward: state was made for another model");
+    for (size_t a = 0; a < b; ++a)
+      if (batch[a].state == c.state) throw Error("forward: the same sequence appears twice in one step");
+    for (size_t i = 0; i < c.tokens.size(); ++i) {
+      int32_t t = c.tokens[i];
+      if (t < 0 || t >= V) throw Error("forward: token id " + std::to_string(t) + " outside the vocabulary [0, " +
+                                       std::to_string(V) + ")");
+      st.tokens.push_back(t);
+      st.pos.push_back((int32_t)(c.state->pos + (int64_t)i));
+    }
+    st.seq_begin.push_back((int64_t)st.tokens.size());
+  }
+  const int64_t T = st.T = (int64_t)st.tokens.size();
+  std::vector<float> X(T * hc * D), X2(T * hc * D);  // [T, hc, D] residual streams
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < hc; ++j)
+      std::memcpy(X.data() + (t * hc + j) * D, embed_.data() + (int64_t)st.tokens[t] * D, sizeof(float) * D);
+  std::vector<float> u(T * D), post(T * hc), comb(T * hc * hc);
+  st.h.resize(T * D);
+  st.y.resize(T * D);
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    const V4Layer& L = layers_[l];
+    be_.hc_pre(X.data(), T, (int)hc, D, L.hc_attn_fn.data(), L.hc_attn_base.data(), L.hc_attn_scale.data(),
+               cfg_.hc_sinkhorn_iters, hc_eps, eps, u.data(), post.data(), comb.data());
+    be_.rms_norm(u.data(), T, D, D, L.attn_norm.data(), eps, st.h.data());
+    attention(l, st);
+    be_.hc_post(X.data(), st.y.data(), post.data(), comb.data(), T, (int)hc, D, X2.data());
+    std::swap(X, X2);
+    be_.hc_pre(X.data(), T, (int)hc, D, L.hc_ffn_fn.data(), L.hc_ffn_base.data(), L.hc_ffn_scale.data(),
+               cfg_.hc_sinkhorn_iters, hc_eps, eps, u.data(), post.data(), comb.data());
+    be_.rms_norm(u.data(), T, D, D, L.ffn_norm.data(), eps, st.h.data());
+    moe(L, st.h.data(), st.tokens.data(), T, st.y.data());
+    be_.hc_post(X.data(), st.y.data(), post.data(), comb.data(), T, (int)hc, D, X2.data());
+    std::swap(X, X2);
+  }
+  for (const auto& c : batch) c.state->pos += (int64_t)c.tokens.size();
+
+  // Rows that need logits.
+  std::vector<int64_t> rows;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (batch[b].all_logits)
+      for (int64_t t = st.seq_begin[b]; t < st.seq_begin[b + 1]; ++t) rows.push_back(t);
+    else
+      rows.push_back(st.seq_begin[b + 1] - 1);
+  }
+  const int64_t R = (int64_t)rows.size();
+  std::vector<float> Xr(R * hc * D), ur(R * D);
+  for (int64_t i = 0; i < R; ++i)
+    std::memcpy(Xr.data() + i * hc * D, X.data() + rows[i] * hc * D, sizeof(float) * hc * D);
+  be_.hc_head(Xr.data(), R, (int)hc, D, hc_head_fn_.data(), hc_head_base_.data(), hc_head_scale_.data(), hc_eps, eps,
+              ur.data());
+  be_.rms_norm(ur.data(), R, D, D, norm_.data(), eps, ur.data());
+  std::vector<float> logits(R * V);
+  be_.linear(ur.data(), R, D, D, head_.data(), V, logits.data(), V);
+  return logits;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,124 @@
+#pragma once
+// DeepSeek-V4 (V4-Flash, V4-Pro and their Base variants): weights, per-sequence decode state and the
+// forward pass, written once against the Backend op table. Spec: shared/docs/deepseek-v4.md.
+//
+// Numerics: float32 activations and weights (every stored dtype is dequantized at load), float32
+// softmax/Sinkhorn, no QAT simulations — the transformers (HF) numerics, which our references use.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "ops/backend.h"
+
+namespace deepinfer {
+
+class Checkpoint;
+
+// ---- weights (float32, row-major [out, in]) ----
+struct V4Compressor {  // main (d) or indexer (dI) compressor of a CSA/HCA layer
+  int rate = 0;        // m
+  int width = 0;       // d or dI
+  bool overlap = false;  // CSA: c = 2 (A|B halves), HCA: c = 1
+  std::vector<float> wkv, wgate;  // [c·width, D]
+  std::vector<float> ape;         // [m, c·width]
+  std::vector<float> norm;        // [width]
+};
+
+struct V4Layer {
+  AttnType type = AttnType::Sliding;
+  bool hash = false;
+  std::vector<float> attn_norm, ffn_norm;                 // [D]
+  std::vector<float> hc_attn_fn, hc_ffn_fn;               // [(2+hc)·hc, hc·D]
+  std::vector<float> hc_attn_base, hc_ffn_base;           // [(2+hc)·hc]
+  std::vector<float> hc_attn_scale, hc_ffn_scale;         // [3]
+  std::vector<float> sinks;                               // [H]
+  std::vector<float> wq_a;                                // [q_lora, D]
+  std::vector<float> q_norm;                              // [q_lora]
+  std::vector<float> wq_b;                                // [H·d, q_lora]
+  std::vector<float> wkv;                                 // [d, D]
+  std::vector<float> kv_norm;                             // [d]
+  std::vector<float> wo_a;                                // [g·o_lora, H·d/g]
+  std::vector<float> wo_b;                                // [D, g·o_lora]
+  V4Compressor comp;                                      // CSA / HCA
+  V4Compressor idx_comp;                                  // CSA only
+  std::vector<float> idx_wq_b;                            // [hI·dI, q_lora]
+  std::vector<float> idx_weights_proj;                    // [hI, D]
+  std::vector<float> gate;                                // [E, D]
+  std::vector<float> gate_bias;                           // [E] (score-routed layers)
+  std::vector<int32_t> tid2eid;                           // [V, k] (hash layers)
+  std::vector<std::vector<float>> expert_w13;             // E × [2I, D]  (w1 rows, then w3 rows)
+  std::vector<std::vector<float>> expert_w2;              // E × [D, I]
+  std::vector<float> shared_w13;                          // [2I, D]
+  std::vector<float> shared_w2;                           // [D, I]
+};
+
+// The multi-token-prediction layer (kept for speculative decoding; spec §3.9).
+struct V4Mtp {
+  V4Layer block;                          // sliding-only, score-routed
+  std::vector<float> e_proj, h_proj;      // [D, D]
+  std::vector<float> enorm, hnorm, norm;  // [D]
+  std::vector<float> hc_head_fn;          // [hc, hc·D]
+  std::vector<float> hc_head_base;        // [hc]
+  std::vector<float> hc_head_scale;       // [1]
+};
+
+// ---- per-sequence state: exactly what a cache must keep between steps (spec §4) ----
+struct V4CompressorState {
+  std::vector<float> buf_kv, buf_gate;    // [pos % m, c·width] raw projections of the open window
+  std::vector<float> prev_kv, prev_gate;  // CSA: A halves of the last closed window [m, width]; gate has ape
+  bool has_prev = false;
+  std::vector<float> entries;             // [n_entries, width] pooled, normed, RoPE'd
+  int64_t n_entries = 0;
+};
+struct V4LayerState {
+  std::vector<float> ring;  // [W, d] sliding KV, slot = position % W
+  V4CompressorState comp, idx;
+};
+struct V4SeqState {
+  int64_t pos = 0;  // tokens processed so far (= next absolute position)
+  std::vector<V4LayerState> layers;
+};
+
+// One sequence's share of a forward step: `tokens` go in at positions state->pos, state->pos+1, ...
+struct V4SeqChunk {
+  V4SeqState* state;
+  std::span<const int32_t> tokens;
+  bool all_logits = false;  // logits for every token of the chunk, else only for the last
+};
+
+class DeepseekV4Model {
+ public:
+  // Loads weights from an opened checkpoint (taking every tensor it uses; the caller reports
+  // ckpt.unused()). Throws Error naming the tensor on a missing tensor or a wrong shape.
+  DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend& backend);
+
+  const V4Config& config() const { return cfg_; }
+  V4SeqState new_state() const;
+  bool has_mtp() const { return !mtp_.empty(); }
+
+  // Runs one step over several sequences (each chunk of any length ≥ 1). Returns logits
+  // [rows, vocab] in chunk order: all tokens of chunks with all_logits, else the last token.
+  std::vector<float> forward(std::span<const V4SeqChunk> batch);
+
+ private:
+  struct Step;  // activations of one forward step
+  void attention(int layer, Step& st);
+  void compressor_update(const V4Compressor& w, V4CompressorState& s, const float* kv, const float* gate,
+                         int64_t ld, int64_t p0, int64_t n);
+  void moe(const V4Layer& L, const float* h, const int32_t* tokens, int64_t T, float* out);
+
+  V4Config cfg_;
+  Backend& be_;
+  std::vector<float> embed_;    // [V, D]
+  std::vector<float> head_;     // [V, D]
+  std::vector<float> norm_;     // [D]
+  std::vector<float> hc_head_fn_, hc_head_base_, hc_head_scale_;
+  std::vector<V4Layer> layers_;
+  std::vector<V4Mtp> mtp_;
+  std::vector<float> inv_freq_main_, inv_freq_compress_;  // [r/2]
+};
+
+}  // namespace deepinfer

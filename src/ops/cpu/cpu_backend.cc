@@ -1,0 +1,281 @@
+#include "ops/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace deepinfer {
+namespace {
+
+// Fixed-order dot product (sequential over 8 lanes, then lanes summed in a fixed order): the same
+// result for a row whatever else is in the batch.
+inline float dot(const float* a, const float* b, int n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// Inverse RMS of n values, accumulated in double (cheap, and closer to the float64 references).
+inline float inv_rms(const float* x, int64_t n, float eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += (double)x[i] * x[i];
+  return (float)(1.0 / std::sqrt(ss / (double)n + (double)eps));
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int threads) : pool_(threads) {}
+
+void CpuBackend::linear(const float* x, int64_t M, int64_t K, int64_t ldx, const float* w, int64_t N,
+                        float* y, int64_t ldy) {
+  if (M <= 0 || N <= 0) return;
+  if (K == 0) {
+    for (int64_t m = 0; m < M; ++m) std::memset(y + m * ldy, 0, sizeof(float) * N);
+    return;
+  }
+  if (M == 1) {
+    // OpenBLAS routes M = 1 to a GEMV kernel whose summation order differs from its GEMM kernel;
+    // padding to two rows keeps a decode step bitwise equal to the same row inside a prefill.
+    std::vector<float> x2(2 * K, 0.0f), y2(2 * N);
+    std::memcpy(x2.data(), x, sizeof(float) * K);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 2, (int)N, (int)K, 1.0f, x2.data(), (int)K, w, (int)K,
+                0.0f, y2.data(), (int)N);
+    std::memcpy(y, y2.data(), sizeof(float) * N);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)ldx, w, (int)K, 0.0f,
+              y, (int)ldy);
+}
+
+void CpuBackend::rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y) {
+  pool_.parallel_for(M, [&](int64_t b, int64_t e) {
+    for (int64_t m = b; m < e; ++m) {
+      const float* xr = x + m * ld;
+      float* yr = y + m * ld;
+      float r = inv_rms(xr, D, eps);
+      if (w)
+        for (int64_t i = 0; i < D; ++i) yr[i] = w[i] * (xr[i] * r);
+      else
+        for (int64_t i = 0; i < D; ++i) yr[i] = xr[i] * r;
+    }
+  }, 16);
+}
+
+void CpuBackend::rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim, const int32_t* pos,
+                      const float* inv_freq, bool inverse) {
+  const int half = rope_dim / 2;
+  pool_.parallel_for(M, [&](int64_t b, int64_t e) {
+    std::vector<float> c(half), s(half);
+    for (int64_t m = b; m < e; ++m) {
+      for (int i = 0; i < half; ++i) {
+        float ang = (float)pos[m] * inv_freq[i];  // float32, as transformers computes the table
+        c[i] = std::cos(ang);
+        s[i] = inverse ? -std::sin(ang) : std::sin(ang);
+      }
+      for (int h = 0; h < heads; ++h) {
+        float* v = x + m * ld + (int64_t)h * head_dim + (head_dim - rope_dim);
+        for (int i = 0; i < half; ++i) {
+          float a = v[2 * i], bb = v[2 * i + 1];
+          v[2 * i] = a * c[i] - bb * s[i];
+          v[2 * i + 1] = bb * c[i] + a * s[i];
+        }
+      }
+    }
+  }, 8);
+}
+
+void CpuBackend::hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                        const float* scale, int iters, float hc_eps, float norm_eps, float* u, float* post,
+                        float* comb) {
+  const int mix = (2 + hc) * hc;
+  const int64_t W = (int64_t)hc * D;
+  pool_.parallel_for(M, [&](int64_t b, int64_t e) {
+    std::vector<float> mu(mix), C(hc * hc), pre(hc);
+    for (int64_t m = b; m < e; ++m) {
+      const float* xr = X + m * W;
+      float r = inv_rms(xr, W, norm_eps);
+      for (int k = 0; k < mix; ++k) mu[k] = dot(fn + (int64_t)k * W, xr, (int)W) * r;
+      for (int j = 0; j < hc; ++j) {
+        pre[j] = sigmoidf(mu[j] * scale[0] + base[j]) + hc_eps;
+        post[m * hc + j] = 2.0f * sigmoidf(mu[hc + j] * scale[1] + base[hc + j]);
+      }
+      // comb logits, row j = input stream, column k = output stream; softmax over k, then Sinkhorn
+      // (column normalisation last).
+      for (int j = 0; j < hc; ++j) {
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int k = 0; k < hc; ++k) {
+          float v = mu[2 * hc + j * hc + k] * scale[2] + base[2 * hc + j * hc + k];
+          C[j * hc + k] = v;
+          mx = std::max(mx, v);
+        }
+        float s = 0;
+        for (int k = 0; k < hc; ++k) s += (C[j * hc + k] = std::exp(C[j * hc + k] - mx));
+        for (int k = 0; k < hc; ++k) C[j * hc + k] = C[j * hc + k] / s + hc_eps;
+      }
+      auto col_norm = [&] {
+        for (int k = 0; k < hc; ++k) {
+          float s = 0;
+          for (int j = 0; j < hc; ++j) s += C[j * hc + k];
+          for (int j = 0; j < hc; ++j) C[j * hc + k] /= (s + hc_eps);
+        }
+      };
+      auto row_norm = [&] {
+        for (int j = 0; j < hc; ++j) {
+          float s = 0;
+          for (int k = 0; k < hc; ++k) s += C[j * hc + k];
+          for (int k = 0; k < hc; ++k) C[j * hc + k] /= (s + hc_eps);
+        }
+      };
+      col_norm();
+      for (int it = 1; it < iters; ++it) {
+        row_norm();
+        col_norm();
+      }
+      std::memcpy(comb + m * hc * hc, C.data(), sizeof(float) * hc * hc);
+      float* ur = u + m * D;
+      for (int64_t i = 0; i < D; ++i) {
+        float s = 0;
+        for (int j = 0; j < hc; ++j) s += pre[j] * xr[(int64_t)j * D + i];
+        ur[i] = s;
+      }
+    }
+  }, 4);
+}
+
+void CpuBackend::hc_post(const float* X, const float* y, const float* post, const float* comb, int64_t M, int hc,
+                         int64_t D, float* out) {
+  pool_.parallel_for(M, [&](int64_t b, int64_t e) {
+    for (int64_t m = b; m < e; ++m) {
+      const float* xr = X + m * hc * D;
+      const float* C = comb + m * hc * hc;
+      for (int k = 0; k < hc; ++k) {
+        float* o = out + (m * hc + k) * D;
+        const float pk = post[m * hc + k];
+        for (int64_t i = 0; i < D; ++i) {
+          float s = pk * y[m * D + i];
+          for (int j = 0; j < hc; ++j) s += C[j * hc + k] * xr[(int64_t)j * D + i];
+          o[i] = s;
+        }
+      }
+    }
+  }, 4);
+}
+
+void CpuBackend::hc_head(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                         const float* scale, float hc_eps, float norm_eps, float* u) {
+  const int64_t W = (int64_t)hc * D;
+  pool_.parallel_for(M, [&](int64_t b, int64_t e) {
+    std::vector<float> pre(hc);
+    for (int64_t m = b; m < e; ++m) {
+      const float* xr = X + m * W;
+      float r = inv_rms(xr, W, norm_eps);
+      for (int j = 0; j < hc; ++j) pre[j] = sigmoidf(dot(fn + (int64_t)j * W, xr, (int)W) * r * scale[0] + base[j]) + hc_eps;
+      for (int64_t i = 0; i < D; ++i) {
+        float s = 0;
+        for (int j = 0; j < hc; ++j) s += pre[j] * xr[(int64_t)j * D + i];
+        u[m * D + i] = s;
+      }
+    }
+  }, 4);
+}
+
+void CpuBackend::sink_attention(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                                const int32_t* win_lo, const int32_t* win_hi, const float* ent,
+                                const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
+                                float* out, int64_t ldo) {
+  pool_.parallel_for(M * H, [&](int64_t b, int64_t e) {
+    std::vector<float> s;
+    for (int64_t mh = b; mh < e; ++mh) {
+      const int64_t m = mh / H;
+      const int h = (int)(mh % H);
+      const float* qv = q + m * ldq + (int64_t)h * d;
+      const int nw = win_hi[m] - win_lo[m];
+      const int64_t e0 = ent_off ? ent_off[m] : 0, ne = ent_off ? ent_off[m + 1] - e0 : 0;
+      s.resize(nw + ne);
+      float mx = sinks[h];
+      for (int i = 0; i < nw; ++i) mx = std::max(mx, s[i] = scale * dot(qv, win + (int64_t)(win_lo[m] + i) * d, d));
+      for (int64_t i = 0; i < ne; ++i)
+        mx = std::max(mx, s[nw + i] = scale * dot(qv, ent + (int64_t)ent_idx[e0 + i] * d, d));
+      float denom = std::exp(sinks[h] - mx);
+      for (auto& v : s) denom += (v = std::exp(v - mx));
+      const float inv = 1.0f / denom;
+      float* o = out + m * ldo + (int64_t)h * d;
+      std::fill(o, o + d, 0.0f);
+      for (int i = 0; i < nw; ++i) {
+        const float p = s[i] * inv;
+        const float* k = win + (int64_t)(win_lo[m] + i) * d;
+        for (int c = 0; c < d; ++c) o[c] += p * k[c];
+      }
+      for (int64_t i = 0; i < ne; ++i) {
+        const float p = s[nw + i] * inv;
+        const float* k = ent + (int64_t)ent_idx[e0 + i] * d;
+        for (int c = 0; c < d; ++c) o[c] += p * k[c];
+      }
+    }
+  }, 4);
+}
+
+void CpuBackend::indexer_scores(const float* qI, const float* gamma, int64_t M, int hI, int dI, const float* K,
+                                int64_t n_keys, const int32_t* n_vis, float qk_scale, float* score) {
+  pool_.parallel_for(M, [&](int64_t b, int64_t e) {
+    for (int64_t m = b; m < e; ++m) {
+      float* sr = score + m * n_keys;
+      for (int64_t w = 0; w < n_keys; ++w) {
+        if (w >= n_vis[m]) {
+          sr[w] = -std::numeric_limits<float>::infinity();
+          continue;
+        }
+        float acc = 0;
+        for (int h = 0; h < hI; ++h) {
+          float v = dot(qI + (m * hI + h) * (int64_t)dI, K + w * dI, dI);
+          acc += gamma[m * hI + h] * (std::max(v, 0.0f) * qk_scale);
+        }
+        sr[w] = acc;
+      }
+    }
+  }, 1);
+}
+
+void CpuBackend::compress_pool(const float* kv, const float* gate, int64_t W, int S, int d, float* out) {
+  for (int64_t w = 0; w < W; ++w) {
+    for (int c = 0; c < d; ++c) {
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int s = 0; s < S; ++s) mx = std::max(mx, gate[(w * S + s) * d + c]);
+      float den = 0, num = 0;
+      for (int s = 0; s < S; ++s) {
+        float g = gate[(w * S + s) * d + c];
+        if (g == -std::numeric_limits<float>::infinity()) continue;  // absent slot: weight 0
+        float p = std::exp(g - mx);
+        den += p;
+        num += p * kv[(w * S + s) * d + c];
+      }
+      out[w * d + c] = num / den;
+    }
+  }
+}
+
+void CpuBackend::swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, const float* row_scale,
+                              float* act) {
+  for (int64_t m = 0; m < M; ++m) {
+    const float* g = gu + m * 2 * I;
+    const float* up = g + I;
+    const float rs = row_scale ? row_scale[m] : 1.0f;
+    for (int64_t i = 0; i < I; ++i) {
+      float a = std::min(g[i], limit);
+      float v = std::clamp(up[i], -limit, limit);
+      act[m * I + i] = (a / (1.0f + std::exp(-a))) * v * rs;
+    }
+  }
+}
+
+}  // namespace deepinfer

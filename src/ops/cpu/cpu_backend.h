@@ -1,0 +1,42 @@
+#pragma once
+// CPU implementation of the op table: OpenBLAS for GEMMs, plain loops (threaded over rows) for the
+// rest. It is the reference every other backend is tested against.
+#include <memory>
+
+#include "ops/backend.h"
+#include "util/thread_pool.h"
+
+namespace deepinfer {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads = 0);
+  const char* name() const override { return "cpu"; }
+  ThreadPool& pool() { return pool_; }
+
+  void linear(const float* x, int64_t M, int64_t K, int64_t ldx, const float* w, int64_t N, float* y,
+              int64_t ldy) override;
+  void rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y) override;
+  void rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim, const int32_t* pos,
+            const float* inv_freq, bool inverse) override;
+  void hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+              const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
+              float* comb) override;
+  void hc_post(const float* X, const float* y, const float* post, const float* comb, int64_t M, int hc,
+               int64_t D, float* out) override;
+  void hc_head(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+               const float* scale, float hc_eps, float norm_eps, float* u) override;
+  void sink_attention(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                      const int32_t* win_lo, const int32_t* win_hi, const float* ent, const int32_t* ent_idx,
+                      const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo) override;
+  void indexer_scores(const float* qI, const float* gamma, int64_t M, int hI, int dI, const float* K,
+                      int64_t n_keys, const int32_t* n_vis, float qk_scale, float* score) override;
+  void compress_pool(const float* kv, const float* gate, int64_t W, int S, int d, float* out) override;
+  void swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, const float* row_scale,
+                    float* act) override;
+
+ private:
+  ThreadPool pool_;
+};
+
+}  // namespace deepinfer
