@@ -5,10 +5,8 @@
 #include "cli/commands.h"
 
 namespace deepinfer::cli {
-static int pending(const char* what) {
+[[maybe_unused]] static int pending(const char* what) {
   std::fprintf(stderr, "deepinfer %s: not available in this build yet\n", what);
   return 1;
 }
-int cmd_tokenize(int, char**) { return pending("tokenize"); }
-int cmd_detokenize(int, char**) { return pending("detokenize"); }
 }  // namespace deepinfer::cli

@@ -23,7 +23,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 // `<base>.scale` block-scale grid; packed FP4 experts (I8, two values a byte) carry 1×32 scales.
 class WeightReader {
  public:
-  WeightReader(Checkpoint& ck, const V4Config& cfg) : ck_(ck), cfg_(cfg) {}
+  WeightReader(Checkpoint& ck, const V4Config& cfg, Backend& be) : ck_(ck), cfg_(cfg), be_(be) {}
 
   std::vector<float> f32(const std::string& name, std::vector<int64_t> shape) {
     const TensorView& w = ck_.take(name);
@@ -42,6 +42,20 @@ class WeightReader {
     if (fp4) return dequantize_to_f32(w, scale, 1, 32);
     return dequantize_to_f32(w, scale, cfg_.fp8_block_rows, cfg_.fp8_block_cols);
   }
+
+  // A matrix for the backend's linear(): W[N, K].
+  WeightPtr mat(const std::string& name, int64_t N, int64_t K) {
+    auto w = f32(name, {N, K});
+    return be_.make_weight(w.data(), N, K);
+  }
+  // Two matrices stacked along N (w1 over w3) into one [N1 + N2, K] weight.
+  WeightPtr mat2(const std::string& a, const std::string& b, int64_t N, int64_t K) {
+    auto w = f32(a, {N, K});
+    auto w3 = f32(b, {N, K});
+    w.insert(w.end(), w3.begin(), w3.end());
+    return be_.make_weight(w.data(), 2 * N, K);
+  }
+  Backend& backend() { return be_; }
 
   std::vector<int32_t> ids(const std::string& name, std::vector<int64_t> shape, int64_t max_value) {
     const TensorView& w = ck_.take(name);
@@ -65,6 +79,7 @@ class WeightReader {
  private:
   Checkpoint& ck_;
   const V4Config& cfg_;
+  Backend& be_;
 };
 
 void load_compressor(WeightReader& r, const std::string& p, V4Compressor& c, int rate, int width, bool overlap,
@@ -73,8 +88,8 @@ void load_compressor(WeightReader& r, const std::string& p, V4Compressor& c, int
   c.width = width;
   c.overlap = overlap;
   int64_t cw = (overlap ? 2 : 1) * (int64_t)width;
-  c.wkv = r.f32(p + "wkv.weight", {cw, D});
-  c.wgate = r.f32(p + "wgate.weight", {cw, D});
+  c.wkv = r.mat(p + "wkv.weight", cw, D);
+  c.wgate = r.mat(p + "wgate.weight", cw, D);
   c.ape = r.f32(p + "ape", {rate, cw});
   c.norm = r.f32(p + "norm.weight", {width});
 }
@@ -93,40 +108,38 @@ void load_layer(WeightReader& r, const V4Config& c, const std::string& p, AttnTy
   L.hc_ffn_base = r.f32(p + "hc_ffn_base", {mix});
   L.hc_ffn_scale = r.f32(p + "hc_ffn_scale", {3});
   L.sinks = r.f32(p + "attn.attn_sink", {H});
-  L.wq_a = r.f32(p + "attn.wq_a.weight", {c.q_lora_rank, D});
+  L.wq_a = r.mat(p + "attn.wq_a.weight", c.q_lora_rank, D);
   L.q_norm = r.f32(p + "attn.q_norm.weight", {c.q_lora_rank});
-  L.wq_b = r.f32(p + "attn.wq_b.weight", {H * d, c.q_lora_rank});
-  L.wkv = r.f32(p + "attn.wkv.weight", {d, D});
+  L.wq_b = r.mat(p + "attn.wq_b.weight", H * d, c.q_lora_rank);
+  L.wkv = r.mat(p + "attn.wkv.weight", d, D);
   L.kv_norm = r.f32(p + "attn.kv_norm.weight", {d});
-  L.wo_a = r.f32(p + "attn.wo_a.weight", {(int64_t)c.o_groups * c.o_lora_rank, H * d / c.o_groups});
-  L.wo_b = r.f32(p + "attn.wo_b.weight", {D, (int64_t)c.o_groups * c.o_lora_rank});
+  {  // block-diagonal: one [o_lora, H·d/g] matrix per head group
+    const int64_t G = c.o_groups, ol = c.o_lora_rank, gin = H * d / G;
+    auto wo_a = r.f32(p + "attn.wo_a.weight", {G * ol, gin});
+    for (int64_t g = 0; g < G; ++g) L.wo_a.push_back(r.backend().make_weight(wo_a.data() + g * ol * gin, ol, gin));
+  }
+  L.wo_b = r.mat(p + "attn.wo_b.weight", D, (int64_t)c.o_groups * c.o_lora_rank);
   if (type == AttnType::CSA) {
     load_compressor(r, p + "attn.compressor.", L.comp, c.compress_rate_csa, (int)d, true, D);
     load_compressor(r, p + "attn.indexer.compressor.", L.idx_comp, c.compress_rate_csa, c.index_head_dim, true, D);
-    L.idx_wq_b = r.f32(p + "attn.indexer.wq_b.weight", {(int64_t)c.index_n_heads * c.index_head_dim, c.q_lora_rank});
-    L.idx_weights_proj = r.f32(p + "attn.indexer.weights_proj.weight", {c.index_n_heads, D});
+    L.idx_wq_b = r.mat(p + "attn.indexer.wq_b.weight", (int64_t)c.index_n_heads * c.index_head_dim, c.q_lora_rank);
+    L.idx_weights_proj = r.mat(p + "attn.indexer.weights_proj.weight", c.index_n_heads, D);
   } else if (type == AttnType::HCA) {
     load_compressor(r, p + "attn.compressor.", L.comp, c.compress_rate_hca, (int)d, false, D);
   }
-  L.gate = r.f32(p + "ffn.gate.weight", {E, D});
+  L.gate = r.mat(p + "ffn.gate.weight", E, D);
   if (hash) L.tid2eid = r.ids(p + "ffn.gate.tid2eid", {c.vocab_size, c.num_experts_per_tok}, E);
   else L.gate_bias = r.f32(p + "ffn.gate.bias", {E});
   L.expert_w13.resize(E);
   L.expert_w2.resize(E);
   for (int64_t e = 0; e < E; ++e) {
     std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
-    auto w1 = r.f32(ep + "w1.weight", {I, D});
-    auto w3 = r.f32(ep + "w3.weight", {I, D});
-    w1.insert(w1.end(), w3.begin(), w3.end());
-    L.expert_w13[e] = std::move(w1);
-    L.expert_w2[e] = r.f32(ep + "w2.weight", {D, I});
+    L.expert_w13[e] = r.mat2(ep + "w1.weight", ep + "w3.weight", I, D);
+    L.expert_w2[e] = r.mat(ep + "w2.weight", D, I);
   }
   if (c.n_shared_experts == 1) {
-    auto w1 = r.f32(p + "ffn.shared_experts.w1.weight", {I, D});
-    auto w3 = r.f32(p + "ffn.shared_experts.w3.weight", {I, D});
-    w1.insert(w1.end(), w3.begin(), w3.end());
-    L.shared_w13 = std::move(w1);
-    L.shared_w2 = r.f32(p + "ffn.shared_experts.w2.weight", {D, I});
+    L.shared_w13 = r.mat2(p + "ffn.shared_experts.w1.weight", p + "ffn.shared_experts.w3.weight", I, D);
+    L.shared_w2 = r.mat(p + "ffn.shared_experts.w2.weight", D, I);
   }
 }
 
@@ -136,10 +149,10 @@ inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x));
 
 DeepseekV4Model::DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend& backend) : cfg_(cfg), be_(backend) {
   const int64_t V = cfg.vocab_size, D = cfg.hidden_size, hc = cfg.hc_mult;
-  WeightReader r(ckpt, cfg_);
+  WeightReader r(ckpt, cfg_, backend);
   embed_ = r.f32("embed.weight", {V, D});
-  if (cfg.tie_word_embeddings && !ckpt.has("head.weight")) head_ = embed_;
-  else head_ = r.f32("head.weight", {V, D});
+  if (cfg.tie_word_embeddings && !ckpt.has("head.weight")) head_ = backend.make_weight(embed_.data(), V, D);
+  else head_ = r.mat("head.weight", V, D);
   norm_ = r.f32("norm.weight", {D});
   hc_head_fn_ = r.f32("hc_head_fn", {hc, hc * D});
   hc_head_base_ = r.f32("hc_head_base", {hc});
@@ -154,8 +167,8 @@ DeepseekV4Model::DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend&
     if (!ckpt.has(p + "e_proj.weight")) break;
     V4Mtp m;
     load_layer(r, cfg_, p, AttnType::Sliding, false, m.block);
-    m.e_proj = r.f32(p + "e_proj.weight", {D, D});
-    m.h_proj = r.f32(p + "h_proj.weight", {D, D});
+    m.e_proj = r.mat(p + "e_proj.weight", D, D);
+    m.h_proj = r.mat(p + "h_proj.weight", D, D);
     m.enorm = r.f32(p + "enorm.weight", {D});
     m.hnorm = r.f32(p + "hnorm.weight", {D});
     m.norm = r.f32(p + "norm.weight", {D});
@@ -278,12 +291,12 @@ void DeepseekV4Model::attention(int l, Step& st) {
   const float* h = st.h.data();
 
   std::vector<float> qr(T * ql), q(T * H * d), kv(T * d);  // [T, q_lora], [T, H, d], [T, d]
-  be_.linear(h, T, D, D, L.wq_a.data(), ql, qr.data(), ql);
+  be_.linear(h, T, D, *L.wq_a, qr.data(), ql);
   be_.rms_norm(qr.data(), T, ql, ql, L.q_norm.data(), eps, qr.data());
-  be_.linear(qr.data(), T, ql, ql, L.wq_b.data(), H * d, q.data(), H * d);
+  be_.linear(qr.data(), T, ql, *L.wq_b, q.data(), H * d);
   be_.rms_norm(q.data(), T * H, d, d, nullptr, eps, q.data());  // per-head, unweighted
   be_.rope(q.data(), T, H * d, (int)H, (int)d, (int)r, st.pos.data(), inv_freq, false);
-  be_.linear(h, T, D, D, L.wkv.data(), d, kv.data(), d);
+  be_.linear(h, T, D, *L.wkv, kv.data(), d);
   be_.rms_norm(kv.data(), T, d, d, L.kv_norm.data(), eps, kv.data());
   be_.rope(kv.data(), T, d, 1, (int)d, (int)r, st.pos.data(), inv_freq, false);
 
@@ -295,19 +308,19 @@ void DeepseekV4Model::attention(int l, Step& st) {
   if (comp) {
     ckv.resize(T * cw);
     cgate.resize(T * cw);
-    be_.linear(h, T, D, D, L.comp.wkv.data(), cw, ckv.data(), cw);
-    be_.linear(h, T, D, D, L.comp.wgate.data(), cw, cgate.data(), cw);
+    be_.linear(h, T, D, *L.comp.wkv, ckv.data(), cw);
+    be_.linear(h, T, D, *L.comp.wgate, cgate.data(), cw);
   }
   if (csa) {
     ikv.resize(T * icw);
     igate.resize(T * icw);
     iq.resize(T * hI * dI);
     gamma.resize(T * hI);
-    be_.linear(h, T, D, D, L.idx_comp.wkv.data(), icw, ikv.data(), icw);
-    be_.linear(h, T, D, D, L.idx_comp.wgate.data(), icw, igate.data(), icw);
-    be_.linear(qr.data(), T, ql, ql, L.idx_wq_b.data(), hI * dI, iq.data(), hI * dI);
+    be_.linear(h, T, D, *L.idx_comp.wkv, ikv.data(), icw);
+    be_.linear(h, T, D, *L.idx_comp.wgate, igate.data(), icw);
+    be_.linear(qr.data(), T, ql, *L.idx_wq_b, iq.data(), hI * dI);
     be_.rope(iq.data(), T, hI * dI, (int)hI, (int)dI, (int)r, st.pos.data(), inv_freq_compress_.data(), false);
-    be_.linear(h, T, D, D, L.idx_weights_proj.data(), hI, gamma.data(), hI);
+    be_.linear(h, T, D, *L.idx_weights_proj, gamma.data(), hI);
     const float ws = 1.0f / std::sqrt((float)hI);
     for (auto& g : gamma) g *= ws;
   }
@@ -385,15 +398,15 @@ void DeepseekV4Model::attention(int l, Step& st) {
   const int64_t G = cfg_.o_groups, ol = cfg_.o_lora_rank, gin = H * d / G;
   std::vector<float> z(T * G * ol);  // [T, g·o_lora]
   for (int64_t g = 0; g < G; ++g)
-    be_.linear(o.data() + g * gin, T, gin, H * d, L.wo_a.data() + g * ol * gin, ol, z.data() + g * ol, G * ol);
-  be_.linear(z.data(), T, G * ol, G * ol, L.wo_b.data(), D, st.y.data(), D);
+    be_.linear(o.data() + g * gin, T, H * d, *L.wo_a[g], z.data() + g * ol, G * ol);
+  be_.linear(z.data(), T, G * ol, *L.wo_b, st.y.data(), D);
 }
 
 void DeepseekV4Model::moe(const V4Layer& L, const float* h, const int32_t* tokens, int64_t T, float* out) {
   const int64_t D = cfg_.hidden_size, E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok;
   const int64_t I = cfg_.moe_intermediate_size;
   std::vector<float> logits(T * E);  // [T, E]
-  be_.linear(h, T, D, D, L.gate.data(), E, logits.data(), E);
+  be_.linear(h, T, D, *L.gate, logits.data(), E);
   std::vector<int32_t> sel(T * K);
   std::vector<float> wsel(T * K);
   std::vector<float> sc(E), biased(E);
@@ -446,22 +459,22 @@ void DeepseekV4Model::moe(const V4Layer& L, const float* h, const int32_t* token
     act.resize(n * I);
     ye.resize(n * D);
     for (int64_t i = 0; i < n; ++i) std::memcpy(xe.data() + i * D, h + (int64_t)rows[i].first * D, sizeof(float) * D);
-    be_.linear(xe.data(), n, D, D, L.expert_w13[e].data(), 2 * I, gu.data(), 2 * I);
+    be_.linear(xe.data(), n, D, *L.expert_w13[e], gu.data(), 2 * I);
     be_.swiglu_clamp(gu.data(), n, I, (float)cfg_.swiglu_limit, nullptr, act.data());
-    be_.linear(act.data(), n, I, I, L.expert_w2[e].data(), D, ye.data(), D);
+    be_.linear(act.data(), n, I, *L.expert_w2[e], ye.data(), D);
     for (int64_t i = 0; i < n; ++i) {
       float* o = out + (int64_t)rows[i].first * D;
       const float wgt = rows[i].second;
       for (int64_t c = 0; c < D; ++c) o[c] += ye[i * D + c] * wgt;
     }
   }
-  if (!L.shared_w13.empty()) {
+  if (L.shared_w13) {
     gu.resize(T * 2 * I);
     act.resize(T * I);
     ye.resize(T * D);
-    be_.linear(h, T, D, D, L.shared_w13.data(), 2 * I, gu.data(), 2 * I);
+    be_.linear(h, T, D, *L.shared_w13, gu.data(), 2 * I);
     be_.swiglu_clamp(gu.data(), T, I, (float)cfg_.swiglu_limit, nullptr, act.data());
-    be_.linear(act.data(), T, I, I, L.shared_w2.data(), D, ye.data(), D);
+    be_.linear(act.data(), T, I, *L.shared_w2, ye.data(), D);
     for (int64_t i = 0; i < T * D; ++i) out[i] += ye[i];
   }
 }
@@ -528,7 +541,7 @@ std::vector<float> DeepseekV4Model::forward(std::span<const V4SeqChunk> batch) {
               ur.data());
   be_.rms_norm(ur.data(), R, D, D, norm_.data(), eps, ur.data());
   std::vector<float> logits(R * V);
-  be_.linear(ur.data(), R, D, D, head_.data(), V, logits.data(), V);
+  be_.linear(ur.data(), R, D, *head_, logits.data(), V);
   return logits;
 }
 

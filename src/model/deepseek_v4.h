@@ -2,7 +2,8 @@
 // DeepSeek-V4 (V4-Flash, V4-Pro and their Base variants): weights, per-sequence decode state and the
 // forward pass, written once against the Backend op table. Spec: shared/docs/deepseek-v4.md.
 //
-// Numerics: float32 activations and weights (every stored dtype is dequantized at load), float32
+// Numerics: float32 activations and weights (every stored dtype is dequantized at load, then handed
+// to the backend in its own layout), float32
 // softmax/Sinkhorn, no QAT simulations — the transformers (HF) numerics, which our references use.
 #include <cstdint>
 #include <memory>
@@ -22,7 +23,7 @@ struct V4Compressor {  // main (d) or indexer (dI) compressor of a CSA/HCA layer
   int rate = 0;        // m
   int width = 0;       // d or dI
   bool overlap = false;  // CSA: c = 2 (A|B halves), HCA: c = 1
-  std::vector<float> wkv, wgate;  // [c·width, D]
+  WeightPtr wkv, wgate;           // [c·width, D]
   std::vector<float> ape;         // [m, c·width]
   std::vector<float> norm;        // [width]
 };
@@ -35,30 +36,30 @@ struct V4Layer {
   std::vector<float> hc_attn_base, hc_ffn_base;           // [(2+hc)·hc]
   std::vector<float> hc_attn_scale, hc_ffn_scale;         // [3]
   std::vector<float> sinks;                               // [H]
-  std::vector<float> wq_a;                                // [q_lora, D]
+  WeightPtr wq_a;                                         // [q_lora, D]
   std::vector<float> q_norm;                              // [q_lora]
-  std::vector<float> wq_b;                                // [H·d, q_lora]
-  std::vector<float> wkv;                                 // [d, D]
+  WeightPtr wq_b;                                         // [H·d, q_lora]
+  WeightPtr wkv;                                          // [d, D]
   std::vector<float> kv_norm;                             // [d]
-  std::vector<float> wo_a;                                // [g·o_lora, H·d/g]
-  std::vector<float> wo_b;                                // [D, g·o_lora]
+  std::vector<WeightPtr> wo_a;                            // g × [o_lora, H·d/g]
+  WeightPtr wo_b;                                         // [D, g·o_lora]
   V4Compressor comp;                                      // CSA / HCA
   V4Compressor idx_comp;                                  // CSA only
-  std::vector<float> idx_wq_b;                            // [hI·dI, q_lora]
-  std::vector<float> idx_weights_proj;                    // [hI, D]
-  std::vector<float> gate;                                // [E, D]
+  WeightPtr idx_wq_b;                                     // [hI·dI, q_lora]
+  WeightPtr idx_weights_proj;                             // [hI, D]
+  WeightPtr gate;                                         // [E, D]
   std::vector<float> gate_bias;                           // [E] (score-routed layers)
   std::vector<int32_t> tid2eid;                           // [V, k] (hash layers)
-  std::vector<std::vector<float>> expert_w13;             // E × [2I, D]  (w1 rows, then w3 rows)
-  std::vector<std::vector<float>> expert_w2;              // E × [D, I]
-  std::vector<float> shared_w13;                          // [2I, D]
-  std::vector<float> shared_w2;                           // [D, I]
+  std::vector<WeightPtr> expert_w13;                      // E × [2I, D]  (w1 rows, then w3 rows)
+  std::vector<WeightPtr> expert_w2;                       // E × [D, I]
+  WeightPtr shared_w13;                                   // [2I, D] (null: no shared expert)
+  WeightPtr shared_w2;                                    // [D, I]
 };
 
 // The multi-token-prediction layer (kept for speculative decoding; spec §3.9).
 struct V4Mtp {
   V4Layer block;                          // sliding-only, score-routed
-  std::vector<float> e_proj, h_proj;      // [D, D]
+  WeightPtr e_proj, h_proj;               // [D, D]
   std::vector<float> enorm, hnorm, norm;  // [D]
   std::vector<float> hc_head_fn;          // [hc, hc·D]
   std::vector<float> hc_head_base;        // [hc]
@@ -113,7 +114,7 @@ class DeepseekV4Model {
   V4Config cfg_;
   Backend& be_;
   std::vector<float> embed_;    // [V, D]
-  std::vector<float> head_;     // [V, D]
+  WeightPtr head_;              // [V, D]
   std::vector<float> norm_;     // [D]
   std::vector<float> hc_head_fn_, hc_head_base_, hc_head_scale_;
   std::vector<V4Layer> layers_;

@@ -8,17 +8,28 @@
 // not depend on how many other rows are in the call, so a sequence gives bitwise the same result
 // alone or inside any batch.
 #include <cstdint>
+#include <memory>
 
 namespace deepinfer {
+
+// A weight matrix W[N, K] (row-major [out, in]) in the backend's own layout: repacked for the CPU
+// kernel, resident in device memory (and possibly bf16/fp8) for CUDA.
+class Weight {
+ public:
+  virtual ~Weight() = default;
+  int64_t N = 0, K = 0;
+};
+using WeightPtr = std::unique_ptr<Weight>;
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
 
-  // y[M, N] (row stride ldy) = x[M, K] (row stride ldx) · w[N, K]ᵀ. y may not alias x.
-  virtual void linear(const float* x, int64_t M, int64_t K, int64_t ldx, const float* w, int64_t N,
-                      float* y, int64_t ldy) = 0;
+  // Takes a float32 W[N, K] into the backend's layout (the caller may free w afterwards).
+  virtual WeightPtr make_weight(const float* w, int64_t N, int64_t K) = 0;
+  // y[M, N] (row stride ldy) = x[M, K] (row stride ldx) · Wᵀ. y may not alias x.
+  virtual void linear(const float* x, int64_t M, int64_t ldx, const Weight& w, float* y, int64_t ldy) = 0;
 
   // y[M, D] = x / sqrt(mean(x²) + eps) (* w[D] if w). In place allowed (y == x).
   virtual void rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps,

@@ -1,5 +1,7 @@
 #include "ops/cpu/cpu_backend.h"
 
+#include "ops/cpu/gemm.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -34,27 +36,41 @@ inline float inv_rms(const float* x, int64_t n, float eps) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(int threads) : pool_(threads) {}
+namespace {
+struct CpuWeight final : Weight {
+  PackedMatrix packed;     // CpuGemm::Deterministic
+  std::vector<float> raw;  // CpuGemm::OpenBLAS: [N, K] as given
+};
+}  // namespace
 
-void CpuBackend::linear(const float* x, int64_t M, int64_t K, int64_t ldx, const float* w, int64_t N,
-                        float* y, int64_t ldy) {
+CpuBackend::CpuBackend(int threads, CpuGemm gemm) : pool_(threads), gemm_(gemm) {
+  // OpenBLAS keeps its own threads; match our count so the two pools do not oversubscribe.
+  openblas_set_num_threads(pool_.size());
+}
+
+WeightPtr CpuBackend::make_weight(const float* w, int64_t N, int64_t K) {
+  auto cw = std::make_unique<CpuWeight>();
+  cw->N = N;
+  cw->K = K;
+  if (gemm_ == CpuGemm::Deterministic) cw->packed = pack_matrix(w, N, K);
+  else cw->raw.assign(w, w + N * K);
+  return cw;
+}
+
+void CpuBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& wt, float* y, int64_t ldy) {
+  const auto& w = static_cast<const CpuWeight&>(wt);
+  const int64_t N = w.N, K = w.K;
   if (M <= 0 || N <= 0) return;
+  if (gemm_ == CpuGemm::Deterministic) {
+    gemm_packed(x, M, ldx, w.packed, y, ldy, &pool_);
+    return;
+  }
   if (K == 0) {
     for (int64_t m = 0; m < M; ++m) std::memset(y + m * ldy, 0, sizeof(float) * N);
     return;
   }
-  if (M == 1) {
-    // OpenBLAS routes M = 1 to a GEMV kernel whose summation order differs from its GEMM kernel;
-    // padding to two rows keeps a decode step bitwise equal to the same row inside a prefill.
-    std::vector<float> x2(2 * K, 0.0f), y2(2 * N);
-    std::memcpy(x2.data(), x, sizeof(float) * K);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 2, (int)N, (int)K, 1.0f, x2.data(), (int)K, w, (int)K,
-                0.0f, y2.data(), (int)N);
-    std::memcpy(y, y2.data(), sizeof(float) * N);
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)ldx, w, (int)K, 0.0f,
-              y, (int)ldy);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)ldx, w.raw.data(),
+              (int)K, 0.0f, y, (int)ldy);
 }
 
 void CpuBackend::rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y) {

@@ -8,14 +8,19 @@
 
 namespace deepinfer {
 
+enum class CpuGemm {
+  Deterministic,  // own fixed-order kernel (ops/cpu/gemm.h): batch-invariant, the default
+  OpenBLAS,       // OpenBLAS sgemm: fast, but a row's result depends on the batch size
+};
+
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads = 0);
+  explicit CpuBackend(int threads = 0, CpuGemm gemm = CpuGemm::Deterministic);
   const char* name() const override { return "cpu"; }
   ThreadPool& pool() { return pool_; }
 
-  void linear(const float* x, int64_t M, int64_t K, int64_t ldx, const float* w, int64_t N, float* y,
-              int64_t ldy) override;
+  WeightPtr make_weight(const float* w, int64_t N, int64_t K) override;
+  void linear(const float* x, int64_t M, int64_t ldx, const Weight& w, float* y, int64_t ldy) override;
   void rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y) override;
   void rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim, const int32_t* pos,
             const float* inv_freq, bool inverse) override;
@@ -37,6 +42,7 @@ class CpuBackend final : public Backend {
 
  private:
   ThreadPool pool_;
+  CpuGemm gemm_;
 };
 
 }  // namespace deepinfer

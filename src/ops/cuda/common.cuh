@@ -1,0 +1,68 @@
+#pragma once
+// Small device helpers shared by the CUDA kernels (not a public header).
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace deepinfer::cuda::detail {
+
+inline cudaError_t last_error() { return cudaGetLastError(); }
+inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Block-wide sum of one float; all threads get the result. `red` holds ≥ 32 floats of shared memory.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) red[w] = v;
+  __syncthreads();
+  float t = lane < nw ? red[lane] : 0.0f;
+  return warp_sum(t);
+}
+__device__ __forceinline__ float block_max(float v, float* red) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) red[w] = v;
+  __syncthreads();
+  float t = lane < nw ? red[lane] : -INFINITY;
+  return warp_max(t);
+}
+
+__device__ __forceinline__ float e4m3_to_f32(uint8_t b) {
+  __nv_fp8_e4m3 v;
+  v.__x = b;
+  return (float)v;
+}
+// E2M1 nibble → value (bit 3 = sign).
+__device__ __forceinline__ float e2m1_to_f32(uint32_t nib) {
+  const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  float v = mag[nib & 7];
+  return (nib & 8) ? -v : v;
+}
+// 2^(b − 127) for an e8m0 byte (255 = NaN).
+__device__ __forceinline__ float e8m0_to_f32(uint8_t b) {
+  if (b == 255) return __int_as_float(0x7fc00000);
+  if (b == 0) return __int_as_float(0x00400000);  // 2^-127 (subnormal)
+  return __int_as_float((int)b << 23);
+}
+
+// Float → unsigned key whose unsigned order is the float order (NaN sorts high; callers avoid NaN).
+__device__ __forceinline__ uint32_t f32_order_key(float f) {
+  uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+}  // namespace deepinfer::cuda::detail

@@ -1,0 +1,185 @@
+#pragma once
+// CUDA (Hopper, sm_90a) kernels for the DeepSeek-V4 op table. Every launcher takes plain parameters:
+// device pointers, sizes, strides and a stream; shapes are written next to each parameter, row-major.
+// Launchers return cudaSuccess or the launch error (cudaErrorNotSupported when a shape or a library
+// path is not available); they never synchronize.
+//
+// Storage types on the GPU: activations that feed tensor cores are bf16 (or e4m3 with scales),
+// everything that the CPU twin keeps in float32 for numerics (norm statistics, HC mixes, softmax,
+// router, accumulators, GEMM outputs) stays float32. Each op computes the formula of its CPU twin
+// (src/ops/cpu/cpu_backend.cc or, for ops the model does inline, src/model/deepseek_v4.cc).
+//
+// Batch invariance: each output row depends only on its own inputs; no launcher splits a reduction
+// depending on the number of rows (cuBLASLt GEMMs are the exception until our own GEMM replaces them:
+// its kernel choice depends on M).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace deepinfer::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ------------------------------------------------------------------------------------------------
+// Conversions and quantization
+// ------------------------------------------------------------------------------------------------
+// y[n] = bf16(x[n]) (round to nearest even).
+cudaError_t f32_to_bf16(const float* x, int64_t n, bf16* y, cudaStream_t s);
+// Row-wise 1×128 activation quantization to e4m3 with power-of-two (ue8m0) scales, as [OFF]:
+// sc = 2^ceil(log2(max(amax, 1e-4) / 448)), q = e4m3(clamp(x / sc, ±448)).
+// x[M, K] (row stride ldx) → q[M, K] (row stride K, e4m3 bytes), sc_t[ceil(K/128), M] (k-block major:
+// sc_t[kb·M + m], the layout cuBLASLt's VEC128 scale mode wants). K % 128 == 0.
+cudaError_t quant_act_fp8(const float* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* sc_t,
+                          cudaStream_t s);
+
+// ------------------------------------------------------------------------------------------------
+// GEMMs: y[M, N] (row stride ldy, float32) = x[M, K] · W[N, K]ᵀ, float32 accumulate
+// ------------------------------------------------------------------------------------------------
+struct GemmContext;  // cuBLASLt handle + workspace
+GemmContext* gemm_context_create();
+void gemm_context_destroy(GemmContext*);
+
+// cuBLASLt, bf16 operands. x[M, K] (ldx), w[N, K] (row stride K), y[M, N] f32 (ldy).
+// K, ldx, ldy multiples of 8.
+cudaError_t gemm_bf16_lt(GemmContext* ctx, const bf16* x, int64_t M, int64_t K, int64_t ldx, const bf16* w,
+                         int64_t N, float* y, int64_t ldy, cudaStream_t s);
+
+// cuBLASLt FP8 with DeepSeek block scales (cuBLAS ≥ 12.9 on Hopper): xq[M, K] e4m3 (row stride K),
+// xs_t[K/128, M] f32 (from quant_act_fp8), wq[N, K] e4m3, ws[ceil(N/128), ldws] f32 (128×128 block
+// scales, ldws = round_up(K/128, 4) as cuBLASLt wants; the loader pads), y[M, N] f32 or bf16 (ldy).
+// K % 128 == 0, N % 16 == 0.
+cudaError_t gemm_fp8_block_lt(GemmContext* ctx, const uint8_t* xq, const float* xs_t, int64_t M, int64_t K,
+                              const uint8_t* wq, const float* ws, int64_t ldws, int64_t N, float* y, int64_t ldy,
+                              cudaStream_t s);
+// True once gemm_fp8_block_lt had to fall back to cuBLASLt's bf16 output (then widened to f32).
+bool gemm_fp8_lt_used_bf16_out(const GemmContext* ctx);
+
+// Weight storage formats understood by our own dequantize-on-load tensor-core GEMM (mma.sync bf16,
+// exact dequantization: e4m3/e2m1 values times power-of-two scales are exact in bf16).
+enum class WFmt : int {
+  BF16 = 0,      // w[N, K] bf16
+  FP8_B128 = 1,  // w[N, K] e4m3, ws[ceil(N/128), ldws] f32 block scales (powers of two for exactness)
+  FP4_B32 = 2,   // w[N, K/2] two e2m1 a byte (element 2k = low nibble), ws[N, K/32] e8m0 bytes (uint8)
+};
+enum class AFmt : int {
+  BF16 = 0,      // x[M, K] bf16 (ldx)
+  FP8_V128 = 1,  // x[M, K] e4m3 (ldx), xs_t[K/128, M_total] f32 (power-of-two scales, from quant_act_fp8)
+};
+struct WeightRef {
+  WFmt fmt;
+  const void* w;      // see WFmt
+  const void* scale;  // f32 (FP8_B128) or uint8 e8m0 (FP4_B32); null for BF16
+  int64_t ldws;       // FP8_B128: row stride of the scale grid (elements)
+};
+// Dense: y[M, N] f32 (ldy) = dequant(x)[M, K] · dequant(W)[N, K]ᵀ. K % 64 == 0, N % 8 == 0.
+cudaError_t gemm_dq(AFmt afmt, const void* x, const float* xs_t, int64_t M, int64_t K, int64_t ldx, WeightRef W,
+                    int64_t N, float* y, int64_t ldy, cudaStream_t s);
+
+// ------------------------------------------------------------------------------------------------
+// Norms, RoPE, activations, pooling (float32 in/out like the op table; optional fused bf16 copy)
+// ------------------------------------------------------------------------------------------------
+// y[M, D] = x / sqrt(mean(x²) + eps) (* w[D] if w); x, y row stride ld; y may equal x.
+// y_bf16[M, D] (row stride D), if not null, receives bf16(y) for the next GEMM.
+cudaError_t rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y,
+                     bf16* y_bf16, cudaStream_t s);
+// Interleaved RoPE on the trailing rope_dim channels of each of `heads` vectors of width head_dim:
+// x[M, heads, head_dim] (row stride ld), pos[M], inv_freq[rope_dim/2]; inverse rotates by −angle.
+cudaError_t rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim, const int32_t* pos,
+                 const float* inv_freq, bool inverse, cudaStream_t s);
+// act[M, I] = silu(min(g, lim)) · clamp(u, ±lim) (· row_scale[m]); gu[M, 2I] = [g | u].
+// act_bf16[M, I] optional bf16 copy (may replace act: act may be null when act_bf16 is set).
+cudaError_t swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, const float* row_scale, float* act,
+                         bf16* act_bf16, cudaStream_t s);
+// out[W, d] = Σ_s softmax_s(gate[w, s, c]) · kv[w, s, c]; kv/gate[W, S, d]; gate −inf = absent slot.
+cudaError_t compress_pool(const float* kv, const float* gate, int64_t W, int S, int d, float* out, cudaStream_t s);
+
+// ------------------------------------------------------------------------------------------------
+// Manifold-constrained hyper-connections (float32)
+// ------------------------------------------------------------------------------------------------
+// X[M, hc, D]; fn[(2+hc)·hc, hc·D]; base[(2+hc)·hc]; scale[3] → u[M, D], post[M, hc], comb[M, hc, hc].
+// hc ≤ 8. u_bf16[M, D] optional bf16 copy of u.
+cudaError_t hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                   const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
+                   float* comb, cudaStream_t s);
+// out[M, hc, D]: out[m, k] = post[m, k]·y[m] + Σ_j comb[m, j, k]·X[m, j]. y[M, D]. D % 4 == 0.
+cudaError_t hc_post(const float* X, const float* y, const float* post, const float* comb, int64_t M, int hc,
+                    int64_t D, float* out, cudaStream_t s);
+// u[M, D] = Σ_j (sigmoid(scale·μ_j + base_j) + eps)·X_j, μ = rms · (fn · vec X); fn[hc, hc·D].
+cudaError_t hc_head(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                    const float* scale, float hc_eps, float norm_eps, float* u, cudaStream_t s);
+
+// ------------------------------------------------------------------------------------------------
+// Attention and the lightning indexer
+// ------------------------------------------------------------------------------------------------
+// Sink attention over a per-query key set (K = V, one shared KV head): rows [win_lo[m], win_hi[m]) of
+// win[*, d] and rows ent_idx[ent_off[m] .. ent_off[m+1]) of ent[*, d] (ent_off may be null: none).
+// q[M, H, d] bf16 (row stride ldq), win/ent bf16, sinks[H] f32, out[M, H, d] f32 (row stride ldo).
+// p = exp(s) / (Σ exp(s) + exp(sink_h)), s = scale·q·k; logits, softmax and P·V in f32.
+// d % 256 == 0 (V4: 512), H % 8 == 0. One kernel serves decode (M = batch) and prefill (M = tokens).
+cudaError_t sink_attention(const bf16* q, int64_t M, int64_t ldq, int H, int d, const bf16* win,
+                           const int32_t* win_lo, const int32_t* win_hi, const bf16* ent, const int32_t* ent_idx,
+                           const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo,
+                           cudaStream_t s);
+// score[m, w] = Σ_h γ[m, h]·(ReLU(qI[m, h]·K[w])·qk_scale) for w < n_vis[m], else −inf.
+// qI[M, hI, dI] bf16, gamma[M, hI] f32, K[n_keys, dI] bf16, score[M, n_keys] f32.
+// hI % 16 == 0, dI % 16 == 0, hI·dI ≤ 16384.
+cudaError_t indexer_scores(const bf16* qI, const float* gamma, int64_t M, int hI, int dI, const bf16* K,
+                           int64_t n_keys, const int32_t* n_vis, float qk_scale, float* score, cudaStream_t s);
+// Per row m: the k = min(topk, n_valid[m]) largest of score[m, 0 .. n_valid[m]) (ties: lower index
+// first), written as indices in ascending order to idx[m, 0..k), idx[m, k..topk) = −1, count[m] = k.
+// score[M, n] (row stride ld); idx[M, topk] int32; count[M] int32 (may be null).
+cudaError_t topk_rows(const float* score, int64_t M, int64_t n, int64_t ld, const int32_t* n_valid, int topk,
+                      int32_t* idx, int32_t* count, cudaStream_t s);
+
+// ------------------------------------------------------------------------------------------------
+// MoE
+// ------------------------------------------------------------------------------------------------
+enum class Scoring : int { SqrtSoftplus = 0, Sigmoid = 1, Softmax = 2 };
+// Router on f32 logits[T, E] (E ≤ 1024, K ≤ 16): scores by `scoring`; selection = top-K of
+// score + bias[E] (ties: lower id; order: best first) or, when tid2eid is set, tid2eid[tokens[t], 0..K)
+// (tid2eid[V, K] int32, tokens[T]); weights = score[sel] · route_scale / (Σ + 1e-20) when normalize,
+// else score[sel] · route_scale. sel[T, K] int32, wsel[T, K] f32.
+cudaError_t moe_route(const float* logits, int64_t T, int E, int K, Scoring scoring, const float* bias,
+                      const int32_t* tid2eid, const int32_t* tokens, bool normalize, float route_scale,
+                      int32_t* sel, float* wsel, cudaStream_t s);
+// Groups the T·K routed slots by expert, tokens ascending within an expert (deterministic).
+// Outputs (device): offsets[E+1]; perm_tok[T·K] (token of each grouped row); slot_row[T·K] (grouped
+// row of slot t·K+k); tiles: tile_info[max_tiles] int2 {expert, first grouped row}, n_tiles[1]
+// with tile height `tile_m` (64 for gemm_grouped). max_tiles = moe_max_tiles(T·K, E, tile_m).
+int64_t moe_max_tiles(int64_t slots, int E, int tile_m);
+cudaError_t moe_group(const int32_t* sel, int64_t T, int K, int E, int tile_m, int32_t* offsets, int32_t* perm_tok,
+                      int32_t* slot_row, int2* tile_info, int32_t* n_tiles, cudaStream_t s);
+// Grouped GEMM over the experts: for each grouped row r of expert e,
+// y[r, N] = dequant(x[row(r), K]) · dequant(W_e)[N, K]ᵀ with row(r) = gather ? gather[r] : r.
+// W_e = W.w + e·w_stride (bytes), scales W.scale + e·s_stride (bytes). x bf16 [*, K] (ldx).
+// Tiles from moe_group (tile_m = 64). K % 64 == 0, N % 8 == 0. y[T·K, N] f32 (row stride ldy).
+cudaError_t gemm_grouped(const bf16* x, int64_t ldx, const int32_t* gather, int64_t K, WeightRef W,
+                         int64_t w_stride, int64_t s_stride, int64_t N, const int2* tile_info, const int32_t* n_tiles,
+                         int64_t max_tiles, const int32_t* offsets, float* y, int64_t ldy, cudaStream_t s);
+// out[t, D] = Σ_k (experts ascending) wsel[t, k]·ye[slot_row[t·K+k], D] (+ shared[t, D] if not null).
+cudaError_t moe_combine(const float* ye, const int32_t* sel, const float* wsel, const int32_t* slot_row, int64_t T,
+                        int K, int64_t D, const float* shared, float* out, cudaStream_t s);
+
+// ------------------------------------------------------------------------------------------------
+// Sampling
+// ------------------------------------------------------------------------------------------------
+// Per row b of logits[B, V] (row stride ld): temperature[b] ≤ 0 → argmax (ties: lower id). Otherwise
+// z = logits / T; kept = the top_k[b] largest z (1..1024; 0 or larger → the top 1024, see notes);
+// mass_i = exp(z_i − max); denominator = Σ_kept mass if top_k[b] > 0, else Σ_all mass; top-p keeps the
+// shortest best-first prefix whose mass/denominator reaches top_p[b] (at least one); the token is the
+// first of that prefix whose running mass exceeds u·(prefix mass), u = sample_uniform(seed[b],
+// counter[b]). out[B] int32.
+cudaError_t sample(const float* logits, int64_t B, int64_t V, int64_t ld, const float* temperature,
+                   const int32_t* top_k, const float* top_p, const uint64_t* seed, const uint64_t* counter,
+                   int32_t* out, cudaStream_t s);
+// Counter-based uniform in [0, 1) (24 bits), identical on host and device.
+__host__ __device__ inline float sample_uniform(uint64_t seed, uint64_t counter) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (counter + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+
+}  // namespace deepinfer::cuda

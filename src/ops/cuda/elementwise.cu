@@ -1,0 +1,182 @@
+// RMSNorm, interleaved RoPE, clamped SwiGLU and compressor softmax pooling (float32, op-table
+// semantics of src/ops/cpu/cpu_backend.cc). Memory-bound: 16-byte accesses where the shape allows.
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/cuda_ops.h"
+
+namespace deepinfer::cuda {
+namespace {
+using detail::cdiv;
+
+// One block per row; the row is read twice (sum of squares, then scale): the second read hits L1/L2.
+__global__ void rms_norm_kernel(const float* x, int64_t D, int64_t ld, const float* __restrict__ w, float eps,
+                                float* y, bf16* __restrict__ yb) {
+  __shared__ float red[32];
+  const int64_t m = blockIdx.x;
+  const float* xr = x + m * ld;
+  float* yr = y + m * ld;
+  const bool vec = (D % 4 == 0) && (ld % 4 == 0);
+  float ss = 0.0f;
+  if (vec) {
+    for (int64_t i = threadIdx.x * 4; i < D; i += blockDim.x * 4) {
+      const float4 v = *reinterpret_cast<const float4*>(xr + i);
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += xr[i] * xr[i];
+  }
+  ss = detail::block_sum(ss, red);
+  const float r = rsqrtf(ss / (float)D + eps);
+  __syncthreads();
+  if (vec) {
+    for (int64_t i = threadIdx.x * 4; i < D; i += blockDim.x * 4) {
+      float4 v = *reinterpret_cast<const float4*>(xr + i);
+      if (w) {
+        const float4 g = *reinterpret_cast<const float4*>(w + i);
+        v.x = g.x * (v.x * r), v.y = g.y * (v.y * r), v.z = g.z * (v.z * r), v.w = g.w * (v.w * r);
+      } else {
+        v.x *= r, v.y *= r, v.z *= r, v.w *= r;
+      }
+      *reinterpret_cast<float4*>(yr + i) = v;
+      if (yb) {
+        *reinterpret_cast<__nv_bfloat162*>(yb + m * D + i) = __floats2bfloat162_rn(v.x, v.y);
+        *reinterpret_cast<__nv_bfloat162*>(yb + m * D + i + 2) = __floats2bfloat162_rn(v.z, v.w);
+      }
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+      const float v = w ? w[i] * (xr[i] * r) : xr[i] * r;
+      yr[i] = v;
+      if (yb) yb[m * D + i] = __float2bfloat16_rn(v);
+    }
+  }
+}
+
+// Many short rows (per-head q norm: D = 512, M = T·H): one warp a row.
+__global__ void rms_norm_warp_kernel(const float* x, int64_t M, int64_t D, int64_t ld, const float* __restrict__ w,
+                                     float eps, float* y, bf16* __restrict__ yb) {
+  const int64_t m = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (m >= M) return;
+  const float* xr = x + m * ld;
+  float* yr = y + m * ld;
+  float ss = 0.0f;
+  for (int64_t i = lane * 4; i < D; i += 128) {
+    const float4 v = *reinterpret_cast<const float4*>(xr + i);
+    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+  }
+  ss = detail::warp_sum(ss);
+  const float r = rsqrtf(ss / (float)D + eps);
+  for (int64_t i = lane * 4; i < D; i += 128) {
+    float4 v = *reinterpret_cast<const float4*>(xr + i);
+    if (w) {
+      const float4 g = *reinterpret_cast<const float4*>(w + i);
+      v.x = g.x * (v.x * r), v.y = g.y * (v.y * r), v.z = g.z * (v.z * r), v.w = g.w * (v.w * r);
+    } else {
+      v.x *= r, v.y *= r, v.z *= r, v.w *= r;
+    }
+    *reinterpret_cast<float4*>(yr + i) = v;
+    if (yb) {
+      *reinterpret_cast<__nv_bfloat162*>(yb + m * D + i) = __floats2bfloat162_rn(v.x, v.y);
+      *reinterpret_cast<__nv_bfloat162*>(yb + m * D + i + 2) = __floats2bfloat162_rn(v.z, v.w);
+    }
+  }
+}
+
+// One thread per (row, head, pair).
+__global__ void rope_kernel(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim,
+                            const int32_t* __restrict__ pos, const float* __restrict__ inv_freq, bool inverse) {
+  const int half = rope_dim / 2;
+  const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= M * heads * half) return;
+  const int i = (int)(t % half);
+  const int64_t mh = t / half;
+  const int h = (int)(mh % heads);
+  const int64_t m = mh / heads;
+  const float ang = (float)pos[m] * inv_freq[i];
+  float sn, cs;
+  sincosf(ang, &sn, &cs);
+  if (inverse) sn = -sn;
+  float2* v = reinterpret_cast<float2*>(x + m * ld + (int64_t)h * head_dim + (head_dim - rope_dim)) + i;
+  const float2 p = *v;
+  *v = make_float2(p.x * cs - p.y * sn, p.y * cs + p.x * sn);
+}
+
+__global__ void swiglu_kernel(const float* __restrict__ gu, int64_t M, int64_t I, float lim,
+                              const float* __restrict__ rs, float* __restrict__ act, bf16* __restrict__ ab) {
+  const int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+  if (t >= M * I) return;
+  const int64_t m = t / I, i = t % I;
+  const float4 g = *reinterpret_cast<const float4*>(gu + m * 2 * I + i);
+  const float4 u = *reinterpret_cast<const float4*>(gu + m * 2 * I + I + i);
+  const float s = rs ? rs[m] : 1.0f;
+  const float gi[4] = {g.x, g.y, g.z, g.w}, ui[4] = {u.x, u.y, u.z, u.w};
+  float o[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float a = fminf(gi[k], lim);
+    const float v = fminf(fmaxf(ui[k], -lim), lim);
+    o[k] = (a / (1.0f + expf(-a))) * v * s;
+  }
+  if (act) *reinterpret_cast<float4*>(act + t) = make_float4(o[0], o[1], o[2], o[3]);
+  if (ab) {
+    *reinterpret_cast<__nv_bfloat162*>(ab + t) = __floats2bfloat162_rn(o[0], o[1]);
+    *reinterpret_cast<__nv_bfloat162*>(ab + t + 2) = __floats2bfloat162_rn(o[2], o[3]);
+  }
+}
+
+__global__ void compress_pool_kernel(const float* __restrict__ kv, const float* __restrict__ gate, int64_t W, int S,
+                                     int d, float* __restrict__ out) {
+  const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= W * d) return;
+  const int64_t w = t / d;
+  const int c = (int)(t % d);
+  float mx = -INFINITY;
+  for (int s = 0; s < S; ++s) mx = fmaxf(mx, gate[(w * S + s) * d + c]);
+  float den = 0.0f, num = 0.0f;
+  for (int s = 0; s < S; ++s) {
+    const float g = gate[(w * S + s) * d + c];
+    if (g == -INFINITY) continue;
+    const float p = expf(g - mx);
+    den += p;
+    num += p * kv[(w * S + s) * d + c];
+  }
+  out[w * d + c] = num / den;
+}
+
+}  // namespace
+
+cudaError_t rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y,
+                     bf16* y_bf16, cudaStream_t s) {
+  if (M <= 0) return cudaSuccess;
+  if (D <= 1024 && D % 4 == 0 && ld % 4 == 0) {
+    rms_norm_warp_kernel<<<(unsigned)cdiv(M * 32, 256), 256, 0, s>>>(x, M, D, ld, w, eps, y, y_bf16);
+  } else {
+    rms_norm_kernel<<<(unsigned)M, 256, 0, s>>>(x, D, ld, w, eps, y, y_bf16);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim, const int32_t* pos,
+                 const float* inv_freq, bool inverse, cudaStream_t s) {
+  if (rope_dim % 2 || rope_dim > head_dim || ld % 2 || head_dim % 2) return cudaErrorInvalidValue;
+  const int64_t n = M * heads * (rope_dim / 2);
+  if (n <= 0) return cudaSuccess;
+  rope_kernel<<<(unsigned)cdiv(n, 256), 256, 0, s>>>(x, M, ld, heads, head_dim, rope_dim, pos, inv_freq, inverse);
+  return cudaGetLastError();
+}
+
+cudaError_t swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, const float* row_scale, float* act,
+                         bf16* act_bf16, cudaStream_t s) {
+  if (I % 4) return cudaErrorInvalidValue;
+  if (M <= 0) return cudaSuccess;
+  swiglu_kernel<<<(unsigned)cdiv(M * I / 4, 256), 256, 0, s>>>(gu, M, I, limit, row_scale, act, act_bf16);
+  return cudaGetLastError();
+}
+
+cudaError_t compress_pool(const float* kv, const float* gate, int64_t W, int S, int d, float* out, cudaStream_t s) {
+  if (W <= 0) return cudaSuccess;
+  compress_pool_kernel<<<(unsigned)cdiv(W * d, 256), 256, 0, s>>>(kv, gate, W, S, d, out);
+  return cudaGetLastError();
+}
+
+}  // namespace deepinfer::cuda

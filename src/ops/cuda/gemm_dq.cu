@@ -1,0 +1,315 @@
+// Our own tensor-core GEMM with dequantization on load (bf16 / e4m3 128×128 / e2m1 1×32 weights,
+// bf16 / e4m3 1×128 activations): tiles are converted to bf16 in shared memory, exactly (all scales
+// are powers of two), and multiplied with mma.sync through WMMA, float32 accumulate. The same kernel
+// runs dense and grouped (MoE experts, tiles from moe_group). First version: one shared-memory stage,
+// 64×128×64 tiles, 8 warps of 32×32. The wgmma/TMA rewrite is the next step (docs/cuda-notes.md).
+#include <mma.h>
+
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/cuda_ops.h"
+
+namespace deepinfer::cuda {
+namespace {
+using namespace nvcuda;
+using detail::cdiv;
+
+constexpr int BM = 64, BN = 128, BK = 64, LDS = BK + 8, NT = 256;
+constexpr int CLD = 36;  // per-warp f32 staging, 32×32 tile
+
+struct alignas(16) SmemTiles {
+  bf16 a[BM * LDS];
+  bf16 b[BN * LDS];
+};
+union SmemAll {
+  SmemTiles t;
+  float c[8][32 * CLD];
+};
+
+__device__ __forceinline__ void store8_bf16(bf16* dst, const float* v) {
+  __align__(16) bf16 t[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) t[i] = __float2bfloat16_rn(v[i]);
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(t);
+}
+
+// Loads the A tile rows [r0, r0+BM) ∩ [.., r_end) at k0 into smem as bf16.
+template <AFmt AF>
+__device__ __forceinline__ void load_a(bf16* sa, const void* x, const float* xs_t, int64_t m_total, int64_t ldx,
+                                       const int32_t* gather, int64_t r0, int64_t r_end, int64_t k0) {
+  const int tid = threadIdx.x;
+  if constexpr (AF == AFmt::BF16) {
+    // 64 rows × 64 bf16 = 512 16-byte vectors, two a thread
+#pragma unroll
+    for (int it = 0; it < 2; ++it) {
+      const int v = tid + it * NT, row = v >> 3, c8 = (v & 7) * 8;
+      const int64_t r = r0 + row;
+      uint4 val = make_uint4(0, 0, 0, 0);
+      if (r < r_end) {
+        const int64_t src = gather ? gather[r] : r;
+        val = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(x) + src * ldx + k0 + c8);
+      }
+      *reinterpret_cast<uint4*>(sa + row * LDS + c8) = val;
+    }
+  } else {
+    // 64 rows × 64 bytes = 256 vectors of 16 e4m3, one a thread
+    const int row = tid >> 2, c16 = (tid & 3) * 16;
+    const int64_t r = r0 + row;
+    float f[16];
+    if (r < r_end) {
+      const int64_t src = gather ? gather[r] : r;
+      const uint4 val = *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(x) + src * ldx + k0 + c16);
+      const float sc = xs_t[(k0 / 128) * m_total + src];
+      const uint8_t* b = reinterpret_cast<const uint8_t*>(&val);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) f[i] = detail::e4m3_to_f32(b[i]) * sc;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) f[i] = 0.0f;
+    }
+    store8_bf16(sa + row * LDS + c16, f);
+    store8_bf16(sa + row * LDS + c16 + 8, f + 8);
+  }
+}
+
+template <WFmt WF>
+__device__ __forceinline__ void load_b(bf16* sb, const void* w, const void* scale, int64_t ldws, int64_t N, int64_t K,
+                                       int64_t n0, int64_t k0) {
+  const int tid = threadIdx.x;
+  if constexpr (WF == WFmt::BF16) {
+#pragma unroll
+    for (int it = 0; it < 4; ++it) {
+      const int v = tid + it * NT, row = v >> 3, c8 = (v & 7) * 8;
+      const int64_t n = n0 + row;
+      uint4 val = make_uint4(0, 0, 0, 0);
+      if (n < N) val = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(w) + n * K + k0 + c8);
+      *reinterpret_cast<uint4*>(sb + row * LDS + c8) = val;
+    }
+  } else if constexpr (WF == WFmt::FP8_B128) {
+#pragma unroll
+    for (int it = 0; it < 2; ++it) {
+      const int v = tid + it * NT, row = v >> 2, c16 = (v & 3) * 16;
+      const int64_t n = n0 + row;
+      float f[16];
+      if (n < N) {
+        const uint4 val = *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w) + n * K + k0 + c16);
+        const float sc = static_cast<const float*>(scale)[(n / 128) * ldws + k0 / 128];
+        const uint8_t* b = reinterpret_cast<const uint8_t*>(&val);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) f[i] = detail::e4m3_to_f32(b[i]) * sc;
+      } else {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) f[i] = 0.0f;
+      }
+      store8_bf16(sb + row * LDS + c16, f);
+      store8_bf16(sb + row * LDS + c16 + 8, f + 8);
+    }
+  } else {
+    // FP4: 128 rows × 32 bytes (64 values); one 16-byte vector (32 values, one e8m0 scale) a thread
+    const int row = tid >> 1, c32 = (tid & 1) * 32;
+    const int64_t n = n0 + row;
+    float f[32];
+    if (n < N) {
+      const uint4 val =
+          *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w) + n * (K / 2) + (k0 + c32) / 2);
+      const float sc = detail::e8m0_to_f32(static_cast<const uint8_t*>(scale)[n * (K / 32) + (k0 + c32) / 32]);
+      const uint8_t* b = reinterpret_cast<const uint8_t*>(&val);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        f[2 * i] = detail::e2m1_to_f32(b[i] & 0xF) * sc;
+        f[2 * i + 1] = detail::e2m1_to_f32(b[i] >> 4) * sc;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) f[i] = 0.0f;
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) store8_bf16(sb + row * LDS + c32 + 8 * q, f + 8 * q);
+  }
+}
+
+// One 64×128 output tile: rows [r0, r_end) (≤ 64) of the (grouped) row space, columns [n0, n0+128).
+template <AFmt AF, WFmt WF>
+__device__ __forceinline__ void gemm_tile(SmemAll& sm, const void* x, const float* xs_t, int64_t m_total, int64_t ldx,
+                                          const int32_t* gather, int64_t r0, int64_t r_end, const void* w,
+                                          const void* wscale, int64_t ldws, int64_t N, int64_t K, int64_t n0, float* y,
+                                          int64_t ldy) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wm = warp >> 2, wn = warp & 3;  // 2 × 4 warps, 32×32 each
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+
+  for (int64_t k0 = 0; k0 < K; k0 += BK) {
+    __syncthreads();
+    load_a<AF>(sm.t.a, x, xs_t, m_total, ldx, gather, r0, r_end, k0);
+    load_b<WF>(sm.t.b, w, wscale, ldws, N, K, n0, k0);
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa[2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[i], sm.t.a + (wm * 32 + i * 16) * LDS + kk, LDS);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], sm.t.b + (wn * 32 + j * 16) * LDS + kk, LDS);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+    }
+  }
+  __syncthreads();  // tiles are dead: the staging area overlays them
+  float* c = sm.c[warp];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) wmma::store_matrix_sync(c + i * 16 * CLD + j * 16, acc[i][j], CLD, wmma::mem_row_major);
+  __syncwarp();
+  const int64_t col = n0 + wn * 32 + lane;
+  if (col < N) {
+    for (int rr = 0; rr < 32; ++rr) {
+      const int64_t r = r0 + wm * 32 + rr;
+      if (r < r_end) y[r * ldy + col] = c[rr * CLD + lane];
+    }
+  }
+}
+
+template <AFmt AF, WFmt WF>
+__global__ void __launch_bounds__(NT) gemm_dq_kernel(const void* x, const float* xs_t, int64_t M, int64_t ldx,
+                                                     const void* w, const void* ws, int64_t ldws, int64_t N,
+                                                     int64_t K, float* y, int64_t ldy) {
+  __shared__ SmemAll sm;
+  const int64_t n0 = (int64_t)blockIdx.x * BN, r0 = (int64_t)blockIdx.y * BM;
+  gemm_tile<AF, WF>(sm, x, xs_t, M, ldx, nullptr, r0, min(r0 + BM, M), w, ws, ldws, N, K, n0, y, ldy);
+}
+
+template <WFmt WF>
+__global__ void __launch_bounds__(NT) gemm_grouped_kernel(const bf16* x, int64_t ldx, const int32_t* gather,
+                                                          int64_t K, const uint8_t* w, const uint8_t* ws, int64_t ldws,
+                                                          int64_t w_stride, int64_t s_stride, int64_t N,
+                                                          const int2* tile_info, const int32_t* n_tiles,
+                                                          const int32_t* offsets, float* y, int64_t ldy) {
+  __shared__ SmemAll sm;
+  if ((int)blockIdx.y >= *n_tiles) return;
+  const int2 t = tile_info[blockIdx.y];
+  const int e = t.x;
+  const int64_t r0 = t.y, r_end = min((int64_t)t.y + BM, (int64_t)offsets[e + 1]);
+  const int64_t n0 = (int64_t)blockIdx.x * BN;
+  gemm_tile<AFmt::BF16, WF>(sm, x, nullptr, 0, ldx, gather, r0, r_end, w + e * w_stride,
+                            ws ? ws + e * s_stride : nullptr, ldws, N, K, n0, y, ldy);
+}
+
+template <AFmt AF>
+cudaError_t launch_dense(const void* x, const float* xs_t, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N,
+                         float* y, int64_t ldy, cudaStream_t s) {
+  dim3 grid((unsigned)cdiv(N, BN), (unsigned)cdiv(M, BM));
+  switch (W.fmt) {
+    case WFmt::BF16:
+      gemm_dq_kernel<AF, WFmt::BF16><<<grid, NT, 0, s>>>(x, xs_t, M, ldx, W.w, W.scale, W.ldws, N, K, y, ldy);
+      break;
+    case WFmt::FP8_B128:
+      gemm_dq_kernel<AF, WFmt::FP8_B128><<<grid, NT, 0, s>>>(x, xs_t, M, ldx, W.w, W.scale, W.ldws, N, K, y, ldy);
+      break;
+    case WFmt::FP4_B32:
+      gemm_dq_kernel<AF, WFmt::FP4_B32><<<grid, NT, 0, s>>>(x, xs_t, M, ldx, W.w, W.scale, W.ldws, N, K, y, ldy);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+// ---- conversions / quantization ----
+__global__ void f32_to_bf16_kernel(const float* __restrict__ x, int64_t n, bf16* __restrict__ y) {
+  const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+  if (i + 3 < n) {
+    const float4 v = *reinterpret_cast<const float4*>(x + i);
+    __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+    *reinterpret_cast<__nv_bfloat162*>(y + i) = a;
+    *reinterpret_cast<__nv_bfloat162*>(y + i + 2) = b;
+  } else {
+    for (int64_t j = i; j < n; ++j) y[j] = __float2bfloat16_rn(x[j]);
+  }
+}
+
+// One warp per 1×128 group, 4 values a lane.
+__global__ void quant_act_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t ldx, uint8_t* __restrict__ q,
+                                 float* __restrict__ sc_t) {
+  const int64_t g = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  const int64_t groups = K / 128;
+  if (g >= M * groups) return;
+  const int64_t m = g / groups, kb = g % groups;
+  const float4 v = *reinterpret_cast<const float4*>(x + m * ldx + kb * 128 + lane * 4);
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+  amax = detail::warp_max(amax);
+  // 2^ceil(log2(max(amax, 1e-4) / 448)), from the bits (exact)
+  const float r = fmaxf(amax, 1e-4f) / 448.0f;
+  const uint32_t bits = __float_as_uint(r);
+  int e = (int)((bits >> 23) & 0xff) - 127;
+  if (bits & 0x7fffff) e += 1;
+  const float sc = __uint_as_float((uint32_t)(e + 127) << 23), inv = __uint_as_float((uint32_t)(127 - e) << 23);
+  const float in[4] = {v.x, v.y, v.z, v.w};
+  uint32_t packed = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float t = fminf(fmaxf(in[i] * inv, -448.0f), 448.0f);
+    packed |= (uint32_t)__nv_cvt_float_to_fp8(t, __NV_SATFINITE, __NV_E4M3) << (8 * i);
+  }
+  *reinterpret_cast<uint32_t*>(q + m * K + kb * 128 + lane * 4) = packed;
+  if (lane == 0) sc_t[kb * M + m] = sc;
+}
+
+}  // namespace
+
+cudaError_t f32_to_bf16(const float* x, int64_t n, bf16* y, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  const int64_t threads = cdiv(n, 4);
+  f32_to_bf16_kernel<<<(unsigned)cdiv(threads, 256), 256, 0, s>>>(x, n, y);
+  return cudaGetLastError();
+}
+
+cudaError_t quant_act_fp8(const float* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* sc_t, cudaStream_t s) {
+  if (K % 128 || ldx % 4) return cudaErrorInvalidValue;
+  if (M <= 0) return cudaSuccess;
+  const int64_t warps = M * (K / 128);
+  quant_act_kernel<<<(unsigned)cdiv(warps * 32, 256), 256, 0, s>>>(x, M, K, ldx, q, sc_t);
+  return cudaGetLastError();
+}
+
+cudaError_t gemm_dq(AFmt afmt, const void* x, const float* xs_t, int64_t M, int64_t K, int64_t ldx, WeightRef W,
+                    int64_t N, float* y, int64_t ldy, cudaStream_t s) {
+  if (K % BK || N % 8) return cudaErrorInvalidValue;
+  if (M <= 0 || N <= 0) return cudaSuccess;
+  if (afmt == AFmt::FP8_V128 && !xs_t) return cudaErrorInvalidValue;
+  if (W.fmt != WFmt::BF16 && !W.scale) return cudaErrorInvalidValue;
+  return afmt == AFmt::BF16 ? launch_dense<AFmt::BF16>(x, xs_t, M, K, ldx, W, N, y, ldy, s)
+                            : launch_dense<AFmt::FP8_V128>(x, xs_t, M, K, ldx, W, N, y, ldy, s);
+}
+
+cudaError_t gemm_grouped(const bf16* x, int64_t ldx, const int32_t* gather, int64_t K, WeightRef W, int64_t w_stride,
+                         int64_t s_stride, int64_t N, const int2* tile_info, const int32_t* n_tiles, int64_t max_tiles,
+                         const int32_t* offsets, float* y, int64_t ldy, cudaStream_t s) {
+  if (K % BK || N % 8) return cudaErrorInvalidValue;
+  if (max_tiles <= 0) return cudaSuccess;
+  dim3 grid((unsigned)cdiv(N, BN), (unsigned)max_tiles);
+  const auto* w = static_cast<const uint8_t*>(W.w);
+  const auto* ws = static_cast<const uint8_t*>(W.scale);
+  switch (W.fmt) {
+    case WFmt::BF16:
+      gemm_grouped_kernel<WFmt::BF16><<<grid, NT, 0, s>>>(x, ldx, gather, K, w, ws, W.ldws, w_stride, s_stride, N,
+                                                          tile_info, n_tiles, offsets, y, ldy);
+      break;
+    case WFmt::FP8_B128:
+      gemm_grouped_kernel<WFmt::FP8_B128><<<grid, NT, 0, s>>>(x, ldx, gather, K, w, ws, W.ldws, w_stride, s_stride, N,
+                                                              tile_info, n_tiles, offsets, y, ldy);
+      break;
+    case WFmt::FP4_B32:
+      gemm_grouped_kernel<WFmt::FP4_B32><<<grid, NT, 0, s>>>(x, ldx, gather, K, w, ws, W.ldws, w_stride, s_stride, N,
+                                                             tile_info, n_tiles, offsets, y, ldy);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,198 @@
+// DeepSeek-V4 on the CPU backend against transformers (float64, CPU), on the committed fixtures
+// made by scripts/make_v4_fixtures.py. Full forward, token-by-token decode and chunked prefill must
+// each stay within a median per-position relative L2 error of 1e-5; several sequences in one batch
+// must give bitwise the logits each gives alone.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/model.h"
+#include "ops/cpu/cpu_backend.h"
+#include "util/error.h"
+
+using namespace deepinfer;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct RefSeq {
+  std::vector<int32_t> ids;
+  std::vector<float> logits;  // [T, V]
+};
+
+std::vector<std::string> fixture_dirs() {
+  std::vector<std::string> out;
+  fs::path root = fs::path(DEEPINFER_SOURCE_DIR) / "tests/fixtures/v4";
+  if (fs::exists(root))
+    for (auto& e : fs::directory_iterator(root))
+      if (fs::exists(e.path() / "ref.safetensors") && fs::exists(e.path() / "model")) out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<RefSeq> read_refs(const std::string& dir) {
+  auto f = SafetensorsFile::open(dir + "/ref.safetensors");
+  std::vector<RefSeq> seqs;
+  for (int k = 0;; ++k) {
+    const TensorView* ids = f->find("ids_" + std::to_string(k));
+    const TensorView* lg = f->find("logits_" + std::to_string(k));
+    if (!ids || !lg) break;
+    RefSeq s;
+    EXPECT_EQ(ids->dtype, DType::I64);
+    EXPECT_EQ(lg->dtype, DType::F32);
+    for (int64_t i = 0; i < ids->numel(); ++i) {
+      int64_t v;
+      std::memcpy(&v, ids->data + 8 * i, 8);
+      s.ids.push_back((int32_t)v);
+    }
+    s.logits.resize(lg->numel());
+    std::memcpy(s.logits.data(), lg->data, lg->nbytes);
+    seqs.push_back(std::move(s));
+  }
+  return seqs;
+}
+
+// Runs one sequence: `first` tokens in one step, then steps of `step` tokens (first = T: one step).
+std::vector<float> run_schedule(DeepseekV4Model& m, const std::vector<int32_t>& ids, int64_t first, int64_t step) {
+  V4SeqState st = m.new_state();
+  std::vector<float> out;
+  int64_t done = 0, T = (int64_t)ids.size();
+  while (done < T) {
+    int64_t n = done == 0 ? std::min(first, T) : std::min(step, T - done);
+    V4SeqChunk c{&st, std::span<const int32_t>(ids.data() + done, n), true};
+    auto l = m.forward(std::span<const V4SeqChunk>(&c, 1));
+    out.insert(out.end(), l.begin(), l.end());
+    done += n;
+  }
+  return out;
+}
+
+struct ErrStats {
+  double median, max, argmax_agree;
+};
+ErrStats compare(const std::vector<float>& out, const std::vector<float>& ref, int64_t V) {
+  const int64_t T = (int64_t)ref.size() / V;
+  std::vector<double> rel(T);
+  int64_t agree = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    double num = 0, den = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      double d = (double)out[t * V + v] - ref[t * V + v];
+      num += d * d;
+      den += (double)ref[t * V + v] * ref[t * V + v];
+    }
+    rel[t] = std::sqrt(num / std::max(den, 1e-30));
+    auto a = std::max_element(out.begin() + t * V, out.begin() + (t + 1) * V) - (out.begin() + t * V);
+    auto b = std::max_element(ref.begin() + t * V, ref.begin() + (t + 1) * V) - (ref.begin() + t * V);
+    agree += a == b;
+  }
+  std::vector<double> sorted = rel;
+  std::sort(sorted.begin(), sorted.end());
+  return {sorted[T / 2], sorted.back(), (double)agree / T};
+}
+
+}  // namespace
+
+TEST(V4Reference, FixturesExist) { ASSERT_GE(fixture_dirs().size(), 1u) << "no fixtures under tests/fixtures/v4"; }
+
+TEST(V4Reference, FullDecodeAndChunkedMatchTransformers) {
+  for (const auto& dir : fixture_dirs()) {
+    SCOPED_TRACE(dir);
+    CpuBackend be(2);
+    LoadedModel m = load_model(dir + "/model", be);
+    EXPECT_TRUE(m.unused.empty()) << "unused tensor, e.g. " << (m.unused.empty() ? "" : m.unused[0]);
+    const int64_t V = m.v4->config().vocab_size;
+    auto refs = read_refs(dir);
+    ASSERT_FALSE(refs.empty());
+    for (size_t k = 0; k < refs.size(); ++k) {
+      const auto& r = refs[k];
+      const int64_t T = (int64_t)r.ids.size();
+      ASSERT_EQ((int64_t)r.logits.size(), T * V);
+      struct Mode {
+        const char* name;
+        int64_t first, step;
+      };
+      for (Mode mode : {Mode{"full", T, T}, Mode{"decode", 13, 1}, Mode{"chunked", 5, 7}, Mode{"chunked", 1, 4}}) {
+        SCOPED_TRACE(std::string(mode.name) + " seq " + std::to_string(k));
+        auto out = run_schedule(*m.v4, r.ids, mode.first, mode.step);
+        ErrStats e = compare(out, r.logits, V);
+        EXPECT_LE(e.median, 1e-5) << "max " << e.max;
+        EXPECT_LE(e.max, 1e-3);
+        EXPECT_GE(e.argmax_agree, 0.99);
+      }
+    }
+  }
+}
+
+TEST(V4Reference, BatchedSequencesAreBitwiseEqualToAlone) {
+  const auto dirs = fixture_dirs();
+  ASSERT_FALSE(dirs.empty());
+  const std::string dir = dirs.front();
+  CpuBackend be(2);
+  LoadedModel m = load_model(dir + "/model", be);
+  const int64_t V = m.v4->config().vocab_size;
+  auto refs = read_refs(dir);
+  // Sequences of different lengths with different schedules, so a step mixes prefill chunks and
+  // single-token decodes; two sequences share a prompt prefix.
+  std::vector<std::vector<int32_t>> seqs;
+  for (auto& r : refs) seqs.push_back(r.ids);
+  seqs.push_back(std::vector<int32_t>(refs[0].ids.begin(), refs[0].ids.begin() + 29));
+  struct Sched {
+    int64_t first, step;
+  };
+  std::vector<Sched> sched{{9, 4}, {1, 1}, {30, 11}, {17, 3}};
+  sched.resize(seqs.size(), {5, 2});
+
+  std::vector<std::vector<float>> alone;
+  for (size_t i = 0; i < seqs.size(); ++i) alone.push_back(run_schedule(*m.v4, seqs[i], sched[i].first, sched[i].step));
+
+  std::vector<V4SeqState> states;
+  for (size_t i = 0; i < seqs.size(); ++i) states.push_back(m.v4->new_state());
+  std::vector<int64_t> done(seqs.size(), 0);
+  std::vector<std::vector<float>> batched(seqs.size());
+  for (;;) {
+    std::vector<V4SeqChunk> batch;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      int64_t T = (int64_t)seqs[i].size();
+      if (done[i] >= T) continue;
+      int64_t n = done[i] == 0 ? std::min(sched[i].first, T) : std::min(sched[i].step, T - done[i]);
+      batch.push_back({&states[i], std::span<const int32_t>(seqs[i].data() + done[i], n), true});
+      who.push_back(i);
+      done[i] += n;
+    }
+    if (batch.empty()) break;
+    auto l = m.v4->forward(batch);
+    size_t off = 0;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      size_t n = batch[b].tokens.size() * V;
+      batched[who[b]].insert(batched[who[b]].end(), l.begin() + off, l.begin() + off + n);
+      off += n;
+    }
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    ASSERT_EQ(alone[i].size(), batched[i].size());
+    EXPECT_EQ(0, std::memcmp(alone[i].data(), batched[i].data(), alone[i].size() * sizeof(float)))
+        << "sequence " << i << " differs between batched and alone";
+  }
+}
+
+TEST(V4Reference, ForwardRejectsBadInput) {
+  const auto dirs = fixture_dirs();
+  ASSERT_FALSE(dirs.empty());
+  CpuBackend be(1);
+  LoadedModel m = load_model(dirs.front() + "/model", be);
+  V4SeqState st = m.v4->new_state();
+  std::vector<int32_t> bad{0, m.v4->config().vocab_size};
+  V4SeqChunk c{&st, bad, true};
+  EXPECT_THROW(m.v4->forward(std::span<const V4SeqChunk>(&c, 1)), Error);
+  std::vector<int32_t> ok{1, 2};
+  V4SeqChunk twice[2] = {{&st, ok, true}, {&st, ok, true}};
+  EXPECT_THROW(m.v4->forward(std::span<const V4SeqChunk>(twice, 2)), Error);
+  EXPECT_EQ(st.pos, 0) << "a rejected step must not advance the state";
+}
