@@ -108,15 +108,22 @@ int main(int argc, char** argv) {
   // Prefill: one sequence, one step.
   std::vector<int32_t> ids(prefill);
   for (auto& t : ids) t = tok(g);
-  V4SeqState st = m.v4->new_state();
+  V4Cache cache(c, 18, 64);
+  V4SeqState st;
+  cache.open(&st);
+  cache.reserve(&st, prefill);
   {  // warm-up on a throwaway state
-    V4SeqState w = m.v4->new_state();
+    V4SeqState w;
+    cache.open(&w);
+    cache.reserve(&w, 64);
     V4SeqChunk c0{&w, std::span<const int32_t>(ids.data(), 64), false};
-    m.v4->forward(std::span<const V4SeqChunk>(&c0, 1));
+    m.v4->forward(std::span<const V4SeqChunk>(&c0, 1), cache);
+    cache.close(&w);
   }
   auto t0 = Clock::now();
   V4SeqChunk pc{&st, ids, false};
-  m.v4->forward(std::span<const V4SeqChunk>(&pc, 1));
+  m.v4->forward(std::span<const V4SeqChunk>(&pc, 1), cache);
+  cache.close(&st);
   const double prefill_s = seconds_since(t0);
   const double prefill_tps = prefill / prefill_s;
   const double prefill_gflops = prefill_tps * (fpt - 2.0 * c.vocab_size * c.hidden_size) / 1e9;
@@ -131,21 +138,22 @@ int main(int argc, char** argv) {
               prefill_gflops, 100 * prefill_gflops / blas_rate);
 
   for (int batch : {1, 16}) {
-    std::vector<V4SeqState> states;
+    std::vector<V4SeqState> states(batch);
     std::vector<std::vector<int32_t>> last(batch, std::vector<int32_t>(1));
     for (int b = 0; b < batch; ++b) {
-      states.push_back(m.v4->new_state());
+      cache.open(&states[b]);
+      cache.reserve(&states[b], 128 + decode_steps);
       std::vector<int32_t> p(128);
       for (auto& t : p) t = tok(g);
-      V4SeqChunk cc{&states.back(), p, false};
-      m.v4->forward(std::span<const V4SeqChunk>(&cc, 1));
+      V4SeqChunk cc{&states[b], p, false};
+      m.v4->forward(std::span<const V4SeqChunk>(&cc, 1), cache);
       last[b][0] = tok(g);
     }
     auto t1 = Clock::now();
     for (int s = 0; s < decode_steps; ++s) {
       std::vector<V4SeqChunk> step;
       for (int b = 0; b < batch; ++b) step.push_back({&states[b], last[b], false});
-      auto logits = m.v4->forward(step);
+      auto logits = m.v4->forward(step, cache);
       for (int b = 0; b < batch; ++b) {  // greedy, so the run is a real decode loop
         const float* row = logits.data() + (size_t)b * c.vocab_size;
         last[b][0] = (int32_t)(std::max_element(row, row + c.vocab_size) - row);
@@ -155,6 +163,7 @@ int main(int argc, char** argv) {
     const double tps = batch * decode_steps / s;
     std::printf("decode batch %2d (context 128): %.1f tok/s, %.2f ms/step\n", batch, tps, 1e3 * s / decode_steps);
     result["decode_b" + std::to_string(batch) + "_tok_s"] = tps;
+    for (auto& s2 : states) cache.close(&s2);
   }
   if (!json_out.empty()) std::ofstream(json_out) << result.dump(2) << "\n";
   std::filesystem::remove_all(dir);

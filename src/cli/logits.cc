@@ -92,14 +92,16 @@ int cmd_logits(int argc, char** argv) {
     const int64_t T = (int64_t)ids.size();
     if (prefill > T) throw Error("--prefill " + std::to_string(prefill) + " is longer than the " + std::to_string(T) + " ids");
 
-    V4SeqState state = m.v4->new_state();
+    V4Cache cache(m.v4->config(), 1, (int32_t)V4CacheLayout::make(m.v4->config()).pages_for(T));
+    V4SeqState state;
+    if (!cache.open(&state) || !cache.reserve(&state, T)) throw Error("cannot allocate the cache");
     std::vector<float> logits;
     logits.reserve(T * V);
     int64_t done = 0;
     while (done < T) {
       int64_t n = prefill == -1 ? T : (done == 0 ? prefill : std::min(chunk, T - done));
       V4SeqChunk c{&state, std::span<const int32_t>(ids.data() + done, n), true};
-      auto l = m.v4->forward(std::span<const V4SeqChunk>(&c, 1));
+      auto l = m.v4->forward(std::span<const V4SeqChunk>(&c, 1), cache);
       logits.insert(logits.end(), l.begin(), l.end());
       done += n;
     }

@@ -181,15 +181,9 @@ DeepseekV4Model::DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend&
   inv_freq_compress_ = rope_inv_freq(cfg.rope_compress, cfg.rope_dim);
 }
 
-V4SeqState DeepseekV4Model::new_state() const {
-  V4SeqState s;
-  s.layers.resize(cfg_.num_layers);
-  for (auto& l : s.layers) l.ring.assign((size_t)cfg_.sliding_window * cfg_.head_dim, 0.0f);
-  return s;
-}
-
 struct DeepseekV4Model::Step {
   std::span<const V4SeqChunk> batch;
+  V4Cache* cache = nullptr;
   int64_t T = 0;                       // tokens in the step
   std::vector<int64_t> seq_begin;      // [B + 1] first row of each chunk
   std::vector<int32_t> tokens, pos;    // [T]
@@ -197,89 +191,71 @@ struct DeepseekV4Model::Step {
   std::vector<float> y;                // [T, D] sub-block output
 };
 
-// Appends a chunk's compressor projections to a sequence's compressor state and emits an entry for
-// every window that closes (windows are aligned to absolute position 0). kv/gate: [n, c·width]
-// with row stride ld, for positions p0 .. p0+n-1.
-void DeepseekV4Model::compressor_update(const V4Compressor& w, V4CompressorState& s, const float* kv,
-                                        const float* gate, int64_t ld, int64_t p0, int64_t n) {
+void DeepseekV4Model::compressor_update(const V4Compressor& w, float* ring_kv, float* ring_gate, V4Cache& cache,
+                                        const V4SeqState& s, int64_t page_off, const float* kv, const float* gate,
+                                        int64_t ld, int64_t p0, int64_t n) {
   const int m = w.rate, width = w.width;
-  const int64_t cw = (w.overlap ? 2 : 1) * (int64_t)width;
-  const int64_t b = p0 % m;  // open-window tokens already buffered
-  const int64_t total = b + n, nwin = total / m;
-  auto kv_row = [&](int64_t r) { return r < b ? s.buf_kv.data() + r * cw : kv + (r - b) * ld; };
-  auto gate_row = [&](int64_t r) { return r < b ? s.buf_gate.data() + r * cw : gate + (r - b) * ld; };
+  const int64_t cw = (w.overlap ? 2 : 1) * (int64_t)width, R = w.overlap ? 2 * m : m;
+  const int S = w.overlap ? 2 * m : m;  // pooled slots per entry
   const float ninf = -std::numeric_limits<float>::infinity();
-  if (nwin > 0) {
-    const int S = w.overlap ? 2 * m : m;
-    std::vector<float> skv((size_t)nwin * S * width), sg((size_t)nwin * S * width);
-    for (int64_t i = 0; i < nwin; ++i) {
-      float* wk = skv.data() + i * S * width;
-      float* wg = sg.data() + i * S * width;
-      if (!w.overlap) {
-        for (int j = 0; j < m; ++j) {
-          const float* kr = kv_row(i * m + j);
-          const float* gr = gate_row(i * m + j);
-          for (int c = 0; c < width; ++c) {
-            wk[j * width + c] = kr[c];
-            wg[j * width + c] = gr[c] + w.ape[(int64_t)j * cw + c];
-          }
+  // Windows close in position order; each is copied out of the ring when it closes, so later tokens
+  // of the same chunk may reuse its rows.
+  std::vector<float> skv, sg;
+  std::vector<int64_t> closed;  // window ids
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = p0 + i, row = t % R;
+    std::memcpy(ring_kv + row * cw, kv + i * ld, sizeof(float) * cw);
+    std::memcpy(ring_gate + row * cw, gate + i * ld, sizeof(float) * cw);
+    if ((t + 1) % m) continue;
+    const int64_t win = t / m;
+    closed.push_back(win);
+    skv.resize(closed.size() * S * width);
+    sg.resize(closed.size() * S * width);
+    float* wk = skv.data() + (closed.size() - 1) * S * width;
+    float* wg = sg.data() + (closed.size() - 1) * S * width;
+    for (int j = 0; j < m; ++j) {
+      const float* ape = w.ape.data() + (int64_t)j * cw;
+      if (!w.overlap) {  // HCA: the window's m tokens
+        const int64_t r = (win * m + j) % R;
+        for (int c = 0; c < width; ++c) {
+          wk[j * width + c] = ring_kv[r * cw + c];
+          wg[j * width + c] = ring_gate[r * cw + c] + ape[c];
         }
         continue;
       }
-      // CSA: slots 0..m-1 = A halves of the previous window, m..2m-1 = B halves of this one.
-      for (int j = 0; j < m; ++j) {
-        if (i > 0) {
-          const float* kr = kv_row((i - 1) * m + j);
-          const float* gr = gate_row((i - 1) * m + j);
-          for (int c = 0; c < width; ++c) {
-            wk[j * width + c] = kr[c];
-            wg[j * width + c] = gr[c] + w.ape[(int64_t)j * cw + c];
-          }
-        } else if (s.has_prev) {
-          std::memcpy(wk + j * width, s.prev_kv.data() + (int64_t)j * width, sizeof(float) * width);
-          std::memcpy(wg + j * width, s.prev_gate.data() + (int64_t)j * width, sizeof(float) * width);
-        } else {
-          std::fill(wk + j * width, wk + (j + 1) * width, 0.0f);
-          std::fill(wg + j * width, wg + (j + 1) * width, ninf);
-        }
-        const float* kr = kv_row(i * m + j);
-        const float* gr = gate_row(i * m + j);
+      // CSA: slots 0..m-1 = A halves of the previous window (absent for window 0), m..2m-1 = B halves
+      // of this one.
+      if (win > 0) {
+        const int64_t r = ((win - 1) * m + j) % R;
         for (int c = 0; c < width; ++c) {
-          wk[(m + j) * width + c] = kr[width + c];
-          wg[(m + j) * width + c] = gr[width + c] + w.ape[(int64_t)j * cw + width + c];
+          wk[j * width + c] = ring_kv[r * cw + c];
+          wg[j * width + c] = ring_gate[r * cw + c] + ape[c];
         }
+      } else {
+        std::fill(wk + j * width, wk + (j + 1) * width, 0.0f);
+        std::fill(wg + j * width, wg + (j + 1) * width, ninf);
+      }
+      const int64_t r = (win * m + j) % R;
+      for (int c = 0; c < width; ++c) {
+        wk[(m + j) * width + c] = ring_kv[r * cw + width + c];
+        wg[(m + j) * width + c] = ring_gate[r * cw + width + c] + ape[width + c];
       }
     }
-    std::vector<float> out((size_t)nwin * width);
-    be_.compress_pool(skv.data(), sg.data(), nwin, S, width, out.data());
-    be_.rms_norm(out.data(), nwin, width, width, w.norm.data(), (float)cfg_.rms_norm_eps, out.data());
-    std::vector<int32_t> wpos(nwin);
-    const int64_t w0 = (p0 - b) / m;
-    for (int64_t i = 0; i < nwin; ++i) wpos[i] = (int32_t)((w0 + i) * m);
-    be_.rope(out.data(), nwin, width, 1, width, cfg_.rope_dim, wpos.data(), inv_freq_compress_.data(), false);
-    s.entries.insert(s.entries.end(), out.begin(), out.end());
-    s.n_entries += nwin;
-    if (w.overlap) {  // keep the A halves (gate with ape) of the last closed window
-      s.prev_kv.resize((size_t)m * width);
-      s.prev_gate.resize((size_t)m * width);
-      for (int j = 0; j < m; ++j) {
-        const float* kr = kv_row((nwin - 1) * m + j);
-        const float* gr = gate_row((nwin - 1) * m + j);
-        for (int c = 0; c < width; ++c) {
-          s.prev_kv[(size_t)j * width + c] = kr[c];
-          s.prev_gate[(size_t)j * width + c] = gr[c] + w.ape[(int64_t)j * cw + c];
-        }
-      }
-      s.has_prev = true;
-    }
   }
-  std::vector<float> nk, ng;  // the new open window
-  for (int64_t r = nwin * m; r < total; ++r) {
-    nk.insert(nk.end(), kv_row(r), kv_row(r) + cw);
-    ng.insert(ng.end(), gate_row(r), gate_row(r) + cw);
+  if (closed.empty()) return;
+  const int64_t nw = (int64_t)closed.size();
+  std::vector<float> out(nw * width);
+  be_.compress_pool(skv.data(), sg.data(), nw, S, width, out.data());
+  be_.rms_norm(out.data(), nw, width, width, w.norm.data(), (float)cfg_.rms_norm_eps, out.data());
+  std::vector<int32_t> wpos(nw);
+  for (int64_t i = 0; i < nw; ++i) wpos[i] = (int32_t)(closed[i] * m);
+  be_.rope(out.data(), nw, width, 1, width, cfg_.rope_dim, wpos.data(), inv_freq_compress_.data(), false);
+  const int64_t T = cache.layout().tokens_per_page;
+  for (int64_t i = 0; i < nw; ++i) {
+    const int64_t first = closed[i] * m;
+    float* dst = cache.page_data(s.pages[first / T]) + page_off + ((first % T) / m) * width;
+    std::memcpy(dst, out.data() + i * width, sizeof(float) * width);
   }
-  s.buf_kv = std::move(nk);
-  s.buf_gate = std::move(ng);
 }
 
 void DeepseekV4Model::attention(int l, Step& st) {
@@ -325,54 +301,66 @@ void DeepseekV4Model::attention(int l, Step& st) {
     for (auto& g : gamma) g *= ws;
   }
 
-  // Per sequence: gather the sliding keys (ring tail + chunk), update compressor states, choose each
-  // query's compressed entries. Key pools for the whole step are concatenated.
-  std::vector<float> win, ent;
+  // Per sequence: gather the sliding keys (ring tail + chunk), update the compressors, choose each
+  // query's compressed entries. Entries are read in place from the cache pages (rows of d floats
+  // counted from the page pool's start); sliding keys are gathered into one buffer for the step.
+  V4Cache& cache = *st.cache;
+  const V4CacheLayout& lay = cache.layout();
+  const int64_t TP = lay.tokens_per_page;
+  std::vector<float> win;
   std::vector<int32_t> win_lo(T), win_hi(T), ent_idx;
   std::vector<int64_t> ent_off(T + 1, 0);
   const size_t B = st.batch.size();
   for (size_t b = 0; b < B; ++b) {
-    V4SeqState& S = *st.batch[b].state;
-    V4LayerState& LS = S.layers[l];
+    const V4SeqState& S = *st.batch[b].state;
+    float* slot = cache.slot_data(S.slot);
+    float* ring = slot + lay.slot_ring_off[l];  // [W, d], row = position % W
     const int64_t p0 = S.pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
     const int64_t np = std::min<int64_t>(W - 1, p0);  // earlier tokens still inside the window
     const int64_t base = (int64_t)win.size() / d;
     win.resize((size_t)(base + np + n) * d);
     for (int64_t i = 0; i < np; ++i) {
       int64_t t = p0 - np + i;
-      std::memcpy(win.data() + (base + i) * d, LS.ring.data() + (t % W) * d, sizeof(float) * d);
+      std::memcpy(win.data() + (base + i) * d, ring + (t % W) * d, sizeof(float) * d);
     }
     std::memcpy(win.data() + (base + np) * d, kv.data() + r0 * d, sizeof(float) * n * d);
-    for (int64_t i = 0; i < n; ++i) {  // the ring keeps the last W positions
-      int64_t t = p0 + i;
-      if (t >= p0 + n - W) std::memcpy(LS.ring.data() + (t % W) * d, kv.data() + (r0 + i) * d, sizeof(float) * d);
-    }
+    for (int64_t i = std::max<int64_t>(0, n - W); i < n; ++i)  // the ring keeps the last W positions
+      std::memcpy(ring + ((p0 + i) % W) * d, kv.data() + (r0 + i) * d, sizeof(float) * d);
     for (int64_t i = 0; i < n; ++i) {
       int32_t hi = (int32_t)(base + np + i + 1);
       win_hi[r0 + i] = hi;
       win_lo[r0 + i] = (int32_t)std::max<int64_t>(base, hi - W);
     }
     if (!comp) continue;
-    compressor_update(L.comp, LS.comp, ckv.data() + r0 * cw, cgate.data() + r0 * cw, cw, p0, n);
     const int m = L.comp.rate;
-    const int64_t ebase = (int64_t)ent.size() / d;
-    ent.insert(ent.end(), LS.comp.entries.begin(), LS.comp.entries.end());
+    const int64_t R = csa ? 2 * m : m;
+    float* comp_ring = slot + lay.slot_comp_off[l];
+    compressor_update(L.comp, comp_ring, comp_ring + R * cw, cache, S, lay.page_entries_off[l],
+                      ckv.data() + r0 * cw, cgate.data() + r0 * cw, cw, p0, n);
+    // Physical row (in units of d) of entry w of this layer.
+    auto entry_row = [&](int64_t w, int64_t off, int64_t width) {
+      const int64_t first = w * m;
+      return (int32_t)(((int64_t)S.pages[first / TP] * lay.page_floats + off) / width + (first % TP) / m);
+    };
     if (!csa) {
       for (int64_t i = 0; i < n; ++i) {
         int64_t nvis = (p0 + i + 1) / m;
-        for (int64_t w = 0; w < nvis; ++w) ent_idx.push_back((int32_t)(ebase + w));
+        for (int64_t w = 0; w < nvis; ++w) ent_idx.push_back(entry_row(w, lay.page_entries_off[l], d));
         ent_off[r0 + i + 1] = (int64_t)ent_idx.size();
       }
       continue;
     }
-    compressor_update(L.idx_comp, LS.idx, ikv.data() + r0 * icw, igate.data() + r0 * icw, icw, p0, n);
-    const int64_t nk = LS.idx.n_entries;
-    std::vector<int32_t> nvis(n);
+    float* idx_ring = slot + lay.slot_idx_off[l];
+    compressor_update(L.idx_comp, idx_ring, idx_ring + R * icw, cache, S, lay.page_idx_off[l],
+                      ikv.data() + r0 * icw, igate.data() + r0 * icw, icw, p0, n);
+    const int64_t nk = (p0 + n) / m;  // indexer keys that exist after this chunk
+    std::vector<int32_t> key_rows(nk), nvis(n);
+    for (int64_t w = 0; w < nk; ++w) key_rows[w] = entry_row(w, lay.page_idx_off[l], dI);
     for (int64_t i = 0; i < n; ++i) nvis[i] = (int32_t)((p0 + i + 1) / m);
     std::vector<float> score(n * std::max<int64_t>(nk, 1));
     if (nk > 0)
-      be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI,
-                         LS.idx.entries.data(), nk, nvis.data(), 1.0f / std::sqrt((float)dI), score.data());
+      be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, cache.pages_base(),
+                         key_rows.data(), nk, nvis.data(), 1.0f / std::sqrt((float)dI), score.data());
     std::vector<int32_t> cand;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t k = std::min<int64_t>(cfg_.index_topk, nvis[i]);
@@ -383,13 +371,13 @@ void DeepseekV4Model::attention(int l, Step& st) {
       std::partial_sort(cand.begin(), cand.begin() + k, cand.end(),
                         [&](int32_t a, int32_t c) { return sc[a] > sc[c] || (sc[a] == sc[c] && a < c); });
       std::sort(cand.begin(), cand.begin() + k);
-      for (int64_t j = 0; j < k; ++j) ent_idx.push_back((int32_t)(ebase + cand[j]));
+      for (int64_t j = 0; j < k; ++j) ent_idx.push_back(entry_row(cand[j], lay.page_entries_off[l], d));
       ent_off[r0 + i + 1] = (int64_t)ent_idx.size();
     }
   }
 
   std::vector<float> o(T * H * d);  // [T, H, d]
-  be_.sink_attention(q.data(), T, H * d, (int)H, (int)d, win.data(), win_lo.data(), win_hi.data(), ent.data(),
+  be_.sink_attention(q.data(), T, H * d, (int)H, (int)d, win.data(), win_lo.data(), win_hi.data(), cache.pages_base(),
                      ent_idx.data(), comp ? ent_off.data() : nullptr, L.sinks.data(), 1.0f / std::sqrt((float)d),
                      o.data(), H * d);
   be_.rope(o.data(), T, H * d, (int)H, (int)d, (int)r, st.pos.data(), inv_freq, true);
@@ -479,16 +467,23 @@ void DeepseekV4Model::moe(const V4Layer& L, const float* h, const int32_t* token
   }
 }
 
-std::vector<float> DeepseekV4Model::forward(std::span<const V4SeqChunk> batch) {
+std::vector<float> DeepseekV4Model::forward(std::span<const V4SeqChunk> batch, V4Cache& cache) {
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult, V = cfg_.vocab_size;
   const float eps = (float)cfg_.rms_norm_eps, hc_eps = (float)cfg_.hc_eps;
   Step st;
   st.batch = batch;
+  st.cache = &cache;
   st.seq_begin.push_back(0);
   for (size_t b = 0; b < batch.size(); ++b) {
     const V4SeqChunk& c = batch[b];
     if (!c.state || c.tokens.empty()) throw Error("forward: every sequence needs a state and at least one token");
-    if ((int)c.state->layers.size() != cfg_.num_layers) throw Error("forward: state was made for another model");
+    if (c.state->slot < 0 || c.state->slot >= cache.slot_manager().total() ||
+        cache.slot_manager().refs(c.state->slot) == 0)
+      throw Error("forward: sequence has no cache slot");
+    if (cache.layout().pages_for(c.state->pos + (int64_t)c.tokens.size()) > (int64_t)c.state->pages.size())
+      throw Error("forward: sequence's cache pages do not cover position " +
+                  std::to_string(c.state->pos + (int64_t)c.tokens.size() - 1));
+    if (c.state->pos + (int64_t)c.tokens.size() > INT32_MAX) throw Error("forward: position overflow");
     for (size_t a = 0; a < b; ++a)
       if (batch[a].state == c.state) throw Error("forward: the same sequence appears twice in one step");
     for (size_t i = 0; i < c.tokens.size(); ++i) {

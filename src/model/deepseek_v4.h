@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/v4_cache.h"
 #include "ops/backend.h"
 
 namespace deepinfer {
@@ -66,24 +67,9 @@ struct V4Mtp {
   std::vector<float> hc_head_scale;       // [1]
 };
 
-// ---- per-sequence state: exactly what a cache must keep between steps (spec §4) ----
-struct V4CompressorState {
-  std::vector<float> buf_kv, buf_gate;    // [pos % m, c·width] raw projections of the open window
-  std::vector<float> prev_kv, prev_gate;  // CSA: A halves of the last closed window [m, width]; gate has ape
-  bool has_prev = false;
-  std::vector<float> entries;             // [n_entries, width] pooled, normed, RoPE'd
-  int64_t n_entries = 0;
-};
-struct V4LayerState {
-  std::vector<float> ring;  // [W, d] sliding KV, slot = position % W
-  V4CompressorState comp, idx;
-};
-struct V4SeqState {
-  int64_t pos = 0;  // tokens processed so far (= next absolute position)
-  std::vector<V4LayerState> layers;
-};
-
 // One sequence's share of a forward step: `tokens` go in at positions state->pos, state->pos+1, ...
+// The state's slot and pages live in the V4Cache passed to forward(); its pages must already cover
+// state->pos + tokens.size() positions (V4Cache::reserve).
 struct V4SeqChunk {
   V4SeqState* state;
   std::span<const int32_t> tokens;
@@ -97,18 +83,22 @@ class DeepseekV4Model {
   DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend& backend);
 
   const V4Config& config() const { return cfg_; }
-  V4SeqState new_state() const;
   bool has_mtp() const { return !mtp_.empty(); }
 
   // Runs one step over several sequences (each chunk of any length ≥ 1). Returns logits
   // [rows, vocab] in chunk order: all tokens of chunks with all_logits, else the last token.
-  std::vector<float> forward(std::span<const V4SeqChunk> batch);
+  // Validates everything before touching any state: on Error nothing has changed.
+  std::vector<float> forward(std::span<const V4SeqChunk> batch, V4Cache& cache);
 
  private:
   struct Step;  // activations of one forward step
   void attention(int layer, Step& st);
-  void compressor_update(const V4Compressor& w, V4CompressorState& s, const float* kv, const float* gate,
-                         int64_t ld, int64_t p0, int64_t n);
+  // Pushes n tokens' compressor projections (kv/gate [n, c·width], row stride ld, positions p0..)
+  // into the slot's window ring (ring_kv/ring_gate [R, c·width], R = 2m for CSA, m for HCA) and
+  // writes an entry into the sequence's pages (at page_off) for every window that closes.
+  void compressor_update(const V4Compressor& w, float* ring_kv, float* ring_gate, V4Cache& cache,
+                         const V4SeqState& s, int64_t page_off, const float* kv, const float* gate, int64_t ld,
+                         int64_t p0, int64_t n);
   void moe(const V4Layer& L, const float* h, const int32_t* tokens, int64_t T, float* out);
 
   V4Config cfg_;

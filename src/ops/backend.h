@@ -62,11 +62,12 @@ class Backend {
                               const int32_t* ent_idx, const int64_t* ent_off, const float* sinks,
                               float scale, float* out, int64_t ldo) = 0;
 
-  // Lightning-indexer scores: score[m, w] = Σ_h γ[m, h] · ReLU(qI[m, h]·K[w]) · qk_scale for
-  // w < n_vis[m] (others −inf). qI[M, hI, dI]; K[n_keys, dI]; γ[M, hI]; score[M, n_keys].
+  // Lightning-indexer scores: score[m, w] = Σ_h γ[m, h] · ReLU(qI[m, h]·K[key_rows[w]]) · qk_scale
+  // for w < n_vis[m] (others −inf). qI[M, hI, dI]; K: rows of dI floats; key_rows[n_keys];
+  // γ[M, hI]; score[M, n_keys].
   virtual void indexer_scores(const float* qI, const float* gamma, int64_t M, int hI, int dI,
-                              const float* K, int64_t n_keys, const int32_t* n_vis, float qk_scale,
-                              float* score) = 0;
+                              const float* K, const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis,
+                              float qk_scale, float* score) = 0;
 
   // Softmax-gated pooling of compressor slots: out[W, d] with
   // out[w, c] = Σ_s softmax_s(gate[w, s, c]) · kv[w, s, c]; kv/gate [W, S, d]; gate −inf = absent slot.

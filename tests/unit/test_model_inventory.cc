@@ -66,10 +66,12 @@ TEST(V4Inventory, RandomCheckpointLoadsCompletely) {
   LoadedModel m = load_model(dir, be);
   EXPECT_TRUE(m.unused.empty()) << m.unused.size() << " unused, e.g. " << (m.unused.empty() ? "" : m.unused[0]);
   EXPECT_TRUE(m.v4->has_mtp());
-  V4SeqState st = m.v4->new_state();
+  V4Cache cache(m.v4->config(), 1, 1);
+  V4SeqState st;
+  ASSERT_TRUE(cache.open(&st) && cache.reserve(&st, 20));
   std::vector<int32_t> ids{1, 5, 9, 3, 7, 2, 8, 4, 6, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
   V4SeqChunk c{&st, ids, true};
-  auto logits = m.v4->forward(std::span<const V4SeqChunk>(&c, 1));
+  auto logits = m.v4->forward(std::span<const V4SeqChunk>(&c, 1), cache);
   ASSERT_EQ(logits.size(), ids.size() * 64);
   for (float v : logits) ASSERT_TRUE(std::isfinite(v));
   std::filesystem::remove_all(dir);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <vector>
@@ -27,7 +28,8 @@ struct RefSeq {
 
 std::vector<std::string> fixture_dirs() {
   std::vector<std::string> out;
-  fs::path root = fs::path(DEEPINFER_SOURCE_DIR) / "tests/fixtures/v4";
+  const char* env = std::getenv("DEEPINFER_V4_FIXTURES");  // regenerated fixtures elsewhere
+  fs::path root = env ? fs::path(env) : fs::path(DEEPINFER_SOURCE_DIR) / "tests/fixtures/v4";
   if (fs::exists(root))
     for (auto& e : fs::directory_iterator(root))
       if (fs::exists(e.path() / "ref.safetensors") && fs::exists(e.path() / "model")) out.push_back(e.path());
@@ -59,13 +61,15 @@ std::vector<RefSeq> read_refs(const std::string& dir) {
 
 // Runs one sequence: `first` tokens in one step, then steps of `step` tokens (first = T: one step).
 std::vector<float> run_schedule(DeepseekV4Model& m, const std::vector<int32_t>& ids, int64_t first, int64_t step) {
-  V4SeqState st = m.new_state();
+  V4Cache cache(m.config(), 1, (int32_t)V4CacheLayout::make(m.config()).pages_for((int64_t)ids.size()));
+  V4SeqState st;
+  EXPECT_TRUE(cache.open(&st) && cache.reserve(&st, (int64_t)ids.size()));
   std::vector<float> out;
   int64_t done = 0, T = (int64_t)ids.size();
   while (done < T) {
     int64_t n = done == 0 ? std::min(first, T) : std::min(step, T - done);
     V4SeqChunk c{&st, std::span<const int32_t>(ids.data() + done, n), true};
-    auto l = m.forward(std::span<const V4SeqChunk>(&c, 1));
+    auto l = m.forward(std::span<const V4SeqChunk>(&c, 1), cache);
     out.insert(out.end(), l.begin(), l.end());
     done += n;
   }
@@ -151,8 +155,10 @@ TEST(V4Reference, BatchedSequencesAreBitwiseEqualToAlone) {
   std::vector<std::vector<float>> alone;
   for (size_t i = 0; i < seqs.size(); ++i) alone.push_back(run_schedule(*m.v4, seqs[i], sched[i].first, sched[i].step));
 
-  std::vector<V4SeqState> states;
-  for (size_t i = 0; i < seqs.size(); ++i) states.push_back(m.v4->new_state());
+  V4Cache cache(m.v4->config(), (int32_t)seqs.size(), 64);
+  std::vector<V4SeqState> states(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i)
+    ASSERT_TRUE(cache.open(&states[i]) && cache.reserve(&states[i], (int64_t)seqs[i].size()));
   std::vector<int64_t> done(seqs.size(), 0);
   std::vector<std::vector<float>> batched(seqs.size());
   for (;;) {
@@ -167,7 +173,8 @@ TEST(V4Reference, BatchedSequencesAreBitwiseEqualToAlone) {
       done[i] += n;
     }
     if (batch.empty()) break;
-    auto l = m.v4->forward(batch);
+    auto l = m.v4->forward(batch, cache);
+    ASSERT_EQ(cache.page_manager().check_invariants(), "");
     size_t off = 0;
     for (size_t b = 0; b < batch.size(); ++b) {
       size_t n = batch[b].tokens.size() * V;
@@ -187,12 +194,20 @@ TEST(V4Reference, ForwardRejectsBadInput) {
   ASSERT_FALSE(dirs.empty());
   CpuBackend be(1);
   LoadedModel m = load_model(dirs.front() + "/model", be);
-  V4SeqState st = m.v4->new_state();
+  V4Cache cache(m.v4->config(), 1, 1);
+  V4SeqState st;
+  ASSERT_TRUE(cache.open(&st) && cache.reserve(&st, 4));
   std::vector<int32_t> bad{0, m.v4->config().vocab_size};
   V4SeqChunk c{&st, bad, true};
-  EXPECT_THROW(m.v4->forward(std::span<const V4SeqChunk>(&c, 1)), Error);
+  EXPECT_THROW(m.v4->forward(std::span<const V4SeqChunk>(&c, 1), cache), Error);
   std::vector<int32_t> ok{1, 2};
   V4SeqChunk twice[2] = {{&st, ok, true}, {&st, ok, true}};
-  EXPECT_THROW(m.v4->forward(std::span<const V4SeqChunk>(twice, 2)), Error);
+  EXPECT_THROW(m.v4->forward(std::span<const V4SeqChunk>(twice, 2), cache), Error);
+  std::vector<int32_t> too_long(cache.layout().tokens_per_page + 1, 1);
+  V4SeqChunk c2{&st, too_long, true};
+  EXPECT_THROW(m.v4->forward(std::span<const V4SeqChunk>(&c2, 1), cache), Error) << "pages do not cover it";
+  V4SeqState no_slot;
+  V4SeqChunk c3{&no_slot, ok, true};
+  EXPECT_THROW(m.v4->forward(std::span<const V4SeqChunk>(&c3, 1), cache), Error);
   EXPECT_EQ(st.pos, 0) << "a rejected step must not advance the state";
 }

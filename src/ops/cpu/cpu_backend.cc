@@ -242,7 +242,8 @@ void CpuBackend::sink_attention(const float* q, int64_t M, int64_t ldq, int H, i
 }
 
 void CpuBackend::indexer_scores(const float* qI, const float* gamma, int64_t M, int hI, int dI, const float* K,
-                                int64_t n_keys, const int32_t* n_vis, float qk_scale, float* score) {
+                                const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis, float qk_scale,
+                                float* score) {
   pool_.parallel_for(M, [&](int64_t b, int64_t e) {
     for (int64_t m = b; m < e; ++m) {
       float* sr = score + m * n_keys;
@@ -253,7 +254,7 @@ void CpuBackend::indexer_scores(const float* qI, const float* gamma, int64_t M, 
         }
         float acc = 0;
         for (int h = 0; h < hI; ++h) {
-          float v = dot(qI + (m * hI + h) * (int64_t)dI, K + w * dI, dI);
+          float v = dot(qI + (m * hI + h) * (int64_t)dI, K + (int64_t)key_rows[w] * dI, dI);
           acc += gamma[m * hI + h] * (std::max(v, 0.0f) * qk_scale);
         }
         sr[w] = acc;

@@ -35,7 +35,8 @@ class CpuBackend final : public Backend {
                       const int32_t* win_lo, const int32_t* win_hi, const float* ent, const int32_t* ent_idx,
                       const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo) override;
   void indexer_scores(const float* qI, const float* gamma, int64_t M, int hI, int dI, const float* K,
-                      int64_t n_keys, const int32_t* n_vis, float qk_scale, float* score) override;
+                      const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis, float qk_scale,
+                      float* score) override;
   void compress_pool(const float* kv, const float* gate, int64_t W, int S, int d, float* out) override;
   void swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, const float* row_scale,
                     float* act) override;

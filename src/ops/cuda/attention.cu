@@ -111,7 +111,8 @@ __global__ void __launch_bounds__(256) sink_attn_kernel(const bf16* __restrict__
 constexpr int IDX_KT = 64;
 
 __global__ void __launch_bounds__(128) indexer_kernel(const bf16* __restrict__ qI, const float* __restrict__ gamma,
-                                                      int hI, int dI, const bf16* __restrict__ K, int64_t n_keys,
+                                                      int hI, int dI, const bf16* __restrict__ K,
+                                                      const int32_t* __restrict__ key_rows, int64_t n_keys,
                                                       const int32_t* __restrict__ n_vis, float qk_scale,
                                                       float* __restrict__ score) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -137,7 +138,10 @@ __global__ void __launch_bounds__(128) indexer_kernel(const bf16* __restrict__ q
   for (int t = threadIdx.x; t < IDX_KT * vpr; t += blockDim.x) {
     const int r = t / vpr, c = t % vpr;
     uint4 val = make_uint4(0, 0, 0, 0);
-    if (k0 + r < n_keys) val = *reinterpret_cast<const uint4*>(K + (k0 + r) * dI + c * 8);
+    if (k0 + r < n_keys) {
+      const int64_t row = key_rows ? (int64_t)key_rows[k0 + r] : k0 + r;
+      val = *reinterpret_cast<const uint4*>(K + row * dI + c * 8);
+    }
     *reinterpret_cast<uint4*>(kt + r * LDQ + c * 8) = val;
   }
   __syncthreads();
@@ -262,7 +266,8 @@ cudaError_t sink_attention(const bf16* q, int64_t M, int64_t ldq, int H, int d, 
 }
 
 cudaError_t indexer_scores(const bf16* qI, const float* gamma, int64_t M, int hI, int dI, const bf16* K,
-                           int64_t n_keys, const int32_t* n_vis, float qk_scale, float* score, cudaStream_t s) {
+                           const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis, float qk_scale,
+                           float* score, cudaStream_t s) {
   if (hI % 16 || dI % 16 || hI * dI > 16384) return cudaErrorInvalidValue;
   if (M <= 0 || n_keys <= 0) return cudaSuccess;
   const size_t smem = (size_t)(hI + IDX_KT) * (dI + 8) * sizeof(bf16) + (size_t)hI * (IDX_KT + 4) * sizeof(float);
@@ -273,7 +278,7 @@ cudaError_t indexer_scores(const bf16* qI, const float* gamma, int64_t M, int hI
     configured = smem;
   }
   dim3 grid((unsigned)cdiv(n_keys, IDX_KT), (unsigned)M);
-  indexer_kernel<<<grid, 128, smem, s>>>(qI, gamma, hI, dI, K, n_keys, n_vis, qk_scale, score);
+  indexer_kernel<<<grid, 128, smem, s>>>(qI, gamma, hI, dI, K, key_rows, n_keys, n_vis, qk_scale, score);
   return cudaGetLastError();
 }
 

@@ -121,11 +121,12 @@ cudaError_t sink_attention(const bf16* q, int64_t M, int64_t ldq, int H, int d, 
                            const int32_t* win_lo, const int32_t* win_hi, const bf16* ent, const int32_t* ent_idx,
                            const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo,
                            cudaStream_t s);
-// score[m, w] = Σ_h γ[m, h]·(ReLU(qI[m, h]·K[w])·qk_scale) for w < n_vis[m], else −inf.
-// qI[M, hI, dI] bf16, gamma[M, hI] f32, K[n_keys, dI] bf16, score[M, n_keys] f32.
-// hI % 16 == 0, dI % 16 == 0, hI·dI ≤ 16384.
+// score[m, w] = Σ_h γ[m, h]·(ReLU(qI[m, h]·K[key_rows[w]])·qk_scale) for w < n_vis[m], else −inf.
+// qI[M, hI, dI] bf16, gamma[M, hI] f32, K: rows of dI bf16, key_rows[n_keys] (null: row w),
+// score[M, n_keys] f32. hI % 16 == 0, dI % 16 == 0, hI·dI ≤ 16384.
 cudaError_t indexer_scores(const bf16* qI, const float* gamma, int64_t M, int hI, int dI, const bf16* K,
-                           int64_t n_keys, const int32_t* n_vis, float qk_scale, float* score, cudaStream_t s);
+                           const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis, float qk_scale,
+                           float* score, cudaStream_t s);
 // Per row m: the k = min(topk, n_valid[m]) largest of score[m, 0 .. n_valid[m]) (ties: lower index
 // first), written as indices in ascending order to idx[m, 0..k), idx[m, k..topk) = −1, count[m] = k.
 // score[M, n] (row stride ld); idx[M, topk] int32; count[M] int32 (may be null).

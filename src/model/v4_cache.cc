@@ -1,0 +1,88 @@
+#include "model/v4_cache.h"
+
+#include <numeric>
+
+#include "util/error.h"
+
+namespace deepinfer {
+
+V4CacheLayout V4CacheLayout::make(const V4Config& c) {
+  V4CacheLayout L;
+  const int64_t d = c.head_dim, dI = c.index_head_dim, W = c.sliding_window;
+  // A page spans a whole number of windows of both ratios.
+  const int64_t m_lcm = std::lcm<int64_t>(c.compress_rate_csa, c.compress_rate_hca);
+  L.tokens_per_page = ((256 + m_lcm - 1) / m_lcm) * m_lcm;
+  const int64_t align = std::lcm<int64_t>(d, dI);
+  auto aligned = [&](int64_t x) { return (x + align - 1) / align * align; };
+  const int n = c.num_layers;
+  L.page_entries_off.assign(n, -1);
+  L.page_idx_off.assign(n, -1);
+  L.slot_ring_off.assign(n, -1);
+  L.slot_comp_off.assign(n, -1);
+  L.slot_idx_off.assign(n, -1);
+  int64_t page = 0, slot = 0;
+  for (int l = 0; l < n; ++l) {
+    L.slot_ring_off[l] = slot;
+    slot += W * d;
+    if (c.layer_types[l] == AttnType::Sliding) continue;
+    const bool csa = c.layer_types[l] == AttnType::CSA;
+    const int64_t m = c.compress_rate(l);
+    L.page_entries_off[l] = page;
+    page = aligned(page + (L.tokens_per_page / m) * d);
+    L.slot_comp_off[l] = slot;
+    slot += csa ? 2 * (2 * m) * (2 * d) : 2 * m * d;
+    if (csa) {
+      L.page_idx_off[l] = page;
+      page = aligned(page + (L.tokens_per_page / m) * dI);
+      L.slot_idx_off[l] = slot;
+      slot += 2 * (2 * m) * (2 * dI);
+    }
+  }
+  L.page_floats = aligned(std::max<int64_t>(page, 1));
+  L.slot_floats = slot;
+  return L;
+}
+
+V4Cache::V4Cache(const V4Config& cfg, int32_t num_slots, int32_t num_pages)
+    : layout_(V4CacheLayout::make(cfg)),
+      slots_((size_t)num_slots * layout_.slot_floats),
+      pages_((size_t)num_pages * layout_.page_floats),
+      slots_mgr_(num_slots),
+      pages_mgr_(num_pages) {}
+
+V4Cache V4Cache::from_budget(const V4Config& cfg, int64_t budget_bytes, int32_t max_seqs) {
+  V4CacheLayout L = V4CacheLayout::make(cfg);
+  const int64_t slots_bytes = (int64_t)max_seqs * L.slot_bytes();
+  const int64_t pages = (budget_bytes - slots_bytes) / L.page_bytes();
+  if (max_seqs < 1 || pages < max_seqs)
+    throw Error("cache budget of " + std::to_string(budget_bytes >> 20) + " MiB cannot hold " +
+                std::to_string(max_seqs) + " sequences (each needs " + std::to_string(L.slot_bytes()) +
+                " B of fixed state plus pages of " + std::to_string(L.page_bytes()) + " B per " +
+                std::to_string(L.tokens_per_page) + " tokens)");
+  return V4Cache(cfg, max_seqs, (int32_t)std::min<int64_t>(pages, INT32_MAX));
+}
+
+bool V4Cache::open(V4SeqState* s) {
+  std::vector<int32_t> id;
+  if (!slots_mgr_.allocate(1, &id)) return false;
+  s->pos = 0;
+  s->slot = id[0];
+  s->pages.clear();
+  return true;
+}
+
+bool V4Cache::reserve(V4SeqState* s, int64_t tokens) {
+  const int64_t need = layout_.pages_for(tokens) - (int64_t)s->pages.size();
+  if (need <= 0) return true;
+  return pages_mgr_.allocate((int32_t)need, &s->pages);
+}
+
+void V4Cache::close(V4SeqState* s) {
+  if (s->slot >= 0) slots_mgr_.release({s->slot});
+  pages_mgr_.release(s->pages);
+  s->slot = -1;
+  s->pages.clear();
+  s->pos = 0;
+}
+
+}  // namespace deepinfer
