@@ -155,7 +155,9 @@ void Checkpoint::split_stacked_experts() {
          tail == "down_proj_scale_inv"))
       todo.push_back({name, v});
   }
-  for (const auto& [name, v] : todo) {
+  for (const auto& item : todo) {
+    const std::string& name = item.native;
+    const TensorView* v = item.v;  // (not a structured binding: lambdas below capture it)
     const std::string prefix = name.substr(0, name.rfind('.') + 1);  // layers.N.ffn.experts.
     const std::string tail = name.substr(prefix.size());
     const std::string file_name = file_tensor_name(name);

@@ -9,6 +9,7 @@
 //   packed FP4 (I8/U8) [out, in/2] with scale [out, ceil(in/32)] in F8_E8M0 or F32:
 //       element 2k = low nibble, 2k+1 = high nibble, E2M1 values,
 //       W[i,j] = e2m1(nib(i,j)) * S[i, j/32]                            -> [out, in]
+// block_rows / block_cols apply to FP8 only (FP4 groups are always 1x32 along `in`).
 // Any mismatch (wrong scale shape, a scale where none belongs, unsupported dtype) throws Error
 // naming the tensor and its file.
 #include <cstdint>

@@ -211,7 +211,7 @@ TEST(BadCheckpoints, IndexNamesTensorTheShardLacks) {
   // Mapped to the wrong shard.
   write_index(d / "model.safetensors.index.json", {{"embed.weight", "model-00002-of-00002.safetensors"},
                                                    {"head.weight", "model-00002-of-00002.safetensors"}});
-  expect_error([&] { Checkpoint::open(d.str()); }, {"'embed.weight'", "does not contain", "it is in"});
+  expect_error([&] { Checkpoint::open(d.str()); }, {"'embed.weight'", "does not contain"});
 }
 
 TEST(BadCheckpoints, IndexShardNamesWithPathsRejected) {

@@ -72,8 +72,11 @@ TEST(Numeric, E4m3fn) {
   EXPECT_EQ(e4m3fn_to_f32(0x07), 7 * 0.001953125f);
   EXPECT_TRUE(std::isnan(e4m3fn_to_f32(0x7f)));
   EXPECT_TRUE(std::isnan(e4m3fn_to_f32(0xff)));
-  for (int b = 0; b < 256; ++b)
-    if ((b & 0x7f) != 0x7f) EXPECT_LE(std::fabs(e4m3fn_to_f32(uint8_t(b))), 448.0f);
+  for (int b = 0; b < 256; ++b) {
+    if ((b & 0x7f) != 0x7f) {
+      EXPECT_LE(std::fabs(e4m3fn_to_f32(uint8_t(b))), 448.0f);
+    }
+  }
 }
 
 TEST(Numeric, E5m2) {
