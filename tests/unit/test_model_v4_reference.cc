@@ -121,9 +121,14 @@ TEST(V4Reference, FullDecodeAndChunkedMatchTransformers) {
         const char* name;
         int64_t first, step;
       };
+      std::vector<float> full;
       for (Mode mode : {Mode{"full", T, T}, Mode{"decode", 13, 1}, Mode{"chunked", 5, 7}, Mode{"chunked", 1, 4}}) {
         SCOPED_TRACE(std::string(mode.name) + " seq " + std::to_string(k));
         auto out = run_schedule(*m.v4, r.ids, mode.first, mode.step);
+        // Chunk invariance: the schedule never changes a bit (so preemption by recompute and prefix
+        // reuse reproduce an uninterrupted run exactly).
+        if (full.empty()) full = out;
+        else EXPECT_EQ(0, std::memcmp(full.data(), out.data(), out.size() * sizeof(float))) << "not bitwise equal to full";
         ErrStats e = compare(out, r.logits, V);
         EXPECT_LE(e.median, 1e-5) << "max " << e.max;
         EXPECT_LE(e.max, 1e-3);

@@ -1,0 +1,125 @@
+#pragma once
+// The CPU sampler: one row of FP32 logits [vocab] + the request's SamplingParams + the sequence's
+// penalty/RNG state -> the next token. Plain data in, plain data out, so the engine's batch loop and
+// a future GPU sampler share the contract (and this file is the GPU sampler's test oracle).
+//
+// Pipeline (docs/sampling.md):
+//   logit_bias -> repetition penalty -> frequency/presence penalties -> min_tokens mask
+//   -> temperature (0: greedy argmax, ties to the lower id)
+//   -> top-k -> top-p -> min-p (candidate set, order: value desc, id asc)
+//   -> Gumbel-max over the candidates with Philox noise keyed by (key, position, token id).
+// The token therefore depends only on (logits, params, state, position): never on the batch, the
+// row order, the thread count, or on how many random numbers anybody else drew.
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/sampling_params.h"
+
+namespace deepinfer {
+
+class ThreadPool;
+
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+  bool operator==(const TokenLogprob&) const = default;
+};
+
+struct SampleResult {
+  int32_t token = -1;
+  // Raw model log-softmax of `token` (before bias, penalties, temperature and filtering: vLLM's
+  // default). NaN unless params.logprobs is set.
+  float logprob = std::numeric_limits<float>::quiet_NaN();
+  std::vector<TokenLogprob> top_logprobs;  // params.logprobs entries, logprob desc then id asc
+  std::string error;                       // sample_batch only: why this row failed (token -1)
+};
+
+// What penalties and the RNG need to know about one output sequence (one choice of a request).
+// Sparse (prompt and output ids only), so it costs O(distinct tokens), not O(vocab).
+class SequenceSamplingState {
+ public:
+  // request_seed: resolve_seed(params), drawn once per request; choice_index: 0..n-1.
+  // min_tokens_masked: min_tokens_masked_ids(params, eos ids) (stop_matcher.h).
+  SequenceSamplingState(std::span<const int32_t> prompt, uint64_t request_seed, uint32_t choice_index,
+                        std::vector<int32_t> min_tokens_masked = {});
+
+  void on_token(int32_t id);  // call once per generated token, in order
+
+  int64_t prompt_len() const { return prompt_len_; }
+  int64_t num_output() const { return num_output_; }
+  // Absolute position of the next token to decide: the RNG counter the engine passes by default.
+  uint64_t next_position() const { return (uint64_t)(prompt_len_ + num_output_); }
+  uint64_t seed() const { return seed_; }
+  uint32_t choice_index() const { return choice_index_; }
+  uint64_t rng_key() const { return key_; }
+
+  const std::vector<int32_t>& prompt_ids() const { return prompt_ids_; }  // distinct, ascending
+  const std::vector<int32_t>& output_ids() const { return output_ids_; }  // distinct, first-seen order
+  bool in_prompt(int32_t id) const;
+  int32_t output_count(int32_t id) const;
+  const std::vector<int32_t>& min_tokens_masked() const { return min_tokens_masked_; }
+
+ private:
+  std::vector<int32_t> prompt_ids_;
+  std::vector<int32_t> output_ids_;
+  std::unordered_map<int32_t, int32_t> output_counts_;
+  std::vector<int32_t> min_tokens_masked_;
+  int64_t prompt_len_ = 0, num_output_ = 0;
+  uint64_t seed_ = 0, key_ = 0;
+  uint32_t choice_index_ = 0;
+};
+
+// ---- building blocks (public for tests and for checking a GPU sampler stage by stage) ----
+
+// In place on logits [vocab], in this order (float arithmetic, as written):
+//   x += logit_bias[id];
+//   x = x > 0 ? x / repetition_penalty : x * repetition_penalty   (ids in prompt or output, once);
+//   x -= frequency_penalty * count; x -= presence_penalty          (ids in the output, count >= 1);
+//   x = -inf for state.min_tokens_masked() while state.num_output() < params.min_tokens.
+// Ids outside [0, vocab) are ignored.
+void apply_logit_processors(float* logits, int vocab, const SamplingParams& params,
+                            const SequenceSamplingState& state);
+
+// Candidate set of temperature-scaled logits [vocab] (-inf = excluded; no NaN): top-k, then top-p on the
+// renormalised top-k distribution (keep a token while the mass ranked strictly before it is
+// < top_p), then min-p (keep p >= min_p * p_max). Returned in order (value desc, id asc).
+std::vector<int32_t> filter_candidates(const float* scaled, int vocab, const SamplingParams& params);
+
+// Gumbel(0, 1) noise -log(-log u) for `token` at `position` of the sequence with RNG key `key`.
+float gumbel_noise(uint64_t key, uint64_t position, int32_t token);
+
+// argmax with ties to the lower id; -1 when every value is -inf.
+int32_t argmax_lowest_id(const float* values, int vocab);
+
+// Raw log-softmax of logits [vocab] (double accumulation): the logprob of `token` and the top_n
+// (id, logprob) sorted by logprob desc then id asc. Also what the engine uses for prompt_logprobs.
+struct RawLogprobs {
+  float token_logprob;
+  std::vector<TokenLogprob> top;
+};
+RawLogprobs raw_logprobs(const float* logits, int vocab, int32_t token, int top_n);
+
+// ---- the sampler ----
+
+// One row. position: the RNG counter, normally state.next_position() (absolute index of the token
+// being decided, so preemption/recompute and speculative verification address the same noise).
+// Throws deepinfer::Error for NaN / +inf logits or when every token is masked.
+SampleResult sample_one(const float* logits, int vocab, const SamplingParams& params,
+                        const SequenceSamplingState& state, uint64_t position);
+
+struct SampleRow {
+  const float* logits;  // [vocab]
+  const SamplingParams* params;
+  const SequenceSamplingState* state;
+  uint64_t position;
+};
+
+// Rows in parallel on `pool` (nullptr: on the calling thread). results[i] == sample_one(rows[i])
+// exactly; a failing row gets token -1 and `error` set, the other rows are unaffected.
+std::vector<SampleResult> sample_batch(std::span<const SampleRow> rows, int vocab, ThreadPool* pool);
+
+}  // namespace deepinfer

@@ -1,0 +1,589 @@
+// The CPU sampler: Philox known answers, greedy / top-k / top-p / min-p rules, penalties and bias
+// against hand-derived values, logprobs against an independent double log-softmax, sampling
+// frequencies (chi-square), and batch-independent determinism.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "engine/philox.h"
+#include "engine/sampler.h"
+#include "engine/stop_matcher.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace deepinfer {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+std::vector<float> random_logits(int vocab, uint32_t seed, float scale = 3.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(vocab);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+SamplingParams sampled(float temperature = 1.0f) {
+  SamplingParams p;
+  p.temperature = temperature;
+  return p;
+}
+
+// ---------------------------------------------------------------- Philox
+
+TEST(Philox, PublishedKnownAnswers) {
+  // Known-answer vectors of Philox4x32-10 from the Random123 distribution (counter, key -> output).
+  struct Kat {
+    PhiloxCounter ctr;
+    PhiloxKey key;
+    PhiloxCounter out;
+  };
+  const Kat kats[] = {
+      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+       {0xffffffff, 0xffffffff},
+       {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+       {0xa4093822, 0x299f31d0},
+       {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+  };
+  for (const Kat& k : kats) EXPECT_EQ(philox4x32_10(k.ctr, k.key), k.out);
+  static_assert(philox4x32_10({0, 0, 0, 0}, {0, 0})[0] == 0x6627e8d5u, "usable at compile time (GPU constants)");
+}
+
+TEST(Philox, UniformIsStrictlyInsideUnitInterval) {
+  EXPECT_GT(philox_uniform(0), 0.0f);
+  EXPECT_LT(philox_uniform(0xffffffffu), 1.0f);
+  EXPECT_FLOAT_EQ(philox_uniform(0x80000000u), 0.5f + 0.5f / 8388608.0f);
+}
+
+TEST(Philox, ChoiceKeysAndTokenWords) {
+  EXPECT_EQ(choice_key(1234, 0), 1234u);
+  std::set<uint64_t> keys;
+  for (uint32_t i = 0; i < 16; ++i) keys.insert(choice_key(1234, i));
+  EXPECT_EQ(keys.size(), 16u);
+  // The word for token t is word t & 3 of the block t >> 2, with position split over words 0 and 3.
+  const uint64_t key = 0x0123456789abcdefULL, pos = (7ULL << 32) | 99;
+  const PhiloxCounter w = philox4x32_10({99, 0, 10, 7}, philox_key(key));
+  for (uint32_t t = 40; t < 44; ++t) EXPECT_EQ(philox_token_word(key, pos, RngStream::kSample, t), w[t & 3]);
+  EXPECT_NE(philox_token_word(key, pos, RngStream::kSample, 40), philox_token_word(key, pos, RngStream::kDraft, 40));
+}
+
+// ---------------------------------------------------------------- greedy / top-k
+
+TEST(Sampler, GreedyPicksArgmaxWithTiesToLowerId) {
+  for (uint32_t s = 0; s < 20; ++s) {
+    auto logits = random_logits(3000, s);
+    const int32_t expect = (int32_t)(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    SequenceSamplingState st({}, s, 0);
+    EXPECT_EQ(sample_one(logits.data(), 3000, sampled(0.0f), st, s).token, expect);
+  }
+  std::vector<float> tied = {0.0f, 1.0f, 3.0f, -1.0f, 3.0f, 3.0f};
+  SequenceSamplingState st({}, 1, 0);
+  EXPECT_EQ(sample_one(tied.data(), 6, sampled(0.0f), st, 0).token, 2);
+  // top-k = 1 with ties: the lower id is the single candidate as well.
+  SamplingParams k1 = sampled(1.0f);
+  k1.top_k = 1;
+  for (uint64_t pos = 0; pos < 50; ++pos) EXPECT_EQ(sample_one(tied.data(), 6, k1, st, pos).token, 2);
+}
+
+TEST(Sampler, TopK1EqualsGreedy) {
+  for (uint32_t s = 0; s < 40; ++s) {
+    auto logits = random_logits(5000, 100 + s, 1.0f);
+    SamplingParams p = sampled(1.5f);
+    p.top_k = 1;
+    SequenceSamplingState st(std::vector<int32_t>{1, 2, 3}, s, 0);
+    const int32_t greedy = sample_one(logits.data(), 5000, sampled(0.0f), st, s).token;
+    EXPECT_EQ(sample_one(logits.data(), 5000, p, st, s).token, greedy);
+  }
+}
+
+// ---------------------------------------------------------------- candidate filters
+
+std::vector<float> log_of(const std::vector<double>& probs) {
+  std::vector<float> v;
+  for (double p : probs) v.push_back((float)std::log(p));
+  return v;
+}
+
+TEST(Sampler, TopPBoundaries) {
+  const auto s = log_of({0.5, 0.3, 0.15, 0.05});
+  auto kept = [&](float top_p, int top_k = 0) {
+    SamplingParams p;
+    p.top_p = top_p;
+    p.top_k = top_k;
+    return filter_candidates(s.data(), 4, p);
+  };
+  // A token is kept while the mass ranked before it is below top_p.
+  EXPECT_EQ(kept(0.01f), (std::vector<int32_t>{0}));
+  EXPECT_EQ(kept(0.49f), (std::vector<int32_t>{0}));
+  EXPECT_EQ(kept(0.51f), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(kept(0.79f), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(kept(0.81f), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(kept(0.94f), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(kept(0.96f), (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(kept(1.0f), (std::vector<int32_t>{0, 1, 2, 3}));
+  // top-p acts on the top-k renormalised distribution: [0.5, 0.3, 0.15] / 0.95 puts 0.842 before
+  // token 2, against 0.8 without top-k.
+  EXPECT_EQ(kept(0.83f, 3), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(kept(0.83f, 0), (std::vector<int32_t>{0, 1, 2}));
+}
+
+TEST(Sampler, MinPBoundariesAndOrder) {
+  const auto s = log_of({0.4, 0.2, 0.1, 0.3});  // ratios to the max: 1, 0.5, 0.25, 0.75
+  auto kept = [&](float min_p) {
+    SamplingParams p;
+    p.min_p = min_p;
+    return filter_candidates(s.data(), 4, p);
+  };
+  EXPECT_EQ(kept(0.0f), (std::vector<int32_t>{0, 3, 1, 2}));  // off: all, value desc
+  EXPECT_EQ(kept(0.24f), (std::vector<int32_t>{0, 3, 1, 2}));
+  EXPECT_EQ(kept(0.26f), (std::vector<int32_t>{0, 3, 1}));
+  EXPECT_EQ(kept(0.49f), (std::vector<int32_t>{0, 3, 1}));
+  EXPECT_EQ(kept(0.51f), (std::vector<int32_t>{0, 3}));
+  EXPECT_EQ(kept(0.76f), (std::vector<int32_t>{0}));
+  EXPECT_EQ(kept(1.0f), (std::vector<int32_t>{0}));
+  // min_p = 1 keeps every token tied with the max; ties ordered by id.
+  const std::vector<float> tied = {1.0f, 0.0f, 1.0f, kNegInf};
+  SamplingParams p;
+  p.min_p = 1.0f;
+  EXPECT_EQ(filter_candidates(tied.data(), 4, p), (std::vector<int32_t>{0, 2}));
+  // -inf is never a candidate; top-k larger than the finite set keeps the finite set.
+  SamplingParams k;
+  k.top_k = 10;
+  EXPECT_EQ(filter_candidates(tied.data(), 4, k), (std::vector<int32_t>{0, 2, 1}));
+  // And through the sampler: with min_p = 0.51 only tokens 0 and 3 ever come out.
+  SamplingParams mp = sampled(1.0f);
+  mp.min_p = 0.51f;
+  SequenceSamplingState st({}, 77, 0);
+  std::set<int32_t> seen;
+  for (uint64_t pos = 0; pos < 400; ++pos) seen.insert(sample_one(s.data(), 4, mp, st, pos).token);
+  EXPECT_EQ(seen, (std::set<int32_t>{0, 3}));
+}
+
+// ---------------------------------------------------------------- penalties and bias
+
+TEST(Sampler, PenaltiesAndBiasFollowTheFormulas) {
+  // logits:          0     1     2    3    4     5     6    7
+  std::vector<float> x = {2.0f, -1.5f, 3.0f, 0.0f, 1.0f, -2.0f, 4.0f, 0.5f};
+  SamplingParams p;
+  p.repetition_penalty = 2.0f;
+  p.frequency_penalty = 0.5f;
+  p.presence_penalty = 0.25f;
+  p.logit_bias = {{0, 2.0f}, {4, 1.5f}, {5, -0.5f}};
+  SequenceSamplingState st(std::vector<int32_t>{0, 1, 1}, 5, 0);  // prompt {0, 1}
+  for (int32_t t : {2, 2, 3, 1}) st.on_token(t);                  // output counts: 2:2, 3:1, 1:1
+  apply_logit_processors(x.data(), 8, p, st);
+  // 0: bias first, then repetition: (2 + 2) / 2 (bias after repetition would give 3)
+  // 1: prompt and output, penalised once: -1.5 * 2 = -3; then -0.5 * 1 - 0.25
+  // 2: 3 / 2 = 1.5; then -0.5 * 2 - 0.25
+  // 3: 0 is not positive: 0 * 2 = 0; then -0.5 - 0.25
+  // 4, 5: bias only; 6, 7 unchanged
+  const std::vector<float> expect = {2.0f, -3.75f, 0.25f, -0.75f, 2.5f, -2.5f, 4.0f, 0.5f};
+  EXPECT_EQ(x, expect);
+
+  // Repetition penalty below 1 favours seen tokens, with the same sign rule.
+  std::vector<float> y = {2.0f, -2.0f, 1.0f};
+  SamplingParams q;
+  q.repetition_penalty = 0.5f;
+  SequenceSamplingState st2(std::vector<int32_t>{0, 1}, 5, 0);
+  apply_logit_processors(y.data(), 3, q, st2);
+  EXPECT_EQ(y, (std::vector<float>{4.0f, -1.0f, 1.0f}));
+
+  // Presence / frequency penalties ignore prompt tokens (OpenAI: output only).
+  std::vector<float> z = {1.0f, 1.0f};
+  SamplingParams r;
+  r.presence_penalty = 1.0f;
+  r.frequency_penalty = 1.0f;
+  SequenceSamplingState st3(std::vector<int32_t>{0}, 5, 0);
+  apply_logit_processors(z.data(), 2, r, st3);
+  EXPECT_EQ(z, (std::vector<float>{1.0f, 1.0f}));
+}
+
+TEST(Sampler, PenaltiesAndBiasChangeTheChoice) {
+  std::vector<float> x = {5.0f, 4.9f, 0.0f};
+  SamplingParams p = sampled(0.0f);
+  SequenceSamplingState st({}, 1, 0);
+  EXPECT_EQ(sample_one(x.data(), 3, p, st, 0).token, 0);
+  st.on_token(0);
+  p.frequency_penalty = 0.2f;  // 5 - 0.2 = 4.8 < 4.9
+  EXPECT_EQ(sample_one(x.data(), 3, p, st, 1).token, 1);
+  SamplingParams b = sampled(0.0f);
+  b.logit_bias = {{2, 100.0f}};
+  EXPECT_EQ(sample_one(x.data(), 3, b, st, 1).token, 2);
+  b.logit_bias = {{0, -100.0f}};
+  EXPECT_EQ(sample_one(x.data(), 3, b, st, 1).token, 1);
+  // Sampled too: a -100 bias takes a token out for any realistic noise.
+  auto logits = random_logits(2000, 9, 1.0f);
+  SamplingParams s = sampled(1.0f);
+  s.logit_bias = {{1234, 100.0f}};
+  for (uint64_t pos = 0; pos < 50; ++pos) EXPECT_EQ(sample_one(logits.data(), 2000, s, st, pos).token, 1234);
+}
+
+TEST(Sampler, MinTokensMasksEosAndStopTokens) {
+  const int32_t eos = 9;
+  std::vector<float> x(10, 0.0f);
+  x[eos] = 50.0f;
+  x[4] = 40.0f;  // a stop token
+  x[7] = 30.0f;
+  SamplingParams p = sampled(0.0f);
+  p.min_tokens = 3;
+  p.stop_token_ids = {4};
+  const int32_t eos_ids[] = {eos};
+  SequenceSamplingState st({}, 1, 0, min_tokens_masked_ids(p, eos_ids));
+  EXPECT_EQ(st.min_tokens_masked(), (std::vector<int32_t>{4, eos}));
+  for (int i = 0; i < 3; ++i) {
+    const int32_t t = sample_one(x.data(), 10, p, st, i).token;
+    EXPECT_EQ(t, 7) << "step " << i;
+    st.on_token(t);
+  }
+  EXPECT_EQ(sample_one(x.data(), 10, p, st, 3).token, eos);  // min_tokens reached
+  // ignore_eos: EOS is neither a stop nor masked; stop tokens still are.
+  p.ignore_eos = true;
+  SequenceSamplingState st2({}, 1, 0, min_tokens_masked_ids(p, eos_ids));
+  EXPECT_EQ(sample_one(x.data(), 10, p, st2, 0).token, eos);
+  EXPECT_EQ(min_tokens_masked_ids(p, eos_ids), (std::vector<int32_t>{4}));
+  p.min_tokens = 0;
+  EXPECT_TRUE(min_tokens_masked_ids(p, eos_ids).empty());
+}
+
+// ---------------------------------------------------------------- logprobs
+
+TEST(Sampler, LogprobsAreTheRawLogSoftmax) {
+  const int vocab = 5000;
+  auto logits = random_logits(vocab, 31, 4.0f);
+  logits[17] = logits[18] = 20.0f;  // a tie at the top: ids ascending
+  logits[100] = kNegInf;
+  // Independent reference: long double log-sum-exp.
+  long double m = -INFINITY, z = 0;
+  for (float v : logits) m = std::max<long double>(m, v);
+  for (float v : logits) z += std::exp((long double)v - m);
+  const long double lse = m + std::log(z);
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+
+  SamplingParams p = sampled(0.6f);
+  p.logprobs = 7;
+  p.repetition_penalty = 1.7f;  // processing must not leak into the returned logprobs
+  p.top_k = 40;
+  SequenceSamplingState st(std::vector<int32_t>{17, 5}, 3, 0);
+  for (uint64_t pos = 0; pos < 10; ++pos) {
+    SampleResult r = sample_one(logits.data(), vocab, p, st, pos);
+    // Float output: allow one float ulp of the reference's magnitude.
+    const double ref = (double)((long double)logits[r.token] - lse);
+    EXPECT_NEAR(r.logprob, ref, 1.2e-7 * std::max(1.0, std::fabs(ref)));
+    ASSERT_EQ(r.top_logprobs.size(), 7u);
+    for (int i = 0; i < 7; ++i) {
+      EXPECT_EQ(r.top_logprobs[i].token, order[i]);
+      const double ref_i = (double)((long double)logits[order[i]] - lse);
+      EXPECT_NEAR(r.top_logprobs[i].logprob, ref_i, 1.2e-7 * std::max(1.0, std::fabs(ref_i)));
+    }
+  }
+  EXPECT_EQ(sample_one(logits.data(), vocab, p, st, 0).top_logprobs[0].token, 17);
+  // logprobs = 0: only the chosen token's; no logprobs: NaN.
+  p.logprobs = 0;
+  EXPECT_TRUE(sample_one(logits.data(), vocab, p, st, 0).top_logprobs.empty());
+  EXPECT_FALSE(std::isnan(sample_one(logits.data(), vocab, p, st, 0).logprob));
+  p.logprobs.reset();
+  EXPECT_TRUE(std::isnan(sample_one(logits.data(), vocab, p, st, 0).logprob));
+  EXPECT_EQ(raw_logprobs(logits.data(), vocab, 100, 0).token_logprob, kNegInf);
+}
+
+// ---------------------------------------------------------------- distribution
+
+// Pearson chi-square of `draws` tokens against probabilities `expect`.
+double chi_square(const std::vector<int>& counts, const std::vector<double>& expect, int draws) {
+  double c2 = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const double e = expect[i] * draws;
+    c2 += (counts[i] - e) * (counts[i] - e) / e;
+  }
+  return c2;
+}
+
+std::vector<double> normalise(std::vector<double> w) {
+  const double s = std::accumulate(w.begin(), w.end(), 0.0);
+  for (double& x : w) x /= s;
+  return w;
+}
+
+TEST(Sampler, FrequenciesMatchTheDistribution) {
+  const std::vector<double> probs = {0.4, 0.25, 0.15, 0.1, 0.06, 0.04};
+  const auto logits = log_of(probs);
+  const int k = (int)probs.size(), draws = 20000;
+  struct Case {
+    const char* name;
+    SamplingParams params;
+    std::vector<double> expect;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"T=1", sampled(1.0f), probs});
+  std::vector<double> sharp, flat;
+  for (double p : probs) sharp.push_back(std::pow(p, 1 / 0.5)), flat.push_back(std::pow(p, 1 / 2.0));
+  cases.push_back({"T=0.5", sampled(0.5f), normalise(sharp)});
+  cases.push_back({"T=2", sampled(2.0f), normalise(flat)});
+  SamplingParams tk = sampled(1.0f);
+  tk.top_k = 3;
+  cases.push_back({"top_k=3", tk, normalise({0.4, 0.25, 0.15, 0, 0, 0})});
+  SamplingParams tp = sampled(1.0f);
+  tp.top_p = 0.7f;  // 0.4 + 0.25 < 0.7: keeps three
+  cases.push_back({"top_p=0.7", tp, normalise({0.4, 0.25, 0.15, 0, 0, 0})});
+  SamplingParams mp = sampled(1.0f);
+  mp.min_p = 0.2f;  // keeps p >= 0.08
+  cases.push_back({"min_p=0.2", mp, normalise({0.4, 0.25, 0.15, 0.1, 0, 0})});
+
+  for (const Case& c : cases) {
+    for (uint64_t seed : {1ull, 2ull, 0xdeadbeefull}) {
+      std::vector<int> counts(k, 0);
+      SequenceSamplingState st({}, seed, 0);
+      for (int i = 0; i < draws; ++i) ++counts[sample_one(logits.data(), k, c.params, st, i).token];
+      std::vector<int> kept_counts;
+      std::vector<double> kept_expect;
+      for (int t = 0; t < k; ++t) {
+        if (c.expect[t] == 0) {
+          EXPECT_EQ(counts[t], 0) << c.name << " token " << t << " is filtered out";
+        } else {
+          kept_counts.push_back(counts[t]);
+          kept_expect.push_back(c.expect[t]);
+        }
+      }
+      // dof <= 5: P(chi2 > 40) < 1e-6, so a correct sampler essentially never fails this, while a
+      // wrong noise transform or temperature is off by thousands.
+      EXPECT_LT(chi_square(kept_counts, kept_expect, draws), 40.0) << c.name << " seed " << seed;
+    }
+  }
+}
+
+TEST(Sampler, FrequenciesAcrossSeedsAtOnePosition) {
+  // The same position under many seeds is also a fair sample (what n > 1 choices rely on).
+  const std::vector<double> probs = {0.5, 0.3, 0.2};
+  const auto logits = log_of(probs);
+  std::vector<int> counts(3, 0);
+  const int draws = 20000;
+  for (int s = 0; s < draws; ++s) {
+    SequenceSamplingState st({}, 7, (uint32_t)s);  // choice s of one request
+    ++counts[sample_one(logits.data(), 3, sampled(1.0f), st, 12).token];
+  }
+  EXPECT_LT(chi_square(counts, probs, draws), 40.0);
+}
+
+// ---------------------------------------------------------------- determinism
+
+TEST(Sampler, SameSeedSameTokensDifferentSeedsDiffer) {
+  const int vocab = 1000;
+  std::vector<float> flat(vocab, 0.0f);
+  auto run = [&](uint64_t seed, uint32_t choice) {
+    std::vector<int32_t> out;
+    SequenceSamplingState st({}, seed, choice);
+    for (uint64_t pos = 0; pos < 64; ++pos) out.push_back(sample_one(flat.data(), vocab, sampled(1.0f), st, pos).token);
+    return out;
+  };
+  auto same = [](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+    int n = 0;
+    for (size_t i = 0; i < a.size(); ++i) n += a[i] == b[i];
+    return n;
+  };
+  EXPECT_EQ(run(11, 0), run(11, 0));
+  EXPECT_LT(same(run(11, 0), run(12, 0)), 5);  // uniform over 1000: ~0.06 coincidences expected
+  EXPECT_LT(same(run(11, 0), run(11, 1)), 5);
+  EXPECT_LT(same(run(11, 1), run(11, 2)), 5);
+  // Positions differ too (no sequence of identical draws).
+  std::set<int32_t> distinct;
+  for (int32_t t : run(11, 0)) distinct.insert(t);
+  EXPECT_GT(distinct.size(), 50u);
+}
+
+TEST(Sampler, FilteredAndFullVocabularyPathsShareTheNoise) {
+  // top_k = vocab - 1 removes exactly the -inf token, so both paths see the same candidate set and
+  // must pick the same token at every position: the blocked Philox loop equals gumbel_noise().
+  const int vocab = 777;
+  auto logits = random_logits(vocab, 5, 0.5f);
+  logits[300] = kNegInf;
+  SamplingParams full = sampled(1.3f), filtered = sampled(1.3f);
+  filtered.top_k = vocab - 1;
+  SequenceSamplingState st({}, 99, 2);
+  for (uint64_t pos = 0; pos < 200; ++pos)
+    EXPECT_EQ(sample_one(logits.data(), vocab, full, st, pos).token,
+              sample_one(logits.data(), vocab, filtered, st, pos).token)
+        << pos;
+}
+
+TEST(Sampler, GumbelArgmaxMatchesAnIndependentRecomputation) {
+  // The sampled token is argmax(logit / T + noise) over the candidates, recomputed here from the
+  // Philox word for every candidate (the sampler skips tokens that cannot win: wide logits make it
+  // skip most of them, so this also checks that the skipping is exact).
+  const int vocab = 3000;
+  for (float scale : {2.0f, 15.0f}) {
+    for (int top_k : {0, 50}) {
+      auto logits = random_logits(vocab, 8 + (int)scale, scale);
+      SamplingParams p = sampled(0.8f);
+      p.top_k = top_k;
+      std::vector<int32_t> cand(vocab);
+      std::iota(cand.begin(), cand.end(), 0);
+      if (top_k) {
+        std::stable_sort(cand.begin(), cand.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+        cand.resize(top_k);
+      }
+      SequenceSamplingState st({}, 4242, 0);
+      for (uint64_t pos = 0; pos < 100; ++pos) {
+        int32_t best = -1;
+        double bv = -INFINITY;
+        for (int32_t i : cand) {
+          const uint32_t w = philox_token_word(st.rng_key(), pos, RngStream::kSample, (uint32_t)i);
+          const double u = ((w >> 9) + 0.5) / 8388608.0;
+          const double v = logits[i] / 0.8 - std::log(-std::log(u));
+          if (v > bv) bv = v, best = i;
+        }
+        EXPECT_EQ(sample_one(logits.data(), vocab, p, st, pos).token, best) << scale << " " << top_k << " " << pos;
+      }
+    }
+  }
+}
+
+// The full-sort definition of the filters, written out plainly.
+std::vector<int32_t> filters_by_full_sort(const std::vector<float>& s, const SamplingParams& p) {
+  std::vector<int32_t> ids;
+  for (int32_t i = 0; i < (int32_t)s.size(); ++i)
+    if (s[i] > kNegInf) ids.push_back(i);
+  auto better = [&](int32_t a, int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); };
+  std::sort(ids.begin(), ids.end(), better);
+  if (p.top_k > 0 && (size_t)p.top_k < ids.size()) ids.resize(p.top_k);
+  const double m = s[ids[0]];
+  if (p.top_p < 1.0f) {
+    std::vector<int32_t> by_id = ids;
+    std::sort(by_id.begin(), by_id.end());
+    double z = 0;
+    for (int32_t id : by_id) z += std::exp((double)s[id] - m);
+    double before = 0;
+    size_t keep = 0;
+    while (keep < ids.size() && before < p.top_p * z) before += std::exp((double)s[ids[keep++]] - m);
+    ids.resize(keep);
+  }
+  if (p.min_p > 0.0f) {
+    size_t keep = 1;
+    while (keep < ids.size() && std::exp((double)s[ids[keep]] - m) >= p.min_p) ++keep;
+    ids.resize(keep);
+  }
+  return ids;
+}
+
+TEST(Sampler, FiltersEqualTheFullSortDefinition) {
+  int checked = 0;
+  for (uint32_t seed = 0; seed < 60; ++seed) {
+    const float scale = 0.05f + 0.5f * (seed % 12);  // from nearly flat to very peaked
+    auto s = random_logits(20000, 300 + seed, scale);
+    if (seed % 5 == 0) s[seed] = kNegInf;
+    for (float top_p : {0.1f, 0.5f, 0.9f, 0.99f, 0.999999f, 1.0f})
+      for (int top_k : {0, 7, 5000})
+        for (float min_p : {0.0f, 0.01f, 0.3f}) {
+          SamplingParams p;
+          p.top_p = top_p, p.top_k = top_k, p.min_p = min_p;
+          ASSERT_EQ(filter_candidates(s.data(), (int)s.size(), p), filters_by_full_sort(s, p))
+              << seed << " " << top_p << " " << top_k << " " << min_p;
+          ++checked;
+        }
+  }
+  EXPECT_EQ(checked, 60 * 6 * 3 * 3);
+}
+
+TEST(Sampler, BatchResultsIndependentOfOrderSizeAndThreads) {
+  const int vocab = 4096;
+  const int rows = 32;
+  std::vector<std::vector<float>> logits;
+  std::vector<SamplingParams> params(rows);
+  std::vector<SequenceSamplingState> states;
+  std::vector<uint64_t> positions;
+  std::mt19937 rng(2024);
+  for (int r = 0; r < rows; ++r) {
+    logits.push_back(random_logits(vocab, 1000 + r, 2.0f));
+    SamplingParams& p = params[r];
+    p.temperature = (r % 5 == 0) ? 0.0f : 0.3f + 0.1f * (r % 7);
+    if (r % 3 == 1) p.top_k = 20 + r;
+    if (r % 4 == 2) p.top_p = 0.9f;
+    if (r % 6 == 3) p.min_p = 0.05f;
+    if (r % 2) p.logprobs = r % 6;
+    if (r % 7 == 4) p.repetition_penalty = 1.2f, p.frequency_penalty = 0.3f, p.presence_penalty = 0.1f;
+    std::vector<int32_t> prompt = {r, r + 1, 2 * r};
+    states.emplace_back(prompt, 500 + r, (uint32_t)(r % 3));
+    for (int i = 0; i < r % 5; ++i) states.back().on_token((int32_t)(rng() % vocab));
+    positions.push_back(states.back().next_position() + r);
+  }
+  std::vector<SampleResult> ref;
+  for (int r = 0; r < rows; ++r) ref.push_back(sample_one(logits[r].data(), vocab, params[r], states[r], positions[r]));
+  auto same = [](const SampleResult& a, const SampleResult& b) {
+    const bool lp = (std::isnan(a.logprob) && std::isnan(b.logprob)) || a.logprob == b.logprob;
+    return a.token == b.token && lp && a.top_logprobs == b.top_logprobs && a.error == b.error;
+  };
+
+  ThreadPool pool(4);
+  std::set<int32_t> tokens;
+  for (int n = 1; n <= rows; ++n) {
+    std::vector<int> pick(rows);
+    std::iota(pick.begin(), pick.end(), 0);
+    std::shuffle(pick.begin(), pick.end(), rng);
+    pick.resize(n);
+    std::vector<SampleRow> batch;
+    for (int r : pick) batch.push_back({logits[r].data(), &params[r], &states[r], positions[r]});
+    for (ThreadPool* tp : {(ThreadPool*)nullptr, &pool}) {
+      auto out = sample_batch(batch, vocab, tp);
+      ASSERT_EQ(out.size(), (size_t)n);
+      for (int i = 0; i < n; ++i) {
+        EXPECT_TRUE(same(out[i], ref[pick[i]])) << "batch " << n << " row " << pick[i];
+        tokens.insert(out[i].token);
+      }
+    }
+  }
+  EXPECT_GT(tokens.size(), 10u);  // the rows really differ
+}
+
+// ---------------------------------------------------------------- bad input
+
+TEST(Sampler, BadLogitsAreErrorsNotCrashes) {
+  std::vector<float> x = {0.0f, 1.0f, 2.0f};
+  SequenceSamplingState st({}, 1, 0);
+  x[1] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THROW(sample_one(x.data(), 3, sampled(1.0f), st, 0), Error);
+  x[1] = std::numeric_limits<float>::infinity();
+  EXPECT_THROW(sample_one(x.data(), 3, sampled(0.0f), st, 0), Error);
+  std::vector<float> masked(3, kNegInf);
+  EXPECT_THROW(sample_one(masked.data(), 3, sampled(1.0f), st, 0), Error);
+  EXPECT_THROW(sample_one(masked.data(), 3, sampled(0.0f), st, 0), Error);
+  EXPECT_THROW(sample_one(masked.data(), 0, sampled(0.0f), st, 0), Error);
+  // Bias can mask the only finite token: still an error, not UB.
+  std::vector<float> one = {kNegInf, 3.0f};
+  SamplingParams b = sampled(1.0f);
+  b.logit_bias = {{1, kNegInf}};  // not a valid request; the sampler must still cope
+  EXPECT_THROW(sample_one(one.data(), 2, b, st, 0), Error);
+
+  // In a batch, the failing row reports and the others are sampled.
+  std::vector<float> good = {0.0f, 5.0f, 1.0f};
+  SamplingParams g = sampled(0.0f);
+  std::vector<SampleRow> rows = {{good.data(), &g, &st, 0}, {masked.data(), &g, &st, 0}, {good.data(), &g, &st, 0}};
+  ThreadPool pool(3);
+  auto out = sample_batch(rows, 3, &pool);
+  EXPECT_EQ(out[0].token, 1);
+  EXPECT_EQ(out[1].token, -1);
+  EXPECT_NE(out[1].error.find("masked"), std::string::npos);
+  EXPECT_EQ(out[2].token, 1);
+  EXPECT_TRUE(out[2].error.empty());
+}
+
+TEST(Sampler, OverflowingPenaltyStaysOrdered) {
+  // A tiny repetition penalty divides a large logit past FLT_MAX; the sampler must still pick it.
+  std::vector<float> x = {3e38f, 1.0f, 0.0f, -1.0f};
+  SamplingParams p = sampled(0.5f);
+  p.repetition_penalty = 1e-3f;
+  p.top_p = 0.9f;
+  SequenceSamplingState st(std::vector<int32_t>{0}, 1, 0);
+  for (uint64_t pos = 0; pos < 20; ++pos) EXPECT_EQ(sample_one(x.data(), 4, p, st, pos).token, 0);
+}
+
+}  // namespace
+}  // namespace deepinfer
