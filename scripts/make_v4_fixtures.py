@@ -94,11 +94,22 @@ def published_cfg():
 
 
 FIXTURES = {
-    "tiny_f32": dict(cfg=tiny_cfg(), seed=1234, seq_lens=[67, 150, 200], storage="f32", debug=True),
-    "tiny_bf16": dict(cfg=tiny_cfg(), seed=1234, seq_lens=[67, 150, 200], storage="bf16"),
-    "tiny_sigmoid": dict(cfg=small_cfg(scoring_func="sigmoid"), seed=77, seq_lens=[61, 130], storage="f32"),
-    "tiny_softmax": dict(cfg=small_cfg(scoring_func="softmax"), seed=78, seq_lens=[61, 130], storage="f32"),
-    "tiny_published": dict(cfg=published_cfg(), seed=4321, seq_lens=[130, 300], storage="published"),
+    "tiny_f32": dict(cfg=tiny_cfg(), seed=1234, ids_seed=5, seq_lens=[67, 150, 200], storage="f32", debug=True,
+                     description="6 layers SWA,SWA,CSA,HCA,CSA,HCA; hash_moe x3 then moe; hc_mult 3; F32 weights "
+                                 "written by transformers save_pretrained (mixed naming)"),
+    "tiny_bf16": dict(cfg=tiny_cfg(), seed=1234, ids_seed=0, seq_lens=[67, 150, 200], storage="bf16",
+                      description="tiny_f32 architecture and seed; weights stored BF16 except hc_* / sinks / ape / "
+                                  "gate bias (F32) and tid2eid (I64), written by save_pretrained; reference = f64 "
+                                  "forward on exactly those stored values"),
+    "tiny_sigmoid": dict(cfg=small_cfg(scoring_func="sigmoid"), seed=77, seq_lens=[61, 130], storage="f32",
+                         description="4 layers SWA,CSA,HCA,CSA (HCA rate 8); scoring_func sigmoid; F32"),
+    "tiny_softmax": dict(cfg=small_cfg(scoring_func="softmax"), seed=78, seq_lens=[61, 130], storage="f32",
+                         description="4 layers SWA,CSA,HCA,CSA (HCA rate 8); scoring_func softmax (softmax supplied "
+                                     "to transformers, see reference_note); F32"),
+    "tiny_published": dict(cfg=published_cfg(), seed=4321, ids_seed=2, seq_lens=[130, 300], storage="published",
+                           description="published checkpoint format: native names, 2 shards + index, FP8 E4M3 with "
+                                       "128x128 E8M0 block scales (partial blocks), FP4 routed experts, BF16/F32/I64 "
+                                       "others, mtp.0.*, legacy config.json; 5 layers SWA,CSA,HCA,CSA,HCA (HCA 128)"),
 }
 
 # --------------------------------------------------------------------------------------------
@@ -413,8 +424,10 @@ def round_to_bf16_storage(model):
 
 
 def tolerance_note():
-    return ("compare engine F32 logits against logits_k with |diff| <= 2e-4 * max|logits_k| + 1e-4 "
-            "(engine F32 compute); BF16 compute: relative 5e-2 and argmax agreement >= 0.9")
+    return ("engine in F32 compute (no FP8/FP4 activation-quant simulation): max|logits - logits_k| <= 2e-4 over all "
+            "positions and argmax equal wherever the reference top-1/top-2 margin exceeds 1e-3 (transformers' own f32 "
+            "run differs from this f64 reference by ~1.5e-5); engine in BF16 compute: see README.md (measured "
+            "transformers-bf16 deviation in hf_bf16_compute_vs_ref)")
 
 
 class SoftmaxScore(torch.nn.Module):
@@ -427,14 +440,14 @@ class SoftmaxScore(torch.nn.Module):
 
 def run_fixture(name, spec, out, log):
     from transformers import activations
-    patched = spec["cfg"]["scoring_func"] == "softmax" and "softmax" not in activations.ACT2CLS
+    patched = spec["cfg"]["scoring_func"] == "softmax" and "softmax" not in activations.ACT2FN
     if patched:
-        activations.ACT2CLS["softmax"] = SoftmaxScore
+        activations.ACT2FN["softmax"] = SoftmaxScore
     try:
         return _run_fixture(name, spec, out, log, patched)
     finally:
         if patched:
-            del activations.ACT2CLS["softmax"]
+            del activations.ACT2FN["softmax"]
 
 
 def _run_fixture(name, spec, out, log, patched=False):
@@ -484,7 +497,22 @@ def _run_fixture(name, spec, out, log, patched=False):
             raise RuntimeError("loaded weights differ from the written ones")
     set_eager(model)
     cfg = model.config
-    ids_list = make_ids(spec["seed"], spec["seq_lens"], cfg.vocab_size)
+    ids_list = make_ids(spec.get("ids_seed", spec["seed"]), spec["seq_lens"], cfg.vocab_size)
+    if spec.get("scan"):
+        model = model.double()
+        probe = IndexerProbe(model)
+        for sd in range(spec["scan"]):
+            ids_s = make_ids(sd, spec["seq_lens"], cfg.vocab_size)
+            mg = float("inf")
+            mr = float("inf")
+            for ids in ids_s:
+                probe.clear()
+                forward_full(model, ids)
+                for i, v in probe.scores.items():
+                    a, r, _, _ = tie_gaps(v[0][0], cfg.index_topk, cfg.compress_rates[CSA])
+                    mg, mr = min(mg, a), min(mr, r)
+            log(f"  ids seed {sd}: min gap {mg:.3e} rel {mr:.3e}")
+        return None
 
     # informative: the same model in float32 vs float64
     import copy
@@ -505,6 +533,22 @@ def _run_fixture(name, spec, out, log, patched=False):
     report["f32_vs_f64_max_abs"] = max((a.double() - b).abs().max().item() for a, b in zip(f32, logits))
     report["f32_vs_f64_max_rel"] = max(((a.double() - b).abs().max() / b.abs().max()).item() for a, b in zip(f32, logits))
     report["logit_stats"] = logit_stats(logits)
+    # informative: transformers' all-BF16 compute (model cast to bf16) against the f64 reference
+    mb = copy.deepcopy(model).to(torch.bfloat16)
+    set_eager(mb)
+    dmax, agree, n, rels = 0.0, 0, 0, []
+    with torch.no_grad():
+        for ids, l in zip(ids_list, logits):
+            o = forward_full(mb, ids).double()
+            dmax = max(dmax, (o - l).abs().max().item())
+            rels.append((o - l).norm(dim=-1) / l.norm(dim=-1))
+            agree += (o.argmax(-1) == l.argmax(-1)).sum().item(); n += l.shape[0]
+    del mb
+    rels = torch.cat(rels)
+    report["hf_bf16_compute_vs_ref"] = {"max_abs": dmax, "max_row_rel_l2": rels.max().item(),
+                                        "median_row_rel_l2": rels.median().item(), "argmax_agreement": agree / n}
+    log(f"  transformers all-bf16 compute vs reference: max abs {dmax:.3e}, row rel-L2 max {rels.max().item():.3e} "
+        f"median {rels.median().item():.3e}, argmax agreement {agree / n:.3f}")
     log(f"  transformers f32 vs f64: max abs {report['f32_vs_f64_max_abs']:.2e} (rel {report['f32_vs_f64_max_rel']:.2e})")
     for k, st in enumerate(report["logit_stats"]):
         log(f"  seq{k}: T={st['T']} logits std {st['std']:.3f} absmax {st['absmax']:.2f} distinct argmax {st['distinct_argmax']}")
@@ -545,6 +589,9 @@ def _run_fixture(name, spec, out, log, patched=False):
         report["debug_keys"] = keys
     with open(os.path.join(fdir, "report.json"), "w") as f:
         json.dump(report, f, indent=1, default=str)
+    for root, _, files in os.walk(fdir):
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
     sz = dir_size(fdir)
     log(f"  wrote {fdir}: {sz / 1e6:.2f} MB in {time.time() - t0:.0f} s")
     return report
@@ -897,6 +944,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/fixtures/v4")
     ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--scan", type=int, default=0, help="only scan N ids seeds for the indexer boundary gap")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     names = a.only or list(FIXTURES)
@@ -905,7 +953,10 @@ def main():
         print(s, flush=True)
     for n in names:
         log(f"== {n}")
-        run_fixture(n, FIXTURES[n], a.out, log)
+        spec = dict(FIXTURES[n])
+        if a.scan:
+            spec["scan"] = a.scan
+        run_fixture(n, spec, a.out, log)
 
 
 if __name__ == "__main__":

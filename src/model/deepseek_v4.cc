@@ -147,7 +147,8 @@ inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x));
 
 }  // namespace
 
-DeepseekV4Model::DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend& backend) : cfg_(cfg), be_(backend) {
+DeepseekV4Model::DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend& backend, const LoadProgress& progress)
+    : cfg_(cfg), be_(backend) {
   const int64_t V = cfg.vocab_size, D = cfg.hidden_size, hc = cfg.hc_mult;
   WeightReader r(ckpt, cfg_, backend);
   embed_ = r.f32("embed.weight", {V, D});
@@ -158,8 +159,10 @@ DeepseekV4Model::DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend&
   hc_head_base_ = r.f32("hc_head_base", {hc});
   hc_head_scale_ = r.f32("hc_head_scale", {1});
   layers_.resize(cfg.num_layers);
-  for (int l = 0; l < cfg.num_layers; ++l)
+  for (int l = 0; l < cfg.num_layers; ++l) {
     load_layer(r, cfg_, "layers." + std::to_string(l) + ".", cfg.layer_types[l], cfg.hash_layers[l], layers_[l]);
+    if (progress) progress(l + 1, cfg.num_layers);
+  }
   // MTP layers: present in published checkpoints (transformers drops them). Kept for speculative
   // decoding; a checkpoint without them simply has no draft head.
   for (int k = 0; k < cfg.num_mtp_layers; ++k) {

@@ -6,6 +6,7 @@
 // to the backend in its own layout), float32
 // softmax/Sinkhorn, no QAT simulations — the transformers (HF) numerics, which our references use.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -18,6 +19,7 @@
 namespace deepinfer {
 
 class Checkpoint;
+using LoadProgress = std::function<void(int done, int total)>;  // layers loaded so far
 
 // ---- weights (float32, row-major [out, in]) ----
 struct V4Compressor {  // main (d) or indexer (dI) compressor of a CSA/HCA layer
@@ -80,7 +82,7 @@ class DeepseekV4Model {
  public:
   // Loads weights from an opened checkpoint (taking every tensor it uses; the caller reports
   // ckpt.unused()). Throws Error naming the tensor on a missing tensor or a wrong shape.
-  DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend& backend);
+  DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend& backend, const LoadProgress& progress = {});
 
   const V4Config& config() const { return cfg_; }
   bool has_mtp() const { return !mtp_.empty(); }

@@ -17,6 +17,7 @@ struct LoadedModel {
 };
 
 // Throws Error with a clear message for a bad directory, config or checkpoint.
-LoadedModel load_model(const std::string& dir, Backend& backend);
+// progress: draw a loading bar on stderr (one tick per layer).
+LoadedModel load_model(const std::string& dir, Backend& backend, bool progress = false);
 
 }  // namespace deepinfer

@@ -1,0 +1,439 @@
+#include "deepinfer/engine.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "engine/scheduler.h"
+#include "engine/stop_matcher.h"
+#include "model/model.h"
+#include "ops/cpu/cpu_backend.h"
+#include "util/error.h"
+
+namespace deepinfer {
+
+const char* finish_name(Finish f) {
+  switch (f) {
+    case Finish::kStop: return "stop";
+    case Finish::kLength: return "length";
+    case Finish::kAbort: return "abort";
+    case Finish::kError: return "error";
+    case Finish::kNone: return "";
+  }
+  return "";
+}
+
+std::string default_model_dir() {
+#ifdef DEEPINFER_DEFAULT_MODEL_DIR
+  return DEEPINFER_DEFAULT_MODEL_DIR;
+#else
+  return "models/nano-v4";
+#endif
+}
+
+namespace {
+
+// One output sequence (choice) of a request; the scheduler knows it by `seq_id`.
+struct Choice {
+  uint64_t seq_id = 0;
+  int index = 0;
+  std::vector<int32_t> tokens;  // prompt + generated
+  SequenceSamplingState sampling;
+  std::optional<tokenizer::StreamDecoder> detok;
+  StopMatcher stops;
+  bool finished = false;
+  Choice(std::vector<int32_t> prompt, uint64_t seed, int idx, std::vector<int32_t> masked, const SamplingParams& p)
+      : index(idx), tokens(prompt), sampling(prompt, seed, (uint32_t)idx, std::move(masked)), stops(p) {}
+};
+
+struct Req {
+  uint64_t id = 0;
+  SamplingParams params;
+  OutputSink sink;
+  int64_t prompt_len = 0;
+  int64_t length_limit = 0;  // max new tokens: min(max_tokens, context left)
+  std::vector<Choice> choices;
+  int unfinished = 0;
+};
+
+}  // namespace
+
+struct Engine::Impl {
+  EngineConfig cfg;
+  std::string dir;
+  CpuBackend backend;
+  LoadedModel model;
+  std::optional<tokenizer::Tokenizer> tok;
+  std::optional<V4Cache> cache;
+  std::optional<Scheduler> sched;
+  std::vector<int32_t> eos_ids;
+  int64_t max_len = 0;
+  int64_t vocab = 0;
+
+  // Owned by the loop thread.
+  std::map<uint64_t, Req> reqs;
+  std::map<uint64_t, std::pair<uint64_t, int>> seq_owner;  // seq id -> (request id, choice)
+  uint64_t next_seq = 1;
+
+  // Shared with submitting threads.
+  mutable std::mutex mu;
+  std::vector<Req> pending;
+  std::vector<uint64_t> pending_aborts;
+  uint64_t next_req = 1;
+  std::atomic<int64_t> live{0};  // requests submitted and not finished
+  EngineStats stats_snapshot;
+  bool draining = false;
+
+  std::thread loop;
+  std::atomic<bool> stop_loop{false};
+  std::condition_variable cv;
+
+  explicit Impl(const EngineConfig& c) : cfg(c), backend(c.threads) {}
+
+  void emit_finish(Req& r, Choice& ch, Finish f, const std::string& why = {}) {
+    if (ch.finished) return;
+    RequestOutput o;
+    o.request_id = r.id;
+    o.index = ch.index;
+    o.finished = true;
+    o.finish = f;
+    if (f == Finish::kError) o.error = why;
+    else o.stop_reason = why;
+    if (ch.detok && f != Finish::kStop) o.text = ch.stops.flush();
+    o.num_prompt_tokens = r.prompt_len;
+    o.num_output_tokens = (int64_t)ch.tokens.size() - r.prompt_len;
+    ch.finished = true;
+    --r.unfinished;
+    sched->finish(ch.seq_id);
+    seq_owner.erase(ch.seq_id);
+    if (r.sink) r.sink(o);
+  }
+
+  void retire_finished_requests() {
+    for (auto it = reqs.begin(); it != reqs.end();) {
+      if (it->second.unfinished == 0) {
+        it = reqs.erase(it);
+        --live;
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void admit_pending() {
+    std::vector<Req> incoming;
+    std::vector<uint64_t> aborts;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      incoming.swap(pending);
+      aborts.swap(pending_aborts);
+    }
+    for (auto& r : incoming) {
+      const uint64_t id = r.id;
+      reqs.emplace(id, std::move(r));
+      Req& q = reqs.at(id);
+      for (auto& ch : q.choices) {
+        ch.seq_id = next_seq++;
+        seq_owner[ch.seq_id] = {id, ch.index};
+        sched->add(ch.seq_id, q.prompt_len);
+      }
+    }
+    for (uint64_t id : aborts) {
+      auto it = reqs.find(id);
+      if (it == reqs.end()) continue;
+      for (auto& ch : it->second.choices) emit_finish(it->second, ch, Finish::kAbort);
+    }
+  }
+
+  // Appends a sampled token to a choice, emits its output, finishes it when a stop rule says so.
+  void on_token(Req& r, Choice& ch, const SampleResult& s) {
+    ch.tokens.push_back(s.token);
+    ch.sampling.on_token(s.token);
+    const int64_t num_out = (int64_t)ch.tokens.size() - r.prompt_len;
+    RequestOutput o;
+    o.request_id = r.id;
+    o.index = ch.index;
+    o.token_ids = {s.token};
+    if (r.params.logprobs) o.logprobs.push_back({s.token, s.logprob, s.top_logprobs});
+    o.num_prompt_tokens = r.prompt_len;
+    o.num_output_tokens = num_out;
+    TokenStop ts = check_stop_token(s.token, num_out, r.length_limit, r.params, eos_ids);
+    Finish f = Finish::kNone;
+    std::string why;
+    if (ch.detok) {
+      const bool can_stop = num_out >= r.params.min_tokens;
+      if (ts.emit_token_text) {
+        auto res = ch.stops.push(ch.detok->push(s.token), can_stop);
+        o.text = std::move(res.text);
+        if (res.stopped) {
+          f = Finish::kStop;
+          why = r.params.stop[res.stop_index];
+        }
+      }
+    }
+    if (f == Finish::kNone && ts.reason != FinishReason::kNone) {
+      f = ts.reason == FinishReason::kStop ? Finish::kStop : Finish::kLength;
+      if (ts.stop_token >= 0) why = std::to_string(ts.stop_token);
+      if (ch.detok) o.text += ch.stops.flush();
+    }
+    if (f != Finish::kNone) {
+      o.finished = true;
+      o.finish = f;
+      o.stop_reason = why;
+      ch.finished = true;
+      --r.unfinished;
+      sched->finish(ch.seq_id);
+      seq_owner.erase(ch.seq_id);
+    }
+    if (r.sink) r.sink(o);
+  }
+
+  bool step() {
+    admit_pending();
+    StepPlan plan = sched->schedule();
+    if (plan.empty()) {
+      retire_finished_requests();
+      update_stats();
+      return !sched->idle();
+    }
+    stats_snapshot.preemptions += (int64_t)plan.preempted.size();
+    // Views of the scheduler's block tables for the model.
+    std::vector<V4SeqState> states(plan.chunks.size());
+    std::vector<V4SeqChunk> chunks;
+    std::vector<Choice*> who;
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+      const ScheduledChunk& c = plan.chunks[i];
+      const SchedSeq* s = sched->find(c.seq);
+      auto [rid, idx] = seq_owner.at(c.seq);
+      Choice& ch = reqs.at(rid).choices[idx];
+      states[i].pos = c.start;
+      states[i].slot = s->slot;
+      states[i].pages = s->pages;
+      chunks.push_back({&states[i], std::span<const int32_t>(ch.tokens.data() + c.start, c.len), false});
+      who.push_back(&ch);
+    }
+    std::vector<float> logits;
+    try {
+      logits = model.v4->forward(chunks, *cache);
+    } catch (const std::exception& e) {
+      // A failed step fails the requests in it, never the engine.
+      for (size_t i = 0; i < who.size(); ++i) {
+        auto [rid, idx] = seq_owner.at(plan.chunks[i].seq);
+        emit_finish(reqs.at(rid), *who[i], Finish::kError, e.what());
+      }
+      sched->on_step_done(plan);
+      retire_finished_requests();
+      return true;
+    }
+    std::vector<SampleRow> rows;
+    std::vector<size_t> row_chunk;
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+      if (!plan.chunks[i].sample) continue;
+      auto [rid, idx] = seq_owner.at(plan.chunks[i].seq);
+      Req& r = reqs.at(rid);
+      rows.push_back({logits.data() + i * vocab, &r.params, &who[i]->sampling, who[i]->sampling.next_position()});
+      row_chunk.push_back(i);
+    }
+    auto results = sample_batch(rows, (int)vocab, &backend.pool());
+    sched->on_step_done(plan);
+    for (size_t k = 0; k < results.size(); ++k) {
+      const size_t i = row_chunk[k];
+      auto [rid, idx] = seq_owner.at(plan.chunks[i].seq);
+      Req& r = reqs.at(rid);
+      if (results[k].token < 0) emit_finish(r, *who[i], Finish::kError, results[k].error);
+      else on_token(r, *who[i], results[k]);
+    }
+    for (const auto& c : plan.chunks) stats_snapshot.prompt_tokens += c.sample ? c.len - 1 : c.len;
+    stats_snapshot.generated_tokens += (int64_t)results.size();
+    ++stats_snapshot.steps;
+    retire_finished_requests();
+    update_stats();
+    return true;
+  }
+
+  void update_stats() {
+    std::lock_guard<std::mutex> lk(mu);
+    stats_snapshot.running = (int64_t)sched->num_running();
+    stats_snapshot.waiting = (int64_t)sched->num_waiting() + (int64_t)pending.size();
+    stats_snapshot.cache_pages_used = cache->page_manager().num_used();
+    stats_snapshot.cache_pages_total = cache->page_manager().total();
+    stats_snapshot.cache_slots_used = cache->slot_manager().num_used();
+    stats_snapshot.cache_slots_total = cache->slot_manager().total();
+  }
+};
+
+Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>(cfg)) {
+  Impl& m = *impl_;
+  m.dir = cfg.model_dir.empty() ? default_model_dir() : cfg.model_dir;
+  if (!std::filesystem::is_directory(m.dir))
+    throw Error("model directory '" + m.dir + "' does not exist" +
+                (cfg.model_dir.empty() ? " (the embedded default model is missing from this build)" : ""));
+  if (cfg.progress) std::fprintf(stderr, "loading %s ...\n", m.dir.c_str());
+  m.model = load_model(m.dir, m.backend, cfg.progress);
+  for (const auto& n : m.model.unused) std::fprintf(stderr, "deepinfer: warning: tensor '%s' is not used\n", n.c_str());
+  const V4Config& c = m.model.v4->config();
+  m.vocab = c.vocab_size;
+  std::string tp = cfg.tokenizer.empty() ? m.dir : cfg.tokenizer;
+  namespace fs = std::filesystem;
+  bool has_tok = fs::is_regular_file(tp) || fs::exists(fs::path(tp) / "tokenizer.json") ||
+                 fs::exists(fs::path(tp) / "tokenizer.json.gz");
+  if (has_tok) m.tok = tokenizer::Tokenizer::from_file(tp);
+  else if (!cfg.tokenizer.empty()) throw Error("tokenizer '" + cfg.tokenizer + "' not found");
+  m.eos_ids = c.eos_token_ids;
+  if (m.tok && m.tok->eos_id() >= 0 &&
+      std::find(m.eos_ids.begin(), m.eos_ids.end(), m.tok->eos_id()) == m.eos_ids.end())
+    m.eos_ids.push_back(m.tok->eos_id());
+  m.max_len = cfg.max_model_len > 0 ? std::min<int64_t>(cfg.max_model_len, c.max_position_embeddings)
+                                    : c.max_position_embeddings;
+  if (cfg.max_num_seqs < 1) throw Error("max_num_seqs must be >= 1");
+  if (cfg.max_batched_tokens < 1) throw Error("max_batched_tokens must be >= 1");
+  m.cache.emplace(V4Cache::from_budget(c, cfg.cache_bytes, cfg.max_num_seqs));
+  SchedulerConfig sc{cfg.max_num_seqs, cfg.max_batched_tokens, m.cache->layout().tokens_per_page};
+  m.sched.emplace(sc, m.cache->slot_manager(), m.cache->page_manager());
+  // A request can never need more pages than the pool holds.
+  m.max_len = std::min<int64_t>(m.max_len, (int64_t)m.cache->page_manager().total() * sc.tokens_per_page);
+  m.update_stats();
+}
+
+Engine::~Engine() { stop(); }
+
+uint64_t Engine::add_request(Request req, OutputSink sink) {
+  Impl& m = *impl_;
+  req.params.validate(m.vocab);
+  if (req.params.prompt_logprobs) throw Error("prompt_logprobs is not supported yet");
+  std::vector<int32_t> ids = std::move(req.prompt_ids);
+  if (ids.empty()) {
+    if (!m.tok) throw Error("this model has no tokenizer: send prompt token ids");
+    ids = m.tok->encode(req.prompt, req.add_special_tokens);
+  }
+  if (ids.empty()) throw Error("prompt is empty");
+  for (int32_t t : ids)
+    if (t < 0 || t >= m.vocab)
+      throw Error("prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(m.vocab) + ")");
+  if ((int64_t)ids.size() >= m.max_len)
+    throw Error("prompt has " + std::to_string(ids.size()) + " tokens; the context limit is " + std::to_string(m.max_len));
+  if (!req.params.stop.empty() && !m.tok) throw Error("stop strings need a tokenizer");
+  Req r;
+  r.params = req.params;
+  r.sink = std::move(sink);
+  r.prompt_len = (int64_t)ids.size();
+  r.length_limit = m.max_len - r.prompt_len;
+  if (r.params.max_tokens) r.length_limit = std::min(r.length_limit, *r.params.max_tokens);
+  const uint64_t seed = resolve_seed(r.params);
+  auto masked = min_tokens_masked_ids(r.params, m.eos_ids);
+  for (int i = 0; i < r.params.n; ++i) {
+    r.choices.emplace_back(ids, seed, i, masked, r.params);
+    if (m.tok) r.choices.back().detok.emplace(*m.tok, r.params.skip_special_tokens);
+  }
+  r.unfinished = r.params.n;
+  std::lock_guard<std::mutex> lk(m.mu);
+  if (m.draining) throw Error("the engine is shutting down");
+  r.id = m.next_req++;
+  const uint64_t id = r.id;
+  m.pending.push_back(std::move(r));
+  ++m.live;
+  m.cv.notify_all();
+  return id;
+}
+
+void Engine::abort(uint64_t id) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  impl_->pending_aborts.push_back(id);
+  impl_->cv.notify_all();
+}
+
+bool Engine::step() { return impl_->step(); }
+bool Engine::has_work() const { return impl_->live.load() > 0; }
+
+void Engine::start() {
+  Impl& m = *impl_;
+  if (m.loop.joinable()) return;
+  m.stop_loop = false;
+  m.loop = std::thread([&m] {
+    while (!m.stop_loop) {
+      if (!m.step()) {
+        std::unique_lock<std::mutex> lk(m.mu);
+        m.cv.wait_for(lk, std::chrono::milliseconds(50),
+                      [&] { return m.stop_loop || !m.pending.empty() || !m.pending_aborts.empty(); });
+      }
+    }
+  });
+}
+
+void Engine::stop() {
+  Impl& m = *impl_;
+  if (!m.loop.joinable()) return;
+  m.stop_loop = true;
+  m.cv.notify_all();
+  m.loop.join();
+}
+
+void Engine::drain(int64_t timeout_ms) {
+  Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lk(m.mu);
+    m.draining = true;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  while (has_work() && std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(timeout_ms))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (has_work()) {
+    std::vector<uint64_t> ids;
+    {
+      std::lock_guard<std::mutex> lk(m.mu);
+      for (auto& r : m.pending) ids.push_back(r.id);
+    }
+    // Requests inside the loop: abort all known ids (the loop thread owns `reqs`; aborts are queued).
+    for (uint64_t id = 1; id < m.next_req; ++id) abort(id);
+    while (has_work()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+std::vector<GenerateResult> Engine::generate(const std::vector<Request>& reqs) {
+  if (impl_->loop.joinable()) throw Error("generate() needs the engine loop to be stopped");
+  std::vector<GenerateResult> out(reqs.size());
+  std::map<uint64_t, size_t> where;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    out[i].outputs.resize(reqs[i].params.n);
+    for (int k = 0; k < reqs[i].params.n; ++k) out[i].outputs[k].index = k;
+    out[i].request_id = add_request(reqs[i], [&out, &where](const RequestOutput& o) {
+      Completion& c = out[where.at(o.request_id)].outputs[o.index];
+      c.token_ids.insert(c.token_ids.end(), o.token_ids.begin(), o.token_ids.end());
+      c.text += o.text;
+      c.logprobs.insert(c.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
+      if (o.finished) {
+        c.finish = o.finish;
+        c.stop_reason = o.stop_reason;
+        c.error = o.error;
+      }
+    });
+    where[out[i].request_id] = i;
+    out[i].prompt_ids = reqs[i].prompt_ids.empty() && impl_->tok
+                            ? impl_->tok->encode(reqs[i].prompt, reqs[i].add_special_tokens)
+                            : reqs[i].prompt_ids;
+  }
+  while (has_work()) step();
+  return out;
+}
+
+bool Engine::has_tokenizer() const { return impl_->tok.has_value(); }
+const tokenizer::Tokenizer& Engine::tokenizer() const {
+  if (!impl_->tok) throw Error("this model has no tokenizer");
+  return *impl_->tok;
+}
+int64_t Engine::vocab_size() const { return impl_->vocab; }
+int64_t Engine::max_model_len() const { return impl_->max_len; }
+const std::string& Engine::model_dir() const { return impl_->dir; }
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  return impl_->stats_snapshot;
+}
+std::string Engine::check_invariants() const { return impl_->sched->check_invariants(); }
+
+}  // namespace deepinfer
