@@ -83,6 +83,7 @@ struct GenerateResult {
 struct EngineStats {
   int64_t running = 0, waiting = 0;
   int64_t cache_pages_used = 0, cache_pages_total = 0, cache_slots_used = 0, cache_slots_total = 0;
+  int64_t cache_page_bytes = 0, cache_slot_bytes = 0, cache_tokens_per_page = 0;
   int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0, preemptions = 0;
 };
 

@@ -265,6 +265,9 @@ struct Engine::Impl {
     stats_snapshot.cache_pages_total = cache->page_manager().total();
     stats_snapshot.cache_slots_used = cache->slot_manager().num_used();
     stats_snapshot.cache_slots_total = cache->slot_manager().total();
+    stats_snapshot.cache_page_bytes = cache->layout().page_bytes();
+    stats_snapshot.cache_slot_bytes = cache->layout().slot_bytes();
+    stats_snapshot.cache_tokens_per_page = cache->layout().tokens_per_page;
   }
 };
 

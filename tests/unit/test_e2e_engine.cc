@@ -1,0 +1,194 @@
+// The engine end to end on a tiny reference checkpoint (ids in, ids out) with a deliberately small
+// cache: seeded determinism whatever else is in the batch, preemption that does not change outputs,
+// abort that frees everything, and the cache accounting after every step.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include "deepinfer/engine.h"
+#include "util/error.h"
+
+using namespace deepinfer;
+
+namespace {
+
+std::string fixture_model() {
+  const char* env = std::getenv("DEEPINFER_V4_FIXTURES");
+  std::string root = env ? env : std::string(DEEPINFER_SOURCE_DIR) + "/tests/fixtures/v4";
+  return root + "/tiny_f32/model";
+}
+
+Request make_req(std::mt19937& g, int64_t vocab, int len, int max_tokens, std::optional<uint64_t> seed,
+                 float temperature = 1.0f) {
+  Request r;
+  for (int i = 0; i < len; ++i) r.prompt_ids.push_back((int32_t)(g() % vocab));
+  r.params.max_tokens = max_tokens;
+  r.params.temperature = temperature;
+  r.params.seed = seed;
+  r.params.logprobs = 3;
+  r.params.ignore_eos = true;
+  return r;
+}
+
+// Runs requests to completion with step(), checking invariants after every step.
+std::vector<GenerateResult> run_checked(Engine& e, const std::vector<Request>& reqs) {
+  std::vector<GenerateResult> out(reqs.size());
+  std::map<uint64_t, size_t> where;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    out[i].outputs.resize(reqs[i].params.n);
+    uint64_t id = e.add_request(reqs[i], [&out, &where](const RequestOutput& o) {
+      auto& c = out[where.at(o.request_id)].outputs[o.index];
+      c.token_ids.insert(c.token_ids.end(), o.token_ids.begin(), o.token_ids.end());
+      c.logprobs.insert(c.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
+      if (o.finished) c.finish = o.finish;
+    });
+    where[id] = i;
+  }
+  int steps = 0;
+  while (e.has_work()) {
+    e.step();
+    EXPECT_EQ(e.check_invariants(), "") << "after step " << steps;
+    if (++steps > 100000) break;
+  }
+  return out;
+}
+
+void expect_same(const Completion& a, const Completion& b) {
+  ASSERT_EQ(a.token_ids, b.token_ids);
+  ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
+  for (size_t i = 0; i < a.logprobs.size(); ++i) {
+    EXPECT_EQ(a.logprobs[i].logprob, b.logprobs[i].logprob);
+    EXPECT_EQ(a.logprobs[i].top, b.logprobs[i].top);
+  }
+}
+
+}  // namespace
+
+TEST(Engine, SeededRequestIsIdenticalAloneAndInsideAnyBatch) {
+  EngineConfig cfg;
+  cfg.model_dir = fixture_model();
+  cfg.threads = 2;
+  cfg.max_num_seqs = 40;
+  cfg.max_batched_tokens = 96;
+  Engine e(cfg);
+  std::mt19937 g(5);
+  Request target = make_req(g, e.vocab_size(), 37, 24, 1234, 0.9f);
+  target.params.top_p = 0.95f;
+  auto alone = run_checked(e, {target});
+  ASSERT_EQ(alone[0].outputs[0].token_ids.size(), 24u);
+  for (int others : {1, 3, 8, 17, 32}) {
+    std::vector<Request> batch;
+    for (int i = 0; i < others; ++i) {
+      std::optional<uint64_t> seed;
+      if (i % 2) seed = g();
+      batch.push_back(make_req(g, e.vocab_size(), 1 + g() % 60, 1 + g() % 30, seed, (i % 3) * 0.5f));
+    }
+    batch.insert(batch.begin() + others / 2, target);
+    auto res = run_checked(e, batch);
+    SCOPED_TRACE("batch of " + std::to_string(others + 1));
+    expect_same(alone[0].outputs[0], res[others / 2].outputs[0]);
+  }
+  EngineStats s = e.stats();
+  EXPECT_EQ(s.cache_pages_used, 0);
+  EXPECT_EQ(s.cache_slots_used, 0);
+}
+
+TEST(Engine, PreemptionUnderASmallCacheDoesNotChangeOutputs) {
+  std::mt19937 g(9);
+  std::vector<Request> reqs;
+  EngineConfig big;
+  big.model_dir = fixture_model();
+  big.threads = 2;
+  Engine ref_engine(big);
+  for (int i = 0; i < 12; ++i) reqs.push_back(make_req(g, ref_engine.vocab_size(), 150 + g() % 300, 40, 100 + i));
+  reqs[3].params.n = 2;
+  auto ref = run_checked(ref_engine, reqs);
+  EXPECT_EQ(ref_engine.stats().preemptions, 0);
+
+  EngineConfig small = big;
+  small.max_num_seqs = 6;
+  small.max_batched_tokens = 64;
+  // Room for the 6 slots and 8 pages: sequences must be preempted and recomputed.
+  EngineStats st = ref_engine.stats();
+  small.cache_bytes = 6 * st.cache_slot_bytes + 8 * st.cache_page_bytes;
+  Engine e(small);
+  auto out = run_checked(e, reqs);
+  EXPECT_GT(e.stats().preemptions, 0) << "the cache was meant to be too small";
+  for (size_t i = 0; i < reqs.size(); ++i)
+    for (size_t k = 0; k < ref[i].outputs.size(); ++k) {
+      SCOPED_TRACE("request " + std::to_string(i) + " choice " + std::to_string(k));
+      expect_same(ref[i].outputs[k], out[i].outputs[k]);
+    }
+}
+
+TEST(Engine, AbortFreesTheCacheWithinOneStep) {
+  EngineConfig cfg;
+  cfg.model_dir = fixture_model();
+  cfg.threads = 2;
+  Engine e(cfg);
+  std::mt19937 g(3);
+  Finish fin = Finish::kNone;
+  int events = 0;
+  Request r = make_req(g, e.vocab_size(), 50, 1000, 7);
+  uint64_t id = e.add_request(r, [&](const RequestOutput& o) {
+    ++events;
+    if (o.finished) fin = o.finish;
+  });
+  Request other = make_req(g, e.vocab_size(), 10, 30, 8);
+  Finish other_fin = Finish::kNone;
+  e.add_request(other, [&](const RequestOutput& o) {
+    if (o.finished) other_fin = o.finish;
+  });
+  for (int i = 0; i < 5; ++i) e.step();
+  EXPECT_GT(e.stats().cache_pages_used, 0);
+  e.abort(id);
+  e.step();
+  EXPECT_EQ(fin, Finish::kAbort);
+  while (e.has_work()) e.step();
+  EXPECT_EQ(other_fin, Finish::kLength) << "an aborted request must not harm the others";
+  EXPECT_EQ(e.stats().cache_pages_used, 0);
+  EXPECT_EQ(e.stats().cache_slots_used, 0);
+  EXPECT_EQ(e.check_invariants(), "");
+}
+
+TEST(Engine, InvalidRequestsAreClearErrors) {
+  EngineConfig cfg;
+  cfg.model_dir = fixture_model();
+  cfg.threads = 1;
+  Engine e(cfg);
+  auto expect_error = [&](Request r, const std::string& needle) {
+    try {
+      e.add_request(r, {});
+      ADD_FAILURE() << "accepted: " << needle;
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find(needle), std::string::npos) << err.what();
+    }
+  };
+  Request ok;
+  ok.prompt_ids = {1, 2, 3};
+  Request r = ok;
+  r.params.temperature = -1;
+  expect_error(r, "temperature");
+  r = ok;
+  r.params.top_p = 1.5f;
+  expect_error(r, "top_p");
+  r = ok;
+  r.prompt_ids = {1, (int32_t)e.vocab_size()};
+  expect_error(r, "vocabulary");
+  r = ok;
+  r.prompt_ids.clear();
+  r.prompt = "text";
+  expect_error(r, "tokenizer");
+  r = ok;
+  r.prompt_ids.assign(e.max_model_len(), 1);
+  expect_error(r, "context");
+  EXPECT_FALSE(e.has_work());
+}
+
+TEST(Engine, MissingModelIsAClearError) {
+  EngineConfig cfg;
+  cfg.model_dir = "/nonexistent/model";
+  EXPECT_THROW(Engine e(cfg), Error);
+}
