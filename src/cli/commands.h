@@ -7,5 +7,7 @@ int cmd_logits(int argc, char** argv);      // cli/logits.cc
 int cmd_tokenize(int argc, char** argv);    // cli/tokenize.cc
 int cmd_detokenize(int argc, char** argv);  // cli/tokenize.cc
 int cmd_inspect(int argc, char** argv);     // cli/inspect.cc: list a checkpoint's tensors
+int cmd_generate(int argc, char** argv);    // cli/generate.cc
+int cmd_chat(int argc, char** argv);        // cli/generate.cc
 
 }  // namespace deepinfer::cli
