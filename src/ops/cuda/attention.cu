@@ -2,6 +2,7 @@
 // the per-row top-k that picks the compressed entries. K = V: one d-wide bf16 row per key, shared by
 // all heads (MQA), so a block takes 8 heads of one query and every key row it stages in shared memory
 // is used by those 8 heads.
+#include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 #include <mma.h>
 
@@ -15,7 +16,11 @@ using namespace nvcuda;
 
 constexpr int ATT_HG = 8, ATT_CH = 32;
 
-// DV = d / 256: each lane holds DV vectors of 8 channels (channels v·256 + lane·8 .. +8).
+// DV = d / 256. v1 kept one key's partial dot per lane and reduced it across the warp for every key
+// (32 unrolled reductions, 255 registers and a 1.5 KB spill: 2.7 ms for 64 decode queries). v2: the
+// scores of a 32-key chunk are computed lane-per-key (lane r: q·k_r over all d, q broadcast from
+// shared memory, key rows padded by 16 bytes so the 8 lanes of a quarter-warp hit distinct banks),
+// then P·V runs channel-parallel (lane owns channels v·256 + lane·8 .. +8) with p_r broadcast by shuffle.
 template <int DV>
 __global__ void __launch_bounds__(256) sink_attn_kernel(const bf16* __restrict__ q, int64_t ldq, int H,
                                                         const bf16* __restrict__ win, const int32_t* __restrict__ win_lo,
@@ -24,8 +29,9 @@ __global__ void __launch_bounds__(256) sink_attn_kernel(const bf16* __restrict__
                                                         const int64_t* __restrict__ ent_off,
                                                         const float* __restrict__ sinks, float scale,
                                                         float* __restrict__ out, int64_t ldo) {
-  constexpr int d = DV * 256, VPR = d / 8;  // 16-byte vectors a key row
-  __shared__ __align__(16) bf16 ks[ATT_CH * d];
+  constexpr int d = DV * 256, VPR = d / 8, KLD = d + 8;  // 16-byte vectors a key row; padded row
+  __shared__ __align__(16) bf16 ks[ATT_CH * KLD];
+  __shared__ __align__(16) bf16 qsm[ATT_HG * d];
   const int64_t m = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int h = blockIdx.y * ATT_HG + warp;
@@ -33,21 +39,17 @@ __global__ void __launch_bounds__(256) sink_attn_kernel(const bf16* __restrict__
   const int64_t e0 = ent_off ? ent_off[m] : 0;
   const int ne = ent_off ? (int)(ent_off[m + 1] - e0) : 0;
   const int n = nw + ne;
+  for (int t = lane; t < VPR; t += 32)
+    *reinterpret_cast<uint4*>(qsm + warp * d + t * 8) =
+        *reinterpret_cast<const uint4*>(q + m * ldq + (int64_t)h * d + t * 8);
 
-  float qv[DV][8];
-#pragma unroll
-  for (int v = 0; v < DV; ++v) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(q + m * ldq + (int64_t)h * d + v * 256 + lane * 8);
-    const bf16* b = reinterpret_cast<const bf16*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) qv[v][i] = __bfloat162float(b[i]);
-  }
   float o[DV][8];
 #pragma unroll
   for (int v = 0; v < DV; ++v)
 #pragma unroll
     for (int i = 0; i < 8; ++i) o[v][i] = 0.0f;
   float mrun = sinks[h], l = 1.0f;  // the sink: exp(sink − mrun) = 1 in the denominator
+  const bf16* qw = qsm + warp * d;
 
   for (int c0 = 0; c0 < n; c0 += ATT_CH) {
     __syncthreads();
@@ -58,41 +60,47 @@ __global__ void __launch_bounds__(256) sink_attn_kernel(const bf16* __restrict__
         const bf16* src = j < nw ? win + (int64_t)(lo + j) * d : ent + (int64_t)ent_idx[e0 + (j - nw)] * d;
         val = *reinterpret_cast<const uint4*>(src + c * 8);
       }
-      *reinterpret_cast<uint4*>(ks + r * d + c * 8) = val;
+      *reinterpret_cast<uint4*>(ks + r * KLD + c * 8) = val;
     }
     __syncthreads();
-    float s[ATT_CH];
-    float cmax = -INFINITY;
+    // scores: lane ↔ key c0 + lane
+    const bf16* kr = ks + lane * KLD;
+    float dot = 0.0f;
+#pragma unroll 4
+    for (int c = 0; c < VPR; ++c) {
+      const uint4 kv = *reinterpret_cast<const uint4*>(kr + c * 8);
+      const uint4 qv = *reinterpret_cast<const uint4*>(qw + c * 8);
+      const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(&kv);
+      const __nv_bfloat162* q2 = reinterpret_cast<const __nv_bfloat162*>(&qv);
 #pragma unroll
-    for (int r = 0; r < ATT_CH; ++r) {
-      float part = 0.0f;
-#pragma unroll
-      for (int v = 0; v < DV; ++v) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(ks + r * d + v * 256 + lane * 8);
-        const bf16* b = reinterpret_cast<const bf16*>(&raw);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) part += qv[v][i] * __bfloat162float(b[i]);
+      for (int i = 0; i < 4; ++i) {
+        const float2 kf = __bfloat1622float2(k2[i]), qf = __bfloat1622float2(q2[i]);
+        dot += qf.x * kf.x;
+        dot += qf.y * kf.y;
       }
-      s[r] = (c0 + r < n) ? scale * detail::warp_sum(part) : -INFINITY;
-      cmax = fmaxf(cmax, s[r]);
     }
-    const float mnew = fmaxf(mrun, cmax);
+    const float sv = (c0 + lane < n) ? scale * dot : -INFINITY;
+    const float mnew = fmaxf(mrun, detail::warp_max(sv));
     const float alpha = expf(mrun - mnew);
-    l *= alpha;
+    const float p = expf(sv - mnew);  // 0 for masked keys
+    l = l * alpha + detail::warp_sum(p);
 #pragma unroll
     for (int v = 0; v < DV; ++v)
 #pragma unroll
       for (int i = 0; i < 8; ++i) o[v][i] *= alpha;
-#pragma unroll
-    for (int r = 0; r < ATT_CH; ++r) {
-      const float p = expf(s[r] - mnew);  // 0 for masked keys
-      l += p;
+    const int nr = min(ATT_CH, n - c0);
+    for (int r = 0; r < nr; ++r) {
+      const float pr = __shfl_sync(0xffffffffu, p, r);
 #pragma unroll
       for (int v = 0; v < DV; ++v) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(ks + r * d + v * 256 + lane * 8);
-        const bf16* b = reinterpret_cast<const bf16*>(&raw);
+        const uint4 raw = *reinterpret_cast<const uint4*>(ks + r * KLD + v * 256 + lane * 8);
+        const __nv_bfloat162* b2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) o[v][i] += p * __bfloat162float(b[i]);
+        for (int i = 0; i < 4; ++i) {
+          const float2 f = __bfloat1622float2(b2[i]);
+          o[v][2 * i] += pr * f.x;
+          o[v][2 * i + 1] += pr * f.y;
+        }
       }
     }
     mrun = mnew;
@@ -105,6 +113,128 @@ __global__ void __launch_bounds__(256) sink_attn_kernel(const bf16* __restrict__
     dst[0] = make_float4(o[v][0] * inv, o[v][1] * inv, o[v][2] * inv, o[v][3] * inv);
     dst[1] = make_float4(o[v][4] * inv, o[v][5] * inv, o[v][6] * inv, o[v][7] * inv);
   }
+}
+
+// ---- tensor-core variant (experimental): MQA means all heads of a query share the keys, so per query
+// S = Q[heads, d]·K[keys, d]ᵀ and O = P·V are small GEMMs. Block = one query × 32 heads, 8 warps,
+// 32-key chunks; Q, the key chunk and the f32 O accumulator live in shared memory (WMMA fragments are
+// opaque, so the per-row online-softmax rescale is done on O in shared memory). P is rounded to bf16
+// before P·V (as [OFF] does), the row sums stay f32.
+constexpr int TC_HB = 32, TC_CH = 32;
+
+template <int D>
+__global__ void __launch_bounds__(256) sink_attn_tc_kernel(const bf16* __restrict__ q, int64_t ldq,
+                                                           const bf16* __restrict__ win,
+                                                           const int32_t* __restrict__ win_lo,
+                                                           const int32_t* __restrict__ win_hi,
+                                                           const bf16* __restrict__ ent,
+                                                           const int32_t* __restrict__ ent_idx,
+                                                           const int64_t* __restrict__ ent_off,
+                                                           const float* __restrict__ sinks, float scale,
+                                                           float* __restrict__ out, int64_t ldo) {
+  constexpr int LQ = D + 8, LO = D + 4, LS = TC_CH + 4, LP = TC_CH + 8, VPR = D / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem);                   // [TC_HB][LQ]
+  bf16* Ks = Qs + TC_HB * LQ;                                 // [TC_CH][LQ]
+  float* Os = reinterpret_cast<float*>(Ks + TC_CH * LQ);      // [TC_HB][LO]
+  float* Ss = Os + TC_HB * LO;                                // [TC_HB][LS]
+  bf16* Ps = reinterpret_cast<bf16*>(Ss + TC_HB * LS);        // [TC_HB][LP]
+  float* st = reinterpret_cast<float*>(Ps + TC_HB * LP);      // mrun[TC_HB], l[TC_HB], alpha[TC_HB]
+  float *mrun = st, *lsum = st + TC_HB, *alpha = st + 2 * TC_HB;
+  const int64_t m = blockIdx.x;
+  const int h0 = blockIdx.y * TC_HB;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int lo = win_lo[m], nw = win_hi[m] - lo;
+  const int64_t e0 = ent_off ? ent_off[m] : 0;
+  const int ne = ent_off ? (int)(ent_off[m + 1] - e0) : 0;
+  const int n = nw + ne;
+  for (int t = tid; t < TC_HB * VPR; t += 256) {
+    const int r = t / VPR, c = t % VPR;
+    *reinterpret_cast<uint4*>(Qs + r * LQ + c * 8) =
+        *reinterpret_cast<const uint4*>(q + m * ldq + (int64_t)(h0 + r) * D + c * 8);
+  }
+  for (int t = tid; t < TC_HB * LO; t += 256) Os[t] = 0.0f;
+  if (tid < TC_HB) mrun[tid] = sinks[h0 + tid], lsum[tid] = 1.0f;
+  for (int c0 = 0; c0 < n; c0 += TC_CH) {
+    __syncthreads();
+    for (int t = tid; t < TC_CH * VPR; t += 256) {
+      const int r = t / VPR, c = t % VPR, j = c0 + r;
+      uint4 val = make_uint4(0, 0, 0, 0);
+      if (j < n) {
+        const bf16* src = j < nw ? win + (int64_t)(lo + j) * D : ent + (int64_t)ent_idx[e0 + (j - nw)] * D;
+        val = *reinterpret_cast<const uint4*>(src + c * 8);
+      }
+      *reinterpret_cast<uint4*>(Ks + r * LQ + c * 8) = val;
+    }
+    __syncthreads();
+    if (warp < 4) {  // S tile (hi, kj) of 16×16, full d
+      const int hi = warp >> 1, kj = warp & 1;
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+#pragma unroll 4
+      for (int kk = 0; kk < D; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
+        wmma::load_matrix_sync(fa, Qs + hi * 16 * LQ + kk, LQ);
+        wmma::load_matrix_sync(fb, Ks + kj * 16 * LQ + kk, LQ);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(Ss + hi * 16 * LS + kj * 16, acc, LS, wmma::mem_row_major);
+    }
+    __syncthreads();
+    // online softmax: warp w owns heads 4w..4w+3, lane = key
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int h = warp * 4 + i;
+      const float sv = (c0 + lane < n) ? scale * Ss[h * LS + lane] : -INFINITY;
+      const float mo = mrun[h];
+      const float mnew = fmaxf(mo, detail::warp_max(sv));
+      const float p = expf(sv - mnew);
+      const float ps = detail::warp_sum(p);
+      Ps[h * LP + lane] = __float2bfloat16_rn(p);
+      if (lane == 0) {
+        const float a = expf(mo - mnew);
+        alpha[h] = a;
+        lsum[h] = lsum[h] * a + ps;
+        mrun[h] = mnew;
+      }
+    }
+    __syncthreads();
+    for (int t = tid; t < TC_HB * D; t += 256) {
+      const int h = t / D, c = t % D;
+      Os[h * LO + c] *= alpha[h];
+    }
+    __syncthreads();
+    // O += P·V: 2 × (D/16) output tiles, spread over the 8 warps
+    for (int tile = warp; tile < 2 * (D / 16); tile += 8) {
+      const int hi = tile / (D / 16), dj = tile % (D / 16);
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::load_matrix_sync(acc, Os + hi * 16 * LO + dj * 16, LO, wmma::mem_row_major);
+#pragma unroll
+      for (int kk = 0; kk < TC_CH; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, Ps + hi * 16 * LP + kk, LP);
+        wmma::load_matrix_sync(fb, Ks + kk * LQ + dj * 16, LQ);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(Os + hi * 16 * LO + dj * 16, acc, LO, wmma::mem_row_major);
+    }
+  }
+  __syncthreads();
+  for (int t = tid; t < TC_HB * (D / 4); t += 256) {
+    const int h = t / (D / 4), c = (t % (D / 4)) * 4;
+    const float inv = 1.0f / lsum[h];
+    const float* o = Os + h * LO + c;
+    *reinterpret_cast<float4*>(out + m * ldo + (int64_t)(h0 + h) * D + c) =
+        make_float4(o[0] * inv, o[1] * inv, o[2] * inv, o[3] * inv);
+  }
+}
+
+template <int D>
+constexpr size_t tc_smem() {
+  return (size_t)(TC_HB + TC_CH) * (D + 8) * 2 + (size_t)TC_HB * (D + 4) * 4 + (size_t)TC_HB * (TC_CH + 4) * 4 +
+         (size_t)TC_HB * (TC_CH + 8) * 2 + 3 * TC_HB * 4;
 }
 
 // ---- lightning indexer: one block = one query × 64 keys; 4 warps, warp w owns keys 16w..16w+16 ----
@@ -247,6 +377,121 @@ __global__ void __launch_bounds__(TK_NT) topk_kernel(const float* __restrict__ s
   }
 }
 
+// Long rows (the CSA candidate list at long context: n = 262144 at 1M tokens): a cluster of TK_CL
+// blocks per row. Each block histograms its slice; the digit choice sums the TK_CL histograms in rank
+// order through distributed shared memory; the compaction gives each block its output offset from the
+// counts of the blocks before it, so the indices still come out ascending. v1 (one block per row) took
+// 404 µs for 4 rows of 262144.
+constexpr int TK_CL = 8;
+
+__global__ void __cluster_dims__(TK_CL, 1, 1) __launch_bounds__(TK_NT)
+    topk_cluster_kernel(const float* __restrict__ score, int64_t n, int64_t ld, const int32_t* __restrict__ n_valid,
+                        int topk, int32_t* __restrict__ idx, int32_t* __restrict__ count) {
+  namespace cg = cooperative_groups;
+  using Scan = cub::BlockScan<int, TK_NT>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ int hist[256], ghist[256];
+  __shared__ int cnt[2];  // this block's {#key > T, #key == T}
+  __shared__ uint32_t s_prefix;
+  __shared__ int s_remaining, s_base_eq, s_base_out;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = (int)cluster.block_rank();
+  const int64_t m = blockIdx.x / TK_CL;
+  const float* row = score + m * ld;
+  const int64_t nv = n_valid ? min((int64_t)max(n_valid[m], 0), n) : n;
+  const int k = (int)min((int64_t)topk, nv);
+  int32_t* out = idx + m * (int64_t)topk;
+  const int64_t per = (nv + TK_CL - 1) / TK_CL;
+  const int64_t lo = min(nv, rank * per), hi = min(nv, lo + per);
+  if (rank == 0) {
+    for (int j = k + threadIdx.x; j < topk; j += TK_NT) out[j] = -1;
+    if (count && threadIdx.x == 0) count[m] = k;
+  }
+  if (k == 0) return;  // uniform over the cluster
+  if (k == nv) {
+    for (int64_t j = lo + threadIdx.x; j < hi; j += TK_NT) out[j] = (int32_t)j;
+    return;
+  }
+  uint32_t prefix = 0, mask = 0;
+  int remaining = k;
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    for (int j = threadIdx.x; j < 256; j += TK_NT) hist[j] = 0;
+    __syncthreads();
+    for (int64_t i = lo + threadIdx.x; i < hi; i += TK_NT) {
+      const uint32_t key = detail::f32_order_key(row[i]);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1);
+    }
+    cluster.sync();
+    for (int j = threadIdx.x; j < 256; j += TK_NT) {
+      int t = 0;
+      for (int b = 0; b < TK_CL; ++b) t += cluster.map_shared_rank(hist, b)[j];
+      ghist[j] = t;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int c = 0, dsel = 0;
+      for (int dg = 255; dg >= 0; --dg) {
+        if (c + ghist[dg] >= remaining) {
+          dsel = dg;
+          break;
+        }
+        c += ghist[dg];
+      }
+      s_remaining = remaining - c;
+      s_prefix = prefix | ((uint32_t)dsel << shift);
+    }
+    cluster.sync();  // nobody clears its histogram while another block still reads it
+    prefix = s_prefix;
+    remaining = s_remaining;
+    mask |= 255u << shift;
+  }
+  // this block's counts, then its offsets from the blocks before it
+  int gt = 0, eq = 0;
+  for (int64_t i = lo + threadIdx.x; i < hi; i += TK_NT) {
+    const uint32_t key = detail::f32_order_key(row[i]);
+    gt += key > prefix;
+    eq += key == prefix;
+  }
+  int tot_gt, tot_eq;
+  {
+    int dummy;
+    Scan(scan_tmp).ExclusiveSum(gt, dummy, tot_gt);
+    __syncthreads();
+    Scan(scan_tmp).ExclusiveSum(eq, dummy, tot_eq);
+  }
+  if (threadIdx.x == 0) cnt[0] = tot_gt, cnt[1] = tot_eq;
+  cluster.sync();
+  if (threadIdx.x == 0) {
+    int e_before = 0, out_before = 0;
+    for (int b = 0; b < rank; ++b) {
+      const int* c = cluster.map_shared_rank(cnt, b);
+      const int take_eq = max(0, min(c[1], remaining - e_before));
+      out_before += c[0] + take_eq;
+      e_before += c[1];
+    }
+    s_base_eq = e_before, s_base_out = out_before;
+  }
+  cluster.sync();  // remote counts read: blocks may now leave
+  for (int64_t b = lo; b < hi; b += TK_NT) {
+    const int64_t i = b + threadIdx.x;
+    uint32_t key = 0;
+    if (i < hi) key = detail::f32_order_key(row[i]);
+    const int e = (i < hi && key == prefix) ? 1 : 0;
+    int eq_rank, eq_tot;
+    Scan(scan_tmp).ExclusiveSum(e, eq_rank, eq_tot);
+    __syncthreads();
+    const int base_eq = s_base_eq, base_out = s_base_out;
+    const int take = (i < hi) && (key > prefix || (e && base_eq + eq_rank < remaining)) ? 1 : 0;
+    int pos, tot;
+    Scan(scan_tmp).ExclusiveSum(take, pos, tot);
+    if (take) out[base_out + pos] = (int32_t)i;
+    __syncthreads();
+    if (threadIdx.x == 0) s_base_eq = base_eq + eq_tot, s_base_out = base_out + tot;
+    __syncthreads();
+  }
+}
+
 }  // namespace
 
 cudaError_t sink_attention(const bf16* q, int64_t M, int64_t ldq, int H, int d, const bf16* win,
@@ -263,6 +508,28 @@ cudaError_t sink_attention(const bf16* q, int64_t M, int64_t ldq, int H, int d, 
   else
     return cudaErrorNotSupported;
   return cudaGetLastError();
+}
+
+cudaError_t sink_attention_tc(const bf16* q, int64_t M, int64_t ldq, int H, int d, const bf16* win,
+                              const int32_t* win_lo, const int32_t* win_hi, const bf16* ent, const int32_t* ent_idx,
+                              const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo,
+                              cudaStream_t s) {
+  if (H % TC_HB || ldq % 8 || ldo % 4) return cudaErrorInvalidValue;
+  if (M <= 0) return cudaSuccess;
+  dim3 grid((unsigned)M, (unsigned)(H / TC_HB));
+  static bool configured[2] = {false, false};
+  auto go = [&](auto kern, size_t smem, int slot) -> cudaError_t {
+    if (!configured[slot]) {
+      cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+      if (e != cudaSuccess) return e;
+      configured[slot] = true;
+    }
+    kern<<<grid, 256, smem, s>>>(q, ldq, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo);
+    return cudaGetLastError();
+  };
+  if (d == 512) return go(sink_attn_tc_kernel<512>, tc_smem<512>(), 0);
+  if (d == 256) return go(sink_attn_tc_kernel<256>, tc_smem<256>(), 1);
+  return cudaErrorNotSupported;
 }
 
 cudaError_t indexer_scores(const bf16* qI, const float* gamma, int64_t M, int hI, int dI, const bf16* K,
@@ -286,7 +553,10 @@ cudaError_t topk_rows(const float* score, int64_t M, int64_t n, int64_t ld, cons
                       int32_t* idx, int32_t* count, cudaStream_t s) {
   if (topk <= 0) return cudaErrorInvalidValue;
   if (M <= 0) return cudaSuccess;
-  topk_kernel<<<(unsigned)M, TK_NT, 0, s>>>(score, n, ld, n_valid, topk, idx, count);
+  if (n > 32768)
+    topk_cluster_kernel<<<(unsigned)(M * TK_CL), TK_NT, 0, s>>>(score, n, ld, n_valid, topk, idx, count);
+  else
+    topk_kernel<<<(unsigned)M, TK_NT, 0, s>>>(score, n, ld, n_valid, topk, idx, count);
   return cudaGetLastError();
 }
 

@@ -9,9 +9,10 @@
 // router, accumulators, GEMM outputs) stays float32. Each op computes the formula of its CPU twin
 // (src/ops/cpu/cpu_backend.cc or, for ops the model does inline, src/model/deepseek_v4.cc).
 //
-// Batch invariance: each output row depends only on its own inputs; no launcher splits a reduction
-// depending on the number of rows (cuBLASLt GEMMs are the exception until our own GEMM replaces them:
-// its kernel choice depends on M).
+// Batch invariance: each output row depends only on its own inputs and every kernel's per-row
+// reduction order is fixed, but three dispatches pick a kernel by size, so a row's rounding can depend
+// on the batch: cuBLASLt (heuristics by M), gemm_dq (GEMV for M ≤ 4) and gemm_grouped (GEMV for
+// experts with ≤ 4 rows). docs/cuda-notes.md tracks the fix (one wgmma kernel for every M).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -52,8 +53,11 @@ cudaError_t gemm_bf16_lt(GemmContext* ctx, const bf16* x, int64_t M, int64_t K, 
 cudaError_t gemm_fp8_block_lt(GemmContext* ctx, const uint8_t* xq, const float* xs_t, int64_t M, int64_t K,
                               const uint8_t* wq, const float* ws, int64_t ldws, int64_t N, float* y, int64_t ldy,
                               cudaStream_t s);
-// True once gemm_fp8_block_lt had to fall back to cuBLASLt's bf16 output (then widened to f32).
+// Shapes cuBLASLt has no block-scaled kernel for (M = 1 on CUDA 13.0) fall back, first to its bf16
+// output (widened to f32), then to gemm_dq (exact for power-of-two scales). These report whether
+// either fallback has been taken on this context.
 bool gemm_fp8_lt_used_bf16_out(const GemmContext* ctx);
+bool gemm_fp8_lt_used_own_fallback(const GemmContext* ctx);
 
 // Weight storage formats understood by our own dequantize-on-load tensor-core GEMM (mma.sync bf16,
 // exact dequantization: e4m3/e2m1 values times power-of-two scales are exact in bf16).
@@ -73,6 +77,7 @@ struct WeightRef {
   int64_t ldws;       // FP8_B128: row stride of the scale grid (elements)
 };
 // Dense: y[M, N] f32 (ldy) = dequant(x)[M, K] · dequant(W)[N, K]ᵀ. K % 64 == 0, N % 8 == 0.
+// M ≤ 4 (decode) runs a warp-per-row GEMV (x in shared memory, K ≤ 10240); larger M the tile kernel.
 cudaError_t gemm_dq(AFmt afmt, const void* x, const float* xs_t, int64_t M, int64_t K, int64_t ldx, WeightRef W,
                     int64_t N, float* y, int64_t ldy, cudaStream_t s);
 
@@ -121,6 +126,12 @@ cudaError_t sink_attention(const bf16* q, int64_t M, int64_t ldq, int H, int d, 
                            const int32_t* win_lo, const int32_t* win_hi, const bf16* ent, const int32_t* ent_idx,
                            const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo,
                            cudaStream_t s);
+// Same op on tensor cores (WMMA, experimental): per query S = Q·Kᵀ and O = P·V over 32-key chunks,
+// 32 heads a block, P rounded to bf16 before P·V (as [OFF]). H % 32 == 0, d ∈ {256, 512}.
+cudaError_t sink_attention_tc(const bf16* q, int64_t M, int64_t ldq, int H, int d, const bf16* win,
+                              const int32_t* win_lo, const int32_t* win_hi, const bf16* ent, const int32_t* ent_idx,
+                              const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo,
+                              cudaStream_t s);
 // score[m, w] = Σ_h γ[m, h]·(ReLU(qI[m, h]·K[key_rows[w]])·qk_scale) for w < n_vis[m], else −inf.
 // qI[M, hI, dI] bf16, gamma[M, hI] f32, K: rows of dI bf16, key_rows[n_keys] (null: row w),
 // score[M, n_keys] f32. hI % 16 == 0, dI % 16 == 0, hI·dI ≤ 16384.

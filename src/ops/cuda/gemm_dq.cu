@@ -5,6 +5,8 @@
 // 64×128×64 tiles, 8 warps of 32×32. The wgmma/TMA rewrite is the next step (docs/cuda-notes.md).
 #include <mma.h>
 
+#include <algorithm>
+
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
 
@@ -190,15 +192,189 @@ __global__ void __launch_bounds__(NT) gemm_grouped_kernel(const bf16* x, int64_t
                                                           int64_t K, const uint8_t* w, const uint8_t* ws, int64_t ldws,
                                                           int64_t w_stride, int64_t s_stride, int64_t N,
                                                           const int2* tile_info, const int32_t* n_tiles,
-                                                          const int32_t* offsets, float* y, int64_t ldy) {
+                                                          const int32_t* offsets, float* y, int64_t ldy,
+                                                          bool small_to_gemv) {
   __shared__ SmemAll sm;
   if ((int)blockIdx.y >= *n_tiles) return;
   const int2 t = tile_info[blockIdx.y];
   const int e = t.x;
   const int64_t r0 = t.y, r_end = min((int64_t)t.y + BM, (int64_t)offsets[e + 1]);
+  if (small_to_gemv && r_end - r0 <= 4) return;  // gemv_grouped_kernel's
   const int64_t n0 = (int64_t)blockIdx.x * BN;
   gemm_tile<AFmt::BF16, WF>(sm, x, nullptr, 0, ldx, gather, r0, r_end, w + e * w_stride,
                             ws ? ws + e * s_stride : nullptr, ldws, N, K, n0, y, ldy);
+}
+
+// ---- decode path (M ≤ 4): warp-per-output-row GEMV streaming W with 16-byte loads; x dequantized to
+// f32 in shared memory. v1 sent M = 1 through the 64×128 tile kernel: N/128 blocks, 97 µs for a
+// 1024×4096 weight. Each output is one fixed-order chain per lane then a fixed butterfly, whatever M.
+constexpr int GV_WARPS = 8;
+
+template <WFmt WF>
+__device__ __forceinline__ void gv_weights(const void* w, const void* ws, int64_t ldws, int64_t K, int64_t n, int64_t k,
+                                           float* f) {
+  if constexpr (WF == WFmt::BF16) {  // 8 values
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(static_cast<const bf16*>(w) + n * K + k));
+    const __nv_bfloat162* b2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 t = __bfloat1622float2(b2[i]);
+      f[2 * i] = t.x, f[2 * i + 1] = t.y;
+    }
+  } else if constexpr (WF == WFmt::FP8_B128) {  // 16 values
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w) + n * K + k));
+    const float sc = static_cast<const float*>(ws)[(n / 128) * ldws + k / 128];
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) f[i] = detail::e4m3_to_f32(b[i]) * sc;
+  } else {  // 32 values
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w) + n * (K / 2) + k / 2));
+    const float sc = detail::e8m0_to_f32(static_cast<const uint8_t*>(ws)[n * (K / 32) + k / 32]);
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      f[2 * i] = detail::e2m1_to_f32(b[i] & 0xF) * sc;
+      f[2 * i + 1] = detail::e2m1_to_f32(b[i] >> 4) * sc;
+    }
+  }
+}
+
+template <AFmt AF, WFmt WF, int MM>
+__global__ void __launch_bounds__(GV_WARPS * 32) gemv_kernel(const void* x, const float* xs_t, int64_t M, int64_t K,
+                                                             int64_t ldx, const void* w, const void* ws, int64_t ldws,
+                                                             int64_t N, float* y, int64_t ldy) {
+  extern __shared__ float xsm[];  // [MM][K]
+  for (int64_t i = threadIdx.x; i < MM * K; i += blockDim.x) {
+    const int64_t m = i / K, k = i % K;
+    float v = 0.0f;
+    if (m < M) {
+      if constexpr (AF == AFmt::BF16)
+        v = __bfloat162float(static_cast<const bf16*>(x)[m * ldx + k]);
+      else
+        v = detail::e4m3_to_f32(static_cast<const uint8_t*>(x)[m * ldx + k]) * xs_t[(k / 128) * M + m];
+    }
+    xsm[i] = v;
+  }
+  __syncthreads();
+  constexpr int VL = WF == WFmt::BF16 ? 8 : WF == WFmt::FP8_B128 ? 16 : 32;  // values a 16-byte load
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int64_t n = (int64_t)blockIdx.x * GV_WARPS + warp; n < N; n += (int64_t)gridDim.x * GV_WARPS) {
+    float acc[MM];
+#pragma unroll
+    for (int m = 0; m < MM; ++m) acc[m] = 0.0f;
+#pragma unroll 2
+    for (int64_t k = lane * VL; k < K; k += 32 * VL) {
+      float f[VL];
+      gv_weights<WF>(w, ws, ldws, K, n, k, f);
+#pragma unroll
+      for (int m = 0; m < MM; ++m) {
+        const float* xr = xsm + m * K + k;
+#pragma unroll
+        for (int i = 0; i < VL; i += 4) {
+          const float4 xv = *reinterpret_cast<const float4*>(xr + i);
+          acc[m] += f[i] * xv.x + f[i + 1] * xv.y + f[i + 2] * xv.z + f[i + 3] * xv.w;
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < MM; ++m) {
+      const float v = detail::warp_sum(acc[m]);
+      if (lane == 0 && m < M) y[m * ldy + n] = v;
+    }
+  }
+}
+
+template <AFmt AF, WFmt WF>
+cudaError_t launch_gemv(const void* x, const float* xs_t, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N,
+                        float* y, int64_t ldy, cudaStream_t s) {
+  const size_t smem = (size_t)4 * K * sizeof(float);
+  static bool configured = false;  // one attribute call per instantiation (all MM share the max)
+  auto set = [&](auto kern) { return cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024); };
+  if (!configured) {
+    cudaError_t e = set(gemv_kernel<AF, WF, 1>);
+    if (e == cudaSuccess) e = set(gemv_kernel<AF, WF, 2>);
+    if (e == cudaSuccess) e = set(gemv_kernel<AF, WF, 4>);
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  const unsigned blocks = (unsigned)std::min<int64_t>(cdiv(N, GV_WARPS), 132 * 4);
+  const int T = GV_WARPS * 32;
+  if (M == 1)
+    gemv_kernel<AF, WF, 1><<<blocks, T, smem / 4, s>>>(x, xs_t, M, K, ldx, W.w, W.scale, W.ldws, N, y, ldy);
+  else if (M == 2)
+    gemv_kernel<AF, WF, 2><<<blocks, T, smem / 2, s>>>(x, xs_t, M, K, ldx, W.w, W.scale, W.ldws, N, y, ldy);
+  else
+    gemv_kernel<AF, WF, 4><<<blocks, T, smem, s>>>(x, xs_t, M, K, ldx, W.w, W.scale, W.ldws, N, y, ldy);
+  return cudaGetLastError();
+}
+
+// Grouped decode path: tiles (experts) with ≤ 4 rows run as a GEMV over the expert's weight rows;
+// tiles with more rows are left to the tile kernel (each kernel skips the other's tiles).
+constexpr int GG_ROWS = 8;  // output rows a warp
+
+template <WFmt WF>
+__global__ void __launch_bounds__(GV_WARPS * 32) gemv_grouped_kernel(const bf16* __restrict__ x, int64_t ldx,
+                                                                     const int32_t* __restrict__ gather, int64_t K,
+                                                                     const uint8_t* w, const uint8_t* ws, int64_t ldws,
+                                                                     int64_t w_stride, int64_t s_stride, int64_t N,
+                                                                     const int2* __restrict__ tile_info,
+                                                                     const int32_t* __restrict__ n_tiles,
+                                                                     const int32_t* __restrict__ offsets, float* y,
+                                                                     int64_t ldy) {
+  extern __shared__ float xsm[];  // [4][K]
+  if ((int)blockIdx.y >= *n_tiles) return;
+  const int2 t = tile_info[blockIdx.y];
+  const int e = t.x;
+  const int64_t r0 = t.y;
+  const int rows = (int)min((int64_t)64, (int64_t)offsets[e + 1] - r0);
+  if (rows > 4) return;  // the tile kernel's
+  for (int64_t i = threadIdx.x; i < 4 * K; i += blockDim.x) {
+    const int64_t m = i / K, k = i % K;
+    float v = 0.0f;
+    if (m < rows) {
+      const int64_t src = gather ? gather[r0 + m] : r0 + m;
+      v = __bfloat162float(x[src * ldx + k]);
+    }
+    xsm[i] = v;
+  }
+  __syncthreads();
+  const uint8_t* we = w + e * w_stride;
+  const uint8_t* se = ws ? ws + e * s_stride : nullptr;
+  constexpr int VL = WF == WFmt::BF16 ? 8 : WF == WFmt::FP8_B128 ? 16 : 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t nb = ((int64_t)blockIdx.x * GV_WARPS + warp) * GG_ROWS;
+  for (int64_t n = nb; n < min(N, nb + GG_ROWS); ++n) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 2
+    for (int64_t k = lane * VL; k < K; k += 32 * VL) {
+      float f[VL];
+      gv_weights<WF>(we, se, ldws, K, n, k, f);
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const float* xr = xsm + m * K + k;
+#pragma unroll
+        for (int i = 0; i < VL; i += 4) {
+          const float4 xv = *reinterpret_cast<const float4*>(xr + i);
+          acc[m] += f[i] * xv.x + f[i + 1] * xv.y + f[i + 2] * xv.z + f[i + 3] * xv.w;
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const float v = detail::warp_sum(acc[m]);
+      if (lane == 0 && m < rows) y[(r0 + m) * ldy + n] = v;
+    }
+  }
+}
+
+template <AFmt AF>
+cudaError_t launch_gemv_any(const void* x, const float* xs_t, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N,
+                            float* y, int64_t ldy, cudaStream_t s) {
+  switch (W.fmt) {
+    case WFmt::BF16: return launch_gemv<AF, WFmt::BF16>(x, xs_t, M, K, ldx, W, N, y, ldy, s);
+    case WFmt::FP8_B128: return launch_gemv<AF, WFmt::FP8_B128>(x, xs_t, M, K, ldx, W, N, y, ldy, s);
+    default: return launch_gemv<AF, WFmt::FP4_B32>(x, xs_t, M, K, ldx, W, N, y, ldy, s);
+  }
 }
 
 template <AFmt AF>
@@ -283,6 +459,9 @@ cudaError_t gemm_dq(AFmt afmt, const void* x, const float* xs_t, int64_t M, int6
   if (M <= 0 || N <= 0) return cudaSuccess;
   if (afmt == AFmt::FP8_V128 && !xs_t) return cudaErrorInvalidValue;
   if (W.fmt != WFmt::BF16 && !W.scale) return cudaErrorInvalidValue;
+  if (M <= 4 && 4 * K * sizeof(float) <= 160 * 1024)
+    return afmt == AFmt::BF16 ? launch_gemv_any<AFmt::BF16>(x, xs_t, M, K, ldx, W, N, y, ldy, s)
+                              : launch_gemv_any<AFmt::FP8_V128>(x, xs_t, M, K, ldx, W, N, y, ldy, s);
   return afmt == AFmt::BF16 ? launch_dense<AFmt::BF16>(x, xs_t, M, K, ldx, W, N, y, ldy, s)
                             : launch_dense<AFmt::FP8_V128>(x, xs_t, M, K, ldx, W, N, y, ldy, s);
 }
@@ -292,23 +471,42 @@ cudaError_t gemm_grouped(const bf16* x, int64_t ldx, const int32_t* gather, int6
                          const int32_t* offsets, float* y, int64_t ldy, cudaStream_t s) {
   if (K % BK || N % 8) return cudaErrorInvalidValue;
   if (max_tiles <= 0) return cudaSuccess;
-  dim3 grid((unsigned)cdiv(N, BN), (unsigned)max_tiles);
   const auto* w = static_cast<const uint8_t*>(W.w);
   const auto* ws = static_cast<const uint8_t*>(W.scale);
+  const bool gemv_ok = 4 * K * sizeof(float) <= 160 * 1024;
+  dim3 grid((unsigned)cdiv(N, BN), (unsigned)max_tiles);
+  dim3 ggrid((unsigned)cdiv(N, GV_WARPS * GG_ROWS), (unsigned)max_tiles);
+  const size_t gsmem = 4 * K * sizeof(float);
+  static bool configured[3] = {false, false, false};
+  auto gv = [&](auto kern, int slot) -> cudaError_t {
+    if (!configured[slot]) {
+      cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
+      if (e != cudaSuccess) return e;
+      configured[slot] = true;
+    }
+    kern<<<ggrid, GV_WARPS * 32, gsmem, s>>>(x, ldx, gather, K, w, ws, W.ldws, w_stride, s_stride, N, tile_info,
+                                             n_tiles, offsets, y, ldy);
+    return cudaGetLastError();
+  };
+  cudaError_t e = cudaSuccess;
   switch (W.fmt) {
     case WFmt::BF16:
       gemm_grouped_kernel<WFmt::BF16><<<grid, NT, 0, s>>>(x, ldx, gather, K, w, ws, W.ldws, w_stride, s_stride, N,
-                                                          tile_info, n_tiles, offsets, y, ldy);
+                                                          tile_info, n_tiles, offsets, y, ldy, gemv_ok);
+      if (gemv_ok) e = gv(gemv_grouped_kernel<WFmt::BF16>, 0);
       break;
     case WFmt::FP8_B128:
       gemm_grouped_kernel<WFmt::FP8_B128><<<grid, NT, 0, s>>>(x, ldx, gather, K, w, ws, W.ldws, w_stride, s_stride, N,
-                                                              tile_info, n_tiles, offsets, y, ldy);
+                                                              tile_info, n_tiles, offsets, y, ldy, gemv_ok);
+      if (gemv_ok) e = gv(gemv_grouped_kernel<WFmt::FP8_B128>, 1);
       break;
     case WFmt::FP4_B32:
       gemm_grouped_kernel<WFmt::FP4_B32><<<grid, NT, 0, s>>>(x, ldx, gather, K, w, ws, W.ldws, w_stride, s_stride, N,
-                                                             tile_info, n_tiles, offsets, y, ldy);
+                                                             tile_info, n_tiles, offsets, y, ldy, gemv_ok);
+      if (gemv_ok) e = gv(gemv_grouped_kernel<WFmt::FP4_B32>, 2);
       break;
   }
+  if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }
 

@@ -18,6 +18,7 @@ struct GemmContext {
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
   bool used_bf16_out = false;
+  bool used_own_fallback = false;
 };
 
 __global__ void widen_rows(const bf16* __restrict__ x, int64_t N, float* __restrict__ y, int64_t ldy) {
@@ -102,6 +103,10 @@ cudaError_t gemm_bf16_lt(GemmContext* ctx, const bf16* x, int64_t M, int64_t K, 
   return run_lt(ctx, d, w, x, y, s);
 }
 
+static cudaError_t fp8_lt_bf16_out(GemmContext* ctx, const uint8_t* xq, const float* xs_t, int64_t M, int64_t K,
+                                   const uint8_t* wq, const float* ws, int64_t N, float* y, int64_t ldy,
+                                   cudaStream_t s);
+
 cudaError_t gemm_fp8_block_lt(GemmContext* ctx, const uint8_t* xq, const float* xs_t, int64_t M, int64_t K,
                               const uint8_t* wq, const float* ws, int64_t ldws, int64_t N, float* y, int64_t ldy,
                               cudaStream_t s) {
@@ -122,6 +127,20 @@ cudaError_t gemm_fp8_block_lt(GemmContext* ctx, const uint8_t* xq, const float* 
   LT_TRY(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, N, M, ldy));
   cudaError_t e = run_lt(ctx, d, wq, xq, y, s);
   if (e != cudaErrorNotSupported) return e;
+  e = fp8_lt_bf16_out(ctx, xq, xs_t, M, K, wq, ws, N, y, ldy, s);
+  if (e != cudaErrorNotSupported) return e;
+  // cuBLASLt has no block-scaled kernel for this shape (seen for M = 1 on the H200, CUDA 13.0):
+  // our own kernel, exact for power-of-two scales (DeepSeek's ue8m0 scales are).
+  ctx->used_own_fallback = true;
+  return gemm_dq(AFmt::FP8_V128, xq, xs_t, M, K, K, WeightRef{WFmt::FP8_B128, wq, ws, ldws}, N, y, ldy, s);
+}
+
+static cudaError_t fp8_lt_bf16_out(GemmContext* ctx, const uint8_t* xq, const float* xs_t, int64_t M, int64_t K,
+                                   const uint8_t* wq, const float* ws, int64_t N, float* y, int64_t ldy,
+                                   cudaStream_t s) {
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  int32_t amode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, bmode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  cudaError_t e;
   // Some cuBLASLt versions offer block-scaled FP8 only with a 16-bit output: bf16 into the context's
   // scratch, then widen (one extra pass over y: 6 bytes an element).
   const size_t need = (size_t)M * N * sizeof(bf16);
@@ -151,5 +170,6 @@ cudaError_t gemm_fp8_block_lt(GemmContext* ctx, const uint8_t* xq, const float* 
 }
 
 bool gemm_fp8_lt_used_bf16_out(const GemmContext* c) { return c && c->used_bf16_out; }
+bool gemm_fp8_lt_used_own_fallback(const GemmContext* c) { return c && c->used_own_fallback; }
 
 }  // namespace deepinfer::cuda
