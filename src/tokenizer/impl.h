@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -115,6 +116,18 @@ struct Tokenizer::Impl {
     std::vector<HeapSym> hsym;
     std::vector<std::pair<int32_t, int32_t>> heap;
     std::string tmp;
+    // Pre-token -> ids memo, owned by one thread's context (encode_batch reuses a context over
+    // many texts). Heterogeneous lookup: no string is built for a hit.
+    struct SvHash {
+      using is_transparent = void;
+      size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+    };
+    struct SvEq {
+      using is_transparent = void;
+      bool operator()(std::string_view a, std::string_view b) const { return a == b; }
+    };
+    std::unordered_map<std::string, std::vector<int32_t>, SvHash, SvEq> cache;
+    bool use_cache = false;
   };
 
   void encode(std::string_view valid_text, ParseSpecial mode, Ctx& ctx,

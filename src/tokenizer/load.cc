@@ -398,6 +398,9 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
         m.added.push_back(std::move(a));
       }
     }
+    // Ids need not be dense, but a wildly sparse table is refused (it would only waste memory).
+    if (max_id >= (int64_t(1) << 24) || max_id >= 8 * int64_t(vocab.size() + m.added.size()) + 65536)
+      fail("token ids are too sparse (largest id " + std::to_string(max_id) + ")");
     size_t n = size_t(max_id + 1);
     m.kind.assign(n, 0);
     std::vector<std::string> dec(n), str(n);

@@ -12,6 +12,9 @@ struct pcre2_real_match_context_8;
 
 namespace deepinfer::tokenizer {
 
+// Translates an HF (Oniguruma) pattern into the PCRE2 pattern used (see regex.cc).
+std::string translate_pattern(const std::string& pattern);
+
 class Regex {
  public:
   // literal = true: the pattern is a plain string (HF's {"String": ...} patterns).

@@ -73,6 +73,16 @@ class Tokenizer {
                                                  ParseSpecial parse_special = ParseSpecial::kAll,
                                                  unsigned threads = 0) const;
 
+  // Encodes a concatenation of pieces as one text (so BPE/pre-tokenization sees the same
+  // boundaries as encoding the joined string), but added tokens are recognised only where they
+  // lie entirely inside trusted pieces. Chat templates pass their own markers as trusted and
+  // message content as untrusted: user text can never produce a control token.
+  struct TextPiece {
+    std::string_view text;
+    bool trusted = false;
+  };
+  std::vector<int32_t> encode_pieces(std::span<const TextPiece> pieces) const;
+
   // Ids -> text, as HF `decode`: ids that name no token are skipped; with skip_special_tokens,
   // added tokens flagged special are dropped. Result is always valid UTF-8.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;

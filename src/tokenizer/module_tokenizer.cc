@@ -1,1 +1,0 @@
-// Keeps the module's library non-empty while it grows; holds nothing.
