@@ -118,7 +118,8 @@ FIXTURES = {
 
 
 def make_config(kw):
-    return DeepseekV4Config(**kw)
+    import copy
+    return DeepseekV4Config(**copy.deepcopy(kw))  # transformers mutates nested dicts (rope_scaling) in place
 
 
 def randomize(model, seed):
@@ -692,7 +693,8 @@ def published_config_json(cfg_kw):
         "compress_ratios": [LEGACY_RATIO[t] for t in lt] + [0],  # trailing entry = the MTP layer
         "compress_rope_theta": cfg_kw["compress_rope_theta"],
         "rope_theta": cfg_kw["rope_theta"],
-        "rope_scaling": {k: v for k, v in cfg_kw["rope_scaling"].items()},
+        "rope_scaling": {k: cfg_kw["rope_scaling"][k] for k in
+                         ("type", "factor", "original_max_position_embeddings", "beta_fast", "beta_slow")},
         "max_position_embeddings": cfg_kw["max_position_embeddings"],
         "index_n_heads": cfg_kw["index_n_heads"],
         "index_head_dim": cfg_kw["index_head_dim"],
