@@ -2,7 +2,8 @@
 // Reports prefill and decode tokens/s, the GEMM work rate they reach, and next to it this machine's
 // measured GEMM rate (OpenBLAS sgemm and our batch-invariant kernel on a 512×2048×2048 problem).
 //
-//   build/bench/bench_model [--threads N] [--prefill T] [--decode-steps S] [--json FILE]
+//   build/bench/bench_model [--model DIR] [--threads N] [--prefill T] [--decode-steps S] [--json FILE]
+// Without --model it writes a small random-weight V4 checkpoint to a temp dir and uses that.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -83,13 +84,14 @@ double measure_gemm_rate(bool openblas, int threads) {
 
 int main(int argc, char** argv) {
   int threads = 0, prefill = 512, decode_steps = 32;
-  std::string json_out;
+  std::string json_out, model_dir;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--threads") threads = std::atoi(argv[i + 1]);
     else if (a == "--prefill") prefill = std::atoi(argv[i + 1]);
     else if (a == "--decode-steps") decode_steps = std::atoi(argv[i + 1]);
     else if (a == "--json") json_out = argv[i + 1];
+    else if (a == "--model") model_dir = argv[i + 1];
   }
   CpuBackend be(threads);
   openblas_set_num_threads(be.pool().size());
@@ -97,9 +99,11 @@ int main(int argc, char** argv) {
   const double own_rate = measure_gemm_rate(false, be.pool().size());
 
   std::string dir = std::filesystem::temp_directory_path() / "deepinfer_bench_model";
-  std::filesystem::remove_all(dir);
-  write_random_v4_checkpoint(dir, small_config(), 1);
-  LoadedModel m = load_model(dir, be);
+  if (model_dir.empty()) {
+    std::filesystem::remove_all(dir);
+    write_random_v4_checkpoint(dir, small_config(), 1);
+  }
+  LoadedModel m = load_model(model_dir.empty() ? dir : model_dir, be);
   const V4Config& c = m.v4->config();
   const double fpt = gemm_flops_per_token(c);
   std::mt19937 g(2);
@@ -128,7 +132,7 @@ int main(int argc, char** argv) {
   const double prefill_tps = prefill / prefill_s;
   const double prefill_gflops = prefill_tps * (fpt - 2.0 * c.vocab_size * c.hidden_size) / 1e9;
 
-  json result = {{"config", small_config()}, {"threads", be.pool().size()},
+  json result = {{"model", model_dir.empty() ? std::string("random small config") : model_dir}, {"threads", be.pool().size()},
                  {"gemm_gflops_openblas", blas_rate}, {"gemm_gflops_deepinfer", own_rate},
                  {"prefill_tokens", prefill}, {"prefill_tok_s", prefill_tps}, {"prefill_gemm_gflops", prefill_gflops},
                  {"prefill_vs_openblas", prefill_gflops / blas_rate}};
@@ -166,6 +170,6 @@ int main(int argc, char** argv) {
     for (auto& s2 : states) cache.close(&s2);
   }
   if (!json_out.empty()) std::ofstream(json_out) << result.dump(2) << "\n";
-  std::filesystem::remove_all(dir);
+  if (model_dir.empty()) std::filesystem::remove_all(dir);
   return 0;
 }
