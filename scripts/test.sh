@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh "$@"
-ctest --test-dir build --output-on-failure -j"${JOBS:-$(nproc)}" --timeout 900
+# Serial: the CLI tests share scratch files in the temp directory.
+ctest --test-dir build --output-on-failure --timeout 900
