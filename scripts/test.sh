@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds (if needed) and runs every test: the C++ unit and reference tests through ctest.
+# Builds (if needed) and runs every test: the C++ unit and reference tests and the pytest suites
+# through ctest, then the Python package as pip installs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh "$@"
 # Serial: the CLI tests share scratch files in the temp directory.
 ctest --test-dir build --output-on-failure --timeout 900
+bash scripts/test_python_package.sh

@@ -402,7 +402,11 @@ std::vector<GenerateResult> Engine::generate(const std::vector<Request>& reqs) {
   if (impl_->loop.joinable()) throw Error("generate() needs the engine loop to be stopped");
   std::vector<GenerateResult> out(reqs.size());
   std::map<uint64_t, size_t> where;
-  for (size_t i = 0; i < reqs.size(); ++i) {
+  // An invalid request throws from add_request: the ones already queued hold sinks into `out`, so
+  // they are aborted and run off before the error leaves (nothing stays queued behind the caller).
+  size_t added = 0;
+  try {
+  for (size_t i = 0; i < reqs.size(); ++i, ++added) {
     out[i].outputs.resize(reqs[i].params.n);
     for (int k = 0; k < reqs[i].params.n; ++k) out[i].outputs[k].index = k;
     out[i].request_id = add_request(reqs[i], [&out, &where](const RequestOutput& o) {
@@ -420,6 +424,11 @@ std::vector<GenerateResult> Engine::generate(const std::vector<Request>& reqs) {
     out[i].prompt_ids = reqs[i].prompt_ids.empty() && impl_->tok
                             ? impl_->tok->encode(reqs[i].prompt, reqs[i].add_special_tokens)
                             : reqs[i].prompt_ids;
+  }
+  } catch (...) {
+    for (size_t i = 0; i < added; ++i) abort(out[i].request_id);
+    while (has_work()) step();
+    throw;
   }
   while (has_work()) step();
   return out;
