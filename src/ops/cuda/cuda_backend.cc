@@ -1,0 +1,179 @@
+#include "ops/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "ops/cuda/cuda_ops.h"
+#include "util/error.h"
+
+namespace deepinfer {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
+}
+
+struct CudaWeight final : Weight {
+  float* w = nullptr;  // [N, K] float32, device
+  ~CudaWeight() override {
+    if (w) cudaFree(w);
+  }
+};
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+};
+
+int CudaBackend::device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
+  if (device_count() <= device) throw Error("--backend cuda: no CUDA device available (no GPU or no driver)");
+  impl_->device = device;
+  check(cudaSetDevice(device), "cudaSetDevice");
+  check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  // Activations come and go every step through the stream-ordered pool: keep freed memory cached.
+  cudaMemPool_t pool;
+  check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
+  uint64_t keep = UINT64_MAX;
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
+}
+
+CudaBackend::~CudaBackend() {
+  if (impl_->stream) {
+    cudaStreamSynchronize(impl_->stream);
+    cudaStreamDestroy(impl_->stream);
+  }
+}
+
+void* CudaBackend::alloc(int64_t bytes) {
+  if (bytes <= 0) return nullptr;
+  void* p = nullptr;
+  cudaError_t e = cudaMallocAsync(&p, (size_t)bytes, impl_->stream);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw Error("cuda: out of device memory allocating " + std::to_string(bytes >> 20) + " MiB (" +
+                cudaGetErrorString(e) + ")");
+  }
+  return p;
+}
+void CudaBackend::release(void* p) {
+  if (p) cudaFreeAsync(p, impl_->stream);
+}
+void CudaBackend::upload(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) check(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyHostToDevice, impl_->stream), "upload");
+}
+void CudaBackend::download(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) check(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToHost, impl_->stream), "download");
+  check(cudaStreamSynchronize(impl_->stream), "download (a kernel before it failed)");
+}
+void CudaBackend::copy(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) check(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice, impl_->stream), "copy");
+}
+int64_t CudaBackend::free_memory() const {
+  size_t fr = 0, tot = 0;
+  cudaStreamSynchronize(impl_->stream);
+  if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) return 0;
+  return (int64_t)fr;
+}
+void CudaBackend::synchronize() { check(cudaStreamSynchronize(impl_->stream), "synchronize"); }
+
+void CudaBackend::fill(float* x, int64_t n, float v) { check(cuda::fill_f32(x, n, v, impl_->stream), "fill"); }
+void CudaBackend::scale(float* x, int64_t n, float a) { check(cuda::scale_f32(x, n, a, impl_->stream), "scale"); }
+void CudaBackend::copy_rows(const float* src, int64_t lds, const int32_t* src_rows, float* dst, int64_t ldd,
+                            const int32_t* dst_rows, int64_t n, int64_t width) {
+  check(cuda::copy_rows(src, lds, src_rows, 0, 0, dst, ldd, dst_rows, 0, 0, n, width, impl_->stream), "copy_rows");
+}
+void CudaBackend::ring_write(const float* src, int64_t lds, int64_t n, int64_t width, int64_t p0, float* ring,
+                             int64_t R) {
+  const int64_t first = n > R ? n - R : 0;
+  check(cuda::copy_rows(src + first * lds, lds, nullptr, 0, 0, ring, width, nullptr, p0 + first, R, n - first, width,
+                        impl_->stream),
+        "ring_write");
+}
+void CudaBackend::ring_read(const float* ring, int64_t R, int64_t width, int64_t t0, int64_t n, float* dst) {
+  check(cuda::copy_rows(ring, width, nullptr, t0, R, dst, width, nullptr, 0, 0, n, width, impl_->stream), "ring_read");
+}
+void CudaBackend::add_rows(const float* src, int64_t n, int64_t width, const float* w, const int32_t* dst_rows,
+                           float* dst) {
+  check(cuda::add_rows(src, n, width, w, dst_rows, dst, impl_->stream), "add_rows");
+}
+
+WeightPtr CudaBackend::make_weight(const float* w, int64_t N, int64_t K) {
+  auto cw = std::make_unique<CudaWeight>();
+  cw->N = N;
+  cw->K = K;
+  if (N * K > 0) {
+    // Weights live for the model's lifetime: plain cudaMalloc, outside the activation pool.
+    check(cudaMalloc(&cw->w, sizeof(float) * (size_t)(N * K)), "weight allocation");
+    check(cudaMemcpyAsync(cw->w, w, sizeof(float) * (size_t)(N * K), cudaMemcpyHostToDevice, impl_->stream),
+          "weight upload");
+    check(cudaStreamSynchronize(impl_->stream), "weight upload");
+  }
+  return cw;
+}
+
+void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& wt, float* y, int64_t ldy) {
+  const auto& w = static_cast<const CudaWeight&>(wt);
+  check(cuda::gemm_f32(x, M, w.K, ldx, w.w, w.N, y, ldy, impl_->stream), "linear");
+}
+void CudaBackend::rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y) {
+  check(cuda::rms_norm(x, M, D, ld, w, eps, y, nullptr, impl_->stream), "rms_norm");
+}
+void CudaBackend::rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim, const int32_t* pos,
+                       const float* inv_freq, bool inverse) {
+  check(cuda::rope(x, M, ld, heads, head_dim, rope_dim, pos, inv_freq, inverse, impl_->stream), "rope");
+}
+void CudaBackend::hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                         const float* scale, int iters, float hc_eps, float norm_eps, float* u, float* post,
+                         float* comb) {
+  check(cuda::hc_pre(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, impl_->stream), "hc_pre");
+}
+void CudaBackend::hc_post(const float* X, const float* y, const float* post, const float* comb, int64_t M, int hc,
+                          int64_t D, float* out) {
+  check(cuda::hc_post(X, y, post, comb, M, hc, D, out, impl_->stream), "hc_post");
+}
+void CudaBackend::hc_head(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                          const float* scale, float hc_eps, float norm_eps, float* u) {
+  check(cuda::hc_head(X, M, hc, D, fn, base, scale, hc_eps, norm_eps, u, impl_->stream), "hc_head");
+}
+void CudaBackend::sink_attention(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                                 const int32_t* win_lo, const int32_t* win_hi, const float* ent,
+                                 const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
+                                 float* out, int64_t ldo) {
+  check(cuda::sink_attention_f32(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo,
+                                 impl_->stream),
+        "sink_attention");
+}
+void CudaBackend::indexer_scores(const float* qI, const float* gamma, int64_t M, int hI, int dI, const float* K,
+                                 const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis, float qk_scale,
+                                 float* score) {
+  check(cuda::indexer_scores_f32(qI, gamma, M, hI, dI, K, key_rows, n_keys, n_vis, qk_scale, score, impl_->stream),
+        "indexer_scores");
+}
+void CudaBackend::compress_windows(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
+                                   int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
+                                   const int32_t* win_ids, int64_t nw, float* skv, float* sg) {
+  check(cuda::compress_windows(ring_kv, ring_gate, kv, gate, ld, p0, ape, m, width, overlap, win_ids, nw, skv, sg,
+                               impl_->stream),
+        "compress_windows");
+}
+void CudaBackend::compress_pool(const float* kv, const float* gate, int64_t W, int S, int d, float* out) {
+  check(cuda::compress_pool(kv, gate, W, S, d, out, impl_->stream), "compress_pool");
+}
+void CudaBackend::swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, const float* row_scale,
+                               float* act) {
+  check(cuda::swiglu_clamp(gu, M, I, limit, row_scale, act, nullptr, impl_->stream), "swiglu_clamp");
+}
+
+}  // namespace deepinfer
