@@ -1,19 +1,37 @@
 #!/usr/bin/env bash
-# One device run of test_model_cuda (the model on the CUDA backend against the CPU oracle: op checks,
-# the V4 reference fixtures, nano greedy parity for 256 tokens and decode timing).
+# One device run of the model on the CUDA backend: test_model_cuda (op checks, the V4 reference
+# fixtures, nano greedy parity for 256 tokens and timing, the engine with its cache in device memory)
+# and the `deepinfer generate --backend cuda|cpu` command line.
 # Usage (from the repo root on the GPU machine): tests/cuda/run_model_h200.sh PKG [OUTDIR]
-# PKG holds test_model_cuda.xz (built on the dev machine for sm_90a) and lib/libopenblas.so.0 (the
-# stub from openblas_stub.c, used only where the machine has no OpenBLAS).
+# PKG holds test_model_cuda.xz and deepinfer.xz (built on the dev machine for sm_90a) and lib/: loader
+# stand-ins for libraries the GPU machine lacks (openblas_stub.c, make_icu_stub.sh, libpcre2-8.xz).
 set -u
 PKG=${1:-.gpu}
 OUT=${2:-${OUT:-/tmp/model_out}}
-mkdir -p "$OUT" /tmp/tm
-xz -dc "$PKG/test_model_cuda.xz" > /tmp/tm/test_model_cuda && chmod +x /tmp/tm/test_model_cuda
-ldconfig -p | grep -q 'libopenblas.so.0' || export LD_LIBRARY_PATH=$PWD/$PKG/lib:${LD_LIBRARY_PATH:-}
+mkdir -p "$OUT" /tmp/tm/lib
+for b in test_model_cuda deepinfer; do
+  [ -f "$PKG/$b.xz" ] && xz -dc "$PKG/$b.xz" > /tmp/tm/$b && chmod +x /tmp/tm/$b
+done
+for l in "$PKG"/lib/*; do
+  n=$(basename "$l" .xz)
+  ldconfig -p | grep -q "$n " && continue  # the machine has it
+  case "$l" in *.xz) xz -dc "$l" > /tmp/tm/lib/$n ;; *) cp "$l" /tmp/tm/lib/$n ;; esac
+done
+export LD_LIBRARY_PATH=/tmp/tm/lib:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw,memory.used,memory.total \
   --format=csv | tee "$OUT/nvidia-smi.txt"
-ldd /tmp/tm/test_model_cuda | grep -i "not found"
+ls /tmp/tm/lib; ldd /tmp/tm/test_model_cuda /tmp/tm/deepinfer | grep -i "not found"
 set -o pipefail
-timeout ${TM_TIMEOUT:-420} /tmp/tm/test_model_cuda --root . --tokens ${TM_TOKENS:-256} --threads $(nproc) \
+timeout ${TM_TIMEOUT:-360} /tmp/tm/test_model_cuda --root . --tokens ${TM_TOKENS:-256} --threads $(nproc) \
   --out "$OUT/summary.json" 2>&1 | tee "$OUT/test_model.txt"
 echo "rc test_model=$?"
+if [ -x /tmp/tm/deepinfer ]; then
+  for be in cuda cpu; do
+    /usr/bin/time -f "$be: %e s wall" /tmp/tm/deepinfer generate --backend $be --prompt "In the beginning" \
+      --max-tokens 200 --ignore-eos --quiet > "$OUT/generate_$be.txt" 2> "$OUT/generate_$be.err"
+    echo "generate --backend $be rc=$? $(tail -1 "$OUT/generate_$be.err")"
+  done
+  cmp "$OUT/generate_cuda.txt" "$OUT/generate_cpu.txt" && echo "generate: cuda and cpu print the same text"
+  head -c 400 "$OUT/generate_cuda.txt"; echo
+  cat "$OUT"/generate_*.err > "$OUT/generate.err"; rm -f "$OUT"/generate_*.err
+fi

@@ -6,7 +6,10 @@
 //     L2 per position ≤ 1e-5, max ≤ 1e-3, argmax agreement ≥ 0.99), bitwise equal across schedules
 //     and between batched and alone, and close to the CPU backend's logits;
 //  2. the embedded model (models/nano-v4): greedy decoding of every prompt of greedy_reference.json
-//     for --tokens new tokens (EOS ignored) on GPU and CPU, token for token; timed.
+//     for --tokens new tokens (EOS ignored) on GPU and CPU, token for token; timed;
+//  3. the engine (EngineConfig::backend = "cuda": weights, activations and the paged cache in device
+//     memory, the cache sized from the free memory) against the engine on the CPU: same prompts,
+//     same greedy tokens; timed.
 //
 // Usage: test_model_cuda [--root DIR (repo root, default .)] [--tokens N (256)] [--threads N]
 //                        [--out summary.json]
@@ -22,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "deepinfer/engine.h"
 #include "io/safetensors.h"
 #include "model/model.h"
 #include "ops/cpu/cpu_backend.h"
@@ -514,6 +518,110 @@ void nano(const std::string& root, CpuBackend& cpu, CudaBackend& gpu, int n_new)
                                  {"cpu_ms_per_token", 1e3 * c1.decode_s / (n_new - 1)}};
 }
 
+void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int threads) {
+  const std::string dir = root + "/models/nano-v4";
+  std::ifstream f(dir + "/greedy_reference.json");
+  nlohmann::json ref = nlohmann::json::parse(f);
+  std::vector<Request> reqs;
+  for (const auto& r : ref) {
+    Request q;
+    q.prompt_ids = r["prompt_ids"].get<std::vector<int32_t>>();
+    q.params.temperature = 0;
+    q.params.max_tokens = n_new;
+    q.params.ignore_eos = true;
+    reqs.push_back(q);
+  }
+  struct Out {
+    std::vector<std::vector<int32_t>> tokens;
+    double batch_s = 0, single_s = 0;
+    EngineStats stats;
+  };
+  auto run = [&](const std::string& backend) {
+    EngineConfig cfg;
+    cfg.model_dir = dir;
+    cfg.backend = backend;
+    cfg.threads = threads;
+    Out o;
+    const int64_t free0 = gpu.free_memory();
+    Engine e(cfg);
+    o.stats = e.stats();
+    if (backend == "cuda") {
+      const int64_t free1 = gpu.free_memory();
+      const int64_t cache = (o.stats.cache_pages_total * o.stats.cache_page_bytes +
+                             o.stats.cache_slots_total * o.stats.cache_slot_bytes);
+      std::printf("engine cuda: device memory free before %.1f GiB, after load %.1f GiB; cache %.1f GiB = %lld pages "
+                  "of %lld B + %lld slots (%.0f%% of the free memory before load)\n",
+                  free0 / 1073741824.0, free1 / 1073741824.0, cache / 1073741824.0,
+                  (long long)o.stats.cache_pages_total, (long long)o.stats.cache_page_bytes,
+                  (long long)o.stats.cache_slots_total, 100.0 * cache / (double)free0);
+      g_summary["engine"]["free_before_load"] = free0;
+      g_summary["engine"]["free_after_load"] = free1;
+      g_summary["engine"]["cache_bytes"] = cache;
+      g_summary["engine"]["cache_pages"] = o.stats.cache_pages_total;
+    }
+    double t0 = now_s();
+    auto res = e.generate(reqs);
+    double t1 = now_s();
+    for (auto& r : res) o.tokens.push_back(r.outputs[0].token_ids);
+    std::vector<Request> one{reqs[0]};
+    double t2 = now_s();
+    auto r1 = e.generate(one);
+    o.single_s = now_s() - t2;
+    o.batch_s = t1 - t0;
+    expect(r1[0].outputs[0].token_ids == o.tokens[0], "engine " + backend + ": prompt 0 alone differs from batched");
+    return o;
+  };
+  Out c = run("cpu");
+  Out g = run("cuda");
+  int64_t equal = 0, total = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    size_t same = 0;
+    while (same < g.tokens[i].size() && same < c.tokens[i].size() && g.tokens[i][same] == c.tokens[i][same]) ++same;
+    equal += (int64_t)same;
+    total += (int64_t)c.tokens[i].size();
+    expect(g.tokens[i] == c.tokens[i] && (int)c.tokens[i].size() == n_new,
+           "engine prompt " + std::to_string(i) + ": cuda and cpu differ at token " + std::to_string(same));
+  }
+  const double toks = (double)reqs.size() * n_new;
+  std::printf("engine: cuda = cpu for %lld/%lld greedy tokens; batch of %zu: cuda %.1f tok/s, cpu %.1f tok/s; "
+              "one request: cuda %.1f tok/s, cpu %.1f tok/s\n",
+              (long long)equal, (long long)total, reqs.size(), toks / g.batch_s, toks / c.batch_s, n_new / g.single_s,
+              n_new / c.single_s);
+  g_summary["engine"]["tokens_equal"] = equal;
+  g_summary["engine"]["tokens"] = total;
+  g_summary["engine"]["cuda_batch_tok_s"] = toks / g.batch_s;
+  g_summary["engine"]["cpu_batch_tok_s"] = toks / c.batch_s;
+  g_summary["engine"]["cuda_single_tok_s"] = n_new / g.single_s;
+  g_summary["engine"]["cpu_single_tok_s"] = n_new / c.single_s;
+
+  // A full load on the device: 32 sequences at once, 96 requests; every one must finish by length.
+  {
+    EngineConfig cfg;
+    cfg.model_dir = dir;
+    cfg.backend = "cuda";
+    cfg.max_num_seqs = 32;
+    Engine e(cfg);
+    std::vector<Request> many;
+    for (int i = 0; i < 96; ++i) many.push_back(reqs[i % reqs.size()]);
+    double t0 = now_s();
+    auto res = e.generate(many);
+    double dt = now_s() - t0;
+    int64_t ok = 0, toks = 0;
+    for (size_t i = 0; i < res.size(); ++i) {
+      toks += (int64_t)res[i].outputs[0].token_ids.size();
+      ok += res[i].outputs[0].finish == Finish::kLength &&
+            res[i].outputs[0].token_ids == g.tokens[i % reqs.size()];
+    }
+    EngineStats st = e.stats();
+    std::printf("engine cuda full load: %zu requests, 32 at once: %lld/%zu finished by length with the tokens of "
+                "the single runs; %.1f tok/s; %lld steps, %lld preemptions\n",
+                many.size(), (long long)ok, many.size(), toks / dt, (long long)st.steps, (long long)st.preemptions);
+    expect(ok == (int64_t)many.size(), "engine cuda full load");
+    g_summary["engine"]["full_load"] = {{"requests", many.size()}, {"ok", ok}, {"tok_s", toks / dt},
+                                        {"steps", st.steps}, {"preemptions", st.preemptions}};
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -547,6 +655,7 @@ int main(int argc, char** argv) {
     section("ops", [&] { op_checks(cpu, gpu); });
     section("fixtures", [&] { fixtures(root, cpu, gpu); });
     section("nano", [&] { nano(root, cpu, gpu, tokens); });
+    section("engine", [&] { engine_section(root, gpu, tokens, threads); });
   } catch (const std::exception& e) {
     std::printf("FAIL: exception: %s\n", e.what());
     ++g_failures;

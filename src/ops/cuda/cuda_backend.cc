@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <string>
 
 #include "ops/cuda/cuda_ops.h"
@@ -26,6 +27,17 @@ struct CudaWeight final : Weight {
 struct CudaBackend::Impl {
   int device = 0;
   cudaStream_t stream = nullptr;
+  // Pinned staging for small uploads (the per-step index arrays). A copy from pageable memory
+  // synchronizes the stream first, which drains the GPU at every upload; from pinned memory it is
+  // asynchronous. The buffer is a ring of kSegs segments; an event recorded when the ring leaves a
+  // segment guards its reuse.
+  static constexpr int kSegs = 4;
+  static constexpr size_t kSegBytes = 4 << 20;
+  char* staging = nullptr;
+  cudaEvent_t seg_done[kSegs] = {};
+  bool seg_used[kSegs] = {};
+  int seg = 0;
+  size_t seg_off = 0;
 };
 
 int CudaBackend::device_count() {
@@ -47,6 +59,9 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
   uint64_t keep = UINT64_MAX;
   check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
+  check(cudaHostAlloc(reinterpret_cast<void**>(&impl_->staging), Impl::kSegs * Impl::kSegBytes, cudaHostAllocDefault),
+        "cudaHostAlloc (staging)");
+  for (auto& e : impl_->seg_done) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
 }
 
 CudaBackend::~CudaBackend() {
@@ -54,6 +69,9 @@ CudaBackend::~CudaBackend() {
     cudaStreamSynchronize(impl_->stream);
     cudaStreamDestroy(impl_->stream);
   }
+  for (auto& e : impl_->seg_done)
+    if (e) cudaEventDestroy(e);
+  if (impl_->staging) cudaFreeHost(impl_->staging);
 }
 
 void* CudaBackend::alloc(int64_t bytes) {
@@ -71,7 +89,23 @@ void CudaBackend::release(void* p) {
   if (p) cudaFreeAsync(p, impl_->stream);
 }
 void CudaBackend::upload(void* dst, const void* src, int64_t bytes) {
-  if (bytes > 0) check(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyHostToDevice, impl_->stream), "upload");
+  if (bytes <= 0) return;
+  Impl& m = *impl_;
+  if ((size_t)bytes > Impl::kSegBytes) {  // large (weights): straight from pageable memory
+    check(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyHostToDevice, m.stream), "upload");
+    return;
+  }
+  if (m.seg_off + (size_t)bytes > Impl::kSegBytes) {  // next segment, once its last copies are done
+    check(cudaEventRecord(m.seg_done[m.seg], m.stream), "cudaEventRecord");
+    m.seg_used[m.seg] = true;
+    m.seg = (m.seg + 1) % Impl::kSegs;
+    m.seg_off = 0;
+    if (m.seg_used[m.seg]) check(cudaEventSynchronize(m.seg_done[m.seg]), "staging reuse");
+  }
+  char* p = m.staging + (size_t)m.seg * Impl::kSegBytes + m.seg_off;
+  std::memcpy(p, src, (size_t)bytes);
+  check(cudaMemcpyAsync(dst, p, (size_t)bytes, cudaMemcpyHostToDevice, m.stream), "upload");
+  m.seg_off += ((size_t)bytes + 255) / 256 * 256;
 }
 void CudaBackend::download(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0) check(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToHost, impl_->stream), "download");
