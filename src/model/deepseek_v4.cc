@@ -293,6 +293,17 @@ void DeepseekV4Model::attention(int l, Step& st) {
   std::vector<int32_t> win_lo(T), win_hi(T), ent_idx;
   std::vector<int64_t> ent_off(T + 1, 0);
   int64_t base = 0;  // first row of this sequence's keys in win
+  // CSA: every sequence's indexer scores go into one buffer (sequence b's [n, nk] at score_at[b]) and
+  // come back to the host in one download for the top-k choice, after this loop.
+  std::vector<int64_t> score_at(B + 1, 0), n_keys(B, 0);
+  if (csa)
+    for (size_t b = 0; b < B; ++b) {
+      const int64_t n = st.seq_begin[b + 1] - st.seq_begin[b];
+      n_keys[b] = (st.batch[b].state->pos + n) / L.comp.rate;  // indexer keys that exist after this chunk
+      score_at[b + 1] = score_at[b] + n * n_keys[b];
+    }
+  Buffer<float> score_d(be_, score_at[B]);
+  std::vector<Buffer<int32_t>> score_args;  // kept alive until the download
   for (size_t b = 0; b < B; ++b) {
     const V4SeqState& S = *st.batch[b].state;
     float* slot = cache.slot_data(S.slot);
@@ -330,24 +341,37 @@ void DeepseekV4Model::attention(int l, Step& st) {
     float* idx_ring = slot + lay.slot_idx_off[l];
     compressor_update(L.idx_comp, idx_ring, idx_ring + R * icw, cache, S, lay.page_idx_off[l],
                       ikv.data() + r0 * icw, igate.data() + r0 * icw, icw, p0, n);
-    const int64_t nk = (p0 + n) / m;  // indexer keys that exist after this chunk
+    const int64_t nk = n_keys[b];
+    if (nk == 0) continue;
     std::vector<int32_t> key_rows(nk), nvis(n);
     for (int64_t w = 0; w < nk; ++w) key_rows[w] = entry_row(w, lay.page_idx_off[l], dI);
     for (int64_t i = 0; i < n; ++i) nvis[i] = (int32_t)((p0 + i + 1) / m);
-    std::vector<float> score;
-    if (nk > 0) {  // scores come back to the host for the top-k choice
-      Buffer<int32_t> key_rows_d(be_, key_rows), nvis_d(be_, nvis);
-      Buffer<float> score_d(be_, n * nk);
-      be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, cache.pages_base(),
-                         key_rows_d.data(), nk, nvis_d.data(), 1.0f / std::sqrt((float)dI), score_d.data());
-      score = score_d.to_host();
-    }
+    score_args.emplace_back(be_, key_rows);
+    score_args.emplace_back(be_, nvis);
+    be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, cache.pages_base(),
+                       score_args[score_args.size() - 2].data(), nk, score_args.back().data(),
+                       1.0f / std::sqrt((float)dI), score_d.data() + score_at[b]);
+  }
+  // CSA: each query's top-k compressed entries, from the scores (one download for the step).
+  const std::vector<float> scores = csa ? score_d.to_host() : std::vector<float>();
+  for (size_t b = 0; csa && b < B; ++b) {
+    const V4SeqState& S = *st.batch[b].state;
+    const int64_t p0 = S.pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
+    const int m = L.comp.rate;
+    const int64_t nk = n_keys[b];
+    auto entry_row = [&](int64_t w, int64_t off, int64_t width) {
+      const int64_t first = w * m;
+      return (int32_t)(((int64_t)S.pages[first / TP] * lay.page_floats + off) / width + (first % TP) / m);
+    };
+    std::vector<int32_t> nvis(n);
+    for (int64_t i = 0; i < n; ++i) nvis[i] = (int32_t)((p0 + i + 1) / m);
+    const float* score = scores.data() + score_at[b];
     std::vector<int32_t> cand;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t k = std::min<int64_t>(cfg_.index_topk, nvis[i]);
       cand.resize(nvis[i]);
       std::iota(cand.begin(), cand.end(), 0);
-      const float* sc = score.data() + i * nk;
+      const float* sc = score + i * nk;
       // Highest scores first; equal scores by lower index, so the choice is deterministic.
       std::partial_sort(cand.begin(), cand.begin() + k, cand.end(),
                         [&](int32_t a, int32_t c) { return sc[a] > sc[c] || (sc[a] == sc[c] && a < c); });
