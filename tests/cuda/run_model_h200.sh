@@ -27,11 +27,22 @@ timeout ${TM_TIMEOUT:-360} /tmp/tm/test_model_cuda --root . --tokens ${TM_TOKENS
 echo "rc test_model=$?"
 if [ -x /tmp/tm/deepinfer ]; then
   for be in cuda cpu; do
-    /usr/bin/time -f "$be: %e s wall" /tmp/tm/deepinfer generate --backend $be --prompt "In the beginning" \
+    /usr/bin/time -f "$be: %e s wall" /tmp/tm/deepinfer generate --model models/nano-v4 --backend $be --prompt "In the beginning" \
       --max-tokens 200 --ignore-eos --quiet > "$OUT/generate_$be.txt" 2> "$OUT/generate_$be.err"
     echo "generate --backend $be rc=$? $(tail -1 "$OUT/generate_$be.err")"
   done
   cmp "$OUT/generate_cuda.txt" "$OUT/generate_cpu.txt" && echo "generate: cuda and cpu print the same text"
   head -c 400 "$OUT/generate_cuda.txt"; echo
   cat "$OUT"/generate_*.err > "$OUT/generate.err"; rm -f "$OUT"/generate_*.err
+fi
+# Where the decode time goes: Nsight Systems over a single-sequence decode, if the machine has it.
+NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+if [ -n "$NSYS" ] && [ -x /tmp/tm/test_model_cuda ]; then
+  timeout 120 "$NSYS" profile -o /tmp/tm/decode --force-overwrite true /tmp/tm/test_model_cuda --root . \
+    --decode-only 128 > /tmp/tm/nsys.log 2>&1
+  timeout 120 "$NSYS" stats --report cuda_gpu_kern_sum,cuda_api_sum,cuda_gpu_mem_time_sum --format csv \
+    /tmp/tm/decode.nsys-rep > "$OUT/nsys_stats.csv" 2>&1
+  tail -3 /tmp/tm/nsys.log; head -c 3000 "$OUT/nsys_stats.csv"
+else
+  echo "no nsys on this machine"
 fi

@@ -12,7 +12,7 @@
 //     same greedy tokens; timed.
 //
 // Usage: test_model_cuda [--root DIR (repo root, default .)] [--tokens N (256)] [--threads N]
-//                        [--out summary.json]
+//                        [--out summary.json] [--decode-only N (profiling: one sequence, N greedy tokens)]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -626,13 +626,14 @@ void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int th
 
 int main(int argc, char** argv) {
   std::string root = ".", out;
-  int tokens = 256, threads = 0;
+  int tokens = 256, threads = 0, decode_only = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
     if (a == "--root") root = v;
     else if (a == "--tokens") tokens = std::stoi(v);
     else if (a == "--threads") threads = std::stoi(v);
     else if (a == "--out") out = v;
+    else if (a == "--decode-only") decode_only = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -640,6 +641,13 @@ int main(int argc, char** argv) {
   }
   try {
     CudaBackend gpu(0);
+    if (decode_only > 0) {  // for a profiler: load nano, decode one sequence, nothing else
+      LoadedModel m = load_model(root + "/models/nano-v4", gpu);
+      std::vector<std::vector<int32_t>> one{{0, 1169, 265, 2134}};
+      GreedyRun r = greedy(*m.v4, gpu, one, decode_only);
+      std::printf("decode-only: %d tokens, %.3f ms/token\n", decode_only, 1e3 * r.decode_s / (decode_only - 1));
+      return 0;
+    }
     CpuBackend cpu(threads);
     auto section = [&](const char* name, const std::function<void()>& f) {
       double t0 = now_s();
