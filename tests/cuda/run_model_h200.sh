@@ -35,6 +35,9 @@ if [ -x /tmp/tm/deepinfer ]; then
   head -c 400 "$OUT/generate_cuda.txt"; echo
   cat "$OUT"/generate_*.err > "$OUT/generate.err"; rm -f "$OUT"/generate_*.err
 fi
+# Where the decode time goes: host time per kind of backend call over a single-sequence decode, then
+# Nsight Systems over the same, if the machine has it.
+DEEPINFER_CUDA_HOST_TIMES=1 /tmp/tm/test_model_cuda --root . --decode-only 256 2>&1 | tee "$OUT/host_times.txt"
 # Where the decode time goes: Nsight Systems over a single-sequence decode, if the machine has it.
 NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
 if [ -n "$NSYS" ] && [ -x /tmp/tm/test_model_cuda ]; then

@@ -63,8 +63,9 @@ class CudaBackend final : public Backend {
   void swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, const float* row_scale,
                     float* act) override;
 
+  struct Impl;  // opaque (public only so the .cc's helpers can name it)
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
