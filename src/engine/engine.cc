@@ -12,6 +12,7 @@
 
 #include "engine/scheduler.h"
 #include "engine/stop_matcher.h"
+#include "engine/structured_output.h"
 #include "model/model.h"
 #include "ops/cpu/cpu_backend.h"
 #include "util/error.h"
@@ -47,6 +48,7 @@ struct Choice {
   SequenceSamplingState sampling;
   std::optional<tokenizer::StreamDecoder> detok;
   StopMatcher stops;
+  std::optional<StructuredState> structured;  // the grammar matcher, when params.structured is set
   bool finished = false;
   Choice(std::vector<int32_t> prompt, uint64_t seed, int idx, std::vector<int32_t> masked, const SamplingParams& p)
       : index(idx), tokens(prompt), sampling(prompt, seed, (uint32_t)idx, std::move(masked)), stops(p) {}
@@ -73,6 +75,7 @@ struct Engine::Impl {
   std::optional<V4Cache> cache;
   std::optional<Scheduler> sched;
   std::vector<int32_t> eos_ids;
+  std::optional<StructuredCompiler> structured;  // grammar vocabulary + compiled-grammar cache
   int64_t max_len = 0;
   int64_t vocab = 0;
 
@@ -166,6 +169,12 @@ struct Engine::Impl {
     TokenStop ts = check_stop_token(s.token, num_out, r.length_limit, r.params, eos_ids);
     Finish f = Finish::kNone;
     std::string why;
+    if (ch.structured) {
+      // The sampler only picks allowed tokens, so a rejection is an engine bug: fail the choice.
+      if (!ch.structured->accept(s.token)) f = Finish::kError, why = "structured output: sampled a token the grammar rejects";
+      else if (ch.structured->terminated())  // EOS accepted: the output is complete (even with ignore_eos)
+        ts = TokenStop{FinishReason::kStop, s.token, r.params.include_stop_str_in_output};
+    }
     if (ch.detok) {
       const bool can_stop = num_out >= r.params.min_tokens;
       if (ts.emit_token_text) {
@@ -176,6 +185,17 @@ struct Engine::Impl {
           why = r.params.stop[res.stop_index];
         }
       }
+    }
+    if (f == Finish::kError) {
+      o.finished = true;
+      o.finish = f;
+      o.error = why;
+      ch.finished = true;
+      --r.unfinished;
+      sched->finish(ch.seq_id);
+      seq_owner.erase(ch.seq_id);
+      if (r.sink) r.sink(o);
+      return;
     }
     if (f == Finish::kNone && ts.reason != FinishReason::kNone) {
       f = ts.reason == FinishReason::kStop ? Finish::kStop : Finish::kLength;
@@ -240,6 +260,17 @@ struct Engine::Impl {
       rows.push_back({logits.data() + i * vocab, &r.params, &who[i]->sampling, who[i]->sampling.next_position()});
       row_chunk.push_back(i);
     }
+    // Grammar masks, one per structured row (each matcher is its own; rows run in parallel).
+    std::vector<size_t> masked_rows;
+    for (size_t k = 0; k < rows.size(); ++k)
+      if (who[row_chunk[k]]->structured) masked_rows.push_back(k);
+    if (!masked_rows.empty())
+      backend.pool().parallel_for((int64_t)masked_rows.size(), [&](int64_t b, int64_t e) {
+        for (int64_t j = b; j < e; ++j) {
+          const size_t k = masked_rows[j];
+          rows[k].allowed = who[row_chunk[k]]->structured->fill_mask();
+        }
+      });
     auto results = sample_batch(rows, (int)vocab, &backend.pool());
     sched->on_step_done(plan);
     for (size_t k = 0; k < results.size(); ++k) {
@@ -292,6 +323,7 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>(cfg)) {
   if (m.tok && m.tok->eos_id() >= 0 &&
       std::find(m.eos_ids.begin(), m.eos_ids.end(), m.tok->eos_id()) == m.eos_ids.end())
     m.eos_ids.push_back(m.tok->eos_id());
+  m.structured.emplace(m.tok ? &*m.tok : nullptr, m.vocab, m.eos_ids);
   m.max_len = cfg.max_model_len > 0 ? std::min<int64_t>(cfg.max_model_len, c.max_position_embeddings)
                                     : c.max_position_embeddings;
   if (cfg.max_num_seqs < 1) throw Error("max_num_seqs must be >= 1");
@@ -322,6 +354,8 @@ uint64_t Engine::add_request(Request req, OutputSink sink) {
   if ((int64_t)ids.size() >= m.max_len)
     throw Error("prompt has " + std::to_string(ids.size()) + " tokens; the context limit is " + std::to_string(m.max_len));
   if (!req.params.stop.empty() && !m.tok) throw Error("stop strings need a tokenizer");
+  std::shared_ptr<const grammar::Grammar> g;
+  if (req.params.structured.active()) g = m.structured->compile(req.params.structured);  // throws for a bad spec
   Req r;
   r.params = req.params;
   r.sink = std::move(sink);
@@ -333,6 +367,7 @@ uint64_t Engine::add_request(Request req, OutputSink sink) {
   for (int i = 0; i < r.params.n; ++i) {
     r.choices.emplace_back(ids, seed, i, masked, r.params);
     if (m.tok) r.choices.back().detok.emplace(*m.tok, r.params.skip_special_tokens);
+    if (g) r.choices.back().structured.emplace(g, &m.structured->eos_ids());
   }
   r.unfinished = r.params.n;
   std::lock_guard<std::mutex> lk(m.mu);
