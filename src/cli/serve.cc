@@ -4,10 +4,10 @@
 //
 // SIGTERM / SIGINT: stop admitting, drain running requests (bounded by --shutdown-timeout), exit 0.
 // A second signal exits at once (status 1).
-#include <pthread.h>
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -53,6 +53,9 @@ int64_t to_int(const std::string& flag, const std::string& v) {
     throw Error(flag + ": expected an integer, got '" + v + "'");
   }
 }
+
+std::atomic<int> g_signals{0};
+void on_signal(int) { g_signals.fetch_add(1); }
 
 }  // namespace
 
@@ -101,13 +104,14 @@ int cmd_serve(int argc, char** argv) {
     return 2;
   }
 
-  // Signals go to one waiting thread (no handler, no global state): every thread started below
-  // inherits this mask. SIGPIPE is ignored so that a vanished client is a failed write, not death.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // OpenBLAS starts threads before main(), so signals cannot be steered to one thread by masks:
+  // the handler only counts (the one global the process has), a watcher thread acts on it.
+  // SIGPIPE is ignored so that a vanished client is a failed write, not the end of the process.
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   try {
@@ -122,11 +126,11 @@ int cmd_serve(int argc, char** argv) {
     std::atomic<bool> stop_watch{false};
     std::thread shutdown_thread;
     std::thread watcher([&] {
-      int signals = 0;
-      const timespec tick{0, 200 * 1000 * 1000};
+      int handled = 0;
       while (!stop_watch) {
-        if (sigtimedwait(&set, nullptr, &tick) < 0) continue;
-        if (++signals == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        if (g_signals.load() == handled) continue;
+        if (++handled == 1) {
           std::fprintf(stderr, "deepinfer serve: shutting down (draining running requests)\n");
           shutdown_thread = std::thread([&srv] { srv.shutdown(); });
         } else {
