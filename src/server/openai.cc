@@ -20,6 +20,7 @@ const char* error_type_for(int status) {
     case 405: return "invalid_request_error";
     case 413: return "invalid_request_error";
     case 429: return "rate_limit_error";
+    case 431: return "invalid_request_error";
     case 503: return "service_unavailable_error";
     default: return status < 500 ? "invalid_request_error" : "server_error";
   }

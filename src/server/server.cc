@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -177,12 +178,12 @@ struct Server::Impl {
         job.prompt_tokens = o.num_prompt_tokens;
         job.output_tokens += o.num_output_tokens;
         job.max_choice_tokens = std::max(job.max_choice_tokens, o.num_output_tokens);
-        sh.metrics.on_request_finished(finish_name(o.finish), 0, o.num_output_tokens);
+        // Prompt tokens once per prompt: with its choice 0.
+        sh.metrics.on_request_finished(finish_name(o.finish), o.index == 0 ? o.num_prompt_tokens : 0,
+                                       o.num_output_tokens);
       }
       job.events.emplace_back(base + o.index, o);
       if (all_done) {
-        // Prompt tokens once per request (all prompts of a request are counted by their choices).
-        sh.metrics.on_request_finished("", o.num_prompt_tokens, 0);
         const double e2e = seconds(now - job.arrival);
         const double ttft = job.got_token ? seconds(job.first_token - job.arrival) : -1.0;
         const bool has_tpot = job.got_token && job.max_choice_tokens > 1;
@@ -432,6 +433,14 @@ struct Server::Impl {
     };
   }
 
+  static constexpr size_t kMaxHeaders = 100;
+
+  Json model_card() const {
+    return {{"id", info.names[0]},     {"object", "model"},          {"created", unix_now()},
+            {"owned_by", "deepinfer"}, {"root", engine.model_dir()}, {"parent", nullptr},
+            {"max_model_len", info.max_model_len}};
+  }
+
   void routes() {
     http.set_payload_max_length(cfg.max_body_bytes);
     http.set_read_timeout(cfg.read_timeout_s, 0);
@@ -443,6 +452,11 @@ struct Server::Impl {
 
     // Deny by default: authentication runs before routing, so no path (known or not) skips it.
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      // httplib caps each header line (8 KiB) but not their number.
+      if (req.headers.size() > kMaxHeaders) {
+        set_error(res, ApiError(431, "more than " + std::to_string(kMaxHeaders) + " request headers"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
       if (!authorized(req)) {
         res.set_header("WWW-Authenticate", "Bearer");
         set_error(res, ApiError(401, "invalid or missing API key", "", "invalid_api_key"));
@@ -489,10 +503,13 @@ struct Server::Impl {
       g.stream ? generate_stream(g, res) : generate_blocking(g, res);
     }));
     http.Get("/v1/models", json_route([this](const httplib::Request&, httplib::Response& res) {
-      Json card = {{"id", info.names[0]},         {"object", "model"},      {"created", unix_now()},
-                   {"owned_by", "deepinfer"},     {"root", engine.model_dir()}, {"parent", nullptr},
-                   {"max_model_len", info.max_model_len}};
-      res.set_content(dump(Json{{"object", "list"}, {"data", Json::array({card})}}), "application/json");
+      res.set_content(dump(Json{{"object", "list"}, {"data", Json::array({model_card()})}}), "application/json");
+    }));
+    http.Get(R"(/v1/models/(.+))", json_route([this](const httplib::Request& req, httplib::Response& res) {
+      const std::string id = req.matches[1];
+      if (std::find(info.names.begin(), info.names.end(), id) == info.names.end())
+        throw ApiError(404, "The model '" + id + "' does not exist", "model", "model_not_found");
+      res.set_content(dump(model_card()), "application/json");
     }));
     http.Get("/health", json_route([this](const httplib::Request&, httplib::Response& res) {
       std::string why;

@@ -46,8 +46,11 @@ def strip_specials(text):
     return text
 
 
-def test_models_and_health(server, model):
+def test_models_and_health(server, client, model):
     assert model == "nano-v4"  # the directory's basename
+    assert client.models.retrieve(model).id == model
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4")
     assert server.request("GET", "/health")[0] == 200
 
 
@@ -301,11 +304,18 @@ def test_raw_http_errors(server):
     assert status == 404 and err["error"]["type"] == "not_found_error"
     status, err = server.post("/v1/completions", b'{"prompt": "' + b"a" * (9 << 20) + b'"}')
     assert status == 413 and "error" in err
+    many = {f"X-H{i}": "v" for i in range(150)}
+    status, err = server.request("GET", "/health", headers=many)
+    assert status == 431 and "error" in err
 
 
 def test_metrics_exposition(server, client, model):
-    client.completions.create(model=model, prompt="Jesus wept", max_tokens=4, temperature=0)
+    before = server.wait_idle()
+    r = client.completions.create(model=model, prompt="Jesus wept", max_tokens=4, n=2, temperature=1)
     m = server.wait_idle()
+    assert m["deepinfer_prompt_tokens_total"] - before["deepinfer_prompt_tokens_total"] == r.usage.prompt_tokens
+    assert (m["deepinfer_generation_tokens_total"] - before["deepinfer_generation_tokens_total"]
+            == r.usage.completion_tokens)
     assert m["deepinfer_time_to_first_token_seconds_count"] >= 1
     assert m["deepinfer_time_per_output_token_seconds_count"] >= 1
     assert m['deepinfer_time_to_first_token_seconds_bucket{le="+Inf"}'] == m["deepinfer_time_to_first_token_seconds_count"]
@@ -360,3 +370,31 @@ def test_sse_bytes(server):
         assert set(c["choices"][0]) >= {"index", "delta", "finish_reason", "logprobs"}
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] >= 1
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+
+
+def test_disconnect_aborts_within_a_few_steps(server):
+    """A client that leaves mid-stream: its request is aborted after a handful of engine steps
+    (counted by the engine, not timed), instead of running its remaining ~3000 tokens."""
+    import http.client
+    import socket
+    from deepinfer_server import is_idle
+    server.wait_idle()
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    body = {"prompt": "And it came to pass", "max_tokens": 3000, "ignore_eos": True, "stream": True}
+    conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    assert r.status == 200
+    got = 0
+    while got < 3:
+        if r.readline().startswith(b"data: "):
+            got += 1
+    before = server.metrics()
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    m = server.wait_idle()
+    assert is_idle(m), m
+    aborts = 'deepinfer_request_success_total{finished_reason="abort"}'
+    assert m[aborts] - before[aborts] == 1
+    steps = m["deepinfer_engine_steps_total"] - before["deepinfer_engine_steps_total"]
+    print("engine steps from disconnect to idle:", steps)
+    assert steps < 100
