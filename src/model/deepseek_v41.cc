@@ -184,8 +184,9 @@ class NumpyPcg64 {
 // mantissa bits and minimum normal exponent `emin`; the input is already clamped to the grid's range.
 // ---------------------------------------------------------------------------------------------
 
-inline float round_grid(float v, int mbits, int emin) {
-  if (v == 0.0f) return 0.0f;
+template <class F>
+inline F round_grid(F v, int mbits, int emin) {
+  if (v == 0) return 0;
   int e;
   std::frexp(v, &e);  // |v| = f·2^e, f in [0.5, 1)  =>  floor(log2|v|) = e − 1
   const int q = std::max(e - 1, emin) - mbits;
@@ -199,7 +200,8 @@ inline float pow2_ceil(double x) {
   return (float)std::ldexp(1.0, f == 0.5 ? e - 1 : e);
 }
 
-inline float e4m3_rne(float x) { return round_grid(std::min(x, 448.0f), 3, -6); }
+// E4M3 cast (round to nearest even, saturating at 448) straight from double: no double rounding.
+inline float e4m3_rne(double x) { return (float)round_grid(std::min(x, 448.0), 3, -6); }
 
 // Sliding KV: FP8 E4M3 with a power-of-two scale per block of 32.
 void qdq_fp8_pow2(float* x, int64_t n) {
@@ -226,7 +228,7 @@ void qdq_fp4_e4m3(float* x, int64_t n) {
   for (int64_t b = 0; b < n; b += 16) {
     float amax = 0;
     for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(x[b + i]));
-    const float s = e4m3_rne((float)(std::max((double)amax, 6.0 * std::ldexp(1.0, -9)) / 6.0));
+    const float s = e4m3_rne(std::max((double)amax, 6.0 * std::ldexp(1.0, -9)) / 6.0);
     for (int i = 0; i < 16; ++i) x[b + i] = round_grid(std::clamp(x[b + i] / s, -6.0f, 6.0f), 1, 0) * s;
   }
 }
