@@ -508,6 +508,7 @@ const tokenizer::Tokenizer& Engine::tokenizer() const {
   return *impl_->tok;
 }
 int64_t Engine::vocab_size() const { return impl_->vocab; }
+const char* Engine::architecture() const { return impl_->model.architecture(); }
 int64_t Engine::max_model_len() const { return impl_->max_len; }
 const std::string& Engine::model_dir() const { return impl_->dir; }
 EngineStats Engine::stats() const {
