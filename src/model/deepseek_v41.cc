@@ -880,6 +880,10 @@ void DeepseekV41Model::attention(int l, Step& st) {
     const float* ent = nullptr;
     if (L.ratio) {
       const int m = L.ratio;
+      // Index keys are the KV source's own running key cache, for every step (transformers'
+      // behaviour, spec §5.3). The reference code instead scores ratio-2 layers on decode steps
+      // that close no group against the slot left by the previous publisher (layer 20's keys);
+      // that quirk is deliberately not reproduced.
       const auto& E = S.entries[L.kv_src];
       const auto& K = S.keys[L.kv_src];
       ent = E.data();

@@ -31,7 +31,11 @@ LoadedModel load_model(const std::string& dir, Backend& backend, bool progress) 
     V4Config cfg = parse_v4_config(j);
     m.v4 = std::make_unique<DeepseekV4Model>(cfg, *m.ckpt, backend, bar);
   }
-  m.unused = m.ckpt->unused();
+  for (auto& n : m.ckpt->unused()) {
+    const bool optional = v41 && (n.rfind("mtp.", 0) == 0 || n.rfind("vision.", 0) == 0 ||
+                                  n.rfind("aligner.", 0) == 0 || n.rfind("image_", 0) == 0);
+    (optional ? m.ignored : m.unused).push_back(n);
+  }
   return m;
 }
 

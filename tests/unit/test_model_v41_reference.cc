@@ -104,7 +104,9 @@ TEST(V41Reference, FullDecodeAndChunkedMatchReference) {
     CpuBackend be(2);
     LoadedModel m = load_model(dir + "/model", be);
     ASSERT_TRUE(m.v41) << "not dispatched to the V4.1 architecture";
-    for (const auto& n : m.unused) EXPECT_TRUE(is_optional_extra(n)) << "unused tensor " << n;
+    EXPECT_TRUE(m.unused.empty()) << "unused tensor, e.g. " << (m.unused.empty() ? "" : m.unused[0]);
+    for (const auto& n : m.ignored) EXPECT_TRUE(is_optional_extra(n)) << n;
+    if (dir.find("published") != std::string::npos) EXPECT_EQ(m.ignored.size(), 3u) << "mtp, vision, image_newline";
     const int64_t V = m.vocab_size();
     auto refs = read_refs(dir);
     ASSERT_FALSE(refs.empty());
@@ -332,4 +334,28 @@ TEST(V41Config, MalformedConfigsGiveClearErrors) {
   j = flash_config();
   j["text_config"] = 3;
   expect_error(j, "text_config");
+}
+
+TEST(V41Config, AcceptsTheReferenceCodesFlatNames) {
+  // inference/config.json spelling (spec §1.1 names in brackets).
+  nlohmann::json j = {{"model_type", "deepseek_v41"}, {"vocab_size", 1000}, {"dim", 64}, {"n_layers", 4},
+                      {"n_heads", 4}, {"head_dim", 64}, {"rope_head_dim", 16}, {"q_lora_rank", 32}, {"o_groups", 2},
+                      {"o_lora_rank", 16}, {"window_size", 8}, {"compress_ratios", {0, 2, 1, 1, 0}},
+                      {"kv_source_layers", {1, 2}}, {"index_source_layers", {1, 2, 3}}, {"candidate_source_layer", 2},
+                      {"index_n_heads", 8}, {"index_head_dim", 32}, {"norm_eps", 1e-20}, {"n_routed_experts", 4},
+                      {"n_activated_experts", 2}, {"moe_inter_dim", 32}, {"score_func", "sqrtsoftplus"},
+                      {"route_scale", 2.5}, {"rope_factor", 16}, {"original_seq_len", 4096}, {"beta_fast", 32},
+                      {"beta_slow", 1}, {"engram_layer_ids", {1}}, {"engram_num_embeddings", {420}},
+                      {"engram_pad_id", 2}};
+  V41Config c = parse_v41_config(j);
+  EXPECT_EQ(c.hidden_size, 64);
+  EXPECT_EQ(c.num_layers, 4);
+  EXPECT_EQ(c.sliding_window, 8);
+  EXPECT_EQ(c.num_experts_per_tok, 2);
+  EXPECT_EQ(c.routed_scaling_factor, 2.5);
+  EXPECT_TRUE(c.rope_compress.yarn);
+  EXPECT_EQ(c.rope_compress.original_max_position, 4096);
+  EXPECT_EQ(c.candidate_source_layer, 2);
+  EXPECT_EQ(c.index_source_of[3], 3);
+  EXPECT_EQ(c.kv_source_of[3], 2);
 }
