@@ -526,6 +526,15 @@ FIXTURES = {
     "tiny_hf": dict(seed=14, storage="hf", seq_lens=[70, 150], overrides={}),
     # published format: native names, FP8 32×32 + E8M0, FP4 experts, FP8 Engram tables, BF16, two
     # shards + index, DSpark/vision tensors present (unused), D = 80 and q_lora = 48 (partial blocks)
+    # the reference code's flat config (inference/config.json names), native names, BF16 + F32;
+    # another schedule: ratio-1 group first, a Reindex layer without candidate pool, Engram at
+    # layer 0 with 4-grams and 3 heads, hc 2, gate_temp 1.3
+    "tiny_flat": dict(seed=1, storage="flat", seq_lens=[57, 120],
+                      overrides=dict(num_hidden_layers=5, compress_ratios=[0, 1, 1, 2, 2], kv_source_layer_ids=[1, 3],
+                                     index_source_layer_ids=[1, 2, 3], candidate_source_layer_id=-1,
+                                     engram_layer_ids=[0], engram_max_ngram_size=4, engram_n_heads=3,
+                                     engram_compressed_vocab_size=150, hc_mult=2, gate_temp=1.3, hidden_size=48,
+                                     index_topk=5, n_routed_experts=5, num_experts_per_tok=3)),
     "tiny_published": dict(seed=23, storage="published", seq_lens=[64, 130],
                            overrides=dict(hidden_size=80, q_lora_rank=48, num_nextn_predict_layers=1,
                                           compress_ratios=[0, 0, 2, 2, 2, 2, 1, 1, 1, 1, 0])),
@@ -625,6 +634,14 @@ def store(cfg, W, storage, rng):
                 fname = "model." + name
             out[fname] = t_f32(exact[name])
             continue
+        if storage == "flat":
+            if name.endswith(F32_NAMES):
+                exact[name] = np.asarray(w, dtype=np.float32).astype(np.float64)
+                out[name] = t_f32(exact[name])
+            else:
+                exact[name], bits = bf16_round(w)
+                out[name] = t_bf16(bits)
+            continue
         # published
         if name.endswith("engram.embed.weight"):
             # FP8 E4M3 rows with one E8M0 scale per 32 channels
@@ -696,7 +713,20 @@ def make_fixture(name, spec, outdir):
     text = {k: v for k, v in cfg.items()}
     text["model_type"] = "deepseek_v41_text"
     vision = {"model_type": "deepseek_v41_vision", "hidden_size": 32, "num_hidden_layers": 1}
-    if spec["storage"] == "hf":
+    if spec["storage"] == "flat":
+        ren = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
+               "qk_rope_head_dim": "rope_head_dim", "sliding_window": "window_size",
+               "kv_source_layer_ids": "kv_source_layers", "index_source_layer_ids": "index_source_layers",
+               "candidate_source_layer_id": "candidate_source_layer", "rms_norm_eps": "norm_eps",
+               "num_experts_per_tok": "n_activated_experts", "moe_intermediate_size": "moe_inter_dim",
+               "scoring_func": "score_func", "routed_scaling_factor": "route_scale",
+               "engram_pad_token_id": "engram_pad_id"}
+        top = {ren.get(k, k): v for k, v in cfg.items() if k not in ("rope_scaling", "num_key_value_heads")}
+        ys = cfg["rope_scaling"]
+        top.update(rope_factor=ys["factor"], original_seq_len=ys["original_max_position_embeddings"],
+                   beta_fast=ys["beta_fast"], beta_slow=ys["beta_slow"])
+        save_safetensors(os.path.join(mdir, "model.safetensors"), files)
+    elif spec["storage"] == "hf":
         # transformers' spelling: engram_pad_id, layer_types, dtype
         text["engram_pad_id"] = text.pop("engram_pad_token_id")
         text["layer_types"] = ["shared_compressed_attention" if l in cfg["kv_source_layer_ids"] else "sliding_attention"
@@ -741,7 +771,7 @@ def make_fixture(name, spec, outdir):
                                  "distinct_argmax": int(len(set(logits.argmax(axis=1).tolist())))}
         # float32 storage of the float64 logits
         report[f"logits_{k}"]["f32_cast_max_abs"] = float(np.abs(logits - logits.astype(np.float32)).max())
-    report["indexer"] = ref.gaps
+    report["indexer"] = {k: (None if v == float("inf") else v) for k, v in ref.gaps.items()}  # None: never pruned
     report["qdq_min_margin_to_rounding_midpoint_in_quanta"] = dict(MARGINS)
     report["engram_multipliers"] = {str(l): ref.mult[l] for l in cfg["engram_layer_ids"]}
     report["engram_primes"] = {str(l): ref.primes[l] for l in cfg["engram_layer_ids"]}

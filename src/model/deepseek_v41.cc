@@ -305,6 +305,9 @@ bool is_v41_config(const json& j) {
   if (t == "deepseek_v41" || t == "deepseek_v41_text") return true;
   if (j.contains("text_config") && j["text_config"].is_object() && str(j["text_config"], "model_type") == "deepseek_v41_text")
     return true;
+  // The reference code's flat inference/config.json names no model type; the shared-compression
+  // schedule is V4.1's alone.
+  if (j.contains("kv_source_layers") || j.contains("kv_source_layer_ids")) return true;
   if (j.contains("architectures") && j["architectures"].is_array())
     for (const auto& a : j["architectures"])
       if (a.is_string() && a.get<std::string>().rfind("DeepseekV41", 0) == 0) return true;
