@@ -20,7 +20,7 @@ Per fixture, sequence and mode it prints the median and max per-position relativ
   decode        prefill of --decode-prefix tokens, then one token per forward through the cache
   chunked       chunks of 5 then 7 tokens through the cache
 
-`decode` and `chunked` are also compared with transformers' own `full` logits ("vs hf-full").
+Every mode but `full` is also compared with transformers' own `full` logits ("vs hf-full").
 
 Loading: a fixture stored in transformers' layout (`model.` prefix, `lm_head.weight`) is loaded
 with `from_pretrained`; any other layout (the release's native names, FP8 / FP4 / BF16 storage, or
@@ -34,7 +34,7 @@ Config variants: when a fixture's `rope_scaling` spells the YaRN type with the l
 (not `rope_type`), transformers' V4.1 config does not enable YaRN (its `__post_init__` only reads
 `rope_type` and defaults it to "default"). The script then runs twice: `cfg=as-is` (exactly the
 fixture's config) and `cfg=rope_type` (the same config with `type` renamed to `rope_type`, the
-spelling of the released config).
+spelling of the released config); the `as-is` variant then runs only `--as-is-modes` (default full).
 
     python3 scripts/check_v41_against_transformers.py --hf-src /path/to/deepseek_v41 \
         [--fixtures tests/fixtures/v41] [--only tiny_hf] [--json out.json]
