@@ -144,7 +144,7 @@ NB_MODULE(_core, m) {
              return e.tokenizer().decode(ids, skip_special_tokens);
            },
            nb::arg("ids"), nb::arg("skip_special_tokens") = false)
-      // Prompt ids of a conversation (OpenAI messages as a JSON string) in the V4 chat format.
+      // Prompt ids of a conversation (OpenAI messages as a JSON string) in the model's chat format.
       .def("chat_prompt_ids",
            [](const Engine& e, const std::string& messages_json, bool thinking, const std::string& effort) {
              tokenizer::chat::Json msgs;
@@ -152,6 +152,12 @@ NB_MODULE(_core, m) {
                msgs = tokenizer::chat::Json::parse(messages_json);
              } catch (const std::exception& ex) {
                throw Error(std::string("messages are not valid JSON: ") + ex.what());
+             }
+             if (std::string(e.architecture()) == "deepseek_v41") {  // V4.1's own format
+               tokenizer::chat::V41Options opt;
+               opt.thinking = thinking;
+               opt.reasoning_effort = effort;
+               return tokenizer::chat::render_v41(msgs, opt).encode(e.tokenizer());
              }
              tokenizer::chat::V4Options opt;
              opt.thinking = thinking;

@@ -111,6 +111,8 @@ bool parse(int argc, char** argv, Options& o) {
 
 // The prompt token ids of a conversation in the model's chat format.
 std::vector<int32_t> chat_ids(const Engine& e, const tokenizer::chat::Json& messages) {
+  if (std::string(e.architecture()) == "deepseek_v41")
+    return tokenizer::chat::render_v41(messages, tokenizer::chat::V41Options{}).encode(e.tokenizer());
   tokenizer::chat::V4Options opt;
   return tokenizer::chat::render_v4(messages, opt).encode(e.tokenizer());
 }
