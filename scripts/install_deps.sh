@@ -5,7 +5,7 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 PKGS=(build-essential cmake pkg-config git
       libopenblas-dev nlohmann-json3-dev libpcre2-dev libicu-dev zlib1g-dev
-      libgtest-dev libgmock-dev libcpp-httplib-dev python3 python3-venv python3-dev)
+      libgtest-dev libgmock-dev libcpp-httplib-dev libssl-dev libbrotli-dev python3 python3-venv python3-dev)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh "$@"
-# Serial: the CLI tests share scratch files in the temp directory.
-ctest --test-dir build --output-on-failure --timeout 900
+# Tests keep their scratch files apart (per-process names), so ctest may run them side by side.
+ctest --test-dir build --output-on-failure --timeout 900 -j"${JOBS:-$(nproc)}"
 bash scripts/test_python_package.sh

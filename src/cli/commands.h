@@ -9,5 +9,6 @@ int cmd_detokenize(int argc, char** argv);  // cli/tokenize.cc
 int cmd_inspect(int argc, char** argv);     // cli/inspect.cc: list a checkpoint's tensors
 int cmd_generate(int argc, char** argv);    // cli/generate.cc
 int cmd_chat(int argc, char** argv);        // cli/generate.cc
+int cmd_serve(int argc, char** argv);       // cli/serve.cc: OpenAI-compatible HTTP server
 
 }  // namespace deepinfer::cli

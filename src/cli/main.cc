@@ -16,6 +16,7 @@ struct Command {
 const Command kCommands[] = {
     {"generate", deepinfer::cli::cmd_generate, "generate text (default model: the embedded nano model)"},
     {"chat", deepinfer::cli::cmd_chat, "interactive chat with the model's chat format"},
+    {"serve", deepinfer::cli::cmd_serve, "OpenAI-compatible HTTP server (docs/server.md)"},
     {"logits", deepinfer::cli::cmd_logits, "compute logits for a list of token ids"},
     {"tokenize", deepinfer::cli::cmd_tokenize, "JSON Lines strings on stdin -> id arrays on stdout"},
     {"detokenize", deepinfer::cli::cmd_detokenize, "JSON Lines id arrays on stdin -> strings on stdout"},

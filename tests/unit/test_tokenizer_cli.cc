@@ -1,6 +1,7 @@
 // `deepinfer tokenize` / `deepinfer detokenize` end to end (the built executable), checked against
 // the HF references of the parity corpus.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdio>
@@ -40,14 +41,21 @@ std::vector<std::string> gz_lines(const std::string& path) {
 
 // Runs the CLI with `input` on stdin; returns stdout lines and sets rc.
 std::vector<std::string> run(const std::string& args, const std::string& input, int& rc) {
+  // Per-process names: ctest runs each test in its own process, possibly several at once.
   auto dir = std::filesystem::temp_directory_path();
-  std::string in = (dir / "deepinfer_cli_in.jsonl").string(), out = (dir / "deepinfer_cli_out.jsonl").string();
+  const std::string tag = std::to_string(::getpid());
+  std::string in = (dir / ("deepinfer_cli_in." + tag + ".jsonl")).string();
+  std::string out = (dir / ("deepinfer_cli_out." + tag + ".jsonl")).string();
   std::ofstream(in, std::ios::binary) << input;
   std::string cmd = kExe + " " + args + " < " + in + " > " + out + " 2>/dev/null";
   rc = std::system(cmd.c_str());
-  std::ifstream f(out, std::ios::binary);
   std::vector<std::string> lines;
-  for (std::string l; std::getline(f, l);) lines.push_back(l);
+  {
+    std::ifstream f(out, std::ios::binary);
+    for (std::string l; std::getline(f, l);) lines.push_back(l);
+  }
+  std::filesystem::remove(in);
+  std::filesystem::remove(out);
   return lines;
 }
 

@@ -220,6 +220,10 @@ void CudaBackend::hc_pre(const float* X, int64_t M, int hc, int64_t D, const flo
   HostTimer ht_(impl_.get(), Impl::kOp);
   check(cuda::hc_pre(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, impl_->stream), "hc_pre");
 }
+void CudaBackend::hc_mix(const float*, int64_t, int, int64_t, const float*, const float*, const float*, const float*,
+                         int, float, float, float*, float*, float*, float*) {
+  throw Error("cuda: hc_mix (DeepSeek-V4.1) is not implemented on the cuda backend yet");
+}
 void CudaBackend::hc_post(const float* X, const float* y, const float* post, const float* comb, int64_t M, int hc,
                           int64_t D, float* out) {
   HostTimer ht_(impl_.get(), Impl::kOp);
