@@ -30,6 +30,9 @@ struct EngineConfig {
   int64_t max_batched_tokens = 512;  // tokens per step (chunked prefill)
   int64_t max_model_len = 0;         // 0 = the model's max_position_embeddings
   bool progress = false;             // print weight-loading progress on stderr
+  std::string backend;               // "cuda", "cpu" or "" (auto: cuda when built with it and a GPU is present)
+  double gpu_memory_fraction = 0.9;  // cuda: share of the device memory free after weights and activations
+                                     // that the paged cache takes (cache_bytes is the cpu budget)
 };
 
 enum class Finish { kNone, kStop, kLength, kAbort, kError };

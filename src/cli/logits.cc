@@ -5,13 +5,14 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "io/safetensors.h"
 #include "model/model.h"
-#include "ops/cpu/cpu_backend.h"
+#include "ops/select/backend_select.h"
 #include "util/error.h"
 #include "util/json.h"
 
@@ -20,7 +21,7 @@ namespace {
 
 const char* kUsage =
     "usage: deepinfer logits --model DIR --ids-file IDS.json --out OUT.safetensors [--prefill N --chunk M]\n"
-    "                        [--threads K]\n";
+    "                        [--threads K] [--backend cuda|cpu]\n";
 
 int64_t parse_int(const std::string& flag, const std::string& v) {
   try {
@@ -61,6 +62,7 @@ std::vector<int32_t> read_ids(const std::string& path, int64_t vocab) {
 int cmd_logits(int argc, char** argv) {
   std::string model, ids_file, out;
   int64_t prefill = -1, chunk = -1, threads = 0;
+  std::string backend_name;
   try {
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
@@ -76,6 +78,7 @@ int cmd_logits(int argc, char** argv) {
       else if (a == "--prefill") prefill = parse_int(a, v);
       else if (a == "--chunk") chunk = parse_int(a, v);
       else if (a == "--threads") threads = parse_int(a, v);
+      else if (a == "--backend") backend_name = v;
       else throw Error("unknown option '" + a + "'");
     }
     if (model.empty() || ids_file.empty() || out.empty()) throw Error("--model, --ids-file and --out are required");
@@ -84,7 +87,8 @@ int cmd_logits(int argc, char** argv) {
     if (chunk == -1) chunk = 1;
     if (chunk < 1) throw Error("--chunk must be >= 1");
 
-    CpuBackend backend((int)threads);
+    std::unique_ptr<Backend> be = make_backend(resolve_backend(backend_name), (int)threads);
+    Backend& backend = *be;
     LoadedModel m = load_model(model, backend);
     for (const auto& n : m.unused) std::fprintf(stderr, "deepinfer: warning: tensor '%s' is not used by the model\n", n.c_str());
     const int64_t V = m.vocab_size();

@@ -1,5 +1,6 @@
 #include "deepinfer/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -15,6 +16,7 @@
 #include "engine/structured_output.h"
 #include "model/model.h"
 #include "ops/cpu/cpu_backend.h"
+#include "ops/select/backend_select.h"
 #include "util/error.h"
 
 namespace deepinfer {
@@ -71,7 +73,8 @@ constexpr int64_t kV41TokensPerPage = 256;
 struct Engine::Impl {
   EngineConfig cfg;
   std::string dir;
-  CpuBackend backend;
+  CpuBackend backend;                // sampling's thread pool; the model's backend when cpu
+  std::unique_ptr<Backend> device;   // the model's backend when not cpu (outlives model and cache)
   LoadedModel model;
   std::optional<tokenizer::Tokenizer> tok;
   std::optional<V4Cache> cache;
@@ -105,6 +108,7 @@ struct Engine::Impl {
   std::condition_variable cv;
 
   explicit Impl(const EngineConfig& c) : cfg(c), backend(c.threads) {}
+  Backend& model_backend() { return device ? *device : backend; }
 
   void emit_finish(Req& r, Choice& ch, Finish f, const std::string& why = {}) {
     if (ch.finished) return;
@@ -347,7 +351,9 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>(cfg)) {
     throw Error("model directory '" + m.dir + "' does not exist" +
                 (cfg.model_dir.empty() ? " (the embedded default model is missing from this build)" : ""));
   if (cfg.progress) std::fprintf(stderr, "loading %s ...\n", m.dir.c_str());
-  m.model = load_model(m.dir, m.backend, cfg.progress);
+  const std::string be_name = resolve_backend(cfg.backend);
+  if (be_name != "cpu") m.device = make_backend(be_name, cfg.threads);
+  m.model = load_model(m.dir, m.model_backend(), cfg.progress);
   for (const auto& n : m.model.unused) std::fprintf(stderr, "deepinfer: warning: tensor '%s' is not used\n", n.c_str());
   // The few config values the engine needs, from either architecture.
   const int vocab = m.model.vocab_size();
@@ -392,7 +398,22 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>(cfg)) {
     m.max_len = std::min<int64_t>(m.max_len, (int64_t)m.v41_pages->total() * sc.tokens_per_page);
   } else {
     const V4Config& c = m.model.v4->config();
-    m.cache.emplace(V4Cache::from_budget(c, cfg.cache_bytes, cfg.max_num_seqs));
+    if (!m.device) {
+      m.cache.emplace(V4Cache::from_budget(c, cfg.cache_bytes, cfg.max_num_seqs));
+    } else {
+      // Device memory: the cache takes a fraction of what is free after the weights, less the
+      // activations of the largest step (float32; the forward pass allocates them per step).
+      if (!(cfg.gpu_memory_fraction > 0 && cfg.gpu_memory_fraction <= 1))
+        throw Error("gpu_memory_fraction must be in (0, 1]");
+      const int64_t T = cfg.max_batched_tokens, D = c.hidden_size, hc = c.hc_mult, I = c.moe_intermediate_size;
+      const int64_t per_token = 3 * hc * D + 4 * D + 3 * (int64_t)c.num_heads * c.head_dim + c.q_lora_rank +
+                                6 * c.head_dim + 5 * c.index_head_dim + (int64_t)c.index_n_heads * c.index_head_dim +
+                                (c.num_experts_per_tok + 1) * (2 * D + 3 * I) + c.vocab_size;
+      const int64_t activations = 2 * 4 * T * per_token + (256ll << 20);
+      const int64_t free = m.device->free_memory();
+      const int64_t budget = (int64_t)(cfg.gpu_memory_fraction * (double)std::max<int64_t>(0, free - activations));
+      m.cache.emplace(V4Cache::from_budget(c, budget, cfg.max_num_seqs, m.device.get()));
+    }
     sc.tokens_per_page = m.cache->layout().tokens_per_page;
     m.sched.emplace(sc, m.cache->slot_manager(), m.cache->page_manager());
     // A request can never need more pages than the pool holds.

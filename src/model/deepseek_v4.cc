@@ -43,6 +43,9 @@ class WeightReader {
     return dequantize_to_f32(w, scale, cfg_.fp8_block_rows, cfg_.fp8_block_cols);
   }
 
+  // A vector (or small table) in the backend's memory.
+  Buffer<float> vec(const std::string& name, std::vector<int64_t> shape) { return Buffer<float>(be_, f32(name, shape)); }
+
   // A matrix for the backend's linear(): W[N, K].
   WeightPtr mat(const std::string& name, int64_t N, int64_t K) {
     auto w = f32(name, {N, K});
@@ -90,8 +93,8 @@ void load_compressor(WeightReader& r, const std::string& p, V4Compressor& c, int
   int64_t cw = (overlap ? 2 : 1) * (int64_t)width;
   c.wkv = r.mat(p + "wkv.weight", cw, D);
   c.wgate = r.mat(p + "wgate.weight", cw, D);
-  c.ape = r.f32(p + "ape", {rate, cw});
-  c.norm = r.f32(p + "norm.weight", {width});
+  c.ape = r.vec(p + "ape", {rate, cw});
+  c.norm = r.vec(p + "norm.weight", {width});
 }
 
 void load_layer(WeightReader& r, const V4Config& c, const std::string& p, AttnType type, bool hash, V4Layer& L) {
@@ -99,20 +102,20 @@ void load_layer(WeightReader& r, const V4Config& c, const std::string& p, AttnTy
   const int64_t I = c.moe_intermediate_size, E = c.n_routed_experts;
   L.type = type;
   L.hash = hash;
-  L.attn_norm = r.f32(p + "attn_norm.weight", {D});
-  L.ffn_norm = r.f32(p + "ffn_norm.weight", {D});
-  L.hc_attn_fn = r.f32(p + "hc_attn_fn", {mix, hc * D});
-  L.hc_attn_base = r.f32(p + "hc_attn_base", {mix});
-  L.hc_attn_scale = r.f32(p + "hc_attn_scale", {3});
-  L.hc_ffn_fn = r.f32(p + "hc_ffn_fn", {mix, hc * D});
-  L.hc_ffn_base = r.f32(p + "hc_ffn_base", {mix});
-  L.hc_ffn_scale = r.f32(p + "hc_ffn_scale", {3});
-  L.sinks = r.f32(p + "attn.attn_sink", {H});
+  L.attn_norm = r.vec(p + "attn_norm.weight", {D});
+  L.ffn_norm = r.vec(p + "ffn_norm.weight", {D});
+  L.hc_attn_fn = r.vec(p + "hc_attn_fn", {mix, hc * D});
+  L.hc_attn_base = r.vec(p + "hc_attn_base", {mix});
+  L.hc_attn_scale = r.vec(p + "hc_attn_scale", {3});
+  L.hc_ffn_fn = r.vec(p + "hc_ffn_fn", {mix, hc * D});
+  L.hc_ffn_base = r.vec(p + "hc_ffn_base", {mix});
+  L.hc_ffn_scale = r.vec(p + "hc_ffn_scale", {3});
+  L.sinks = r.vec(p + "attn.attn_sink", {H});
   L.wq_a = r.mat(p + "attn.wq_a.weight", c.q_lora_rank, D);
-  L.q_norm = r.f32(p + "attn.q_norm.weight", {c.q_lora_rank});
+  L.q_norm = r.vec(p + "attn.q_norm.weight", {c.q_lora_rank});
   L.wq_b = r.mat(p + "attn.wq_b.weight", H * d, c.q_lora_rank);
   L.wkv = r.mat(p + "attn.wkv.weight", d, D);
-  L.kv_norm = r.f32(p + "attn.kv_norm.weight", {d});
+  L.kv_norm = r.vec(p + "attn.kv_norm.weight", {d});
   {  // block-diagonal: one [o_lora, H·d/g] matrix per head group
     const int64_t G = c.o_groups, ol = c.o_lora_rank, gin = H * d / G;
     auto wo_a = r.f32(p + "attn.wo_a.weight", {G * ol, gin});
@@ -151,13 +154,16 @@ DeepseekV4Model::DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend&
     : cfg_(cfg), be_(backend) {
   const int64_t V = cfg.vocab_size, D = cfg.hidden_size, hc = cfg.hc_mult;
   WeightReader r(ckpt, cfg_, backend);
-  embed_ = r.f32("embed.weight", {V, D});
-  if (cfg.tie_word_embeddings && !ckpt.has("head.weight")) head_ = backend.make_weight(embed_.data(), V, D);
-  else head_ = r.mat("head.weight", V, D);
-  norm_ = r.f32("norm.weight", {D});
-  hc_head_fn_ = r.f32("hc_head_fn", {hc, hc * D});
-  hc_head_base_ = r.f32("hc_head_base", {hc});
-  hc_head_scale_ = r.f32("hc_head_scale", {1});
+  {
+    std::vector<float> embed = r.f32("embed.weight", {V, D});
+    embed_ = Buffer<float>(backend, embed);
+    if (cfg.tie_word_embeddings && !ckpt.has("head.weight")) head_ = backend.make_weight(embed.data(), V, D);
+    else head_ = r.mat("head.weight", V, D);
+  }
+  norm_ = r.vec("norm.weight", {D});
+  hc_head_fn_ = r.vec("hc_head_fn", {hc, hc * D});
+  hc_head_base_ = r.vec("hc_head_base", {hc});
+  hc_head_scale_ = r.vec("hc_head_scale", {1});
   layers_.resize(cfg.num_layers);
   for (int l = 0; l < cfg.num_layers; ++l) {
     load_layer(r, cfg_, "layers." + std::to_string(l) + ".", cfg.layer_types[l], cfg.hash_layers[l], layers_[l]);
@@ -172,16 +178,16 @@ DeepseekV4Model::DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend&
     load_layer(r, cfg_, p, AttnType::Sliding, false, m.block);
     m.e_proj = r.mat(p + "e_proj.weight", D, D);
     m.h_proj = r.mat(p + "h_proj.weight", D, D);
-    m.enorm = r.f32(p + "enorm.weight", {D});
-    m.hnorm = r.f32(p + "hnorm.weight", {D});
-    m.norm = r.f32(p + "norm.weight", {D});
-    m.hc_head_fn = r.f32(p + "hc_head_fn", {hc, hc * D});
-    m.hc_head_base = r.f32(p + "hc_head_base", {hc});
-    m.hc_head_scale = r.f32(p + "hc_head_scale", {1});
+    m.enorm = r.vec(p + "enorm.weight", {D});
+    m.hnorm = r.vec(p + "hnorm.weight", {D});
+    m.norm = r.vec(p + "norm.weight", {D});
+    m.hc_head_fn = r.vec(p + "hc_head_fn", {hc, hc * D});
+    m.hc_head_base = r.vec(p + "hc_head_base", {hc});
+    m.hc_head_scale = r.vec(p + "hc_head_scale", {1});
     mtp_.push_back(std::move(m));
   }
-  inv_freq_main_ = rope_inv_freq(cfg.rope_main, cfg.rope_dim);
-  inv_freq_compress_ = rope_inv_freq(cfg.rope_compress, cfg.rope_dim);
+  inv_freq_main_ = Buffer<float>(backend, rope_inv_freq(cfg.rope_main, cfg.rope_dim));
+  inv_freq_compress_ = Buffer<float>(backend, rope_inv_freq(cfg.rope_compress, cfg.rope_dim));
 }
 
 struct DeepseekV4Model::Step {
@@ -189,9 +195,10 @@ struct DeepseekV4Model::Step {
   V4Cache* cache = nullptr;
   int64_t T = 0;                       // tokens in the step
   std::vector<int64_t> seq_begin;      // [B + 1] first row of each chunk
-  std::vector<int32_t> tokens, pos;    // [T]
-  std::vector<float> h;                // [T, D] normed sub-block input
-  std::vector<float> y;                // [T, D] sub-block output
+  std::vector<int32_t> tokens, pos;    // [T] (host)
+  Buffer<int32_t> pos_d;               // [T] positions in backend memory
+  Buffer<float> h;                     // [T, D] normed sub-block input
+  Buffer<float> y;                     // [T, D] sub-block output
 };
 
 void DeepseekV4Model::compressor_update(const V4Compressor& w, float* ring_kv, float* ring_gate, V4Cache& cache,
@@ -200,65 +207,33 @@ void DeepseekV4Model::compressor_update(const V4Compressor& w, float* ring_kv, f
   const int m = w.rate, width = w.width;
   const int64_t cw = (w.overlap ? 2 : 1) * (int64_t)width, R = w.overlap ? 2 * m : m;
   const int S = w.overlap ? 2 * m : m;  // pooled slots per entry
-  const float ninf = -std::numeric_limits<float>::infinity();
-  // Windows close in position order; each is copied out of the ring when it closes, so later tokens
-  // of the same chunk may reuse its rows.
-  std::vector<float> skv, sg;
-  std::vector<int64_t> closed;  // window ids
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t t = p0 + i, row = t % R;
-    std::memcpy(ring_kv + row * cw, kv + i * ld, sizeof(float) * cw);
-    std::memcpy(ring_gate + row * cw, gate + i * ld, sizeof(float) * cw);
-    if ((t + 1) % m) continue;
-    const int64_t win = t / m;
-    closed.push_back(win);
-    skv.resize(closed.size() * S * width);
-    sg.resize(closed.size() * S * width);
-    float* wk = skv.data() + (closed.size() - 1) * S * width;
-    float* wg = sg.data() + (closed.size() - 1) * S * width;
-    for (int j = 0; j < m; ++j) {
-      const float* ape = w.ape.data() + (int64_t)j * cw;
-      if (!w.overlap) {  // HCA: the window's m tokens
-        const int64_t r = (win * m + j) % R;
-        for (int c = 0; c < width; ++c) {
-          wk[j * width + c] = ring_kv[r * cw + c];
-          wg[j * width + c] = ring_gate[r * cw + c] + ape[c];
-        }
-        continue;
-      }
-      // CSA: slots 0..m-1 = A halves of the previous window (absent for window 0), m..2m-1 = B halves
-      // of this one.
-      if (win > 0) {
-        const int64_t r = ((win - 1) * m + j) % R;
-        for (int c = 0; c < width; ++c) {
-          wk[j * width + c] = ring_kv[r * cw + c];
-          wg[j * width + c] = ring_gate[r * cw + c] + ape[c];
-        }
-      } else {
-        std::fill(wk + j * width, wk + (j + 1) * width, 0.0f);
-        std::fill(wg + j * width, wg + (j + 1) * width, ninf);
-      }
-      const int64_t r = (win * m + j) % R;
-      for (int c = 0; c < width; ++c) {
-        wk[(m + j) * width + c] = ring_kv[r * cw + width + c];
-        wg[(m + j) * width + c] = ring_gate[r * cw + width + c] + ape[width + c];
-      }
+  // Windows that close inside this chunk; their rows come from the ring (earlier positions, still
+  // intact: a window spans at most R positions) or from this chunk's projections.
+  std::vector<int32_t> closed;  // window ids
+  for (int64_t i = 0; i < n; ++i)
+    if ((p0 + i + 1) % m == 0) closed.push_back((int32_t)((p0 + i) / m));
+  if (!closed.empty()) {
+    const int64_t nw = (int64_t)closed.size();
+    Buffer<int32_t> ids(be_, closed);
+    Buffer<float> skv(be_, nw * S * width), sg(be_, nw * S * width), out(be_, nw * width);
+    be_.compress_windows(ring_kv, ring_gate, kv, gate, ld, p0, w.ape.data(), m, width, w.overlap, ids.data(), nw,
+                         skv.data(), sg.data());
+    be_.compress_pool(skv.data(), sg.data(), nw, S, width, out.data());
+    be_.rms_norm(out.data(), nw, width, width, w.norm.data(), (float)cfg_.rms_norm_eps, out.data());
+    std::vector<int32_t> wpos(nw);
+    for (int64_t i = 0; i < nw; ++i) wpos[i] = closed[i] * m;
+    Buffer<int32_t> wpos_d(be_, wpos);
+    be_.rope(out.data(), nw, width, 1, width, cfg_.rope_dim, wpos_d.data(), inv_freq_compress_.data(), false);
+    const int64_t T = cache.layout().tokens_per_page;
+    for (int64_t i = 0; i < nw; ++i) {
+      const int64_t first = (int64_t)closed[i] * m;
+      float* dst = cache.page_data(s.pages[first / T]) + page_off + ((first % T) / m) * width;
+      be_.copy(dst, out.data() + i * width, sizeof(float) * width);
     }
   }
-  if (closed.empty()) return;
-  const int64_t nw = (int64_t)closed.size();
-  std::vector<float> out(nw * width);
-  be_.compress_pool(skv.data(), sg.data(), nw, S, width, out.data());
-  be_.rms_norm(out.data(), nw, width, width, w.norm.data(), (float)cfg_.rms_norm_eps, out.data());
-  std::vector<int32_t> wpos(nw);
-  for (int64_t i = 0; i < nw; ++i) wpos[i] = (int32_t)(closed[i] * m);
-  be_.rope(out.data(), nw, width, 1, width, cfg_.rope_dim, wpos.data(), inv_freq_compress_.data(), false);
-  const int64_t T = cache.layout().tokens_per_page;
-  for (int64_t i = 0; i < nw; ++i) {
-    const int64_t first = closed[i] * m;
-    float* dst = cache.page_data(s.pages[first / T]) + page_off + ((first % T) / m) * width;
-    std::memcpy(dst, out.data() + i * width, sizeof(float) * width);
-  }
+  // The ring keeps the last R positions.
+  be_.ring_write(kv, ld, n, cw, p0, ring_kv, R);
+  be_.ring_write(gate, ld, n, cw, p0, ring_gate, R);
 }
 
 void DeepseekV4Model::attention(int l, Step& st) {
@@ -268,40 +243,40 @@ void DeepseekV4Model::attention(int l, Step& st) {
   const float eps = (float)cfg_.rms_norm_eps;
   const float* inv_freq = L.type == AttnType::Sliding ? inv_freq_main_.data() : inv_freq_compress_.data();
   const float* h = st.h.data();
+  const int32_t* pos = st.pos_d.data();
 
-  std::vector<float> qr(T * ql), q(T * H * d), kv(T * d);  // [T, q_lora], [T, H, d], [T, d]
+  Buffer<float> qr(be_, T * ql), q(be_, T * H * d), kv(be_, T * d);  // [T, q_lora], [T, H, d], [T, d]
   be_.linear(h, T, D, *L.wq_a, qr.data(), ql);
   be_.rms_norm(qr.data(), T, ql, ql, L.q_norm.data(), eps, qr.data());
   be_.linear(qr.data(), T, ql, *L.wq_b, q.data(), H * d);
   be_.rms_norm(q.data(), T * H, d, d, nullptr, eps, q.data());  // per-head, unweighted
-  be_.rope(q.data(), T, H * d, (int)H, (int)d, (int)r, st.pos.data(), inv_freq, false);
+  be_.rope(q.data(), T, H * d, (int)H, (int)d, (int)r, pos, inv_freq, false);
   be_.linear(h, T, D, *L.wkv, kv.data(), d);
   be_.rms_norm(kv.data(), T, d, d, L.kv_norm.data(), eps, kv.data());
-  be_.rope(kv.data(), T, d, 1, (int)d, (int)r, st.pos.data(), inv_freq, false);
+  be_.rope(kv.data(), T, d, 1, (int)d, (int)r, pos, inv_freq, false);
 
   // Compressor projections for the whole step.
   const bool csa = L.type == AttnType::CSA, comp = L.type != AttnType::Sliding;
   const int64_t cw = comp ? (L.comp.overlap ? 2 : 1) * d : 0;
   const int64_t hI = cfg_.index_n_heads, dI = cfg_.index_head_dim, icw = 2 * dI;
-  std::vector<float> ckv, cgate, ikv, igate, iq, gamma;
+  Buffer<float> ckv, cgate, ikv, igate, iq, gamma;
   if (comp) {
-    ckv.resize(T * cw);
-    cgate.resize(T * cw);
+    ckv = Buffer<float>(be_, T * cw);
+    cgate = Buffer<float>(be_, T * cw);
     be_.linear(h, T, D, *L.comp.wkv, ckv.data(), cw);
     be_.linear(h, T, D, *L.comp.wgate, cgate.data(), cw);
   }
   if (csa) {
-    ikv.resize(T * icw);
-    igate.resize(T * icw);
-    iq.resize(T * hI * dI);
-    gamma.resize(T * hI);
+    ikv = Buffer<float>(be_, T * icw);
+    igate = Buffer<float>(be_, T * icw);
+    iq = Buffer<float>(be_, T * hI * dI);
+    gamma = Buffer<float>(be_, T * hI);
     be_.linear(h, T, D, *L.idx_comp.wkv, ikv.data(), icw);
     be_.linear(h, T, D, *L.idx_comp.wgate, igate.data(), icw);
     be_.linear(qr.data(), T, ql, *L.idx_wq_b, iq.data(), hI * dI);
-    be_.rope(iq.data(), T, hI * dI, (int)hI, (int)dI, (int)r, st.pos.data(), inv_freq_compress_.data(), false);
+    be_.rope(iq.data(), T, hI * dI, (int)hI, (int)dI, (int)r, pos, inv_freq_compress_.data(), false);
     be_.linear(h, T, D, *L.idx_weights_proj, gamma.data(), hI);
-    const float ws = 1.0f / std::sqrt((float)hI);
-    for (auto& g : gamma) g *= ws;
+    be_.scale(gamma.data(), T * hI, 1.0f / std::sqrt((float)hI));
   }
 
   // Per sequence: gather the sliding keys (ring tail + chunk), update the compressors, choose each
@@ -310,30 +285,40 @@ void DeepseekV4Model::attention(int l, Step& st) {
   V4Cache& cache = *st.cache;
   const V4CacheLayout& lay = cache.layout();
   const int64_t TP = lay.tokens_per_page;
-  std::vector<float> win;
+  const size_t B = st.batch.size();
+  int64_t win_rows = 0;
+  for (size_t b = 0; b < B; ++b)
+    win_rows += std::min<int64_t>(W - 1, st.batch[b].state->pos) + (st.seq_begin[b + 1] - st.seq_begin[b]);
+  Buffer<float> win(be_, win_rows * d);
   std::vector<int32_t> win_lo(T), win_hi(T), ent_idx;
   std::vector<int64_t> ent_off(T + 1, 0);
-  const size_t B = st.batch.size();
+  int64_t base = 0;  // first row of this sequence's keys in win
+  // CSA: every sequence's indexer scores go into one buffer (sequence b's [n, nk] at score_at[b]) and
+  // come back to the host in one download for the top-k choice, after this loop.
+  std::vector<int64_t> score_at(B + 1, 0), n_keys(B, 0);
+  if (csa)
+    for (size_t b = 0; b < B; ++b) {
+      const int64_t n = st.seq_begin[b + 1] - st.seq_begin[b];
+      n_keys[b] = (st.batch[b].state->pos + n) / L.comp.rate;  // indexer keys that exist after this chunk
+      score_at[b + 1] = score_at[b] + n * n_keys[b];
+    }
+  Buffer<float> score_d(be_, score_at[B]);
+  std::vector<Buffer<int32_t>> score_args;  // kept alive until the download
   for (size_t b = 0; b < B; ++b) {
     const V4SeqState& S = *st.batch[b].state;
     float* slot = cache.slot_data(S.slot);
     float* ring = slot + lay.slot_ring_off[l];  // [W, d], row = position % W
     const int64_t p0 = S.pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
     const int64_t np = std::min<int64_t>(W - 1, p0);  // earlier tokens still inside the window
-    const int64_t base = (int64_t)win.size() / d;
-    win.resize((size_t)(base + np + n) * d);
-    for (int64_t i = 0; i < np; ++i) {
-      int64_t t = p0 - np + i;
-      std::memcpy(win.data() + (base + i) * d, ring + (t % W) * d, sizeof(float) * d);
-    }
-    std::memcpy(win.data() + (base + np) * d, kv.data() + r0 * d, sizeof(float) * n * d);
-    for (int64_t i = std::max<int64_t>(0, n - W); i < n; ++i)  // the ring keeps the last W positions
-      std::memcpy(ring + ((p0 + i) % W) * d, kv.data() + (r0 + i) * d, sizeof(float) * d);
+    be_.ring_read(ring, W, d, p0 - np, np, win.data() + base * d);
+    be_.copy(win.data() + (base + np) * d, kv.data() + r0 * d, sizeof(float) * n * d);
+    be_.ring_write(kv.data() + r0 * d, d, n, d, p0, ring, W);  // the ring keeps the last W positions
     for (int64_t i = 0; i < n; ++i) {
       int32_t hi = (int32_t)(base + np + i + 1);
       win_hi[r0 + i] = hi;
       win_lo[r0 + i] = (int32_t)std::max<int64_t>(base, hi - W);
     }
+    base += np + n;
     if (!comp) continue;
     const int m = L.comp.rate;
     const int64_t R = csa ? 2 * m : m;
@@ -356,20 +341,37 @@ void DeepseekV4Model::attention(int l, Step& st) {
     float* idx_ring = slot + lay.slot_idx_off[l];
     compressor_update(L.idx_comp, idx_ring, idx_ring + R * icw, cache, S, lay.page_idx_off[l],
                       ikv.data() + r0 * icw, igate.data() + r0 * icw, icw, p0, n);
-    const int64_t nk = (p0 + n) / m;  // indexer keys that exist after this chunk
+    const int64_t nk = n_keys[b];
+    if (nk == 0) continue;
     std::vector<int32_t> key_rows(nk), nvis(n);
     for (int64_t w = 0; w < nk; ++w) key_rows[w] = entry_row(w, lay.page_idx_off[l], dI);
     for (int64_t i = 0; i < n; ++i) nvis[i] = (int32_t)((p0 + i + 1) / m);
-    std::vector<float> score(n * std::max<int64_t>(nk, 1));
-    if (nk > 0)
-      be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, cache.pages_base(),
-                         key_rows.data(), nk, nvis.data(), 1.0f / std::sqrt((float)dI), score.data());
+    score_args.emplace_back(be_, key_rows);
+    score_args.emplace_back(be_, nvis);
+    be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, cache.pages_base(),
+                       score_args[score_args.size() - 2].data(), nk, score_args.back().data(),
+                       1.0f / std::sqrt((float)dI), score_d.data() + score_at[b]);
+  }
+  // CSA: each query's top-k compressed entries, from the scores (one download for the step).
+  const std::vector<float> scores = csa ? score_d.to_host() : std::vector<float>();
+  for (size_t b = 0; csa && b < B; ++b) {
+    const V4SeqState& S = *st.batch[b].state;
+    const int64_t p0 = S.pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
+    const int m = L.comp.rate;
+    const int64_t nk = n_keys[b];
+    auto entry_row = [&](int64_t w, int64_t off, int64_t width) {
+      const int64_t first = w * m;
+      return (int32_t)(((int64_t)S.pages[first / TP] * lay.page_floats + off) / width + (first % TP) / m);
+    };
+    std::vector<int32_t> nvis(n);
+    for (int64_t i = 0; i < n; ++i) nvis[i] = (int32_t)((p0 + i + 1) / m);
+    const float* score = scores.data() + score_at[b];
     std::vector<int32_t> cand;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t k = std::min<int64_t>(cfg_.index_topk, nvis[i]);
       cand.resize(nvis[i]);
       std::iota(cand.begin(), cand.end(), 0);
-      const float* sc = score.data() + i * nk;
+      const float* sc = score + i * nk;
       // Highest scores first; equal scores by lower index, so the choice is deterministic.
       std::partial_sort(cand.begin(), cand.begin() + k, cand.end(),
                         [&](int32_t a, int32_t c) { return sc[a] > sc[c] || (sc[a] == sc[c] && a < c); });
@@ -379,15 +381,18 @@ void DeepseekV4Model::attention(int l, Step& st) {
     }
   }
 
-  std::vector<float> o(T * H * d);  // [T, H, d]
-  be_.sink_attention(q.data(), T, H * d, (int)H, (int)d, win.data(), win_lo.data(), win_hi.data(), cache.pages_base(),
-                     ent_idx.data(), comp ? ent_off.data() : nullptr, L.sinks.data(), 1.0f / std::sqrt((float)d),
-                     o.data(), H * d);
-  be_.rope(o.data(), T, H * d, (int)H, (int)d, (int)r, st.pos.data(), inv_freq, true);
+  Buffer<int32_t> win_lo_d(be_, win_lo), win_hi_d(be_, win_hi), ent_idx_d(be_, ent_idx);
+  Buffer<int64_t> ent_off_d;
+  if (comp) ent_off_d = Buffer<int64_t>(be_, ent_off);
+  Buffer<float> o(be_, T * H * d);  // [T, H, d]
+  be_.sink_attention(q.data(), T, H * d, (int)H, (int)d, win.data(), win_lo_d.data(), win_hi_d.data(),
+                     cache.pages_base(), ent_idx_d.data(), comp ? ent_off_d.data() : nullptr, L.sinks.data(),
+                     1.0f / std::sqrt((float)d), o.data(), H * d);
+  be_.rope(o.data(), T, H * d, (int)H, (int)d, (int)r, pos, inv_freq, true);
 
   // Grouped output projection: group g's heads (H·d/g wide) through wo_a[g], then wo_b.
   const int64_t G = cfg_.o_groups, ol = cfg_.o_lora_rank, gin = H * d / G;
-  std::vector<float> z(T * G * ol);  // [T, g·o_lora]
+  Buffer<float> z(be_, T * G * ol);  // [T, g·o_lora]
   for (int64_t g = 0; g < G; ++g)
     be_.linear(o.data() + g * gin, T, H * d, *L.wo_a[g], z.data() + g * ol, G * ol);
   be_.linear(z.data(), T, G * ol, *L.wo_b, st.y.data(), D);
@@ -396,8 +401,12 @@ void DeepseekV4Model::attention(int l, Step& st) {
 void DeepseekV4Model::moe(const V4Layer& L, const float* h, const int32_t* tokens, int64_t T, float* out) {
   const int64_t D = cfg_.hidden_size, E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok;
   const int64_t I = cfg_.moe_intermediate_size;
-  std::vector<float> logits(T * E);  // [T, E]
-  be_.linear(h, T, D, *L.gate, logits.data(), E);
+  std::vector<float> logits;  // [T, E]: routing is decided on the host
+  {
+    Buffer<float> logits_d(be_, T * E);
+    be_.linear(h, T, D, *L.gate, logits_d.data(), E);
+    logits = logits_d.to_host();
+  }
   std::vector<int32_t> sel(T * K);
   std::vector<float> wsel(T * K);
   std::vector<float> sc(E), biased(E);
@@ -435,38 +444,43 @@ void DeepseekV4Model::moe(const V4Layer& L, const float* h, const int32_t* token
     for (int64_t k = 0; k < K; ++k) wsel[t * K + k] *= f;
   }
   // Routed experts, one GEMM pair per expert over the tokens routed to it. Tokens accumulate
-  // experts in ascending expert order, whatever the batch.
-  std::vector<std::vector<std::pair<int32_t, float>>> routed(E);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t k = 0; k < K; ++k) routed[sel[t * K + k]].push_back({(int32_t)t, wsel[t * K + k]});
-  std::fill(out, out + T * D, 0.0f);
-  std::vector<float> xe, gu, act, ye;
+  // experts in ascending expert order, whatever the batch. The routed token ids and weights of all
+  // experts go to the backend in one upload (expert e's at [off[e], off[e+1])).
+  std::vector<int64_t> off(E + 1, 0);
+  for (int64_t i = 0; i < T * K; ++i) ++off[sel[i] + 1];
+  for (int64_t e = 0; e < E; ++e) off[e + 1] += off[e];
+  std::vector<int32_t> rows(T * K);
+  std::vector<float> wrows(T * K);
+  {
+    std::vector<int64_t> fill(off.begin(), off.end() - 1);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t j = fill[sel[t * K + k]]++;
+        rows[j] = (int32_t)t;
+        wrows[j] = wsel[t * K + k];
+      }
+  }
+  int64_t nmax = 0;
+  for (int64_t e = 0; e < E; ++e) nmax = std::max(nmax, off[e + 1] - off[e]);
+  if (L.shared_w13) nmax = std::max(nmax, T);
+  Buffer<int32_t> rows_d(be_, rows);
+  Buffer<float> wrows_d(be_, wrows);
+  Buffer<float> xe(be_, nmax * D), gu(be_, nmax * 2 * I), act(be_, nmax * I), ye(be_, nmax * D);
+  be_.fill(out, T * D, 0.0f);
   for (int64_t e = 0; e < E; ++e) {
-    const auto& rows = routed[e];
-    if (rows.empty()) continue;
-    const int64_t n = (int64_t)rows.size();
-    xe.resize(n * D);
-    gu.resize(n * 2 * I);
-    act.resize(n * I);
-    ye.resize(n * D);
-    for (int64_t i = 0; i < n; ++i) std::memcpy(xe.data() + i * D, h + (int64_t)rows[i].first * D, sizeof(float) * D);
+    const int64_t n = off[e + 1] - off[e];
+    if (n == 0) continue;
+    be_.copy_rows(h, D, rows_d.data() + off[e], xe.data(), D, nullptr, n, D);
     be_.linear(xe.data(), n, D, *L.expert_w13[e], gu.data(), 2 * I);
     be_.swiglu_clamp(gu.data(), n, I, (float)cfg_.swiglu_limit, nullptr, act.data());
     be_.linear(act.data(), n, I, *L.expert_w2[e], ye.data(), D);
-    for (int64_t i = 0; i < n; ++i) {
-      float* o = out + (int64_t)rows[i].first * D;
-      const float wgt = rows[i].second;
-      for (int64_t c = 0; c < D; ++c) o[c] += ye[i * D + c] * wgt;
-    }
+    be_.add_rows(ye.data(), n, D, wrows_d.data() + off[e], rows_d.data() + off[e], out);
   }
   if (L.shared_w13) {
-    gu.resize(T * 2 * I);
-    act.resize(T * I);
-    ye.resize(T * D);
     be_.linear(h, T, D, *L.shared_w13, gu.data(), 2 * I);
     be_.swiglu_clamp(gu.data(), T, I, (float)cfg_.swiglu_limit, nullptr, act.data());
     be_.linear(act.data(), T, I, *L.shared_w2, ye.data(), D);
-    for (int64_t i = 0; i < T * D; ++i) out[i] += ye[i];
+    be_.add_rows(ye.data(), T, D, nullptr, nullptr, out);
   }
 }
 
@@ -498,14 +512,20 @@ std::vector<float> DeepseekV4Model::forward(std::span<const V4SeqChunk> batch, V
     }
     st.seq_begin.push_back((int64_t)st.tokens.size());
   }
+  if (cache.backend() ? cache.backend() != &be_ : be_.free_memory() >= 0)
+    throw Error(std::string("forward: the cache does not live in the memory of the ") + be_.name() + " backend");
   const int64_t T = st.T = (int64_t)st.tokens.size();
-  std::vector<float> X(T * hc * D), X2(T * hc * D);  // [T, hc, D] residual streams
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < hc; ++j)
-      std::memcpy(X.data() + (t * hc + j) * D, embed_.data() + (int64_t)st.tokens[t] * D, sizeof(float) * D);
-  std::vector<float> u(T * D), post(T * hc), comb(T * hc * hc);
-  st.h.resize(T * D);
-  st.y.resize(T * D);
+  st.pos_d = Buffer<int32_t>(be_, st.pos);
+  Buffer<float> X(be_, T * hc * D), X2(be_, T * hc * D);  // [T, hc, D] residual streams
+  {  // every stream starts as the token's embedding
+    std::vector<int32_t> src(T * hc);
+    for (int64_t i = 0; i < T * hc; ++i) src[i] = st.tokens[i / hc];
+    Buffer<int32_t> src_d(be_, src);
+    be_.copy_rows(embed_.data(), D, src_d.data(), X.data(), D, nullptr, T * hc, D);
+  }
+  Buffer<float> u(be_, T * D), post(be_, T * hc), comb(be_, T * hc * hc);
+  st.h = Buffer<float>(be_, T * D);
+  st.y = Buffer<float>(be_, T * D);
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const V4Layer& L = layers_[l];
     be_.hc_pre(X.data(), T, (int)hc, D, L.hc_attn_fn.data(), L.hc_attn_base.data(), L.hc_attn_scale.data(),
@@ -532,15 +552,15 @@ std::vector<float> DeepseekV4Model::forward(std::span<const V4SeqChunk> batch, V
       rows.push_back(st.seq_begin[b + 1] - 1);
   }
   const int64_t R = (int64_t)rows.size();
-  std::vector<float> Xr(R * hc * D), ur(R * D);
-  for (int64_t i = 0; i < R; ++i)
-    std::memcpy(Xr.data() + i * hc * D, X.data() + rows[i] * hc * D, sizeof(float) * hc * D);
+  std::vector<int32_t> rows32(rows.begin(), rows.end());
+  Buffer<int32_t> rows_d(be_, rows32);
+  Buffer<float> Xr(be_, R * hc * D), ur(be_, R * D), logits(be_, R * V);
+  be_.copy_rows(X.data(), hc * D, rows_d.data(), Xr.data(), hc * D, nullptr, R, hc * D);
   be_.hc_head(Xr.data(), R, (int)hc, D, hc_head_fn_.data(), hc_head_base_.data(), hc_head_scale_.data(), hc_eps, eps,
               ur.data());
   be_.rms_norm(ur.data(), R, D, D, norm_.data(), eps, ur.data());
-  std::vector<float> logits(R * V);
   be_.linear(ur.data(), R, D, *head_, logits.data(), V);
-  return logits;
+  return logits.to_host();
 }
 
 }  // namespace deepinfer

@@ -5,6 +5,11 @@
 // Numerics: float32 activations and weights (every stored dtype is dequantized at load, then handed
 // to the backend in its own layout), float32
 // softmax/Sinkhorn, no QAT simulations — the transformers (HF) numerics, which our references use.
+//
+// Memory: weights, activations and the cache live in the backend's memory (Buffer<T>, V4Cache with
+// the backend's allocator); the host keeps only what the host decides with: token ids, positions,
+// page tables, the MoE routing (router logits come back, [T, E]) and the indexer's top-k (scores
+// come back, [T, keys]). Per step the host uploads small index arrays and downloads the logits.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -27,23 +32,23 @@ struct V4Compressor {  // main (d) or indexer (dI) compressor of a CSA/HCA layer
   int width = 0;       // d or dI
   bool overlap = false;  // CSA: c = 2 (A|B halves), HCA: c = 1
   WeightPtr wkv, wgate;           // [c·width, D]
-  std::vector<float> ape;         // [m, c·width]
-  std::vector<float> norm;        // [width]
+  Buffer<float> ape;              // [m, c·width]
+  Buffer<float> norm;             // [width]
 };
 
 struct V4Layer {
   AttnType type = AttnType::Sliding;
   bool hash = false;
-  std::vector<float> attn_norm, ffn_norm;                 // [D]
-  std::vector<float> hc_attn_fn, hc_ffn_fn;               // [(2+hc)·hc, hc·D]
-  std::vector<float> hc_attn_base, hc_ffn_base;           // [(2+hc)·hc]
-  std::vector<float> hc_attn_scale, hc_ffn_scale;         // [3]
-  std::vector<float> sinks;                               // [H]
+  Buffer<float> attn_norm, ffn_norm;                      // [D]
+  Buffer<float> hc_attn_fn, hc_ffn_fn;                    // [(2+hc)·hc, hc·D]
+  Buffer<float> hc_attn_base, hc_ffn_base;                // [(2+hc)·hc]
+  Buffer<float> hc_attn_scale, hc_ffn_scale;              // [3]
+  Buffer<float> sinks;                                    // [H]
   WeightPtr wq_a;                                         // [q_lora, D]
-  std::vector<float> q_norm;                              // [q_lora]
+  Buffer<float> q_norm;                                   // [q_lora]
   WeightPtr wq_b;                                         // [H·d, q_lora]
   WeightPtr wkv;                                          // [d, D]
-  std::vector<float> kv_norm;                             // [d]
+  Buffer<float> kv_norm;                                  // [d]
   std::vector<WeightPtr> wo_a;                            // g × [o_lora, H·d/g]
   WeightPtr wo_b;                                         // [D, g·o_lora]
   V4Compressor comp;                                      // CSA / HCA
@@ -51,8 +56,8 @@ struct V4Layer {
   WeightPtr idx_wq_b;                                     // [hI·dI, q_lora]
   WeightPtr idx_weights_proj;                             // [hI, D]
   WeightPtr gate;                                         // [E, D]
-  std::vector<float> gate_bias;                           // [E] (score-routed layers)
-  std::vector<int32_t> tid2eid;                           // [V, k] (hash layers)
+  std::vector<float> gate_bias;                           // [E] (score-routed layers; host: routing)
+  std::vector<int32_t> tid2eid;                           // [V, k] (hash layers; host: routing)
   std::vector<WeightPtr> expert_w13;                      // E × [2I, D]  (w1 rows, then w3 rows)
   std::vector<WeightPtr> expert_w2;                       // E × [D, I]
   WeightPtr shared_w13;                                   // [2I, D] (null: no shared expert)
@@ -63,10 +68,10 @@ struct V4Layer {
 struct V4Mtp {
   V4Layer block;                          // sliding-only, score-routed
   WeightPtr e_proj, h_proj;               // [D, D]
-  std::vector<float> enorm, hnorm, norm;  // [D]
-  std::vector<float> hc_head_fn;          // [hc, hc·D]
-  std::vector<float> hc_head_base;        // [hc]
-  std::vector<float> hc_head_scale;       // [1]
+  Buffer<float> enorm, hnorm, norm;       // [D]
+  Buffer<float> hc_head_fn;               // [hc, hc·D]
+  Buffer<float> hc_head_base;             // [hc]
+  Buffer<float> hc_head_scale;            // [1]
 };
 
 // One sequence's share of a forward step: `tokens` go in at positions state->pos, state->pos+1, ...
@@ -85,11 +90,14 @@ class DeepseekV4Model {
   DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend& backend, const LoadProgress& progress = {});
 
   const V4Config& config() const { return cfg_; }
+  Backend& backend() const { return be_; }
   bool has_mtp() const { return !mtp_.empty(); }
 
   // Runs one step over several sequences (each chunk of any length ≥ 1). Returns logits
   // [rows, vocab] in chunk order: all tokens of chunks with all_logits, else the last token.
-  // Validates everything before touching any state: on Error nothing has changed.
+  // Validates everything before touching any state: on Error nothing has changed. The cache must
+  // live in this model's backend memory (V4Cache built with the same backend, or host memory for a
+  // host-memory backend).
   std::vector<float> forward(std::span<const V4SeqChunk> batch, V4Cache& cache);
 
  private:
@@ -105,13 +113,13 @@ class DeepseekV4Model {
 
   V4Config cfg_;
   Backend& be_;
-  std::vector<float> embed_;    // [V, D]
+  Buffer<float> embed_;         // [V, D]
   WeightPtr head_;              // [V, D]
-  std::vector<float> norm_;     // [D]
-  std::vector<float> hc_head_fn_, hc_head_base_, hc_head_scale_;
+  Buffer<float> norm_;          // [D]
+  Buffer<float> hc_head_fn_, hc_head_base_, hc_head_scale_;
   std::vector<V4Layer> layers_;
   std::vector<V4Mtp> mtp_;
-  std::vector<float> inv_freq_main_, inv_freq_compress_;  // [r/2]
+  Buffer<float> inv_freq_main_, inv_freq_compress_;  // [r/2]
 };
 
 }  // namespace deepinfer

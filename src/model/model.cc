@@ -24,6 +24,9 @@ LoadedModel load_model(const std::string& dir, Backend& backend, bool progress) 
       if (done == total) std::fprintf(stderr, "\n");
     };
   if (v41) {
+    // V4.1's forward pass computes in host memory: it runs on a host-memory backend (cpu) only.
+    if (backend.free_memory() >= 0)
+      throw Error(dir + ": DeepSeek-V4.1 runs on the cpu backend only for now (use --backend cpu)");
     V41Config cfg = parse_v41_config(j);
     auto map = read_engram_token_map(dir, cfg);
     m.v41 = std::make_unique<DeepseekV41Model>(cfg, *m.ckpt, backend, std::move(map), bar);
@@ -54,7 +57,7 @@ std::vector<float> sequence_logits(LoadedModel& m, const std::vector<int32_t>& i
     }
     return out;
   }
-  V4Cache cache(m.v4->config(), 1, (int32_t)V4CacheLayout::make(m.v4->config()).pages_for(T));
+  V4Cache cache(m.v4->config(), 1, (int32_t)V4CacheLayout::make(m.v4->config()).pages_for(T), &m.v4->backend());
   V4SeqState st;
   if (!cache.open(&st) || !cache.reserve(&st, T)) throw Error("cannot allocate the cache");
   while (done < T) {

@@ -43,14 +43,21 @@ V4CacheLayout V4CacheLayout::make(const V4Config& c) {
   return L;
 }
 
-V4Cache::V4Cache(const V4Config& cfg, int32_t num_slots, int32_t num_pages)
-    : layout_(V4CacheLayout::make(cfg)),
-      slots_((size_t)num_slots * layout_.slot_floats),
-      pages_((size_t)num_pages * layout_.page_floats),
-      slots_mgr_(num_slots),
-      pages_mgr_(num_pages) {}
+V4Cache::V4Cache(const V4Config& cfg, int32_t num_slots, int32_t num_pages, Backend* backend)
+    : layout_(V4CacheLayout::make(cfg)), backend_(backend), slots_mgr_(num_slots), pages_mgr_(num_pages) {
+  const int64_t ns = (int64_t)num_slots * layout_.slot_floats, np = (int64_t)num_pages * layout_.page_floats;
+  if (!backend_) {
+    slots_.resize((size_t)ns);
+    pages_.resize((size_t)np);
+    return;
+  }
+  dev_slots_ = Buffer<float>(*backend_, ns);
+  dev_pages_ = Buffer<float>(*backend_, np);
+  backend_->fill(dev_slots_.data(), ns, 0.0f);
+  backend_->fill(dev_pages_.data(), np, 0.0f);
+}
 
-V4Cache V4Cache::from_budget(const V4Config& cfg, int64_t budget_bytes, int32_t max_seqs) {
+V4Cache V4Cache::from_budget(const V4Config& cfg, int64_t budget_bytes, int32_t max_seqs, Backend* backend) {
   V4CacheLayout L = V4CacheLayout::make(cfg);
   const int64_t slots_bytes = (int64_t)max_seqs * L.slot_bytes();
   const int64_t pages = (budget_bytes - slots_bytes) / L.page_bytes();
@@ -59,7 +66,7 @@ V4Cache V4Cache::from_budget(const V4Config& cfg, int64_t budget_bytes, int32_t 
                 std::to_string(max_seqs) + " sequences (each needs " + std::to_string(L.slot_bytes()) +
                 " B of fixed state plus pages of " + std::to_string(L.page_bytes()) + " B per " +
                 std::to_string(L.tokens_per_page) + " tokens)");
-  return V4Cache(cfg, max_seqs, (int32_t)std::min<int64_t>(pages, INT32_MAX));
+  return V4Cache(cfg, max_seqs, (int32_t)std::min<int64_t>(pages, INT32_MAX), backend);
 }
 
 bool V4Cache::open(V4SeqState* s) {

@@ -11,11 +11,14 @@
 //    simply still there).
 //
 // Both pools are plain float arrays plus a BlockManager each (ids only). Rows never straddle pages.
+// The arrays live in host memory, or in a backend's memory (device memory for CUDA) when the cache is
+// built with that backend; the model's forward pass then reads and writes them only through ops.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "model/config.h"
+#include "ops/backend.h"
 #include "util/block_manager.h"
 
 namespace deepinfer {
@@ -47,17 +50,22 @@ struct V4SeqState {
 
 class V4Cache {
  public:
-  V4Cache(const V4Config& cfg, int32_t num_slots, int32_t num_pages);
+  // backend: allocate the pools in that backend's memory (zeroed); null = host memory.
+  V4Cache(const V4Config& cfg, int32_t num_slots, int32_t num_pages, Backend* backend = nullptr);
   // Pools sized from a byte budget: `max_seqs` slots, the rest of the budget in pages. Throws Error
   // if the budget cannot hold the slots plus one page per sequence.
-  static V4Cache from_budget(const V4Config& cfg, int64_t budget_bytes, int32_t max_seqs);
+  static V4Cache from_budget(const V4Config& cfg, int64_t budget_bytes, int32_t max_seqs,
+                             Backend* backend = nullptr);
+  Backend* backend() const { return backend_; }  // null: host memory
 
   const V4CacheLayout& layout() const { return layout_; }
   BlockManager& slot_manager() { return slots_mgr_; }
   BlockManager& page_manager() { return pages_mgr_; }
   const BlockManager& slot_manager() const { return slots_mgr_; }
   const BlockManager& page_manager() const { return pages_mgr_; }
-  int64_t capacity_bytes() const { return (int64_t)(slots_.size() + pages_.size()) * 4; }
+  int64_t capacity_bytes() const {
+    return ((int64_t)slots_mgr_.total() * layout_.slot_floats + (int64_t)pages_mgr_.total() * layout_.page_floats) * 4;
+  }
 
   // A fresh sequence with a slot (false if none is free).
   bool open(V4SeqState* s);
@@ -66,14 +74,17 @@ class V4Cache {
   // Returns the slot and every page; s becomes empty.
   void close(V4SeqState* s);
 
-  float* slot_data(int32_t slot) { return slots_.data() + (int64_t)slot * layout_.slot_floats; }
-  float* page_data(int32_t page) { return pages_.data() + (int64_t)page * layout_.page_floats; }
-  float* pages_base() { return pages_.data(); }
+  float* slot_data(int32_t slot) { return slots_base() + (int64_t)slot * layout_.slot_floats; }
+  float* page_data(int32_t page) { return pages_base() + (int64_t)page * layout_.page_floats; }
+  float* pages_base() { return backend_ ? dev_pages_.data() : pages_.data(); }
+  float* slots_base() { return backend_ ? dev_slots_.data() : slots_.data(); }
 
  private:
   V4CacheLayout layout_;
-  std::vector<float> slots_;  // [num_slots, slot_floats]
+  Backend* backend_ = nullptr;
+  std::vector<float> slots_;  // [num_slots, slot_floats] (host memory)
   std::vector<float> pages_;  // [num_pages, page_floats]
+  Buffer<float> dev_slots_, dev_pages_;  // the same in the backend's memory
   BlockManager slots_mgr_, pages_mgr_;
 };
 

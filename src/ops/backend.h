@@ -7,8 +7,15 @@
 // Batch invariance: every op computes a row from that row's inputs with a reduction order that does
 // not depend on how many other rows are in the call, so a sequence gives bitwise the same result
 // alone or inside any batch.
+//
+// Memory: every pointer an op takes lives in the backend's memory (host for the CPU backend, device
+// for CUDA). The model allocates it through alloc()/Buffer<T> and crosses to the host only through
+// upload()/download(), so one forward pass serves both backends. Ops run in submission order (one
+// stream); download() waits for everything before it.
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 namespace deepinfer {
 
@@ -25,6 +32,36 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+
+  // ---- memory (bytes) ----
+  virtual void* alloc(int64_t bytes) = 0;  // uninitialized; null for 0 bytes; throws Error when out of memory
+  virtual void release(void* p) = 0;
+  virtual void upload(void* dst, const void* host_src, int64_t bytes) = 0;    // host → backend
+  virtual void download(void* host_dst, const void* src, int64_t bytes) = 0;  // backend → host, synchronous
+  virtual void copy(void* dst, const void* src, int64_t bytes) = 0;           // backend → backend
+  // Bytes of backend memory still free (−1: host memory, no separate budget).
+  virtual int64_t free_memory() const { return -1; }
+  // Waits for all submitted work (a no-op on the CPU).
+  virtual void synchronize() {}
+
+  // ---- data movement (float32 rows) ----
+  virtual void fill(float* x, int64_t n, float v) = 0;
+  virtual void scale(float* x, int64_t n, float a) = 0;  // x *= a
+  // dst[drow(i), 0..width) = src[srow(i), 0..width) for i < n, srow(i) = src_rows ? src_rows[i] : i
+  // (row stride lds), drow likewise (ldd). Destination rows must be distinct; no overlap of src and dst.
+  virtual void copy_rows(const float* src, int64_t lds, const int32_t* src_rows, float* dst, int64_t ldd,
+                         const int32_t* dst_rows, int64_t n, int64_t width) = 0;
+  // Ring buffers of R rows indexed by position mod R (row stride = width):
+  //  ring_write: ring[(p0 + i) % R] = src[i] (row stride lds) for the last min(n, R) of n rows;
+  //  ring_read:  dst[i] = ring[(t0 + i) % R] for i < n (dst contiguous, n ≤ R).
+  virtual void ring_write(const float* src, int64_t lds, int64_t n, int64_t width, int64_t p0, float* ring,
+                          int64_t R) = 0;
+  virtual void ring_read(const float* ring, int64_t R, int64_t width, int64_t t0, int64_t n, float* dst) = 0;
+  // dst[drow(i), c] += w[i] · src[i, c] (or += src[i, c] when w is null); src [n, width] contiguous,
+  // drow(i) = dst_rows ? dst_rows[i] : i (row stride width). Rows are applied in order i = 0, 1, ...;
+  // destination rows must be distinct within one call.
+  virtual void add_rows(const float* src, int64_t n, int64_t width, const float* w, const int32_t* dst_rows,
+                        float* dst) = 0;
 
   // Takes a float32 W[N, K] into the backend's layout (the caller may free w afterwards).
   virtual WeightPtr make_weight(const float* w, int64_t N, int64_t K) = 0;
@@ -80,10 +117,64 @@ class Backend {
   // out[w, c] = Σ_s softmax_s(gate[w, s, c]) · kv[w, s, c]; kv/gate [W, S, d]; gate −inf = absent slot.
   virtual void compress_pool(const float* kv, const float* gate, int64_t W, int S, int d, float* out) = 0;
 
+  // Pooling input of nw closing compressor windows (ids win_ids[nw], rate m), read from a slot's
+  // ring (ring_kv/ring_gate [R, cw], row = position mod R; R = 2m and cw = 2·width when overlap
+  // (CSA), R = m and cw = width otherwise (HCA)) for positions < p0, and from this step's projections
+  // kv/gate (row i = position p0 + i, row stride ld) for positions ≥ p0. Out skv/sg [nw, S, width],
+  // S = overlap ? 2m : m. Slot j (< m) of window w: position w·m + j (HCA; CSA: its B half, at slot
+  // m + j, cols [width, 2·width)); CSA slot j: the A half (cols [0, width)) of position (w−1)·m + j,
+  // absent for w = 0 (kv 0, gate −inf). Gates get ape[j, col] (ape [m, cw]) added.
+  virtual void compress_windows(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
+                                int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
+                                const int32_t* win_ids, int64_t nw, float* skv, float* sg) = 0;
+
   // Clamped SwiGLU: gu[M, 2I] = [gate | up] → act[M, I] = silu(min(gate, lim)) · clamp(up, −lim, lim)
   // (* row_scale[m] if row_scale).
   virtual void swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, const float* row_scale,
                             float* act) = 0;
+};
+
+// An owned array in a backend's memory (moves, never copies).
+template <class T>
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend& be, int64_t n) : be_(&be), n_(n), p_(static_cast<T*>(be.alloc(n * (int64_t)sizeof(T)))) {}
+  // A copy of host data.
+  Buffer(Backend& be, const T* host, int64_t n) : Buffer(be, n) {
+    if (n) be.upload(p_, host, n * (int64_t)sizeof(T));
+  }
+  Buffer(Backend& be, const std::vector<T>& host) : Buffer(be, host.data(), (int64_t)host.size()) {}
+  Buffer(Buffer&& o) noexcept : be_(o.be_), n_(std::exchange(o.n_, 0)), p_(std::exchange(o.p_, nullptr)) {}
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      be_ = o.be_;
+      n_ = std::exchange(o.n_, 0);
+      p_ = std::exchange(o.p_, nullptr);
+    }
+    return *this;
+  }
+  ~Buffer() { reset(); }
+  void reset() {
+    if (p_) be_->release(p_);
+    p_ = nullptr;
+    n_ = 0;
+  }
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  int64_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  std::vector<T> to_host() const {
+    std::vector<T> h(n_);
+    if (n_) be_->download(h.data(), p_, n_ * (int64_t)sizeof(T));
+    return h;
+  }
+
+ private:
+  Backend* be_ = nullptr;
+  int64_t n_ = 0;
+  T* p_ = nullptr;
 };
 
 }  // namespace deepinfer

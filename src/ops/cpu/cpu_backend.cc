@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <limits>
 #include <vector>
 
@@ -46,6 +48,100 @@ struct CpuWeight final : Weight {
 CpuBackend::CpuBackend(int threads, CpuGemm gemm) : pool_(threads), gemm_(gemm) {
   // OpenBLAS keeps its own threads; match our count so the two pools do not oversubscribe.
   openblas_set_num_threads(pool_.size());
+}
+
+void* CpuBackend::alloc(int64_t bytes) {
+  if (bytes <= 0) return nullptr;
+  void* p = std::aligned_alloc(64, (size_t)((bytes + 63) / 64 * 64));
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+void CpuBackend::release(void* p) { std::free(p); }
+void CpuBackend::upload(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, (size_t)bytes);
+}
+void CpuBackend::download(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, (size_t)bytes);
+}
+void CpuBackend::copy(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) std::memmove(dst, src, (size_t)bytes);
+}
+void CpuBackend::fill(float* x, int64_t n, float v) { std::fill(x, x + n, v); }
+void CpuBackend::scale(float* x, int64_t n, float a) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= a;
+}
+void CpuBackend::copy_rows(const float* src, int64_t lds, const int32_t* src_rows, float* dst, int64_t ldd,
+                           const int32_t* dst_rows, int64_t n, int64_t width) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t s = src_rows ? src_rows[i] : i, d = dst_rows ? dst_rows[i] : i;
+    std::memcpy(dst + d * ldd, src + s * lds, sizeof(float) * width);
+  }
+}
+void CpuBackend::ring_write(const float* src, int64_t lds, int64_t n, int64_t width, int64_t p0, float* ring,
+                            int64_t R) {
+  for (int64_t i = std::max<int64_t>(0, n - R); i < n; ++i)
+    std::memcpy(ring + ((p0 + i) % R) * width, src + i * lds, sizeof(float) * width);
+}
+void CpuBackend::ring_read(const float* ring, int64_t R, int64_t width, int64_t t0, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * width, ring + ((t0 + i) % R) * width, sizeof(float) * width);
+}
+void CpuBackend::add_rows(const float* src, int64_t n, int64_t width, const float* w, const int32_t* dst_rows,
+                          float* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    float* o = dst + (dst_rows ? (int64_t)dst_rows[i] : i) * width;
+    const float* s = src + i * width;
+    if (w)
+      for (int64_t c = 0; c < width; ++c) o[c] += s[c] * w[i];
+    else
+      for (int64_t c = 0; c < width; ++c) o[c] += s[c];
+  }
+}
+void CpuBackend::compress_windows(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
+                                  int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
+                                  const int32_t* win_ids, int64_t nw, float* skv, float* sg) {
+  const int64_t cw = (overlap ? 2 : 1) * (int64_t)width, R = overlap ? 2 * m : m;
+  const int S = overlap ? 2 * m : m;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  // Row of position p (in the step's projections when p ≥ p0, else in the ring), from column col.
+  auto src = [&](const float* step, const float* ring, int64_t p, int64_t col) {
+    return p >= p0 ? step + (p - p0) * ld + col : ring + (p % R) * cw + col;
+  };
+  for (int64_t i = 0; i < nw; ++i) {
+    const int64_t win = win_ids[i];
+    float* wk = skv + i * S * width;
+    float* wg = sg + i * S * width;
+    for (int j = 0; j < m; ++j) {
+      const float* a = ape + (int64_t)j * cw;
+      if (!overlap) {  // HCA: the window's m tokens
+        const int64_t p = win * m + j;
+        const float *k = src(kv, ring_kv, p, 0), *g = src(gate, ring_gate, p, 0);
+        for (int c = 0; c < width; ++c) {
+          wk[j * width + c] = k[c];
+          wg[j * width + c] = g[c] + a[c];
+        }
+        continue;
+      }
+      // CSA: slots 0..m-1 = A halves of the previous window (absent for window 0), m..2m-1 = B halves
+      // of this one.
+      if (win > 0) {
+        const int64_t p = (win - 1) * m + j;
+        const float *k = src(kv, ring_kv, p, 0), *g = src(gate, ring_gate, p, 0);
+        for (int c = 0; c < width; ++c) {
+          wk[j * width + c] = k[c];
+          wg[j * width + c] = g[c] + a[c];
+        }
+      } else {
+        std::fill(wk + j * width, wk + (j + 1) * width, 0.0f);
+        std::fill(wg + j * width, wg + (j + 1) * width, ninf);
+      }
+      const int64_t p = win * m + j;
+      const float *k = src(kv, ring_kv, p, width), *g = src(gate, ring_gate, p, width);
+      for (int c = 0; c < width; ++c) {
+        wk[(m + j) * width + c] = k[c];
+        wg[(m + j) * width + c] = g[c] + a[width + c];
+      }
+    }
+  }
 }
 
 WeightPtr CpuBackend::make_weight(const float* w, int64_t N, int64_t K) {

@@ -19,6 +19,25 @@ class CpuBackend final : public Backend {
   const char* name() const override { return "cpu"; }
   ThreadPool& pool() { return pool_; }
 
+  // Memory is host memory: upload/download/copy are memcpy.
+  void* alloc(int64_t bytes) override;
+  void release(void* p) override;
+  void upload(void* dst, const void* host_src, int64_t bytes) override;
+  void download(void* host_dst, const void* src, int64_t bytes) override;
+  void copy(void* dst, const void* src, int64_t bytes) override;
+  void fill(float* x, int64_t n, float v) override;
+  void scale(float* x, int64_t n, float a) override;
+  void copy_rows(const float* src, int64_t lds, const int32_t* src_rows, float* dst, int64_t ldd,
+                 const int32_t* dst_rows, int64_t n, int64_t width) override;
+  void ring_write(const float* src, int64_t lds, int64_t n, int64_t width, int64_t p0, float* ring,
+                  int64_t R) override;
+  void ring_read(const float* ring, int64_t R, int64_t width, int64_t t0, int64_t n, float* dst) override;
+  void add_rows(const float* src, int64_t n, int64_t width, const float* w, const int32_t* dst_rows,
+                float* dst) override;
+  void compress_windows(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
+                        int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
+                        const int32_t* win_ids, int64_t nw, float* skv, float* sg) override;
+
   WeightPtr make_weight(const float* w, int64_t N, int64_t K) override;
   void linear(const float* x, int64_t M, int64_t ldx, const Weight& w, float* y, int64_t ldy) override;
   void rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y) override;

@@ -174,6 +174,36 @@ cudaError_t moe_combine(const float* ye, const int32_t* sel, const float* wsel, 
                         int K, int64_t D, const float* shared, float* out, cudaStream_t s);
 
 // ------------------------------------------------------------------------------------------------
+// float32 kernels for any shape (f32_ops.cu): the CUDA backend's model path (CudaBackend) keeps
+// weights and activations in float32 so that the GPU reproduces the CPU oracle to f32 rounding.
+// Every output element is a sequential fma chain in a fixed order (batch invariant).
+// ------------------------------------------------------------------------------------------------
+// y[M, N] (ldy) = x[M, K] (ldx) · W[N, K]ᵀ (W row stride K).
+cudaError_t gemm_f32(const float* x, int64_t M, int64_t K, int64_t ldx, const float* w, int64_t N, float* y,
+                     int64_t ldy, cudaStream_t s);
+// The Backend::sink_attention contract in f32 (any H, d ≤ 1024): one block per (query, head).
+cudaError_t sink_attention_f32(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                               const int32_t* win_lo, const int32_t* win_hi, const float* ent, const int32_t* ent_idx,
+                               const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo,
+                               cudaStream_t s);
+// The Backend::indexer_scores contract in f32 (any hI, dI): a warp per (query, key).
+cudaError_t indexer_scores_f32(const float* qI, const float* gamma, int64_t M, int hI, int dI, const float* K,
+                               const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis, float qk_scale,
+                               float* score, cudaStream_t s);
+// Row movement (Backend::copy_rows / ring_write / ring_read / add_rows / compress_windows contracts).
+// Row i of src is src_row(i) = (src_rows ? src_rows[i] : s0 + i) mod sR (sR = 0: no modulus), dst likewise.
+cudaError_t copy_rows(const float* src, int64_t lds, const int32_t* src_rows, int64_t s0, int64_t sR, float* dst,
+                      int64_t ldd, const int32_t* dst_rows, int64_t d0, int64_t dR, int64_t n, int64_t width,
+                      cudaStream_t s);
+cudaError_t add_rows(const float* src, int64_t n, int64_t width, const float* w, const int32_t* dst_rows, float* dst,
+                     cudaStream_t s);
+cudaError_t fill_f32(float* x, int64_t n, float v, cudaStream_t s);
+cudaError_t scale_f32(float* x, int64_t n, float a, cudaStream_t s);
+cudaError_t compress_windows(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
+                             int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
+                             const int32_t* win_ids, int64_t nw, float* skv, float* sg, cudaStream_t s);
+
+// ------------------------------------------------------------------------------------------------
 // Sampling
 // ------------------------------------------------------------------------------------------------
 // Per row b of logits[B, V] (row stride ld): temperature[b] ≤ 0 → argmax (ties: lower id). Otherwise

@@ -165,6 +165,7 @@ cudaError_t launch_pre(const float* X, int64_t M, int hc, int64_t D, const float
     break;
     HC_CASE(1, 4)
     HC_CASE(2, 4)
+    HC_CASE(3, 4)
     HC_CASE(4, 4)
     HC_CASE(8, 1)
 #undef HC_CASE
@@ -195,6 +196,7 @@ cudaError_t hc_post(const float* X, const float* y, const float* post, const flo
   switch (hc) {
     case 1: hc_post_kernel<1><<<blocks, 256, 0, s>>>(X, y, post, comb, M, D, out); break;
     case 2: hc_post_kernel<2><<<blocks, 256, 0, s>>>(X, y, post, comb, M, D, out); break;
+    case 3: hc_post_kernel<3><<<blocks, 256, 0, s>>>(X, y, post, comb, M, D, out); break;
     case 4: hc_post_kernel<4><<<blocks, 256, 0, s>>>(X, y, post, comb, M, D, out); break;
     case 8: hc_post_kernel<8><<<blocks, 256, 0, s>>>(X, y, post, comb, M, D, out); break;
     default: return cudaErrorNotSupported;

@@ -1,0 +1,76 @@
+#pragma once
+// The op table on one CUDA device (Hopper): weights and activations in device memory, every op a
+// kernel launch on the backend's one stream. Numerics: float32 weights and activations (the f32
+// kernels of f32_ops.cu plus the float32 norm / RoPE / mHC / pooling kernels), so that the GPU
+// reproduces the CPU oracle to float32 rounding; the bf16 / fp8 / fp4 kernels of cuda_ops.h are the
+// next step for speed (docs/cuda-notes.md). Errors (launch, out of memory) throw deepinfer::Error.
+#include <memory>
+
+#include "ops/backend.h"
+
+namespace deepinfer {
+
+class CudaBackend final : public Backend {
+ public:
+  // Takes device `device` (throws Error when there is none).
+  explicit CudaBackend(int device = 0);
+  ~CudaBackend() override;
+  const char* name() const override { return "cuda"; }
+
+  // Number of usable CUDA devices (0 when there is no driver or no GPU); never throws.
+  static int device_count();
+
+  void* alloc(int64_t bytes) override;
+  void release(void* p) override;
+  void upload(void* dst, const void* host_src, int64_t bytes) override;
+  void download(void* host_dst, const void* src, int64_t bytes) override;
+  void copy(void* dst, const void* src, int64_t bytes) override;
+  int64_t free_memory() const override;
+  void synchronize() override;
+
+  void fill(float* x, int64_t n, float v) override;
+  void scale(float* x, int64_t n, float a) override;
+  void copy_rows(const float* src, int64_t lds, const int32_t* src_rows, float* dst, int64_t ldd,
+                 const int32_t* dst_rows, int64_t n, int64_t width) override;
+  void ring_write(const float* src, int64_t lds, int64_t n, int64_t width, int64_t p0, float* ring,
+                  int64_t R) override;
+  void ring_read(const float* ring, int64_t R, int64_t width, int64_t t0, int64_t n, float* dst) override;
+  void add_rows(const float* src, int64_t n, int64_t width, const float* w, const int32_t* dst_rows,
+                float* dst) override;
+
+  WeightPtr make_weight(const float* w, int64_t N, int64_t K) override;
+  void linear(const float* x, int64_t M, int64_t ldx, const Weight& w, float* y, int64_t ldy) override;
+  void rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y) override;
+  void rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim, const int32_t* pos,
+            const float* inv_freq, bool inverse) override;
+  void hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+              const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
+              float* comb) override;
+  // DeepSeek-V4.1's single-pass mHC: not on the GPU yet (V4.1 loads on the cpu backend only); throws.
+  void hc_mix(const float* X, int64_t M, int hc, int64_t D, const float* w, const float* fn, const float* base,
+              const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* pre,
+              float* post, float* comb) override;
+  void hc_post(const float* X, const float* y, const float* post, const float* comb, int64_t M, int hc,
+               int64_t D, float* out) override;
+  void hc_head(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+               const float* scale, float hc_eps, float norm_eps, float* u) override;
+  void sink_attention(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                      const int32_t* win_lo, const int32_t* win_hi, const float* ent, const int32_t* ent_idx,
+                      const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo) override;
+  void indexer_scores(const float* qI, const float* gamma, int64_t M, int hI, int dI, const float* K,
+                      const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis, float qk_scale,
+                      float* score) override;
+  void compress_windows(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
+                        int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
+                        const int32_t* win_ids, int64_t nw, float* skv, float* sg) override;
+  void compress_pool(const float* kv, const float* gate, int64_t W, int S, int d, float* out) override;
+  void swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, const float* row_scale,
+                    float* act) override;
+
+  struct Impl;  // opaque (public only so the .cc's helpers can name it)
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,675 @@
+// DeepSeek-V4 on the CUDA backend against the CPU oracle (run by hand on a GPU machine; not a ctest):
+//
+//  0. every op of the Backend table, CUDA against CPU, on small odd shapes (relative max error);
+//  1. the reference fixtures (tests/fixtures/v4): full forward, token-by-token decode and chunked
+//     prefill on the GPU within the CPU test's float32 bounds against transformers (median relative
+//     L2 per position ≤ 1e-5, max ≤ 1e-3, argmax agreement ≥ 0.99), bitwise equal across schedules
+//     and between batched and alone, and close to the CPU backend's logits;
+//  2. the embedded model (models/nano-v4): greedy decoding of every prompt of greedy_reference.json
+//     for --tokens new tokens (EOS ignored) on GPU and CPU, token for token; timed;
+//  3. the engine (EngineConfig::backend = "cuda": weights, activations and the paged cache in device
+//     memory, the cache sized from the free memory) against the engine on the CPU: same prompts,
+//     same greedy tokens; timed.
+//
+// Usage: test_model_cuda [--root DIR (repo root, default .)] [--tokens N (256)] [--threads N]
+//                        [--out summary.json] [--decode-only N (profiling: one sequence, N greedy tokens)]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "deepinfer/engine.h"
+#include "io/safetensors.h"
+#include "model/model.h"
+#include "ops/cpu/cpu_backend.h"
+#include "ops/cuda/cuda_backend.h"
+#include "util/error.h"
+#include "util/json.h"
+
+using namespace deepinfer;
+namespace fs = std::filesystem;
+
+namespace {
+
+int g_failures = 0;
+nlohmann::json g_summary;
+
+void expect(bool ok, const std::string& what) {
+  if (!ok) {
+    ++g_failures;
+    std::printf("FAIL: %s\n", what.c_str());
+  }
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// ---- 0. op checks: the same inputs through both backends ----
+std::vector<float> randv(std::mt19937& g, int64_t n, float lo = -1, float hi = 1) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(g);
+  return v;
+}
+
+void op_checks(CpuBackend& cpu, CudaBackend& gpu) {
+  std::mt19937 g(1234);
+  struct Case {
+    std::string name;
+    std::function<std::vector<float>(Backend&)> run;
+    double tol;
+  };
+  std::vector<Case> cases;
+  {  // strided linear
+    const int64_t M = 5, K = 48, N = 37, ldx = K + 3, ldy = N + 5;
+    auto x = randv(g, M * ldx), w = randv(g, N * K);
+    cases.push_back({"linear 5x48x37 strided", [=](Backend& be) {
+                       Buffer<float> X(be, x), Y(be, M * ldy);
+                       be.fill(Y.data(), M * ldy, 7.0f);
+                       auto W = be.make_weight(w.data(), N, K);
+                       be.linear(X.data(), M, ldx, *W, Y.data(), ldy);
+                       return Y.to_host();
+                     }, 1e-5});
+    const int64_t M2 = 70, K2 = 256, N2 = 130;
+    auto x2 = randv(g, M2 * K2), w2 = randv(g, N2 * K2);
+    cases.push_back({"linear 70x256x130", [=](Backend& be) {
+                       Buffer<float> X(be, x2), Y(be, M2 * N2);
+                       auto W = be.make_weight(w2.data(), N2, K2);
+                       be.linear(X.data(), M2, K2, *W, Y.data(), N2);
+                       return Y.to_host();
+                     }, 1e-5});
+  }
+  {  // sink attention over a window pool and an entry pool
+    const int64_t M = 6, H = 4, d = 64, nwin = 20, nent = 30;
+    auto q = randv(g, M * H * d), win = randv(g, nwin * d), ent = randv(g, nent * d), sinks = randv(g, H);
+    std::vector<int32_t> lo(M), hi(M), idx;
+    std::vector<int64_t> off{0};
+    for (int64_t m = 0; m < M; ++m) {
+      lo[m] = (int32_t)(m * 2);
+      hi[m] = (int32_t)(m * 2 + 3 + m);
+      for (int64_t j = 0; j < m * 3; ++j) idx.push_back((int32_t)((m * 7 + j * 5) % nent));
+      off.push_back((int64_t)idx.size());
+    }
+    for (bool with_ent : {false, true})
+      cases.push_back({std::string("sink_attention ") + (with_ent ? "win+ent" : "win only"), [=](Backend& be) {
+                         Buffer<float> Q(be, q), Wn(be, win), En(be, ent), S(be, sinks), O(be, M * H * d);
+                         Buffer<int32_t> L(be, lo), Hh(be, hi), I(be, idx);
+                         Buffer<int64_t> Of(be, off);
+                         be.sink_attention(Q.data(), M, H * d, (int)H, (int)d, Wn.data(), L.data(), Hh.data(),
+                                           En.data(), I.data(), with_ent ? Of.data() : nullptr, S.data(), 0.125f,
+                                           O.data(), H * d);
+                         return O.to_host();
+                       }, 1e-5});
+  }
+  {  // indexer
+    const int64_t M = 3, hI = 12, dI = 16, nk = 25, rows = 40;
+    auto q = randv(g, M * hI * dI), gm = randv(g, M * hI), K = randv(g, rows * dI);
+    std::vector<int32_t> kr(nk), nv{5, 25, 17};
+    for (int64_t i = 0; i < nk; ++i) kr[i] = (int32_t)((i * 13) % rows);
+    cases.push_back({"indexer_scores", [=](Backend& be) {
+                       Buffer<float> Q(be, q), G(be, gm), Kb(be, K), S(be, M * nk);
+                       Buffer<int32_t> R(be, kr), N(be, nv);
+                       be.indexer_scores(Q.data(), G.data(), M, (int)hI, (int)dI, Kb.data(), R.data(), nk, N.data(),
+                                         0.25f, S.data());
+                       return S.to_host();
+                     }, 1e-5});
+  }
+  for (bool overlap : {false, true}) {  // compressor windows + pooling
+    const int m = 4, width = 8;
+    const int64_t cw = (overlap ? 2 : 1) * width, R = overlap ? 2 * m : m, n = 9, p0 = 5, ld = cw + 2;
+    auto rkv = randv(g, R * cw), rg = randv(g, R * cw), kv = randv(g, n * ld), gate = randv(g, n * ld),
+         ape = randv(g, m * cw);
+    std::vector<int32_t> wins{1, 2, 3};  // windows closing at positions 7, 11, 15 (p0 = 5, n = 9 → 5..13)
+    wins.pop_back();
+    const int S = overlap ? 2 * m : m;
+    cases.push_back({std::string("compress_windows+pool ") + (overlap ? "CSA" : "HCA"), [=](Backend& be) {
+                       Buffer<float> RK(be, rkv), RG(be, rg), KV(be, kv), GT(be, gate), A(be, ape);
+                       Buffer<int32_t> Wd(be, wins);
+                       const int64_t nw = (int64_t)wins.size();
+                       Buffer<float> skv(be, nw * S * width), sg(be, nw * S * width), out(be, nw * width);
+                       be.compress_windows(RK.data(), RG.data(), KV.data(), GT.data(), ld, p0, A.data(), m, width,
+                                           overlap, Wd.data(), nw, skv.data(), sg.data());
+                       be.compress_pool(skv.data(), sg.data(), nw, S, width, out.data());
+                       be.ring_write(KV.data(), ld, n, cw, p0, RK.data(), R);
+                       auto a = out.to_host(), b = RK.to_host(), c = skv.to_host();
+                       a.insert(a.end(), b.begin(), b.end());
+                       a.insert(a.end(), c.begin(), c.end());
+                       return a;
+                     }, 1e-6});
+  }
+  {  // rows: copy_rows, ring_read, add_rows, scale
+    const int64_t n = 7, width = 12, rows = 20;
+    auto src = randv(g, rows * width), w = randv(g, n);
+    std::vector<int32_t> sr{3, 1, 4, 15, 9, 2, 6}, dr{0, 5, 10, 15, 19, 2, 7};
+    cases.push_back({"copy_rows/ring_read/add_rows/scale", [=](Backend& be) {
+                       Buffer<float> S(be, src), D(be, rows * width), D2(be, n * width);
+                       be.fill(D.data(), rows * width, 0.5f);
+                       be.copy_rows(S.data(), width, nullptr, D.data(),
+                                    width, nullptr, n, width);
+                       Buffer<int32_t> SR(be, sr), DR(be, dr);
+                       Buffer<float> Wt(be, w);
+                       be.copy_rows(S.data(), width, SR.data(), D.data(), width, DR.data(), n, width);
+                       be.ring_read(S.data(), rows, width, 17, n, D2.data());
+                       be.add_rows(D2.data(), n, width, Wt.data(), DR.data(), D.data());
+                       be.add_rows(D2.data(), n, width, nullptr, nullptr, D.data());
+                       be.scale(D.data(), rows * width, 0.75f);
+                       return D.to_host();
+                     }, 1e-6});
+  }
+  {  // norms, rope, swiglu, mHC with hc = 3 and 4
+    const int64_t M = 5, D = 48;
+    auto x = randv(g, M * D), w = randv(g, D);
+    cases.push_back({"rms_norm", [=](Backend& be) {
+                       Buffer<float> X(be, x), W(be, w), Y(be, M * D);
+                       be.rms_norm(X.data(), M, D, D, W.data(), 1e-6f, Y.data());
+                       return Y.to_host();
+                     }, 1e-5});
+    const int64_t H = 4, hd = 32, rd = 16;
+    auto xr = randv(g, M * H * hd), invf = randv(g, rd / 2, 0.0f, 1.0f);
+    std::vector<int32_t> pos{0, 3, 17, 100, 4095};
+    cases.push_back({"rope fwd+inv", [=](Backend& be) {
+                       Buffer<float> X(be, xr), F(be, invf);
+                       Buffer<int32_t> P(be, pos);
+                       be.rope(X.data(), M, H * hd, (int)H, (int)hd, (int)rd, P.data(), F.data(), false);
+                       auto a = X.to_host();
+                       be.rope(X.data(), M, H * hd, (int)H, (int)hd, (int)rd, P.data(), F.data(), true);
+                       auto b = X.to_host();
+                       a.insert(a.end(), b.begin(), b.end());
+                       return a;
+                     }, 1e-5});
+    const int64_t I = 16;
+    auto gu = randv(g, M * 2 * I, -12, 12);
+    cases.push_back({"swiglu_clamp", [=](Backend& be) {
+                       Buffer<float> G(be, gu), A(be, M * I);
+                       be.swiglu_clamp(G.data(), M, I, 10.0f, nullptr, A.data());
+                       return A.to_host();
+                     }, 1e-5});
+    for (int hc : {3, 4}) {
+      const int64_t mix = (2 + hc) * hc;
+      auto X = randv(g, M * hc * D), fn = randv(g, mix * hc * D, -0.1f, 0.1f), base = randv(g, mix),
+           sc = randv(g, 3), y = randv(g, M * D), hfn = randv(g, hc * hc * D, -0.1f, 0.1f), hb = randv(g, hc);
+      cases.push_back({"hc_pre/post/head hc=" + std::to_string(hc), [=](Backend& be) {
+                         Buffer<float> Xb(be, X), F(be, fn), B(be, base), S(be, sc), Y(be, y), HF(be, hfn), HB(be, hb);
+                         Buffer<float> u(be, M * D), post(be, M * hc), comb(be, M * hc * hc), out(be, M * hc * D),
+                             hu(be, M * D);
+                         be.hc_pre(Xb.data(), M, hc, D, F.data(), B.data(), S.data(), 20, 1e-6f, 1e-6f, u.data(),
+                                   post.data(), comb.data());
+                         be.hc_post(Xb.data(), Y.data(), post.data(), comb.data(), M, hc, D, out.data());
+                         be.hc_head(Xb.data(), M, hc, D, HF.data(), HB.data(), S.data(), 1e-6f, 1e-6f, hu.data());
+                         std::vector<float> r;
+                         for (auto* b : {&u, &post, &comb, &out, &hu}) {
+                           auto h = b->to_host();
+                           r.insert(r.end(), h.begin(), h.end());
+                         }
+                         return r;
+                       }, 1e-5});
+    }
+  }
+  for (const auto& c : cases) {
+    std::vector<float> a, b;
+    try {
+      a = c.run(cpu);
+      b = c.run(gpu);
+    } catch (const std::exception& e) {
+      expect(false, "op " + c.name + ": " + e.what());
+      continue;
+    }
+    double mx = 0, ref = 0;
+    bool nan = a.size() != b.size();
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      if (std::isnan(b[i]) != std::isnan(a[i])) nan = true;
+      if (std::isfinite(a[i]) && std::isfinite(b[i])) mx = std::max(mx, (double)std::fabs(a[i] - b[i]));
+      else if (a[i] != b[i]) nan = true;
+      if (std::isfinite(a[i])) ref = std::max(ref, (double)std::fabs(a[i]));
+    }
+    const double rel = mx / std::max(ref, 1e-30);
+    std::printf("op %-40s max |gpu - cpu| / max |cpu| = %.2e (tol %.0e)%s\n", c.name.c_str(), rel, c.tol,
+                nan ? " NaN/inf/size mismatch" : "");
+    expect(!nan && rel <= c.tol, "op " + c.name);
+    g_summary["ops"][c.name] = rel;
+  }
+}
+
+struct RefSeq {
+  std::vector<int32_t> ids;
+  std::vector<float> logits;  // [T, V]
+};
+
+std::vector<RefSeq> read_refs(const std::string& dir) {
+  auto f = SafetensorsFile::open(dir + "/ref.safetensors");
+  std::vector<RefSeq> seqs;
+  for (int k = 0;; ++k) {
+    const TensorView* ids = f->find("ids_" + std::to_string(k));
+    const TensorView* lg = f->find("logits_" + std::to_string(k));
+    if (!ids || !lg) break;
+    RefSeq s;
+    for (int64_t i = 0; i < ids->numel(); ++i) {
+      int64_t v;
+      std::memcpy(&v, ids->data + 8 * i, 8);
+      s.ids.push_back((int32_t)v);
+    }
+    s.logits.resize(lg->numel());
+    std::memcpy(s.logits.data(), lg->data, lg->nbytes);
+    seqs.push_back(std::move(s));
+  }
+  return seqs;
+}
+
+// One sequence: `first` tokens in one step, then steps of `step` tokens; the cache in `be`'s memory.
+std::vector<float> run_schedule(DeepseekV4Model& m, Backend& be, const std::vector<int32_t>& ids, int64_t first,
+                                int64_t step) {
+  V4Cache cache(m.config(), 1, (int32_t)V4CacheLayout::make(m.config()).pages_for((int64_t)ids.size()), &be);
+  V4SeqState st;
+  if (!cache.open(&st) || !cache.reserve(&st, (int64_t)ids.size())) throw Error("cache");
+  std::vector<float> out;
+  int64_t done = 0, T = (int64_t)ids.size();
+  while (done < T) {
+    int64_t n = done == 0 ? std::min(first, T) : std::min(step, T - done);
+    V4SeqChunk c{&st, std::span<const int32_t>(ids.data() + done, n), true};
+    auto l = m.forward(std::span<const V4SeqChunk>(&c, 1), cache);
+    out.insert(out.end(), l.begin(), l.end());
+    done += n;
+  }
+  return out;
+}
+
+struct ErrStats {
+  double median, max, argmax_agree;
+};
+ErrStats compare(const std::vector<float>& out, const std::vector<float>& ref, int64_t V) {
+  const int64_t T = (int64_t)ref.size() / V;
+  std::vector<double> rel(T);
+  int64_t agree = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    double num = 0, den = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      double d = (double)out[t * V + v] - ref[t * V + v];
+      num += d * d;
+      den += (double)ref[t * V + v] * ref[t * V + v];
+    }
+    rel[t] = std::sqrt(num / std::max(den, 1e-30));
+    auto a = std::max_element(out.begin() + t * V, out.begin() + (t + 1) * V) - (out.begin() + t * V);
+    auto b = std::max_element(ref.begin() + t * V, ref.begin() + (t + 1) * V) - (ref.begin() + t * V);
+    agree += a == b;
+  }
+  std::vector<double> sorted = rel;
+  std::sort(sorted.begin(), sorted.end());
+  return {sorted[T / 2], sorted.back(), (double)agree / T};
+}
+
+void fixtures(const std::string& root, CpuBackend& cpu, CudaBackend& gpu) {
+  std::vector<std::string> dirs;
+  for (auto& e : fs::directory_iterator(root + "/tests/fixtures/v4"))
+    if (fs::exists(e.path() / "ref.safetensors")) dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+  expect(!dirs.empty(), "no fixtures");
+  for (const auto& dir : dirs) {
+    const std::string name = fs::path(dir).filename();
+    LoadedModel mg = load_model(dir + "/model", gpu);
+    LoadedModel mc = load_model(dir + "/model", cpu);
+    const int64_t V = mg.v4->config().vocab_size;
+    auto refs = read_refs(dir);
+    double worst_median = 0, worst_max = 0, worst_agree = 1, worst_vs_cpu = 0;
+    for (size_t k = 0; k < refs.size(); ++k) {
+      const auto& r = refs[k];
+      const int64_t T = (int64_t)r.ids.size();
+      struct Mode {
+        const char* name;
+        int64_t first, step;
+      };
+      std::vector<float> full;
+      for (Mode mode : {Mode{"full", T, T}, Mode{"decode", 13, 1}, Mode{"chunked", 5, 7}, Mode{"chunked", 1, 4}}) {
+        const std::string what = name + " seq " + std::to_string(k) + " " + mode.name + "(" +
+                                 std::to_string(mode.first) + "," + std::to_string(mode.step) + ")";
+        auto out = run_schedule(*mg.v4, gpu, r.ids, mode.first, mode.step);
+        if (full.empty()) {
+          full = out;
+          auto cpu_out = run_schedule(*mc.v4, cpu, r.ids, T, T);
+          ErrStats c = compare(out, cpu_out, V);
+          worst_vs_cpu = std::max(worst_vs_cpu, c.max);
+          std::printf("%-40s gpu vs cpu: median rel %.2e max %.2e argmax %.3f\n", what.c_str(), c.median, c.max,
+                      c.argmax_agree);
+        } else {
+          expect(std::memcmp(full.data(), out.data(), out.size() * sizeof(float)) == 0,
+                 what + ": not bitwise equal to the full forward");
+        }
+        ErrStats e = compare(out, r.logits, V);
+        std::printf("%-40s gpu vs ref: median rel %.2e max %.2e argmax %.3f\n", what.c_str(), e.median, e.max,
+                    e.argmax_agree);
+        expect(e.median <= 1e-5, what + ": median");
+        expect(e.max <= 1e-3, what + ": max");
+        expect(e.argmax_agree >= 0.99, what + ": argmax");
+        worst_median = std::max(worst_median, e.median);
+        worst_max = std::max(worst_max, e.max);
+        worst_agree = std::min(worst_agree, e.argmax_agree);
+      }
+    }
+    g_summary["fixtures"][name] = {{"worst_median_rel", worst_median},
+                                   {"worst_max_rel", worst_max},
+                                   {"worst_argmax_agree", worst_agree},
+                                   {"worst_max_rel_vs_cpu", worst_vs_cpu}};
+  }
+
+  // Batched vs alone on the GPU (first fixture): bitwise.
+  const std::string dir = dirs.front();
+  LoadedModel m = load_model(dir + "/model", gpu);
+  const int64_t V = m.v4->config().vocab_size;
+  auto refs = read_refs(dir);
+  std::vector<std::vector<int32_t>> seqs;
+  for (auto& r : refs) seqs.push_back(r.ids);
+  seqs.push_back(std::vector<int32_t>(refs[0].ids.begin(), refs[0].ids.begin() + 29));
+  struct Sched {
+    int64_t first, step;
+  };
+  std::vector<Sched> sched{{9, 4}, {1, 1}, {30, 11}, {17, 3}};
+  sched.resize(seqs.size(), {5, 2});
+  std::vector<std::vector<float>> alone;
+  for (size_t i = 0; i < seqs.size(); ++i)
+    alone.push_back(run_schedule(*m.v4, gpu, seqs[i], sched[i].first, sched[i].step));
+  V4Cache cache(m.v4->config(), (int32_t)seqs.size(), 64, &gpu);
+  std::vector<V4SeqState> states(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i)
+    if (!cache.open(&states[i]) || !cache.reserve(&states[i], (int64_t)seqs[i].size())) throw Error("cache");
+  std::vector<int64_t> done(seqs.size(), 0);
+  std::vector<std::vector<float>> batched(seqs.size());
+  for (;;) {
+    std::vector<V4SeqChunk> batch;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      int64_t T = (int64_t)seqs[i].size();
+      if (done[i] >= T) continue;
+      int64_t n = done[i] == 0 ? std::min(sched[i].first, T) : std::min(sched[i].step, T - done[i]);
+      batch.push_back({&states[i], std::span<const int32_t>(seqs[i].data() + done[i], n), true});
+      who.push_back(i);
+      done[i] += n;
+    }
+    if (batch.empty()) break;
+    auto l = m.v4->forward(batch, cache);
+    size_t off = 0;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      size_t n = batch[b].tokens.size() * V;
+      batched[who[b]].insert(batched[who[b]].end(), l.begin() + off, l.begin() + off + n);
+      off += n;
+    }
+  }
+  bool same = true;
+  for (size_t i = 0; i < seqs.size(); ++i)
+    same = same && alone[i].size() == batched[i].size() &&
+           std::memcmp(alone[i].data(), batched[i].data(), alone[i].size() * sizeof(float)) == 0;
+  std::printf("batched vs alone on the GPU (%s, %zu sequences): %s\n", fs::path(dir).filename().c_str(), seqs.size(),
+              same ? "bitwise equal" : "DIFFERENT");
+  expect(same, "batched vs alone on the GPU");
+  g_summary["batched_bitwise_equal"] = same;
+}
+
+struct GreedyRun {
+  std::vector<std::vector<int32_t>> out;  // new tokens per prompt
+  double prefill_s = 0, decode_s = 0;
+  int64_t decode_tokens = 0;
+};
+
+int32_t argmax(const float* x, int64_t V) { return (int32_t)(std::max_element(x, x + V) - x); }
+
+// Greedy decoding of all prompts together (one prefill step, then one token per sequence a step).
+GreedyRun greedy(DeepseekV4Model& m, Backend& be, const std::vector<std::vector<int32_t>>& prompts, int n_new) {
+  const int64_t V = m.config().vocab_size, B = (int64_t)prompts.size();
+  const V4CacheLayout lay = V4CacheLayout::make(m.config());
+  int64_t pages = 0;
+  for (auto& p : prompts) pages += lay.pages_for((int64_t)p.size() + n_new);
+  V4Cache cache(m.config(), (int32_t)B, (int32_t)pages, &be);
+  std::vector<V4SeqState> st(B);
+  for (int64_t b = 0; b < B; ++b)
+    if (!cache.open(&st[b]) || !cache.reserve(&st[b], (int64_t)prompts[b].size() + n_new)) throw Error("cache");
+  GreedyRun r;
+  r.out.resize(B);
+  be.synchronize();
+  double t0 = now_s();
+  std::vector<V4SeqChunk> batch;
+  for (int64_t b = 0; b < B; ++b) batch.push_back({&st[b], std::span<const int32_t>(prompts[b]), false});
+  auto l = m.forward(batch, cache);
+  for (int64_t b = 0; b < B; ++b) r.out[b].push_back(argmax(l.data() + b * V, V));
+  double t1 = now_s();
+  for (int i = 1; i < n_new; ++i) {
+    batch.clear();
+    for (int64_t b = 0; b < B; ++b) batch.push_back({&st[b], std::span<const int32_t>(&r.out[b].back(), 1), false});
+    l = m.forward(batch, cache);
+    for (int64_t b = 0; b < B; ++b) r.out[b].push_back(argmax(l.data() + b * V, V));
+  }
+  be.synchronize();
+  double t2 = now_s();
+  r.prefill_s = t1 - t0;
+  r.decode_s = t2 - t1;
+  r.decode_tokens = B * (n_new - 1);
+  return r;
+}
+
+void nano(const std::string& root, CpuBackend& cpu, CudaBackend& gpu, int n_new) {
+  const std::string dir = root + "/models/nano-v4";
+  std::ifstream f(dir + "/greedy_reference.json");
+  if (!f) throw Error("missing " + dir + "/greedy_reference.json");
+  nlohmann::json ref = nlohmann::json::parse(f);
+  std::vector<std::vector<int32_t>> prompts, want;
+  for (const auto& r : ref) {
+    prompts.push_back(r["prompt_ids"].get<std::vector<int32_t>>());
+    auto ids = r["ids"].get<std::vector<int32_t>>();
+    want.push_back(std::vector<int32_t>(ids.begin() + prompts.back().size(), ids.end()));
+  }
+  const int64_t free_before = gpu.free_memory();
+  LoadedModel mg = load_model(dir, gpu);
+  const int64_t weights_bytes = free_before - gpu.free_memory();
+  LoadedModel mc = load_model(dir, cpu);
+  g_summary["nano"]["prompts"] = prompts.size();
+  g_summary["nano"]["new_tokens"] = n_new;
+  g_summary["nano"]["gpu_weight_bytes"] = weights_bytes;
+
+  GreedyRun g = greedy(*mg.v4, gpu, prompts, n_new);
+  GreedyRun c = greedy(*mc.v4, cpu, prompts, n_new);
+  int64_t total_match = 0, total = 0, full_match = 0, ref_match = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    size_t same = 0;
+    while (same < g.out[i].size() && g.out[i][same] == c.out[i][same]) ++same;
+    size_t rs = 0;
+    while (rs < want[i].size() && rs < g.out[i].size() && g.out[i][rs] == want[i][rs]) ++rs;
+    std::printf("nano prompt %2zu (%3zu prompt tokens): gpu = cpu for %zu/%zu tokens; gpu = pytorch reference for "
+                "%zu/%zu\n",
+                i, prompts[i].size(), same, g.out[i].size(), rs, want[i].size());
+    expect(same == g.out[i].size(), "nano prompt " + std::to_string(i) + ": GPU and CPU greedy tokens differ at " +
+                                        std::to_string(same));
+    expect(rs == want[i].size(), "nano prompt " + std::to_string(i) + ": GPU differs from the PyTorch reference");
+    total_match += (int64_t)same;
+    total += (int64_t)g.out[i].size();
+    full_match += same == g.out[i].size();
+    ref_match += rs == want[i].size();
+  }
+  g_summary["nano"]["gpu_cpu_tokens_equal"] = total_match;
+  g_summary["nano"]["tokens"] = total;
+  g_summary["nano"]["prompts_fully_equal"] = full_match;
+  g_summary["nano"]["prompts_equal_to_pytorch_ref"] = ref_match;
+  auto rate = [](const GreedyRun& r) { return (double)r.decode_tokens / r.decode_s; };
+  std::printf("batched greedy, B=%zu: gpu prefill %.1f ms, decode %.1f tok/s (%.2f ms/step); cpu prefill %.1f ms, "
+              "decode %.1f tok/s (%.2f ms/step)\n",
+              prompts.size(), 1e3 * g.prefill_s, rate(g), 1e3 * g.decode_s / (n_new - 1), 1e3 * c.prefill_s, rate(c),
+              1e3 * c.decode_s / (n_new - 1));
+  g_summary["nano"]["batched"] = {{"B", prompts.size()},
+                                  {"gpu_decode_tok_s", rate(g)},
+                                  {"gpu_ms_per_step", 1e3 * g.decode_s / (n_new - 1)},
+                                  {"gpu_prefill_ms", 1e3 * g.prefill_s},
+                                  {"cpu_decode_tok_s", rate(c)},
+                                  {"cpu_ms_per_step", 1e3 * c.decode_s / (n_new - 1)},
+                                  {"cpu_prefill_ms", 1e3 * c.prefill_s}};
+  // One sequence alone: the decode latency.
+  std::vector<std::vector<int32_t>> one{prompts[0]};
+  GreedyRun g1 = greedy(*mg.v4, gpu, one, n_new);
+  GreedyRun c1 = greedy(*mc.v4, cpu, one, n_new);
+  expect(g1.out[0] == g.out[0], "nano: prompt 0 alone differs from prompt 0 in the batch (GPU)");
+  std::printf("single sequence: gpu decode %.1f tok/s (%.2f ms/token); cpu decode %.1f tok/s (%.2f ms/token)\n",
+              rate(g1), 1e3 * g1.decode_s / (n_new - 1), rate(c1), 1e3 * c1.decode_s / (n_new - 1));
+  g_summary["nano"]["single"] = {{"gpu_decode_tok_s", rate(g1)},
+                                 {"gpu_ms_per_token", 1e3 * g1.decode_s / (n_new - 1)},
+                                 {"cpu_decode_tok_s", rate(c1)},
+                                 {"cpu_ms_per_token", 1e3 * c1.decode_s / (n_new - 1)}};
+}
+
+void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int threads) {
+  const std::string dir = root + "/models/nano-v4";
+  std::ifstream f(dir + "/greedy_reference.json");
+  nlohmann::json ref = nlohmann::json::parse(f);
+  std::vector<Request> reqs;
+  for (const auto& r : ref) {
+    Request q;
+    q.prompt_ids = r["prompt_ids"].get<std::vector<int32_t>>();
+    q.params.temperature = 0;
+    q.params.max_tokens = n_new;
+    q.params.ignore_eos = true;
+    reqs.push_back(q);
+  }
+  struct Out {
+    std::vector<std::vector<int32_t>> tokens;
+    double batch_s = 0, single_s = 0;
+    EngineStats stats;
+  };
+  auto run = [&](const std::string& backend) {
+    EngineConfig cfg;
+    cfg.model_dir = dir;
+    cfg.backend = backend;
+    cfg.threads = threads;
+    Out o;
+    const int64_t free0 = gpu.free_memory();
+    Engine e(cfg);
+    o.stats = e.stats();
+    if (backend == "cuda") {
+      const int64_t free1 = gpu.free_memory();
+      const int64_t cache = (o.stats.cache_pages_total * o.stats.cache_page_bytes +
+                             o.stats.cache_slots_total * o.stats.cache_slot_bytes);
+      std::printf("engine cuda: device memory free before %.1f GiB, after load %.1f GiB; cache %.1f GiB = %lld pages "
+                  "of %lld B + %lld slots (%.0f%% of the free memory before load)\n",
+                  free0 / 1073741824.0, free1 / 1073741824.0, cache / 1073741824.0,
+                  (long long)o.stats.cache_pages_total, (long long)o.stats.cache_page_bytes,
+                  (long long)o.stats.cache_slots_total, 100.0 * cache / (double)free0);
+      g_summary["engine"]["free_before_load"] = free0;
+      g_summary["engine"]["free_after_load"] = free1;
+      g_summary["engine"]["cache_bytes"] = cache;
+      g_summary["engine"]["cache_pages"] = o.stats.cache_pages_total;
+    }
+    double t0 = now_s();
+    auto res = e.generate(reqs);
+    double t1 = now_s();
+    for (auto& r : res) o.tokens.push_back(r.outputs[0].token_ids);
+    std::vector<Request> one{reqs[0]};
+    double t2 = now_s();
+    auto r1 = e.generate(one);
+    o.single_s = now_s() - t2;
+    o.batch_s = t1 - t0;
+    expect(r1[0].outputs[0].token_ids == o.tokens[0], "engine " + backend + ": prompt 0 alone differs from batched");
+    return o;
+  };
+  Out c = run("cpu");
+  Out g = run("cuda");
+  int64_t equal = 0, total = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    size_t same = 0;
+    while (same < g.tokens[i].size() && same < c.tokens[i].size() && g.tokens[i][same] == c.tokens[i][same]) ++same;
+    equal += (int64_t)same;
+    total += (int64_t)c.tokens[i].size();
+    expect(g.tokens[i] == c.tokens[i] && (int)c.tokens[i].size() == n_new,
+           "engine prompt " + std::to_string(i) + ": cuda and cpu differ at token " + std::to_string(same));
+  }
+  const double toks = (double)reqs.size() * n_new;
+  std::printf("engine: cuda = cpu for %lld/%lld greedy tokens; batch of %zu: cuda %.1f tok/s, cpu %.1f tok/s; "
+              "one request: cuda %.1f tok/s, cpu %.1f tok/s\n",
+              (long long)equal, (long long)total, reqs.size(), toks / g.batch_s, toks / c.batch_s, n_new / g.single_s,
+              n_new / c.single_s);
+  g_summary["engine"]["tokens_equal"] = equal;
+  g_summary["engine"]["tokens"] = total;
+  g_summary["engine"]["cuda_batch_tok_s"] = toks / g.batch_s;
+  g_summary["engine"]["cpu_batch_tok_s"] = toks / c.batch_s;
+  g_summary["engine"]["cuda_single_tok_s"] = n_new / g.single_s;
+  g_summary["engine"]["cpu_single_tok_s"] = n_new / c.single_s;
+
+  // A full load on the device: 32 sequences at once, 96 requests; every one must finish by length.
+  {
+    EngineConfig cfg;
+    cfg.model_dir = dir;
+    cfg.backend = "cuda";
+    cfg.max_num_seqs = 32;
+    Engine e(cfg);
+    std::vector<Request> many;
+    for (int i = 0; i < 96; ++i) many.push_back(reqs[i % reqs.size()]);
+    double t0 = now_s();
+    auto res = e.generate(many);
+    double dt = now_s() - t0;
+    int64_t ok = 0, toks = 0;
+    for (size_t i = 0; i < res.size(); ++i) {
+      toks += (int64_t)res[i].outputs[0].token_ids.size();
+      ok += res[i].outputs[0].finish == Finish::kLength &&
+            res[i].outputs[0].token_ids == g.tokens[i % reqs.size()];
+    }
+    EngineStats st = e.stats();
+    std::printf("engine cuda full load: %zu requests, 32 at once: %lld/%zu finished by length with the tokens of "
+                "the single runs; %.1f tok/s; %lld steps, %lld preemptions\n",
+                many.size(), (long long)ok, many.size(), toks / dt, (long long)st.steps, (long long)st.preemptions);
+    expect(ok == (int64_t)many.size(), "engine cuda full load");
+    g_summary["engine"]["full_load"] = {{"requests", many.size()}, {"ok", ok}, {"tok_s", toks / dt},
+                                        {"steps", st.steps}, {"preemptions", st.preemptions}};
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string root = ".", out;
+  int tokens = 256, threads = 0, decode_only = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i], v = argv[i + 1];
+    if (a == "--root") root = v;
+    else if (a == "--tokens") tokens = std::stoi(v);
+    else if (a == "--threads") threads = std::stoi(v);
+    else if (a == "--out") out = v;
+    else if (a == "--decode-only") decode_only = std::stoi(v);
+    else {
+      std::fprintf(stderr, "unknown option %s\n", a.c_str());
+      return 2;
+    }
+  }
+  try {
+    CudaBackend gpu(0);
+    if (decode_only > 0) {  // for a profiler: load nano, decode one sequence, nothing else
+      LoadedModel m = load_model(root + "/models/nano-v4", gpu);
+      std::vector<std::vector<int32_t>> one{{0, 1169, 265, 2134}};
+      GreedyRun r = greedy(*m.v4, gpu, one, decode_only);
+      std::printf("decode-only: %d tokens, %.3f ms/token\n", decode_only, 1e3 * r.decode_s / (decode_only - 1));
+      return 0;
+    }
+    CpuBackend cpu(threads);
+    auto section = [&](const char* name, const std::function<void()>& f) {
+      double t0 = now_s();
+      try {
+        f();
+      } catch (const std::exception& e) {
+        std::printf("FAIL: %s: exception: %s\n", name, e.what());
+        ++g_failures;
+      }
+      std::printf("time: %s %.1f s\n", name, now_s() - t0);
+      std::fflush(stdout);
+    };
+    section("ops", [&] { op_checks(cpu, gpu); });
+    section("fixtures", [&] { fixtures(root, cpu, gpu); });
+    section("nano", [&] { nano(root, cpu, gpu, tokens); });
+    section("engine", [&] { engine_section(root, gpu, tokens, threads); });
+  } catch (const std::exception& e) {
+    std::printf("FAIL: exception: %s\n", e.what());
+    ++g_failures;
+  }
+  g_summary["failures"] = g_failures;
+  if (!out.empty()) std::ofstream(out) << g_summary.dump(1) << "\n";
+  std::printf("%s (%d failures)\n", g_failures ? "FAILED" : "PASSED", g_failures);
+  return g_failures ? 1 : 0;
+}
