@@ -146,7 +146,7 @@ struct Server::Impl {
         job->ids.push_back(id);
         started += g.params.n;
       }
-    } catch (const Error& e) {
+    } catch (...) {
       // Sequences never queued are given back now; queued ones finish (abort) through the sink.
       shared->sequences -= seqs - started;
       {
@@ -154,9 +154,13 @@ struct Server::Impl {
         job->unfinished -= (int)(seqs - started);
       }
       for (uint64_t id : job->ids) engine.abort(id);
-      if (draining || std::string(e.what()).find("shutting down") != std::string::npos)
-        throw ApiError(503, "the server is shutting down", "", "server_shutting_down");
-      throw ApiError(400, e.what());
+      try {
+        throw;
+      } catch (const Error& e) {
+        if (draining || std::string(e.what()).find("shutting down") != std::string::npos)
+          throw ApiError(503, "the server is shutting down", "", "server_shutting_down");
+        throw ApiError(400, e.what());
+      }
     }
     return job;
   }
