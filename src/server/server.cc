@@ -29,6 +29,7 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 struct Shared {
   Metrics metrics;
   std::atomic<int64_t> sequences{0};  // admitted and not finished
+  std::atomic<int64_t> open_streams{0};  // SSE responses not completely written yet
 };
 
 // One HTTP generation request: its engine requests and the events they produced.
@@ -92,7 +93,7 @@ struct Server::Impl {
   ModelInfo info;
   httplib::Server http;
   std::shared_ptr<Shared> shared = std::make_shared<Shared>();
-  std::atomic<bool> draining{false};
+  std::atomic<bool> draining{false}, serving{false};
   std::once_flag shutdown_once;
   int port = 0;
   // Watchdog: last seen engine step count and when it changed.
@@ -262,6 +263,7 @@ struct Server::Impl {
       std::string id;
       int64_t created = unix_now();
       bool started = false, finished = false;
+      std::atomic<bool> released{false};
       Clock::time_point last_write = Clock::now();
     };
     auto st = std::make_shared<St>();
@@ -272,6 +274,8 @@ struct Server::Impl {
     st->text_offset.assign(st->choices.size(), 0);
     st->id = random_id(g.kind == Kind::kChat ? "chatcmpl-" : "cmpl-");
     Engine* eng = &engine;
+    std::shared_ptr<Shared> sh = shared;
+    ++sh->open_streams;
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
@@ -284,7 +288,8 @@ struct Server::Impl {
             return false;
           }
         },
-        [st, eng](bool) {
+        [st, eng, sh](bool) {
+          if (st->released.exchange(true)) return;  // once, even if httplib copied the response
           // Runs when the response is over, whatever the reason: a client that went away leaves
           // unfinished sequences behind, and they are aborted here (freed within one step).
           if (!st->job->done()) {
@@ -295,6 +300,7 @@ struct Server::Impl {
             }
             for (uint64_t id : ids) eng->abort(id);
           }
+          --sh->open_streams;
         });
   }
 
@@ -554,19 +560,32 @@ int Server::bind() {
   return m.port;
 }
 
-void Server::serve() { impl_->http.listen_after_bind(); }
+void Server::serve() {
+  Impl& m = *impl_;
+  m.serving = true;
+  if (!m.draining) m.http.listen_after_bind();
+  m.serving = false;
+}
 
 void Server::shutdown() {
   Impl& m = *impl_;
   std::call_once(m.shutdown_once, [&m] {
-    m.draining = true;
+    m.draining = true;  // from now on new requests get 503
     // Running requests finish (or are aborted at the timeout); their streams then end with [DONE].
     m.engine.drain(m.cfg.shutdown_timeout_ms);
-    // Let the stream writers flush their last events before the listener (and its threads) go.
+    // Let the stream writers flush their last events: httplib ends chunked responses as soon as
+    // the listener stops, so it stops only after that.
     const auto t0 = Clock::now();
-    while (m.shared->sequences.load() > 0 && Clock::now() - t0 < std::chrono::seconds(5))
+    while ((m.shared->sequences.load() > 0 || m.shared->open_streams.load() > 0) &&
+           Clock::now() - t0 < std::chrono::seconds(10))
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     m.http.stop();
+    // A signal right at start-up can come before listen() is running: stop it again until serve()
+    // has returned.
+    while (m.serving) {
+      m.http.stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   });
 }
 
