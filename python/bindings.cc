@@ -39,6 +39,18 @@ NB_MODULE(_core, m) {
     }
   });
 
+  nb::enum_<StructuredKind>(m, "StructuredKind")
+      .value("none", StructuredKind::kNone)
+      .value("regex", StructuredKind::kRegex)
+      .value("json_schema", StructuredKind::kJsonSchema)
+      .value("grammar", StructuredKind::kGrammar)
+      .value("json_object", StructuredKind::kJsonObject);
+  nb::class_<StructuredOutput>(m, "StructuredOutput")
+      .def(nb::init<>())
+      .def_rw("kind", &StructuredOutput::kind)
+      .def_rw("text", &StructuredOutput::text)
+      .def_rw("disable_any_whitespace", &StructuredOutput::disable_any_whitespace);
+
   nb::class_<SamplingParams>(m, "SamplingParams")
       .def(nb::init<>())
       .def_rw("n", &SamplingParams::n)
@@ -60,6 +72,7 @@ NB_MODULE(_core, m) {
       .def_rw("logprobs", &SamplingParams::logprobs, nb::arg().none())
       .def_rw("prompt_logprobs", &SamplingParams::prompt_logprobs, nb::arg().none())
       .def_rw("skip_special_tokens", &SamplingParams::skip_special_tokens)
+      .def_rw("structured", &SamplingParams::structured)
       // Range checks that need no model (vocab-bounded ones run again when a request is added).
       .def("validate", [](const SamplingParams& p, int64_t vocab_size) { p.validate(vocab_size); },
            nb::arg("vocab_size") = std::numeric_limits<int32_t>::max());
@@ -131,7 +144,7 @@ NB_MODULE(_core, m) {
              return e.tokenizer().decode(ids, skip_special_tokens);
            },
            nb::arg("ids"), nb::arg("skip_special_tokens") = false)
-      // Prompt ids of a conversation (OpenAI messages as a JSON string) in the V4 chat format.
+      // Prompt ids of a conversation (OpenAI messages as a JSON string) in the model's chat format.
       .def("chat_prompt_ids",
            [](const Engine& e, const std::string& messages_json, bool thinking, const std::string& effort) {
              tokenizer::chat::Json msgs;
@@ -139,6 +152,12 @@ NB_MODULE(_core, m) {
                msgs = tokenizer::chat::Json::parse(messages_json);
              } catch (const std::exception& ex) {
                throw Error(std::string("messages are not valid JSON: ") + ex.what());
+             }
+             if (std::string(e.architecture()) == "deepseek_v41") {  // V4.1's own format
+               tokenizer::chat::V41Options opt;
+               opt.thinking = thinking;
+               opt.reasoning_effort = effort;
+               return tokenizer::chat::render_v41(msgs, opt).encode(e.tokenizer());
              }
              tokenizer::chat::V4Options opt;
              opt.thinking = thinking;

@@ -118,6 +118,8 @@ class Engine {
   bool has_tokenizer() const;
   const tokenizer::Tokenizer& tokenizer() const;  // throws Error if none
   int64_t vocab_size() const;
+  // "deepseek_v4" or "deepseek_v41" (picks the chat format, among others).
+  const char* architecture() const;
   int64_t max_model_len() const;
   const std::string& model_dir() const;
   EngineStats stats() const;  // thread-safe snapshot

@@ -17,7 +17,8 @@ from typing import Dict, List, Optional, Sequence, Union
 
 from . import _core
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "default_model_dir"]
+__all__ = ["LLM", "SamplingParams", "StructuredOutputsParams", "GuidedDecodingParams", "RequestOutput",
+           "CompletionOutput", "Logprob", "default_model_dir"]
 
 
 def default_model_dir() -> str:
@@ -26,6 +27,69 @@ def default_model_dir() -> str:
     if os.path.isfile(os.path.join(packaged, "config.json")):
         return packaged
     return _core.default_model_dir()
+
+
+_REGEX_META = set("\\.^$*+?{}[]|()")
+
+
+@dataclass
+class StructuredOutputsParams:
+    """Constrain the output, as vLLM's StructuredOutputsParams (docs/structured-outputs.md).
+
+    Exactly one of: json (a JSON Schema, as a dict or JSON text), regex (full match), choice (one of
+    these strings), grammar (GBNF text, start rule `root`), json_object=True (any JSON object).
+    vLLM options that this engine does not implement raise ValueError when set.
+    """
+    json: Union[None, str, dict] = None
+    regex: Optional[str] = None
+    choice: Optional[List[str]] = None
+    grammar: Optional[str] = None
+    json_object: Optional[bool] = None
+    disable_fallback: bool = False
+    disable_any_whitespace: bool = False
+    disable_additional_properties: bool = False
+    whitespace_pattern: Optional[str] = None
+    structural_tag: Optional[str] = None
+
+    def __post_init__(self):
+        kinds = [k for k in ("json", "regex", "choice", "grammar", "json_object")
+                 if getattr(self, k) not in (None, False)]
+        if len(kinds) != 1:
+            raise ValueError("structured outputs need exactly one of json, regex, choice, grammar, "
+                             f"json_object; got {kinds or 'none'}")
+        for opt in ("disable_additional_properties", "whitespace_pattern", "structural_tag"):
+            if getattr(self, opt) not in (None, False):
+                raise ValueError(f"structured outputs: {opt} is not supported")
+        if self.choice is not None and (not self.choice or not all(isinstance(c, str) for c in self.choice)):
+            raise ValueError("structured outputs: choice must be a non-empty list of strings")
+
+    def _to_core(self) -> "_core.StructuredOutput":
+        s = _core.StructuredOutput()
+        if self.json is not None:
+            s.kind = _core.StructuredKind.json_schema
+            s.text = self.json if isinstance(self.json, str) else json.dumps(self.json)
+        elif self.regex is not None:
+            s.kind, s.text = _core.StructuredKind.regex, self.regex
+        elif self.choice is not None:
+            # One of the strings exactly: an alternation of escaped literals.
+            esc = ["".join("\\" + c if c in _REGEX_META else c for c in ch) for ch in self.choice]
+            s.kind, s.text = _core.StructuredKind.regex, "(" + "|".join(esc) + ")"
+        elif self.grammar is not None:
+            s.kind, s.text = _core.StructuredKind.grammar, self.grammar
+        else:
+            s.kind = _core.StructuredKind.json_object
+        s.disable_any_whitespace = bool(self.disable_any_whitespace)
+        return s
+
+
+class GuidedDecodingParams(StructuredOutputsParams):
+    """vLLM's older name for StructuredOutputsParams (SamplingParams(guided_decoding=...)).
+
+    `backend` is accepted and ignored: this engine has one grammar backend."""
+
+    def __init__(self, *args, backend: Optional[str] = None, **kwargs):
+        self.backend = backend
+        super().__init__(*args, **kwargs)
 
 
 class SamplingParams:
@@ -38,7 +102,7 @@ class SamplingParams:
     _FIELDS = ("n", "max_tokens", "min_tokens", "temperature", "top_k", "top_p", "min_p",
                "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "stop",
                "stop_token_ids", "ignore_eos", "include_stop_str_in_output", "seed", "logprobs",
-               "prompt_logprobs", "skip_special_tokens")
+               "prompt_logprobs", "skip_special_tokens", "structured_outputs")
 
     def __init__(self, n: int = 1, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
                  repetition_penalty: float = 1.0, temperature: float = 1.0, top_p: float = 1.0,
@@ -47,7 +111,9 @@ class SamplingParams:
                  ignore_eos: bool = False, max_tokens: Optional[int] = 16, min_tokens: int = 0,
                  logprobs: Optional[int] = None, prompt_logprobs: Optional[int] = None,
                  skip_special_tokens: bool = True, include_stop_str_in_output: bool = False,
-                 logit_bias: Optional[Dict[int, float]] = None):
+                 logit_bias: Optional[Dict[int, float]] = None,
+                 structured_outputs: Optional[StructuredOutputsParams] = None,
+                 guided_decoding: Optional[StructuredOutputsParams] = None):
         self.n = n
         self.presence_penalty = presence_penalty
         self.frequency_penalty = frequency_penalty
@@ -67,7 +133,17 @@ class SamplingParams:
         self.skip_special_tokens = skip_special_tokens
         self.include_stop_str_in_output = include_stop_str_in_output
         self.logit_bias = dict(logit_bias or {})
+        if structured_outputs is not None and guided_decoding is not None:
+            raise ValueError("give structured_outputs or guided_decoding (its older name), not both")
+        self.structured_outputs = structured_outputs if structured_outputs is not None else guided_decoding
+        if self.structured_outputs is not None and not isinstance(self.structured_outputs,
+                                                                  StructuredOutputsParams):
+            raise ValueError("structured_outputs must be a StructuredOutputsParams")
         self._to_core().validate()
+
+    @property
+    def guided_decoding(self) -> Optional[StructuredOutputsParams]:
+        return self.structured_outputs
 
     def _to_core(self) -> "_core.SamplingParams":
         p = _core.SamplingParams()
@@ -78,6 +154,10 @@ class SamplingParams:
                     raise ValueError(f"seed must be an integer in [0, 2^64), got {value!r}")
             if name == "logit_bias":
                 value = {int(k): float(v) for k, v in value.items()}
+            if name == "structured_outputs":
+                if value is not None:
+                    p.structured = value._to_core()
+                continue
             try:
                 setattr(p, name, value)
             except TypeError as e:

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -26,13 +27,15 @@ const char* kUsage =
     "         --top-k K  --top-p P  --min-p P  --seed S  --n N  --stop STR (repeatable)  --ignore-eos\n"
     "         --repetition-penalty X  --presence-penalty X  --frequency-penalty X\n"
     "         --threads N  --cache-mb MB  --max-num-seqs N  --quiet\n"
+    "structured output (one of): --json-schema FILE  --regex R  --grammar FILE (GBNF)  --json-object\n"
+    "         --compact-json (JSON without whitespace between tokens)\n"
     "--prompts-file: one JSON string or {\"prompt\": ...} object per line; prints one JSON result per line\n";
 
 struct Options {
   EngineConfig engine;
   SamplingParams params;
   std::string prompt, prompts_file;
-  bool chat = false, quiet = false;
+  bool chat = false, quiet = false, compact_json = false;
 };
 
 double to_double(const std::string& flag, const std::string& v) {
@@ -51,6 +54,18 @@ int64_t to_int(const std::string& flag, const std::string& v) {
   return (int64_t)x;
 }
 
+std::string read_file(const std::string& flag, const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(flag + ": cannot open '" + path + "'");
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+void set_structured(Options& o, const std::string& flag, StructuredKind kind, std::string text) {
+  if (o.params.structured.active())
+    throw Error(flag + ": only one of --json-schema, --regex, --grammar, --json-object may be given");
+  o.params.structured = {kind, std::move(text)};
+}
+
 // Returns false for --help.
 bool parse(int argc, char** argv, Options& o) {
   o.params.max_tokens = 128;
@@ -62,6 +77,8 @@ bool parse(int argc, char** argv, Options& o) {
     if (a == "--chat") { o.chat = true; continue; }
     if (a == "--ignore-eos") { o.params.ignore_eos = true; continue; }
     if (a == "--quiet") { o.quiet = true; o.engine.progress = false; continue; }
+    if (a == "--json-object") { set_structured(o, a, StructuredKind::kJsonObject, ""); continue; }
+    if (a == "--compact-json") { o.compact_json = true; continue; }
     if (i + 1 >= argc) throw Error(a + ": missing value");
     std::string v = argv[++i];
     if (a == "--model") o.engine.model_dir = v;
@@ -83,13 +100,19 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--threads") o.engine.threads = (int)to_int(a, v);
     else if (a == "--cache-mb") o.engine.cache_bytes = to_int(a, v) << 20;
     else if (a == "--max-num-seqs") o.engine.max_num_seqs = (int)to_int(a, v);
+    else if (a == "--json-schema") set_structured(o, a, StructuredKind::kJsonSchema, read_file(a, v));
+    else if (a == "--regex") set_structured(o, a, StructuredKind::kRegex, v);
+    else if (a == "--grammar") set_structured(o, a, StructuredKind::kGrammar, read_file(a, v));
     else throw Error("unknown option '" + a + "'");
   }
+  o.params.structured.disable_any_whitespace = o.compact_json;
   return true;
 }
 
 // The prompt token ids of a conversation in the model's chat format.
 std::vector<int32_t> chat_ids(const Engine& e, const tokenizer::chat::Json& messages) {
+  if (std::string(e.architecture()) == "deepseek_v41")
+    return tokenizer::chat::render_v41(messages, tokenizer::chat::V41Options{}).encode(e.tokenizer());
   tokenizer::chat::V4Options opt;
   return tokenizer::chat::render_v4(messages, opt).encode(e.tokenizer());
 }

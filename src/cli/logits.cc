@@ -87,24 +87,12 @@ int cmd_logits(int argc, char** argv) {
     CpuBackend backend((int)threads);
     LoadedModel m = load_model(model, backend);
     for (const auto& n : m.unused) std::fprintf(stderr, "deepinfer: warning: tensor '%s' is not used by the model\n", n.c_str());
-    const int64_t V = m.v4->config().vocab_size;
+    const int64_t V = m.vocab_size();
     std::vector<int32_t> ids = read_ids(ids_file, V);
     const int64_t T = (int64_t)ids.size();
     if (prefill > T) throw Error("--prefill " + std::to_string(prefill) + " is longer than the " + std::to_string(T) + " ids");
-
-    V4Cache cache(m.v4->config(), 1, (int32_t)V4CacheLayout::make(m.v4->config()).pages_for(T));
-    V4SeqState state;
-    if (!cache.open(&state) || !cache.reserve(&state, T)) throw Error("cannot allocate the cache");
-    std::vector<float> logits;
-    logits.reserve(T * V);
-    int64_t done = 0;
-    while (done < T) {
-      int64_t n = prefill == -1 ? T : (done == 0 ? prefill : std::min(chunk, T - done));
-      V4SeqChunk c{&state, std::span<const int32_t>(ids.data() + done, n), true};
-      auto l = m.v4->forward(std::span<const V4SeqChunk>(&c, 1), cache);
-      logits.insert(logits.end(), l.begin(), l.end());
-      done += n;
-    }
+    // One full forward, or `prefill` tokens then steps of `chunk` (any architecture).
+    std::vector<float> logits = prefill == -1 ? sequence_logits(m, ids, T, T) : sequence_logits(m, ids, prefill, chunk);
     write_safetensors(out, {{"logits", DType::F32, {T, V}, logits.data(), logits.size() * sizeof(float)}});
     return 0;
   } catch (const std::exception& e) {

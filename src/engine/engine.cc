@@ -12,6 +12,7 @@
 
 #include "engine/scheduler.h"
 #include "engine/stop_matcher.h"
+#include "engine/structured_output.h"
 #include "model/model.h"
 #include "ops/cpu/cpu_backend.h"
 #include "util/error.h"
@@ -47,6 +48,7 @@ struct Choice {
   SequenceSamplingState sampling;
   std::optional<tokenizer::StreamDecoder> detok;
   StopMatcher stops;
+  std::optional<StructuredState> structured;  // the grammar matcher, when params.structured is set
   bool finished = false;
   Choice(std::vector<int32_t> prompt, uint64_t seed, int idx, std::vector<int32_t> masked, const SamplingParams& p)
       : index(idx), tokens(prompt), sampling(prompt, seed, (uint32_t)idx, std::move(masked)), stops(p) {}
@@ -64,6 +66,8 @@ struct Req {
 
 }  // namespace
 
+constexpr int64_t kV41TokensPerPage = 256;
+
 struct Engine::Impl {
   EngineConfig cfg;
   std::string dir;
@@ -71,8 +75,14 @@ struct Engine::Impl {
   LoadedModel model;
   std::optional<tokenizer::Tokenizer> tok;
   std::optional<V4Cache> cache;
+  // DeepSeek-V4.1: each sequence's state is its own object (V41SeqState); the scheduler admits
+  // against block managers sized from the budget with V4.1's per-token and per-sequence bytes.
+  std::optional<BlockManager> v41_slots, v41_pages;
+  std::map<uint64_t, V41SeqState> v41_states;
+  int64_t v41_page_bytes = 0, v41_slot_bytes = 0;
   std::optional<Scheduler> sched;
   std::vector<int32_t> eos_ids;
+  std::optional<StructuredCompiler> structured;  // grammar vocabulary + compiled-grammar cache
   int64_t max_len = 0;
   int64_t vocab = 0;
 
@@ -116,6 +126,7 @@ struct Engine::Impl {
   }
 
   void retire_finished_requests() {
+    if (model.v41) drop_finished_v41();
     for (auto it = reqs.begin(); it != reqs.end();) {
       if (it->second.unfinished == 0) {
         it = reqs.erase(it);
@@ -166,6 +177,12 @@ struct Engine::Impl {
     TokenStop ts = check_stop_token(s.token, num_out, r.length_limit, r.params, eos_ids);
     Finish f = Finish::kNone;
     std::string why;
+    if (ch.structured) {
+      // The sampler only picks allowed tokens, so a rejection is an engine bug: fail the choice.
+      if (!ch.structured->accept(s.token)) f = Finish::kError, why = "structured output: sampled a token the grammar rejects";
+      else if (ch.structured->terminated())  // EOS accepted: the output is complete (even with ignore_eos)
+        ts = TokenStop{FinishReason::kStop, s.token, r.params.include_stop_str_in_output};
+    }
     if (ch.detok) {
       const bool can_stop = num_out >= r.params.min_tokens;
       if (ts.emit_token_text) {
@@ -176,6 +193,17 @@ struct Engine::Impl {
           why = r.params.stop[res.stop_index];
         }
       }
+    }
+    if (f == Finish::kError) {
+      o.finished = true;
+      o.finish = f;
+      o.error = why;
+      ch.finished = true;
+      --r.unfinished;
+      sched->finish(ch.seq_id);
+      seq_owner.erase(ch.seq_id);
+      if (r.sink) r.sink(o);
+      return;
     }
     if (f == Finish::kNone && ts.reason != FinishReason::kNone) {
       f = ts.reason == FinishReason::kStop ? Finish::kStop : Finish::kLength;
@@ -192,6 +220,26 @@ struct Engine::Impl {
       seq_owner.erase(ch.seq_id);
     }
     if (r.sink) r.sink(o);
+  }
+
+  // V4.1 step: a chunk starting at 0 (new, or recomputed after preemption) gets a fresh state.
+  std::vector<float> forward_v41(const StepPlan& plan, const std::vector<V4SeqChunk>& chunks) {
+    for (uint64_t id : plan.preempted) v41_states.erase(id);
+    std::vector<V41SeqChunk> c41;
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+      const ScheduledChunk& c = plan.chunks[i];
+      V41SeqState& st = v41_states[c.seq];
+      if (c.start == 0) st = model.v41->new_state();
+      if (st.pos != c.start)
+        throw Error("internal: sequence state at position " + std::to_string(st.pos) + ", chunk starts at " +
+                    std::to_string(c.start));
+      c41.push_back({&st, chunks[i].tokens, false});
+    }
+    return model.v41->forward(c41);
+  }
+  void drop_finished_v41() {
+    for (auto it = v41_states.begin(); it != v41_states.end();)
+      it = seq_owner.count(it->first) ? std::next(it) : v41_states.erase(it);
   }
 
   bool step() {
@@ -220,7 +268,7 @@ struct Engine::Impl {
     }
     std::vector<float> logits;
     try {
-      logits = model.v4->forward(chunks, *cache);
+      logits = model.v41 ? forward_v41(plan, chunks) : model.v4->forward(chunks, *cache);
     } catch (const std::exception& e) {
       // A failed step fails the requests in it, never the engine.
       for (size_t i = 0; i < who.size(); ++i) {
@@ -240,6 +288,17 @@ struct Engine::Impl {
       rows.push_back({logits.data() + i * vocab, &r.params, &who[i]->sampling, who[i]->sampling.next_position()});
       row_chunk.push_back(i);
     }
+    // Grammar masks, one per structured row (each matcher is its own; rows run in parallel).
+    std::vector<size_t> masked_rows;
+    for (size_t k = 0; k < rows.size(); ++k)
+      if (who[row_chunk[k]]->structured) masked_rows.push_back(k);
+    if (!masked_rows.empty())
+      backend.pool().parallel_for((int64_t)masked_rows.size(), [&](int64_t b, int64_t e) {
+        for (int64_t j = b; j < e; ++j) {
+          const size_t k = masked_rows[j];
+          rows[k].allowed = who[row_chunk[k]]->structured->fill_mask();
+        }
+      });
     auto results = sample_batch(rows, (int)vocab, &backend.pool());
     sched->on_step_done(plan);
     for (size_t k = 0; k < results.size(); ++k) {
@@ -261,6 +320,16 @@ struct Engine::Impl {
     std::lock_guard<std::mutex> lk(mu);
     stats_snapshot.running = (int64_t)sched->num_running();
     stats_snapshot.waiting = (int64_t)sched->num_waiting() + (int64_t)pending.size();
+    if (model.v41) {
+      stats_snapshot.cache_pages_used = v41_pages->num_used();
+      stats_snapshot.cache_pages_total = v41_pages->total();
+      stats_snapshot.cache_slots_used = v41_slots->num_used();
+      stats_snapshot.cache_slots_total = v41_slots->total();
+      stats_snapshot.cache_page_bytes = v41_page_bytes;
+      stats_snapshot.cache_slot_bytes = v41_slot_bytes;
+      stats_snapshot.cache_tokens_per_page = kV41TokensPerPage;
+      return;
+    }
     stats_snapshot.cache_pages_used = cache->page_manager().num_used();
     stats_snapshot.cache_pages_total = cache->page_manager().total();
     stats_snapshot.cache_slots_used = cache->slot_manager().num_used();
@@ -280,27 +349,55 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>(cfg)) {
   if (cfg.progress) std::fprintf(stderr, "loading %s ...\n", m.dir.c_str());
   m.model = load_model(m.dir, m.backend, cfg.progress);
   for (const auto& n : m.model.unused) std::fprintf(stderr, "deepinfer: warning: tensor '%s' is not used\n", n.c_str());
-  const V4Config& c = m.model.v4->config();
-  m.vocab = c.vocab_size;
+  // The few config values the engine needs, from either architecture.
+  const int vocab = m.model.vocab_size();
+  const std::vector<int> eos = m.model.v41 ? m.model.v41->config().eos_token_ids : m.model.v4->config().eos_token_ids;
+  const int64_t max_pos = m.model.v41 ? m.model.v41->config().max_position_embeddings
+                                      : m.model.v4->config().max_position_embeddings;
+  m.vocab = vocab;
   std::string tp = cfg.tokenizer.empty() ? m.dir : cfg.tokenizer;
   namespace fs = std::filesystem;
   bool has_tok = fs::is_regular_file(tp) || fs::exists(fs::path(tp) / "tokenizer.json") ||
                  fs::exists(fs::path(tp) / "tokenizer.json.gz");
   if (has_tok) m.tok = tokenizer::Tokenizer::from_file(tp);
   else if (!cfg.tokenizer.empty()) throw Error("tokenizer '" + cfg.tokenizer + "' not found");
-  m.eos_ids = c.eos_token_ids;
+  m.eos_ids = eos;
   if (m.tok && m.tok->eos_id() >= 0 &&
       std::find(m.eos_ids.begin(), m.eos_ids.end(), m.tok->eos_id()) == m.eos_ids.end())
     m.eos_ids.push_back(m.tok->eos_id());
-  m.max_len = cfg.max_model_len > 0 ? std::min<int64_t>(cfg.max_model_len, c.max_position_embeddings)
-                                    : c.max_position_embeddings;
+  m.structured.emplace(m.tok ? &*m.tok : nullptr, m.vocab, m.eos_ids);
+  m.max_len = cfg.max_model_len > 0 ? std::min<int64_t>(cfg.max_model_len, max_pos) : max_pos;
   if (cfg.max_num_seqs < 1) throw Error("max_num_seqs must be >= 1");
   if (cfg.max_batched_tokens < 1) throw Error("max_batched_tokens must be >= 1");
-  m.cache.emplace(V4Cache::from_budget(c, cfg.cache_bytes, cfg.max_num_seqs));
-  SchedulerConfig sc{cfg.max_num_seqs, cfg.max_batched_tokens, m.cache->layout().tokens_per_page};
-  m.sched.emplace(sc, m.cache->slot_manager(), m.cache->page_manager());
-  // A request can never need more pages than the pool holds.
-  m.max_len = std::min<int64_t>(m.max_len, (int64_t)m.cache->page_manager().total() * sc.tokens_per_page);
+  SchedulerConfig sc{cfg.max_num_seqs, cfg.max_batched_tokens, 0};
+  if (m.model.v41) {
+    // Accounting pools: per sequence the sliding rings and open ratio-2 groups, per token the
+    // compressed entries and index keys of every KV source (float32, as V41SeqState holds them).
+    const V41Config& c = m.model.v41->config();
+    m.v41_slot_bytes = (int64_t)c.num_layers * c.sliding_window * c.head_dim * 4;
+    double per_token = 0;
+    for (int l : c.kv_source_layers) {
+      per_token += (double)(c.head_dim + c.index_head_dim) * 4 / c.compress_ratios[l];
+      if (c.compress_ratios[l] == 2) m.v41_slot_bytes += 2LL * c.head_dim * 4;
+    }
+    m.v41_page_bytes = std::max<int64_t>(1, (int64_t)(per_token * kV41TokensPerPage));
+    const int64_t pages = (cfg.cache_bytes - (int64_t)cfg.max_num_seqs * m.v41_slot_bytes) / m.v41_page_bytes;
+    if (pages < cfg.max_num_seqs)
+      throw Error("cache budget of " + std::to_string(cfg.cache_bytes >> 20) + " MiB cannot hold " +
+                  std::to_string(cfg.max_num_seqs) + " DeepSeek-V4.1 sequences");
+    m.v41_slots.emplace(cfg.max_num_seqs);
+    m.v41_pages.emplace((int32_t)std::min<int64_t>(pages, INT32_MAX));
+    sc.tokens_per_page = kV41TokensPerPage;
+    m.sched.emplace(sc, *m.v41_slots, *m.v41_pages);
+    m.max_len = std::min<int64_t>(m.max_len, (int64_t)m.v41_pages->total() * sc.tokens_per_page);
+  } else {
+    const V4Config& c = m.model.v4->config();
+    m.cache.emplace(V4Cache::from_budget(c, cfg.cache_bytes, cfg.max_num_seqs));
+    sc.tokens_per_page = m.cache->layout().tokens_per_page;
+    m.sched.emplace(sc, m.cache->slot_manager(), m.cache->page_manager());
+    // A request can never need more pages than the pool holds.
+    m.max_len = std::min<int64_t>(m.max_len, (int64_t)m.cache->page_manager().total() * sc.tokens_per_page);
+  }
   m.update_stats();
 }
 
@@ -319,9 +416,14 @@ uint64_t Engine::add_request(Request req, OutputSink sink) {
   for (int32_t t : ids)
     if (t < 0 || t >= m.vocab)
       throw Error("prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(m.vocab) + ")");
+  if (m.model.v41 && std::find(ids.begin(), ids.end(), m.model.v41->config().image_token_id) != ids.end())
+    throw Error("image inputs are not supported: the prompt holds the image placeholder token " +
+                std::to_string(m.model.v41->config().image_token_id) + " and DeepSeek-V4.1's vision tower is not implemented");
   if ((int64_t)ids.size() >= m.max_len)
     throw Error("prompt has " + std::to_string(ids.size()) + " tokens; the context limit is " + std::to_string(m.max_len));
   if (!req.params.stop.empty() && !m.tok) throw Error("stop strings need a tokenizer");
+  std::shared_ptr<const grammar::Grammar> g;
+  if (req.params.structured.active()) g = m.structured->compile(req.params.structured);  // throws for a bad spec
   Req r;
   r.params = req.params;
   r.sink = std::move(sink);
@@ -333,6 +435,7 @@ uint64_t Engine::add_request(Request req, OutputSink sink) {
   for (int i = 0; i < r.params.n; ++i) {
     r.choices.emplace_back(ids, seed, i, masked, r.params);
     if (m.tok) r.choices.back().detok.emplace(*m.tok, r.params.skip_special_tokens);
+    if (g) r.choices.back().structured.emplace(g, &m.structured->eos_ids());
   }
   r.unfinished = r.params.n;
   std::lock_guard<std::mutex> lk(m.mu);
@@ -440,6 +543,7 @@ const tokenizer::Tokenizer& Engine::tokenizer() const {
   return *impl_->tok;
 }
 int64_t Engine::vocab_size() const { return impl_->vocab; }
+const char* Engine::architecture() const { return impl_->model.architecture(); }
 int64_t Engine::max_model_len() const { return impl_->max_len; }
 const std::string& Engine::model_dir() const { return impl_->dir; }
 EngineStats Engine::stats() const {

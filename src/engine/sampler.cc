@@ -200,7 +200,7 @@ RawLogprobs raw_logprobs(const float* logits, int vocab, int32_t token, int top_
 }
 
 SampleResult sample_one(const float* logits, int vocab, const SamplingParams& params,
-                        const SequenceSamplingState& state, uint64_t position) {
+                        const SequenceSamplingState& state, uint64_t position, const uint32_t* allowed) {
   if (vocab < 1 || logits == nullptr) throw Error("sampler: empty logits row");
   constexpr float kPosInf = std::numeric_limits<float>::infinity();
   for (int32_t i = 0; i < vocab; ++i)
@@ -208,8 +208,29 @@ SampleResult sample_one(const float* logits, int vocab, const SamplingParams& pa
       throw Error("sampler: logits contain " + std::string(std::isnan(logits[i]) ? "NaN" : "+inf") +
                   " at token " + std::to_string(i));
 
+  // The structured-output mask comes first: `masked` [vocab] is what the rest of the pipeline and
+  // the logprobs see (vLLM masks the logits before its sampler).
+  std::vector<float> masked;
+  if (allowed) {
+    masked.assign(logits, logits + vocab);
+    bool any = false;
+    for (int32_t i = 0; i < vocab; ++i) {
+      if ((allowed[i >> 5] >> (i & 31)) & 1u) any = true;
+      else masked[i] = kNegInf;
+    }
+    if (!any) throw Error("sampler: the structured-output grammar allows no token");
+    logits = masked.data();
+  }
+
   std::vector<float> work(logits, logits + vocab);  // [vocab] processed logits
   apply_logit_processors(work.data(), vocab, params, state);
+  if (allowed && argmax_lowest_id(work.data(), vocab) < 0) {
+    // min_tokens masked every token the grammar allows (it can only end): the grammar wins.
+    SamplingParams relaxed = params;
+    relaxed.min_tokens = 0;
+    work.assign(logits, logits + vocab);
+    apply_logit_processors(work.data(), vocab, relaxed, state);
+  }
 
   SampleResult r;
   const float t = effective_temperature(params.temperature);
@@ -276,7 +297,7 @@ std::vector<SampleResult> sample_batch(std::span<const SampleRow> rows, int voca
       const SampleRow& row = rows[i];
       try {
         if (!row.logits || !row.params || !row.state) throw Error("sampler: incomplete batch row");
-        out[i] = sample_one(row.logits, vocab, *row.params, *row.state, row.position);
+        out[i] = sample_one(row.logits, vocab, *row.params, *row.state, row.position, row.allowed);
       } catch (const std::exception& e) {
         out[i] = SampleResult{};
         out[i].error = e.what();

@@ -4,7 +4,8 @@
 // a future GPU sampler share the contract (and this file is the GPU sampler's test oracle).
 //
 // Pipeline (docs/sampling.md):
-//   logit_bias -> repetition penalty -> frequency/presence penalties -> min_tokens mask
+//   structured-output mask (disallowed tokens -> -inf, before anything else: vLLM applies the
+//   grammar bitmask to the logits before its sampler) -> logit_bias -> repetition penalty -> frequency/presence penalties -> min_tokens mask
 //   -> temperature (0: greedy argmax, ties to the lower id)
 //   -> top-k -> top-p -> min-p (candidate set, order: value desc, id asc)
 //   -> Gumbel-max over the candidates with Philox noise keyed by (key, position, token id).
@@ -32,7 +33,9 @@ struct TokenLogprob {
 struct SampleResult {
   int32_t token = -1;
   // Raw model log-softmax of `token` (before bias, penalties, temperature and filtering: vLLM's
-  // default). NaN unless params.logprobs is set.
+  // default). With a structured-output mask it is the log-softmax of the masked logits (allowed
+  // tokens renormalised, the rest -inf), as in vLLM, where the grammar bitmask is applied to the
+  // logits before the sampler computes raw logprobs. NaN unless params.logprobs is set.
   float logprob = std::numeric_limits<float>::quiet_NaN();
   std::vector<TokenLogprob> top_logprobs;  // params.logprobs entries, logprob desc then id asc
   std::string error;                       // sample_batch only: why this row failed (token -1)
@@ -107,15 +110,20 @@ RawLogprobs raw_logprobs(const float* logits, int vocab, int32_t token, int top_
 
 // One row. position: the RNG counter, normally state.next_position() (absolute index of the token
 // being decided, so preemption/recompute and speculative verification address the same noise).
+// allowed: structured-output bitmask, ceil(vocab / 32) words, bit i of word i / 32 set = token i
+// allowed; nullptr = no mask. When min_tokens would mask every token the grammar allows (the
+// grammar can only end), the grammar wins and min_tokens is ignored for that step.
 // Throws deepinfer::Error for NaN / +inf logits or when every token is masked.
 SampleResult sample_one(const float* logits, int vocab, const SamplingParams& params,
-                        const SequenceSamplingState& state, uint64_t position);
+                        const SequenceSamplingState& state, uint64_t position,
+                        const uint32_t* allowed = nullptr);
 
 struct SampleRow {
   const float* logits;  // [vocab]
   const SamplingParams* params;
   const SequenceSamplingState* state;
   uint64_t position;
+  const uint32_t* allowed = nullptr;  // structured-output bitmask [ceil(vocab / 32)] or nullptr
 };
 
 // Rows in parallel on `pool` (nullptr: on the calling thread). results[i] == sample_one(rows[i])

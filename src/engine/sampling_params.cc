@@ -114,11 +114,28 @@ void SamplingParams::validate(int64_t vocab_size, const SamplingLimits& limits) 
       bad("stop_token_ids entry " + std::to_string(id) + " is outside the vocabulary [0, " +
           std::to_string(vocab_size) + ")");
 
+  if (structured.kind == StructuredKind::kNone && !structured.text.empty())
+    bad("structured.text is set but structured.kind is none");
+  if ((structured.kind == StructuredKind::kRegex || structured.kind == StructuredKind::kJsonSchema ||
+       structured.kind == StructuredKind::kGrammar) && structured.text.empty())
+    bad(std::string("structured ") + structured_kind_name(structured.kind) + " must not be empty");
+
   if (logprobs && (*logprobs < 0 || *logprobs > limits.max_logprobs))
     bad("logprobs must be in [0, " + std::to_string(limits.max_logprobs) + "], got " + std::to_string(*logprobs));
   if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > limits.max_logprobs))
     bad("prompt_logprobs must be in [0, " + std::to_string(limits.max_logprobs) + "], got " +
         std::to_string(*prompt_logprobs));
+}
+
+const char* structured_kind_name(StructuredKind k) {
+  switch (k) {
+    case StructuredKind::kNone: return "none";
+    case StructuredKind::kRegex: return "regex";
+    case StructuredKind::kJsonSchema: return "json_schema";
+    case StructuredKind::kGrammar: return "grammar";
+    case StructuredKind::kJsonObject: return "json_object";
+  }
+  return "none";
 }
 
 float effective_temperature(float temperature) {

@@ -19,6 +19,26 @@ struct SamplingLimits {
   float max_abs_logit_bias = 100.0f;  // OpenAI range [-100, 100]
 };
 
+// Structured output: constrain generation to a regex, a JSON Schema, a GBNF grammar or any JSON
+// object (docs/structured-outputs.md). Compiled when the request is added (an invalid or
+// unsupported spec fails that request only); each generated token is then masked to those the
+// grammar allows, and the request finishes with "stop" once the grammar is complete and EOS is
+// sampled (EOS is the only allowed token when nothing can follow).
+enum class StructuredKind { kNone, kRegex, kJsonSchema, kGrammar, kJsonObject };
+const char* structured_kind_name(StructuredKind k);  // "none", "regex", "json_schema", "grammar", "json_object"
+
+struct StructuredOutput {
+  StructuredKind kind = StructuredKind::kNone;
+  // kRegex: the pattern (full match, Python `re` syntax subset); kJsonSchema: the schema as JSON
+  // text; kGrammar: GBNF text (start rule `root`); kJsonObject: ignored (any JSON object).
+  std::string text;
+  // JSON kinds: no whitespace between JSON tokens (vLLM's disable_any_whitespace). By default up to
+  // 20 whitespace bytes are allowed at each place JSON allows whitespace (bounded so that a model
+  // cannot loop on newlines forever).
+  bool disable_any_whitespace = false;
+  bool active() const { return kind != StructuredKind::kNone; }
+};
+
 struct SamplingParams {
   int n = 1;                          // parallel samples (choices) of one prompt
   std::optional<int64_t> max_tokens;  // none: until the context limit
@@ -39,6 +59,7 @@ struct SamplingParams {
   std::optional<int> logprobs;        // number of top logprobs per output token (+ the chosen one)
   std::optional<int> prompt_logprobs;  // same for prompt tokens (validated; computed by the engine)
   bool skip_special_tokens = true;    // detokenizer option, carried with the request
+  StructuredOutput structured;        // none by default
 
   // Throws deepinfer::Error naming the first invalid field, e.g. "top_p must be in (0, 1], got 1.5".
   // vocab_size bounds logit_bias and stop_token_ids.

@@ -7,7 +7,7 @@
 //  * properties are emitted in schema order, then additional properties;
 //  * additional property names never contain backslash escapes (so they cannot spell a named key);
 //  * strings under pattern/format use only the escapes JSON requires;
-//  * numbers with bounds use no exponent; integers are written without a fraction.
+//  * numbers with bounds use no exponent; integers are written without a fraction or with ".0".
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -207,8 +207,9 @@ class SchemaCompiler {
       long long mlo = has_hi ? std::max(1LL, -hi) : 1, mhi = has_lo ? -lo : -1;
       alts.push_back(ir_.seq({ir_.byte('-'), uint_range(mlo, mhi)}));
     }
-    // 1.0 is an integer in JSON Schema (and to Python's jsonschema).
-    return ir_.seq({ir_.alt(std::move(alts)), frac_zero()});
+    // 1.0 is an integer in JSON Schema (and to Python's jsonschema); only one zero, though: models
+    // readily run away on "17.000000..." when any number of zeros is allowed.
+    return ir_.seq({ir_.alt(std::move(alts)), ir_.opt(ir_.literal(".0"))});
   }
 
   int frac_any() { return ir_.opt(ir_.seq({ir_.byte('.'), ir_.plus(digits('0', '9'))})); }

@@ -46,6 +46,13 @@ class Backend {
   virtual void hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                       const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u,
                       float* post, float* comb) = 0;
+  // Single-pass mHC (DeepSeek-V4.1): one read of X[M, hc, D] both collapses it with weights that
+  // are already known, u[M, D] = Σ_j w[m, j]·X_j (w[M, hc]: the previous site's pre), and computes
+  // this site's coefficients pre[M, hc], post[M, hc], comb[M, hc, hc] exactly as hc_pre does.
+  // fn == nullptr: collapse only (pre/post/comb untouched). u may not alias X.
+  virtual void hc_mix(const float* X, int64_t M, int hc, int64_t D, const float* w, const float* fn,
+                      const float* base, const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps,
+                      float* u, float* pre, float* post, float* comb) = 0;
   // X'[m, k] = post[m, k]·y[m] + Σ_j comb[m, j, k]·X[m, j]. out may not alias X.
   virtual void hc_post(const float* X, const float* y, const float* post, const float* comb, int64_t M,
                        int hc, int64_t D, float* out) = 0;

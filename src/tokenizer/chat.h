@@ -61,6 +61,26 @@ ParsedMessage parse_v4(const std::string& text, bool thinking);
 // checkpoints), and tool calls in V3's ```json fenced format. Missing EOS is accepted.
 ParsedMessage parse_v3(const std::string& text);
 
+// DeepSeek-V4.1 encoding (chat_v41.cc): `<｜System｜>`, numeric reasoning effort, spaced DSML tool
+// tags (` calls`, ` invoke`, ` parameter`), mid-conversation system messages, tool results merged
+// into user turns. Reference: vLLM 0.34.0's vllm/tokenizers/deepseek_v41_encoding.py
+// encode_messages() after the message normalisation of vllm/tokenizers/deepseek_v41.py,
+// byte-identical on tests/data/tokenizer/chat_v41_cases.jsonl.gz.
+struct V41Options {
+  bool thinking = false;        // thinking_mode "thinking" (else "chat")
+  bool drop_thinking = true;    // drop reasoning of turns before the last user turn
+  bool add_bos = true;
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;  // leave the final assistant message open (no EOS)
+  // "" (= "high"), "low" (50), "high" (75), "xhigh" (75), "max" (100) or an integer 1..100 as text;
+  // rendered in thinking mode only.
+  std::string reasoning_effort;
+};
+Rendered render_v41(const Json& messages, const V41Options& opt = {});
+// Parses one V4.1 assistant completion (spaced DSML; also accepts `<｜DSML｜calls>`,
+// `<｜DSML｜ tool_calls>` and V4's unspaced tags, which the checkpoint occasionally emits).
+ParsedMessage parse_v41(const std::string& text, bool thinking);
+
 // json.dumps(value, ensure_ascii=False) as Python writes it (", " and ": " separators).
 std::string python_json_dumps(const Json& v);
 

@@ -110,60 +110,89 @@ void CpuBackend::rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, 
   }, 8);
 }
 
+namespace {
+// mHC coefficients of one row xr[hc·D]: pre[hc], post[hc], comb C[hc, hc] (Sinkhorn-projected).
+// mu: scratch of (2+hc)·hc floats. Shared by hc_pre and hc_mix so both give the same bits.
+void hc_coeffs(const float* xr, int hc, int64_t D, const float* fn, const float* base, const float* scale,
+               int iters, float hc_eps, float norm_eps, float* mu, float* pre, float* post, float* C) {
+  const int mix = (2 + hc) * hc;
+  const int64_t W = (int64_t)hc * D;
+  float r = inv_rms(xr, W, norm_eps);
+  for (int k = 0; k < mix; ++k) mu[k] = dot(fn + (int64_t)k * W, xr, (int)W) * r;
+  for (int j = 0; j < hc; ++j) {
+    pre[j] = sigmoidf(mu[j] * scale[0] + base[j]) + hc_eps;
+    post[j] = 2.0f * sigmoidf(mu[hc + j] * scale[1] + base[hc + j]);
+  }
+  // comb logits, row j = input stream, column k = output stream; softmax over k, then Sinkhorn
+  // (column normalisation last).
+  for (int j = 0; j < hc; ++j) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int k = 0; k < hc; ++k) {
+      float v = mu[2 * hc + j * hc + k] * scale[2] + base[2 * hc + j * hc + k];
+      C[j * hc + k] = v;
+      mx = std::max(mx, v);
+    }
+    float s = 0;
+    for (int k = 0; k < hc; ++k) s += (C[j * hc + k] = std::exp(C[j * hc + k] - mx));
+    for (int k = 0; k < hc; ++k) C[j * hc + k] = C[j * hc + k] / s + hc_eps;
+  }
+  auto col_norm = [&] {
+    for (int k = 0; k < hc; ++k) {
+      float s = 0;
+      for (int j = 0; j < hc; ++j) s += C[j * hc + k];
+      for (int j = 0; j < hc; ++j) C[j * hc + k] /= (s + hc_eps);
+    }
+  };
+  auto row_norm = [&] {
+    for (int j = 0; j < hc; ++j) {
+      float s = 0;
+      for (int k = 0; k < hc; ++k) s += C[j * hc + k];
+      for (int k = 0; k < hc; ++k) C[j * hc + k] /= (s + hc_eps);
+    }
+  };
+  col_norm();
+  for (int it = 1; it < iters; ++it) {
+    row_norm();
+    col_norm();
+  }
+}
+
+void hc_collapse(const float* xr, int hc, int64_t D, const float* w, float* ur) {
+  for (int64_t i = 0; i < D; ++i) {
+    float s = 0;
+    for (int j = 0; j < hc; ++j) s += w[j] * xr[(int64_t)j * D + i];
+    ur[i] = s;
+  }
+}
+}  // namespace
+
 void CpuBackend::hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                         const float* scale, int iters, float hc_eps, float norm_eps, float* u, float* post,
                         float* comb) {
-  const int mix = (2 + hc) * hc;
   const int64_t W = (int64_t)hc * D;
   pool_.parallel_for(M, [&](int64_t b, int64_t e) {
-    std::vector<float> mu(mix), C(hc * hc), pre(hc);
+    std::vector<float> mu((2 + hc) * hc), pre(hc);
     for (int64_t m = b; m < e; ++m) {
       const float* xr = X + m * W;
-      float r = inv_rms(xr, W, norm_eps);
-      for (int k = 0; k < mix; ++k) mu[k] = dot(fn + (int64_t)k * W, xr, (int)W) * r;
-      for (int j = 0; j < hc; ++j) {
-        pre[j] = sigmoidf(mu[j] * scale[0] + base[j]) + hc_eps;
-        post[m * hc + j] = 2.0f * sigmoidf(mu[hc + j] * scale[1] + base[hc + j]);
-      }
-      // comb logits, row j = input stream, column k = output stream; softmax over k, then Sinkhorn
-      // (column normalisation last).
-      for (int j = 0; j < hc; ++j) {
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int k = 0; k < hc; ++k) {
-          float v = mu[2 * hc + j * hc + k] * scale[2] + base[2 * hc + j * hc + k];
-          C[j * hc + k] = v;
-          mx = std::max(mx, v);
-        }
-        float s = 0;
-        for (int k = 0; k < hc; ++k) s += (C[j * hc + k] = std::exp(C[j * hc + k] - mx));
-        for (int k = 0; k < hc; ++k) C[j * hc + k] = C[j * hc + k] / s + hc_eps;
-      }
-      auto col_norm = [&] {
-        for (int k = 0; k < hc; ++k) {
-          float s = 0;
-          for (int j = 0; j < hc; ++j) s += C[j * hc + k];
-          for (int j = 0; j < hc; ++j) C[j * hc + k] /= (s + hc_eps);
-        }
-      };
-      auto row_norm = [&] {
-        for (int j = 0; j < hc; ++j) {
-          float s = 0;
-          for (int k = 0; k < hc; ++k) s += C[j * hc + k];
-          for (int k = 0; k < hc; ++k) C[j * hc + k] /= (s + hc_eps);
-        }
-      };
-      col_norm();
-      for (int it = 1; it < iters; ++it) {
-        row_norm();
-        col_norm();
-      }
-      std::memcpy(comb + m * hc * hc, C.data(), sizeof(float) * hc * hc);
-      float* ur = u + m * D;
-      for (int64_t i = 0; i < D; ++i) {
-        float s = 0;
-        for (int j = 0; j < hc; ++j) s += pre[j] * xr[(int64_t)j * D + i];
-        ur[i] = s;
-      }
+      hc_coeffs(xr, hc, D, fn, base, scale, iters, hc_eps, norm_eps, mu.data(), pre.data(), post + m * hc,
+                comb + m * hc * hc);
+      hc_collapse(xr, hc, D, pre.data(), u + m * D);
+    }
+  }, 4);
+}
+
+void CpuBackend::hc_mix(const float* X, int64_t M, int hc, int64_t D, const float* w, const float* fn,
+                        const float* base, const float* scale, int iters, float hc_eps, float norm_eps, float* u,
+                        float* pre, float* post, float* comb) {
+  const int64_t W = (int64_t)hc * D;
+  pool_.parallel_for(M, [&](int64_t b, int64_t e) {
+    std::vector<float> mu((2 + hc) * hc);
+    for (int64_t m = b; m < e; ++m) {
+      const float* xr = X + m * W;
+      if (fn)
+        hc_coeffs(xr, hc, D, fn, base, scale, iters, hc_eps, norm_eps, mu.data(), pre + m * hc, post + m * hc,
+                  comb + m * hc * hc);
+      hc_collapse(xr, hc, D, w + m * hc, u + m * D);
     }
   }, 4);
 }

@@ -27,6 +27,9 @@ class CpuBackend final : public Backend {
   void hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
               const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
               float* comb) override;
+  void hc_mix(const float* X, int64_t M, int hc, int64_t D, const float* w, const float* fn, const float* base,
+              const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* pre,
+              float* post, float* comb) override;
   void hc_post(const float* X, const float* y, const float* post, const float* comb, int64_t M, int hc,
                int64_t D, float* out) override;
   void hc_head(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
