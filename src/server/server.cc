@@ -112,6 +112,7 @@ struct Server::Impl {
     if (info.names.empty()) info.names.push_back(base.empty() ? "deepinfer" : base);
     info.names.push_back(engine.model_dir());  // the path the server was started with is accepted too
     if (auto id = info.tok->token_to_id("</think>")) info.think_end_id = *id;
+    info.v41 = std::string(engine.architecture()) == "deepseek_v41";
     routes();
   }
 
@@ -160,7 +161,9 @@ struct Server::Impl {
       } catch (const Error& e) {
         if (draining || std::string(e.what()).find("shutting down") != std::string::npos)
           throw ApiError(503, "the server is shutting down", "", "server_shutting_down");
-        throw ApiError(400, e.what());
+        const std::string msg = e.what();
+        // Specs are compiled by add_request; name the field the client used.
+        throw ApiError(400, msg, msg.rfind("structured output", 0) == 0 ? "response_format" : "");
       }
     }
     return job;

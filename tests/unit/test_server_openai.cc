@@ -67,7 +67,7 @@ TEST_F(Fixture, FieldErrorsNameTheField) {
   EXPECT_EQ(rejected(R"({"messages": [{"role": "user"}]})", true).first, "messages");
   EXPECT_EQ(rejected(R"({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 2})", true).first,
             "top_logprobs");
-  EXPECT_EQ(rejected(R"({"messages": [{"role": "user", "content": "a"}], "response_format": {"type": "json_object"}})",
+  EXPECT_EQ(rejected(R"({"messages": [{"role": "user", "content": "a"}], "response_format": {"type": "xml"}})",
                      true).first,
             "response_format");
 }
