@@ -331,6 +331,7 @@ void validate_params(GenRequest& g, const ModelInfo& m, const RequestLimits& lim
     const std::string prefix = "invalid sampling parameters: ";
     if (msg.rfind(prefix, 0) == 0) msg = msg.substr(prefix.size());
     std::string param = msg.substr(0, msg.find_first_of(" ["));
+    if (param == "structured") param = "response_format";
     bad(msg, param);
   }
 }

@@ -36,12 +36,17 @@ HOSTILE_VALUES = [None, True, False, -1, 0, 1, 2**31, 2**63, 2**64, -2**63 - 1, 
                   "", "x" * 5000, "\u0000", "\ud7ff\ue000", [], [1] * 50, [[1, 2], [3]], {}, {"a": [1]},
                   {"type": "json_schema"}, [{"role": "user"}], [{"role": "user", "content": None}],
                   [{"role": "user", "content": [{"type": "image_url"}]}], [{"role": "tool", "content": "x"}],
-                  [{"role": "assistant", "content": "x", "tool_calls": [{"id": 1}]}]]
+                  [{"role": "assistant", "content": "x", "tool_calls": [{"id": 1}]}],
+                  # structured-output specs: pathological, invalid, empty, self-referencing
+                  "(a*)*b", "[", "x{1000000}", "root ::= root", ["a", "b"], [""],
+                  {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]},
+                  {"json": {"type": "integer"}}, {"type": "json_schema", "json_schema": {"schema": {"type": "string"}}}]
 FIELDS = ["model", "messages", "prompt", "max_tokens", "max_completion_tokens", "n", "temperature", "top_p", "top_k",
           "min_p", "stop", "seed", "logprobs", "top_logprobs", "logit_bias", "stream", "stream_options",
           "presence_penalty", "frequency_penalty", "repetition_penalty", "response_format", "tools", "tool_choice",
           "echo", "best_of", "suffix", "min_tokens", "ignore_eos", "stop_token_ids", "chat_template_kwargs",
-          "thinking", "reasoning_effort", "user", "tokens", "add_special_tokens", "unknown_field"]
+          "thinking", "reasoning_effort", "user", "tokens", "add_special_tokens", "unknown_field",
+          "guided_json", "guided_regex", "guided_grammar", "guided_choice", "structured_outputs"]
 ROUTES = ["/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize"]
 
 
