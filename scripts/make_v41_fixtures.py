@@ -511,7 +511,7 @@ BASE = dict(
     kv_source_layer_ids=[2, 4, 6], index_source_layer_ids=[2, 4, 6, 8], candidate_source_layer_id=6,
     candidate_topk_blocks=3, candidate_block_size=4, index_n_heads=8, index_head_dim=32, index_topk=6,
     rope_theta=10000.0, compress_rope_theta=160000.0,
-    rope_scaling=dict(type="yarn", factor=16.0, original_max_position_embeddings=4096, beta_fast=32, beta_slow=1),
+    rope_scaling=dict(rope_type="yarn", factor=16.0, original_max_position_embeddings=4096, beta_fast=32, beta_slow=1),
     max_position_embeddings=65536, rms_norm_eps=1e-20, hc_mult=4, hc_sinkhorn_iters=20, hc_eps=1e-6,
     n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, moe_intermediate_size=32,
     scoring_func="sqrtsoftplus", topk_method="noaux_tc", norm_topk_prob=True, routed_scaling_factor=1.5,
