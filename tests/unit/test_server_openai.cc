@@ -8,7 +8,7 @@
 namespace deepinfer::server {
 namespace {
 
-struct Fixture : ::testing::Test {
+struct ServerOpenAI : ::testing::Test {
   static const tokenizer::Tokenizer& tok() {
     static const tokenizer::Tokenizer t =
         tokenizer::Tokenizer::from_file(std::string(DEEPINFER_SOURCE_DIR) + "/models/nano-v4");
@@ -40,7 +40,7 @@ struct Fixture : ::testing::Test {
   }
 };
 
-TEST_F(Fixture, BodyMustBeAJsonObjectOfBoundedDepth) {
+TEST_F(ServerOpenAI, BodyMustBeAJsonObjectOfBoundedDepth) {
   EXPECT_THROW(parse_body("", 64), ApiError);
   EXPECT_THROW(parse_body("[1]", 64), ApiError);
   EXPECT_THROW(parse_body("{\"a\": \"\xff\"}", 64), ApiError);
@@ -49,7 +49,7 @@ TEST_F(Fixture, BodyMustBeAJsonObjectOfBoundedDepth) {
   EXPECT_NO_THROW(parse_body("{\"a\":" + std::string(60, '[') + std::string(60, ']') + "}", 64));
 }
 
-TEST_F(Fixture, FieldErrorsNameTheField) {
+TEST_F(ServerOpenAI, FieldErrorsNameTheField) {
   EXPECT_EQ(rejected(R"({"prompt": "a", "temperature": 2.5})").first, "temperature");
   EXPECT_EQ(rejected(R"({"prompt": "a", "temperature": "hot"})").first, "temperature");
   EXPECT_EQ(rejected(R"({"prompt": "a", "n": 0})").first, "n");
@@ -72,7 +72,7 @@ TEST_F(Fixture, FieldErrorsNameTheField) {
             "response_format");
 }
 
-TEST_F(Fixture, PromptForms) {
+TEST_F(ServerOpenAI, PromptForms) {
   auto g = parse_completion(parse_body(R"({"prompt": ["a b", [5, 6, 7]], "n": 2, "temperature": 1})", 64), info(), lim);
   ASSERT_EQ(g.prompts.size(), 2u);
   EXPECT_EQ(g.prompts[0], tok().encode("a b", true));
@@ -81,7 +81,7 @@ TEST_F(Fixture, PromptForms) {
   EXPECT_EQ(g.params.max_tokens.value_or(-1), 16);  // OpenAI's completions default
 }
 
-TEST_F(Fixture, ChatPromptIsTheEncodersRendering) {
+TEST_F(ServerOpenAI, ChatPromptIsTheEncodersRendering) {
   const char* body = R"({"messages": [{"role": "system", "content": "Be brief."},
                                       {"role": "user", "content": [{"type": "text", "text": "Who "}, {"type": "text", "text": "was Moses?"}]}],
                          "chat_template_kwargs": {"thinking": true}, "max_completion_tokens": 7, "max_tokens": 3})";
@@ -96,7 +96,7 @@ TEST_F(Fixture, ChatPromptIsTheEncodersRendering) {
   EXPECT_EQ(g.params.max_tokens.value_or(-1), 7);  // max_completion_tokens wins
 }
 
-TEST_F(Fixture, ErrorEnvelope) {
+TEST_F(ServerOpenAI, ErrorEnvelope) {
   Json e = Json::parse(error_body(ApiError(400, "bad \xff value", "n")));
   EXPECT_EQ(e["error"]["param"], "n");
   EXPECT_EQ(e["error"]["type"], "invalid_request_error");
