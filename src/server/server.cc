@@ -41,8 +41,7 @@ struct Job {
   std::vector<uint64_t> ids;
   Clock::time_point arrival = Clock::now(), first_token, last_token;
   bool got_token = false;
-  int64_t max_choice_tokens = 0, prompt_tokens = 0, output_tokens = 0;
-  std::string worst_finish;  // for the latency metrics: any abort/error marks the request
+  int64_t max_choice_tokens = 0;  // for TPOT: the longest choice's token count
 
   bool done() {
     std::lock_guard<std::mutex> lk(mu);
@@ -183,8 +182,6 @@ struct Server::Impl {
       if (o.finished) {
         --job.unfinished;
         all_done = job.unfinished == 0;
-        job.prompt_tokens = o.num_prompt_tokens;
-        job.output_tokens += o.num_output_tokens;
         job.max_choice_tokens = std::max(job.max_choice_tokens, o.num_output_tokens);
         // Prompt tokens once per prompt: with its choice 0.
         sh.metrics.on_request_finished(finish_name(o.finish), o.index == 0 ? o.num_prompt_tokens : 0,
@@ -265,7 +262,7 @@ struct Server::Impl {
       std::vector<size_t> text_offset;
       std::string id;
       int64_t created = unix_now();
-      bool started = false, finished = false;
+      bool started = false;
       std::atomic<bool> released{false};
       Clock::time_point last_write = Clock::now();
     };
@@ -387,10 +384,7 @@ struct Server::Impl {
       if (!sink.write(out.data(), out.size())) return false;
       st.last_write = Clock::now();
     }
-    if (all) {
-      st.finished = true;
-      sink.done();
-    }
+    if (all) sink.done();
     return true;
   }
 
