@@ -132,6 +132,8 @@ int cmd_serve(int argc, char** argv) {
     const int port = srv.bind();
     std::fprintf(stderr, "deepinfer serve: listening on http://%s:%d (model %s, context %lld)\n",
                  scfg.host.c_str(), port, engine.model_dir().c_str(), (long long)engine.max_model_len());
+    if (scfg.api_key.empty() && scfg.host != "127.0.0.1" && scfg.host != "localhost" && scfg.host != "::1")
+      std::fprintf(stderr, "deepinfer serve: warning: listening on %s without --api-key\n", scfg.host.c_str());
     std::fflush(stderr);
 
     std::atomic<bool> stop_watch{false};
