@@ -74,6 +74,13 @@ int cmd_serve(int argc, char** argv) {
         scfg.log_requests = true;
         continue;
       }
+      static const char* kValueFlags[] = {"--model", "--served-model-name", "--host", "--port", "--api-key",
+                                          "--threads", "--cache-mb", "--max-num-seqs", "--max-model-len",
+                                          "--max-queued", "--max-body-mb", "--max-n", "--max-tokens-limit",
+                                          "--max-logit-bias", "--http-threads", "--shutdown-timeout", "--timeout"};
+      bool known = false;
+      for (const char* f : kValueFlags) known = known || a == f;
+      if (!known) throw Error("unknown option '" + a + "' (see --help)");
       if (i + 1 >= argc) throw Error(a + ": missing value");
       std::string v = argv[++i];
       if (a == "--model") ecfg.model_dir = v;
@@ -93,12 +100,16 @@ int cmd_serve(int argc, char** argv) {
       else if (a == "--http-threads") scfg.http_threads = (int)to_int(a, v);
       else if (a == "--shutdown-timeout") scfg.shutdown_timeout_ms = to_int(a, v) * 1000;
       else if (a == "--timeout") scfg.read_timeout_s = scfg.write_timeout_s = (int)to_int(a, v);
-      else throw Error("unknown option '" + a + "'");
     }
     if (scfg.port < 0 || scfg.port > 65535) throw Error("--port must be in [0, 65535]");
     if (scfg.max_queued_sequences < 1) throw Error("--max-queued must be at least 1");
     if (scfg.limits.max_n < 1) throw Error("--max-n must be at least 1");
     if (scfg.max_body_bytes < 1024) throw Error("--max-body-mb must be at least 1");
+    if (scfg.read_timeout_s < 1) throw Error("--timeout must be at least 1 second");
+    if (scfg.shutdown_timeout_ms < 0) throw Error("--shutdown-timeout must not be negative");
+    if (scfg.http_threads < 4) throw Error("--http-threads must be at least 4");
+    if (scfg.limits.max_logit_bias < 0) throw Error("--max-logit-bias must not be negative");
+    if (scfg.limits.max_tokens < 0) throw Error("--max-tokens-limit must not be negative");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "deepinfer serve: %s\n", e.what());
     return 2;
@@ -121,6 +132,8 @@ int cmd_serve(int argc, char** argv) {
     const int port = srv.bind();
     std::fprintf(stderr, "deepinfer serve: listening on http://%s:%d (model %s, context %lld)\n",
                  scfg.host.c_str(), port, engine.model_dir().c_str(), (long long)engine.max_model_len());
+    if (scfg.api_key.empty() && scfg.host != "127.0.0.1" && scfg.host != "localhost" && scfg.host != "::1")
+      std::fprintf(stderr, "deepinfer serve: warning: listening on %s without --api-key\n", scfg.host.c_str());
     std::fflush(stderr);
 
     std::atomic<bool> stop_watch{false};

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string_view>
 
 #include "tokenizer/chat.h"
 #include "util/error.h"
@@ -127,6 +128,74 @@ int32_t token_id(const Json& v, const std::string& name, const ModelInfo& m) {
   return (int32_t)to_int(v, name, 0, m.vocab_size - 1);
 }
 
+void set_structured(SamplingParams& p, StructuredKind kind, std::string text, const char* param) {
+  if (p.structured.active())
+    bad("give only one structured-output constraint (response_format, guided_*, structured_outputs)", param);
+  p.structured.kind = kind;
+  p.structured.text = std::move(text);
+}
+
+// A schema given as an object or as JSON text.
+std::string schema_text(const Json& v, const char* param) {
+  if (v.is_object() || v.is_boolean()) return dump(v);
+  if (v.is_string()) return v.get<std::string>();
+  bad(std::string("'") + param + "' must be a JSON Schema object", param);
+}
+
+// One of the strings exactly: an alternation of escaped literals (as the Python package does).
+std::string choice_regex(const Json& v, const char* param) {
+  if (!v.is_array() || v.empty()) bad(std::string("'") + param + "' must be a non-empty array of strings", param);
+  std::string re = "(";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string()) bad(std::string("'") + param + "' must be a non-empty array of strings", param);
+    if (i) re += "|";
+    for (char c : v[i].get<std::string>()) {
+      if (std::string_view("\\.^$*+?{}[]|()").find(c) != std::string_view::npos) re += '\\';
+      re += c;
+    }
+  }
+  return re + ")";
+}
+
+// OpenAI's response_format and vLLM's guided_* / structured_outputs -> SamplingParams::structured
+// (docs/structured-outputs.md). Specs are compiled (and rejected) when the request is added.
+void parse_structured(const Json& b, SamplingParams& p) {
+  if (const Json* rf = field(b, "response_format")) {
+    const char* P = "response_format";
+    if (!rf->is_object()) bad("'response_format' must be an object", P);
+    auto type = get_string(*rf, "type");
+    if (!type) bad("'response_format.type' is required", P);
+    if (*type == "json_object") {
+      set_structured(p, StructuredKind::kJsonObject, "", P);
+    } else if (*type == "json_schema") {
+      const Json* js = field(*rf, "json_schema");
+      if (!js || !js->is_object()) bad("response_format 'json_schema' needs a 'json_schema' object", P);
+      const Json* schema = field(*js, "schema");
+      if (!schema) bad("response_format 'json_schema' needs 'json_schema.schema'", P);
+      set_structured(p, StructuredKind::kJsonSchema, schema_text(*schema, P), P);
+    } else if (*type != "text") {
+      bad("response_format type must be one of text, json_object, json_schema; got '" + *type + "'", P);
+    }
+  }
+  if (const Json* g = field(b, "guided_json")) set_structured(p, StructuredKind::kJsonSchema, schema_text(*g, "guided_json"), "guided_json");
+  if (auto g = get_string(b, "guided_regex")) set_structured(p, StructuredKind::kRegex, *g, "guided_regex");
+  if (auto g = get_string(b, "guided_grammar")) set_structured(p, StructuredKind::kGrammar, *g, "guided_grammar");
+  if (const Json* g = field(b, "guided_choice")) set_structured(p, StructuredKind::kRegex, choice_regex(*g, "guided_choice"), "guided_choice");
+  if (const Json* so = field(b, "structured_outputs")) {
+    const char* P = "structured_outputs";
+    if (!so->is_object()) bad("'structured_outputs' must be an object", P);
+    const bool had = p.structured.active();  // {"disable_any_whitespace"} alone modifies response_format
+    if (const Json* j = field(*so, "json")) set_structured(p, StructuredKind::kJsonSchema, schema_text(*j, P), P);
+    if (auto r = get_string(*so, "regex")) set_structured(p, StructuredKind::kRegex, *r, P);
+    if (auto g = get_string(*so, "grammar")) set_structured(p, StructuredKind::kGrammar, *g, P);
+    if (const Json* c = field(*so, "choice")) set_structured(p, StructuredKind::kRegex, choice_regex(*c, P), P);
+    if (auto o = get_bool(*so, "json_object"); o && *o) set_structured(p, StructuredKind::kJsonObject, "", P);
+    if (auto w = get_bool(*so, "disable_any_whitespace")) p.structured.disable_any_whitespace = *w;
+    if (!p.structured.active() && !had)
+      bad("'structured_outputs' needs one of json, regex, choice, grammar, json_object", P);
+  }
+}
+
 // Sampling fields shared by both endpoints (OpenAI's plus vLLM's extras).
 void parse_sampling(const Json& b, const ModelInfo& m, const RequestLimits& lim, SamplingParams& p) {
   if (auto n = get_int(b, "n", 1, lim.max_n)) p.n = (int)*n;
@@ -198,14 +267,7 @@ void parse_sampling(const Json& b, const ModelInfo& m, const RequestLimits& lim,
   if (auto x = get_bool(b, "skip_special_tokens")) p.skip_special_tokens = *x;
   if (auto x = get_int(b, "min_tokens", 0, m.max_model_len)) p.min_tokens = *x;
 
-  if (const Json* rf = field(b, "response_format")) {
-    if (!rf->is_object()) bad("'response_format' must be an object", "response_format");
-    auto type = get_string(*rf, "type");
-    if (!type) bad("'response_format.type' is required", "response_format");
-    if (*type != "text")
-      bad("response_format type '" + *type + "' is not supported by this server yet (structured outputs)",
-          "response_format");
-  }
+  parse_structured(b, p);
   if (const Json* t = field(b, "tools")) {
     if (!t->is_array()) bad("'tools' must be an array", "tools");
     if (!t->empty()) bad("tool calling is not supported by this server yet", "tools");
@@ -269,6 +331,7 @@ void validate_params(GenRequest& g, const ModelInfo& m, const RequestLimits& lim
     const std::string prefix = "invalid sampling parameters: ";
     if (msg.rfind(prefix, 0) == 0) msg = msg.substr(prefix.size());
     std::string param = msg.substr(0, msg.find_first_of(" ["));
+    if (param == "structured") param = "response_format";
     bad(msg, param);
   }
 }
@@ -352,10 +415,18 @@ std::vector<int32_t> render_chat(const Json& messages, bool thinking, const std:
     if (role == "tool") bad(at + ": tool messages are not supported by this server yet", "messages");
     msgs.push_back(std::move(out));
   }
-  tokenizer::chat::V4Options opt;
-  opt.thinking = thinking;
-  opt.reasoning_effort = effort;
   try {
+    if (m.v41) {
+      tokenizer::chat::V41Options opt;
+      opt.thinking = thinking;
+      // V4.1 spells efforts "low", "high", "xhigh", "max" ("" = its default, high).
+      opt.reasoning_effort = effort == "minimal" ? "low" : effort == "medium" ? "" : effort;
+      return tokenizer::chat::render_v41(msgs, opt).encode(*m.tok);
+    }
+    tokenizer::chat::V4Options opt;
+    opt.thinking = thinking;
+    // V4: "" (low, the default), "high" or "max".
+    opt.reasoning_effort = (effort == "high" || effort == "max") ? effort : "";
     return tokenizer::chat::render_v4(msgs, opt).encode(*m.tok);
   } catch (const std::exception& e) {
     // The renderer rejects conversations the model's reference encoder rejects.
@@ -386,9 +457,8 @@ void parse_thinking(const Json& b, bool& thinking, std::string& effort) {
     }
   }
   if (auto e = get_string(b, "reasoning_effort")) {
-    if (*e == "low" || *e == "medium" || *e == "minimal") effort = "";
-    else if (*e == "high" || *e == "max") effort = *e;
-    else bad("'reasoning_effort' must be one of minimal, low, medium, high, max", "reasoning_effort");
+    if (*e == "minimal" || *e == "low" || *e == "medium" || *e == "high" || *e == "xhigh" || *e == "max") effort = *e;
+    else bad("'reasoning_effort' must be one of minimal, low, medium, high, xhigh, max", "reasoning_effort");
   }
 }
 

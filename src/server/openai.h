@@ -46,6 +46,7 @@ struct ModelInfo {
   int64_t max_model_len = 0;
   std::vector<std::string> names;  // accepted "model" values; names[0] is the one reported
   int32_t think_end_id = -1;       // "</think>" token, -1 if the vocabulary has none
+  bool v41 = false;                // DeepSeek-V4.1 chat encoding (else V4)
 };
 
 enum class Kind { kChat, kCompletion };

@@ -29,6 +29,7 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 struct Shared {
   Metrics metrics;
   std::atomic<int64_t> sequences{0};  // admitted and not finished
+  std::atomic<int64_t> open_streams{0};  // SSE responses not completely written yet
 };
 
 // One HTTP generation request: its engine requests and the events they produced.
@@ -40,8 +41,7 @@ struct Job {
   std::vector<uint64_t> ids;
   Clock::time_point arrival = Clock::now(), first_token, last_token;
   bool got_token = false;
-  int64_t max_choice_tokens = 0, prompt_tokens = 0, output_tokens = 0;
-  std::string worst_finish;  // for the latency metrics: any abort/error marks the request
+  int64_t max_choice_tokens = 0;  // for TPOT: the longest choice's token count
 
   bool done() {
     std::lock_guard<std::mutex> lk(mu);
@@ -92,7 +92,7 @@ struct Server::Impl {
   ModelInfo info;
   httplib::Server http;
   std::shared_ptr<Shared> shared = std::make_shared<Shared>();
-  std::atomic<bool> draining{false};
+  std::atomic<bool> draining{false}, serving{false};
   std::once_flag shutdown_once;
   int port = 0;
   // Watchdog: last seen engine step count and when it changed.
@@ -111,6 +111,7 @@ struct Server::Impl {
     if (info.names.empty()) info.names.push_back(base.empty() ? "deepinfer" : base);
     info.names.push_back(engine.model_dir());  // the path the server was started with is accepted too
     if (auto id = info.tok->token_to_id("</think>")) info.think_end_id = *id;
+    info.v41 = std::string(engine.architecture()) == "deepseek_v41";
     routes();
   }
 
@@ -146,7 +147,7 @@ struct Server::Impl {
         job->ids.push_back(id);
         started += g.params.n;
       }
-    } catch (const Error& e) {
+    } catch (...) {
       // Sequences never queued are given back now; queued ones finish (abort) through the sink.
       shared->sequences -= seqs - started;
       {
@@ -154,9 +155,15 @@ struct Server::Impl {
         job->unfinished -= (int)(seqs - started);
       }
       for (uint64_t id : job->ids) engine.abort(id);
-      if (draining || std::string(e.what()).find("shutting down") != std::string::npos)
-        throw ApiError(503, "the server is shutting down", "", "server_shutting_down");
-      throw ApiError(400, e.what());
+      try {
+        throw;
+      } catch (const Error& e) {
+        if (draining || std::string(e.what()).find("shutting down") != std::string::npos)
+          throw ApiError(503, "the server is shutting down", "", "server_shutting_down");
+        const std::string msg = e.what();
+        // Specs are compiled by add_request; name the field the client used.
+        throw ApiError(400, msg, msg.rfind("structured output", 0) == 0 ? "response_format" : "");
+      }
     }
     return job;
   }
@@ -175,8 +182,6 @@ struct Server::Impl {
       if (o.finished) {
         --job.unfinished;
         all_done = job.unfinished == 0;
-        job.prompt_tokens = o.num_prompt_tokens;
-        job.output_tokens += o.num_output_tokens;
         job.max_choice_tokens = std::max(job.max_choice_tokens, o.num_output_tokens);
         // Prompt tokens once per prompt: with its choice 0.
         sh.metrics.on_request_finished(finish_name(o.finish), o.index == 0 ? o.num_prompt_tokens : 0,
@@ -257,7 +262,8 @@ struct Server::Impl {
       std::vector<size_t> text_offset;
       std::string id;
       int64_t created = unix_now();
-      bool started = false, finished = false;
+      bool started = false;
+      std::atomic<bool> released{false};
       Clock::time_point last_write = Clock::now();
     };
     auto st = std::make_shared<St>();
@@ -268,6 +274,8 @@ struct Server::Impl {
     st->text_offset.assign(st->choices.size(), 0);
     st->id = random_id(g.kind == Kind::kChat ? "chatcmpl-" : "cmpl-");
     Engine* eng = &engine;
+    std::shared_ptr<Shared> sh = shared;
+    ++sh->open_streams;
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
@@ -280,7 +288,8 @@ struct Server::Impl {
             return false;
           }
         },
-        [st, eng](bool) {
+        [st, eng, sh](bool) {
+          if (st->released.exchange(true)) return;  // once, even if httplib copied the response
           // Runs when the response is over, whatever the reason: a client that went away leaves
           // unfinished sequences behind, and they are aborted here (freed within one step).
           if (!st->job->done()) {
@@ -291,6 +300,7 @@ struct Server::Impl {
             }
             for (uint64_t id : ids) eng->abort(id);
           }
+          --sh->open_streams;
         });
   }
 
@@ -374,10 +384,7 @@ struct Server::Impl {
       if (!sink.write(out.data(), out.size())) return false;
       st.last_write = Clock::now();
     }
-    if (all) {
-      st.finished = true;
-      sink.done();
-    }
+    if (all) sink.done();
     return true;
   }
 
@@ -550,19 +557,32 @@ int Server::bind() {
   return m.port;
 }
 
-void Server::serve() { impl_->http.listen_after_bind(); }
+void Server::serve() {
+  Impl& m = *impl_;
+  m.serving = true;
+  if (!m.draining) m.http.listen_after_bind();
+  m.serving = false;
+}
 
 void Server::shutdown() {
   Impl& m = *impl_;
   std::call_once(m.shutdown_once, [&m] {
-    m.draining = true;
+    m.draining = true;  // from now on new requests get 503
     // Running requests finish (or are aborted at the timeout); their streams then end with [DONE].
     m.engine.drain(m.cfg.shutdown_timeout_ms);
-    // Let the stream writers flush their last events before the listener (and its threads) go.
+    // Let the stream writers flush their last events: httplib ends chunked responses as soon as
+    // the listener stops, so it stops only after that.
     const auto t0 = Clock::now();
-    while (m.shared->sequences.load() > 0 && Clock::now() - t0 < std::chrono::seconds(5))
+    while ((m.shared->sequences.load() > 0 || m.shared->open_streams.load() > 0) &&
+           Clock::now() - t0 < std::chrono::seconds(10))
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     m.http.stop();
+    // A signal right at start-up can come before listen() is running: stop it again until serve()
+    // has returned.
+    while (m.serving) {
+      m.http.stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   });
 }
 
