@@ -5,7 +5,9 @@
 // Schemas: the test-suite cases, tests/data/grammar/sample_schemas.json, and every top-level
 // schema and definition of the *.json files in extra directories (scripts/grammar/fetch_bench_schemas.sh).
 //
-// usage: bench_grammar [--tokenizer PATH] [--walk-tokens N] [DIR...]
+// usage: bench_grammar [--tokenizer PATH] [--walk-tokens N] [--per-schema] [--only NAME] [DIR...]
+//   --per-schema: one line per compiled schema (compile us, DFA states); --only: schemas whose name
+//   is NAME (profiling one case under callgrind).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -54,10 +56,14 @@ int main(int argc, char** argv) {
   std::string src = DEEPINFER_SOURCE_DIR;
   size_t walk_tokens = 200;
   std::vector<std::string> dirs;
+  bool per_schema = false;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--tokenizer" && i + 1 < argc) tok = argv[++i];
     else if (a == "--walk-tokens" && i + 1 < argc) walk_tokens = std::stoul(argv[++i]);
+    else if (a == "--per-schema") per_schema = true;
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else dirs.push_back(a);
   }
   auto vocab = load_vocab_from_tokenizer_json(tok, 129280);
@@ -104,6 +110,7 @@ int main(int argc, char** argv) {
   size_t ok = 0, errors = 0;
   std::vector<uint32_t> mask(vocab->mask_words());
   for (auto& it : items) {
+    if (!only.empty() && it.name != only) continue;
     std::shared_ptr<const Grammar> g;
     try {
       std::vector<double> runs;
@@ -119,6 +126,7 @@ int main(int argc, char** argv) {
       continue;
     }
     ++ok;
+    if (per_schema) std::printf("schema %-60s compile %10.1f us  %6zu states\n", it.name.c_str(), compile_us.back(), g->num_states());
     {
       Matcher m(g);
       auto t0 = Clock::now();

@@ -818,12 +818,7 @@ int json_value_rule(Ir& ir, const JsonOptions& opt) {
 
 int compile_json_schema(Ir& ir, std::string_view text, const JsonOptions& opt) {
   check_depth(text, ir.limits().max_nesting);
-  json doc;
-  try {
-    doc = json::parse(text.begin(), text.end());
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(std::string("json schema: invalid JSON: ") + e.what());
-  }
+  json doc = parse_json_fast(text);  // throws Error "json schema: invalid JSON: ..."
   try {
     SchemaCompiler c(ir, opt, std::move(doc));
     int r = c.root();
