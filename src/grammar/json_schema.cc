@@ -654,7 +654,8 @@ class SchemaCompiler {
         !tx.count("null") && tx.size() == 1 && ty.size() == 1) {
       for (auto& [k, px] : x["properties"].items()) {
         if (!y["properties"].contains(k)) continue;
-        auto req = [&](const json& s) { return std::find(s["required"].begin(), s["required"].end(), k) != s["required"].end(); };
+        const std::string& key = k;  // clang cannot capture a structured binding
+        auto req = [&](const json& s) { return std::find(s["required"].begin(), s["required"].end(), key) != s["required"].end(); };
         if (!req(x) || !req(y)) continue;
         const json& py = y["properties"][k];
         if (px.is_object() && py.is_object() && lits(px, lx) && lits(py, ly)) {
@@ -719,6 +720,9 @@ class SchemaCompiler {
     std::set<std::string> types = types_of(s);
     if (s.contains("const") || s.contains("enum")) {
       json values = s.contains("const") ? json::array({s["const"]}) : s["enum"];
+      if (values.is_array() && values.size() > ir_.limits().max_enum_values)
+        throw Error("json schema: enum has " + std::to_string(values.size()) + " values, above the limit of " +
+                    std::to_string(ir_.limits().max_enum_values));
       if (s.contains("const") && s.contains("enum")) {
         json keep = json::array();
         for (auto& v : s["enum"])
