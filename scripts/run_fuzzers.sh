@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds every libFuzzer target (fuzz/fuzz_*.cc) with clang + ASan/UBSan and runs each for N
-# seconds (default 60) on its seed corpus fuzz/corpus/<module>_<what>/ (if present).
+# seconds (default 60) on its seed corpus fuzz/corpus/<module>_<what>/ and dictionary
+# fuzz/<module>_<what>.dict (if present).
 #   scripts/run_fuzzers.sh [SECONDS] [BUILD_DIR]
 # Exits non-zero if any target crashes, leaks or trips a sanitizer. New inputs found go to a
 # scratch corpus under the build dir; crash reproducers are left in BUILD_DIR/fuzz-artifacts/.
@@ -29,11 +30,14 @@ for t in "${targets[@]}"; do
   mkdir -p "$work"
   dirs=("$work")
   [ -d "$seeds" ] && dirs+=("$seeds")
+  # Optional libFuzzer dictionary fuzz/<module>_<what>.dict (keywords of a text format).
+  dict=()
+  [ -f "$root/fuzz/${t#fuzz_}.dict" ] && dict=(-dict="$root/fuzz/${t#fuzz_}.dict")
   echo "== $t for ${secs}s"
   # Only the scratch dir (first) receives new inputs; the checked-in seeds stay untouched.
   if ! ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       "$exe" -max_total_time="$secs" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
-      -artifact_prefix="$build/fuzz-artifacts/$t-" "${dirs[@]}"; then
+      -artifact_prefix="$build/fuzz-artifacts/$t-" "${dict[@]}" "${dirs[@]}"; then
     echo "!! $t failed" >&2
     status=1
   fi

@@ -183,9 +183,18 @@ struct Engine::Impl {
     std::string why;
     if (ch.structured) {
       // The sampler only picks allowed tokens, so a rejection is an engine bug: fail the choice.
-      if (!ch.structured->accept(s.token)) f = Finish::kError, why = "structured output: sampled a token the grammar rejects";
-      else if (ch.structured->terminated())  // EOS accepted: the output is complete (even with ignore_eos)
+      bool accepted = false;
+      try {
+        accepted = ch.structured->accept(s.token);
+      } catch (const std::exception& ex) {  // a limit of the matcher (live parse stacks)
+        why = std::string("structured output: ") + ex.what();
+      }
+      if (!accepted) {
+        f = Finish::kError;
+        if (why.empty()) why = "structured output: sampled a token the grammar rejects";
+      } else if (ch.structured->terminated()) {  // EOS accepted: the output is complete (even with ignore_eos)
         ts = TokenStop{FinishReason::kStop, s.token, r.params.include_stop_str_in_output};
+      }
     }
     if (ch.detok) {
       const bool can_stop = num_out >= r.params.min_tokens;
@@ -293,17 +302,32 @@ struct Engine::Impl {
       row_chunk.push_back(i);
     }
     // Grammar masks, one per structured row (each matcher is its own; rows run in parallel).
+    // A matcher that fails (a limit on live parse stacks) fails its row only: no throw may leave a
+    // pool worker, so the error is kept per row and the row is not sampled.
     std::vector<size_t> masked_rows;
     for (size_t k = 0; k < rows.size(); ++k)
       if (who[row_chunk[k]]->structured) masked_rows.push_back(k);
+    std::vector<std::string> mask_error(rows.size());
     if (!masked_rows.empty())
       backend.pool().parallel_for((int64_t)masked_rows.size(), [&](int64_t b, int64_t e) {
         for (int64_t j = b; j < e; ++j) {
           const size_t k = masked_rows[j];
-          rows[k].allowed = who[row_chunk[k]]->structured->fill_mask();
+          try {
+            rows[k].allowed = who[row_chunk[k]]->structured->fill_mask();
+          } catch (const std::exception& ex) {
+            mask_error[k] = std::string("structured output: ") + ex.what();
+          }
         }
       });
-    auto results = sample_batch(rows, (int)vocab, &backend.pool());
+    std::vector<SampleRow> ok_rows;
+    std::vector<size_t> ok_index;  // ok_rows[j] is rows[ok_index[j]]
+    for (size_t k = 0; k < rows.size(); ++k)
+      if (mask_error[k].empty()) ok_rows.push_back(rows[k]), ok_index.push_back(k);
+    auto ok_results = sample_batch(ok_rows, (int)vocab, &backend.pool());
+    std::vector<SampleResult> results(rows.size());
+    for (size_t j = 0; j < ok_index.size(); ++j) results[ok_index[j]] = std::move(ok_results[j]);
+    for (size_t k = 0; k < rows.size(); ++k)
+      if (!mask_error[k].empty()) results[k].error = mask_error[k];
     sched->on_step_done(plan);
     for (size_t k = 0; k < results.size(); ++k) {
       const size_t i = row_chunk[k];

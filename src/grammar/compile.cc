@@ -197,8 +197,26 @@ struct NEdge {
   int call;
 };
 
+// Out-edges of one NFA state. Most states have one or two (Thompson construction), so those live
+// inline: a vector per state made allocation a fifth of a median schema's compile time.
+class EdgeList {
+ public:
+  void push_back(const NEdge& e) {
+    if (more_.empty() && n_ < 2) { inl_[n_++] = e; return; }
+    if (more_.empty()) more_.assign(inl_, inl_ + n_);
+    more_.push_back(e);
+  }
+  const NEdge* begin() const { return more_.empty() ? inl_ : more_.data(); }
+  const NEdge* end() const { return more_.empty() ? inl_ + n_ : more_.data() + more_.size(); }
+
+ private:
+  NEdge inl_[2];
+  uint8_t n_ = 0;
+  std::vector<NEdge> more_;
+};
+
 struct Nfa {
-  std::vector<std::vector<NEdge>> out;
+  std::vector<EdgeList> out;
   int start = 0, accept = 0;
   int add() { out.emplace_back(); return static_cast<int>(out.size()) - 1; }
 };
@@ -375,11 +393,13 @@ struct Builder {
     d.nclass = cls + 1;
     std::vector<uint32_t> stamp(n.out.size(), 0);
     uint32_t gen = 0;
+    std::vector<int> stack;  // reused by every closure
     auto close = [&](std::vector<int>& set) {
       ++gen;
-      std::vector<int> stack = set;
+      stack.clear();
+      for (int s : set)  // a bucket can name a state twice
+        if (stamp[s] != gen) { stamp[s] = gen; stack.push_back(s); }
       set.clear();
-      for (int s : stack) stamp[s] = gen;
       while (!stack.empty()) {
         int s = stack.back();
         stack.pop_back();
@@ -427,7 +447,8 @@ struct Builder {
       d.trans.resize((i + 1) * d.nclass, -1);
       for (int c = 0; c < d.nclass; ++c) {
         if (buckets[c].empty()) continue;
-        std::vector<int> t = buckets[c];
+        std::vector<int> t;
+        t.swap(buckets[c]);  // the bucket is cleared before its next use anyway
         close(t);
         int id = get(std::move(t));
         d.trans[i * d.nclass + c] = id;
@@ -455,8 +476,9 @@ void minimize(Dfa& d) {
   size_t count = n;
   std::vector<int> flat;
   std::vector<size_t> off(n + 1);
-  std::unordered_map<uint64_t, std::vector<int>> buckets;  // signature hash -> class representatives
-  std::vector<int> rep_state;
+  std::vector<uint64_t> hash(n);  // signature hash per state
+  std::vector<int> order(n);      // states sorted by (hash, id)
+  std::vector<int> rep_state;     // class -> its first state
   int rounds = 0;
   for (;;) {
     flat.clear();
@@ -476,24 +498,34 @@ void minimize(Dfa& d) {
       }
     }
     off[n] = flat.size();
-    buckets.clear();
-    rep_state.clear();
+    // Group states by signature hash (a sort, not a hash map of vectors: no allocation per
+    // group), then split each equal-hash run by exact comparison.
     for (size_t s = 0; s < n; ++s) {
       uint64_t h = 1469598103934665603ull;
       for (size_t i = off[s]; i < off[s + 1]; ++i) h = (h ^ static_cast<uint32_t>(flat[i])) * 1099511628211ull;
-      auto& b = buckets[h];
-      int found = -1;
-      for (int c : b) {
-        int r = rep_state[c];
-        if (off[r + 1] - off[r] == off[s + 1] - off[s] &&
-            std::equal(flat.begin() + off[r], flat.begin() + off[r + 1], flat.begin() + off[s])) { found = c; break; }
+      hash[s] = h;
+      order[s] = static_cast<int>(s);
+    }
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return hash[a] != hash[b] ? hash[a] < hash[b] : a < b; });
+    rep_state.clear();
+    for (size_t i = 0; i < n;) {
+      size_t j = i;
+      while (j < n && hash[order[j]] == hash[order[i]]) ++j;
+      size_t first_class = rep_state.size();
+      for (size_t k = i; k < j; ++k) {
+        int s = order[k], found = -1;
+        for (size_t c = first_class; c < rep_state.size(); ++c) {
+          int r = rep_state[c];
+          if (off[r + 1] - off[r] == off[s + 1] - off[s] &&
+              std::equal(flat.begin() + off[r], flat.begin() + off[r + 1], flat.begin() + off[s])) { found = (int)c; break; }
+        }
+        if (found < 0) {
+          found = static_cast<int>(rep_state.size());
+          rep_state.push_back(s);
+        }
+        next[s] = found;
       }
-      if (found < 0) {
-        found = static_cast<int>(rep_state.size());
-        rep_state.push_back(s);
-        b.push_back(found);
-      }
-      next[s] = found;
+      i = j;
     }
     bool done = rep_state.size() == count || ++rounds >= 5;
     count = rep_state.size();

@@ -68,6 +68,7 @@ struct Limits {
   size_t max_dfa_states = 200000;
   int max_repeat = 100000;      // {m,n}, maxLength, maxItems...
   int max_nesting = 256;        // parentheses, schema depth
+  size_t max_enum_values = 100000;  // values of one enum
   size_t max_stacks = 4096;     // live parse stacks at one point (ambiguous grammars)
   double compile_seconds = 5;   // wall time for one compile
 };

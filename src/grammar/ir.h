@@ -3,6 +3,7 @@
 // expression nodes plus named rules. Rules that are not recursive are inlined at compile time,
 // so most grammars end up as a single DFA; recursive rules become call edges of a pushdown machine.
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -100,5 +101,8 @@ int json_value_rule(Ir& ir, const JsonOptions& opt);
 int json_number(Ir& ir);
 int json_ws(Ir& ir, const JsonOptions& opt);
 int json_string_char(Ir& ir);
+// Strict JSON text -> ordered_json, same values as ordered_json::parse (fast_json.cc). The caller
+// bounds the nesting depth first (recursive descent). Throws Error for invalid JSON.
+nlohmann::ordered_json parse_json_fast(std::string_view text);
 
 }  // namespace deepinfer::grammar

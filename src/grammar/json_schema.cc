@@ -654,7 +654,8 @@ class SchemaCompiler {
         !tx.count("null") && tx.size() == 1 && ty.size() == 1) {
       for (auto& [k, px] : x["properties"].items()) {
         if (!y["properties"].contains(k)) continue;
-        auto req = [&](const json& s) { return std::find(s["required"].begin(), s["required"].end(), k) != s["required"].end(); };
+        const std::string& key = k;  // clang cannot capture a structured binding
+        auto req = [&](const json& s) { return std::find(s["required"].begin(), s["required"].end(), key) != s["required"].end(); };
         if (!req(x) || !req(y)) continue;
         const json& py = y["properties"][k];
         if (px.is_object() && py.is_object() && lits(px, lx) && lits(py, ly)) {
@@ -719,6 +720,9 @@ class SchemaCompiler {
     std::set<std::string> types = types_of(s);
     if (s.contains("const") || s.contains("enum")) {
       json values = s.contains("const") ? json::array({s["const"]}) : s["enum"];
+      if (values.is_array() && values.size() > ir_.limits().max_enum_values)
+        throw Error("json schema: enum has " + std::to_string(values.size()) + " values, above the limit of " +
+                    std::to_string(ir_.limits().max_enum_values));
       if (s.contains("const") && s.contains("enum")) {
         json keep = json::array();
         for (auto& v : s["enum"])
@@ -818,12 +822,7 @@ int json_value_rule(Ir& ir, const JsonOptions& opt) {
 
 int compile_json_schema(Ir& ir, std::string_view text, const JsonOptions& opt) {
   check_depth(text, ir.limits().max_nesting);
-  json doc;
-  try {
-    doc = json::parse(text.begin(), text.end());
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(std::string("json schema: invalid JSON: ") + e.what());
-  }
+  json doc = parse_json_fast(text);  // throws Error "json schema: invalid JSON: ..."
   try {
     SchemaCompiler c(ir, opt, std::move(doc));
     int r = c.root();
