@@ -535,13 +535,14 @@ void Engine::drain(int64_t timeout_ms) {
   while (has_work() && std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(timeout_ms))
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   if (has_work()) {
-    std::vector<uint64_t> ids;
+    // Abort every id issued so far (the loop thread owns the request table; aborts are queued and
+    // unknown or finished ids are ignored). next_req is written under the lock by add_request.
+    uint64_t end = 0;
     {
       std::lock_guard<std::mutex> lk(m.mu);
-      for (auto& r : m.pending) ids.push_back(r.id);
+      end = m.next_req;
     }
-    // Requests inside the loop: abort all known ids (the loop thread owns `reqs`; aborts are queued).
-    for (uint64_t id = 1; id < m.next_req; ++id) abort(id);
+    for (uint64_t id = 1; id < end; ++id) abort(id);
     while (has_work()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
