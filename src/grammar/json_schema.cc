@@ -17,6 +17,7 @@
 
 #include "grammar/ir.h"
 #include "util/error.h"
+#include "util/json.h"
 
 namespace deepinfer::grammar {
 
@@ -24,30 +25,6 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-// Python json.dumps(ensure_ascii=False) spelling of a string (what the tests serialize).
-std::string json_quote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
 
 std::vector<uint32_t> decode_utf8(const std::string& s) {
   std::vector<uint32_t> out;
@@ -421,7 +398,7 @@ class SchemaCompiler {
         continue;  // can never appear
       }
       int v = gen(m.schema, depth + 1);
-      nodes.push_back({ir_.seq({ir_.literal(json_quote(m.name)), sep(':'), v}), !m.required});
+      nodes.push_back({ir_.seq({ir_.literal(python_json_string(m.name)), sep(':'), v}), !m.required});
     }
     Node g;
     int n = nodes.size();
@@ -455,7 +432,7 @@ class SchemaCompiler {
     switch (v.type()) {
       case json::value_t::null: return ir_.literal("null");
       case json::value_t::boolean: return ir_.literal(v.get<bool>() ? "true" : "false");
-      case json::value_t::string: return ir_.literal(json_quote(v.get<std::string>()));
+      case json::value_t::string: return ir_.literal(python_json_string(v.get<std::string>()));
       case json::value_t::number_integer:
       case json::value_t::number_unsigned:
         return ir_.seq({ir_.literal(v.dump()), frac_zero()});
@@ -485,7 +462,7 @@ class SchemaCompiler {
         for (auto& [key, val] : v.items()) {
           if (!first) k.push_back(sep(','));
           first = false;
-          k.push_back(ir_.literal(json_quote(key)));
+          k.push_back(ir_.literal(python_json_string(key)));
           k.push_back(sep(':'));
           k.push_back(literal_value(val, depth + 1));
         }

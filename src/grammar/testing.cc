@@ -1,39 +1,18 @@
 #include "grammar/testing.h"
 
+#include "util/json.h"
+
 #include <cmath>
 #include <random>
 
 namespace deepinfer::grammar::testkit {
 
 namespace {
-void quote(const std::string& s, std::string& out) {
-  out += '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  out += '"';
-}
 
 void dump(const nlohmann::ordered_json& v, bool spaced, std::string& out) {
   using T = nlohmann::ordered_json::value_t;
   switch (v.type()) {
-    case T::string: quote(v.get<std::string>(), out); break;
+    case T::string: append_python_json_string(v.get<std::string>(), out); break;
     case T::array: {
       out += '[';
       bool first = true;
@@ -51,7 +30,7 @@ void dump(const nlohmann::ordered_json& v, bool spaced, std::string& out) {
       for (auto& [k, x] : v.items()) {
         if (!first) out += spaced ? ", " : ",";
         first = false;
-        quote(k, out);
+        append_python_json_string(k, out);
         out += spaced ? ": " : ":";
         dump(x, spaced, out);
       }

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "util/error.h"
+#include "util/json.h"
 
 namespace deepinfer::tokenizer::chat {
 
@@ -63,29 +64,6 @@ std::string role_of(const Json& m) {
   return r && r->is_string() ? r->get<std::string>() : "";
 }
 
-void dump_string(const std::string& s, std::string& out) {
-  out += '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += char(c);
-        }
-    }
-  }
-  out += '"';
-}
 
 void dump(const Json& v, std::string& out) {
   switch (v.type()) {
@@ -95,7 +73,7 @@ void dump(const Json& v, std::string& out) {
       for (auto it = v.begin(); it != v.end(); ++it) {
         if (!first) out += ", ";
         first = false;
-        dump_string(it.key(), out);
+        append_python_json_string(it.key(), out);
         out += ": ";
         dump(it.value(), out);
       }
@@ -112,7 +90,7 @@ void dump(const Json& v, std::string& out) {
       break;
     }
     case Json::value_t::string:
-      dump_string(v.get_ref<const std::string&>(), out);
+      append_python_json_string(v.get_ref<const std::string&>(), out);
       break;
     case Json::value_t::number_float: {
       double d = v.get<double>();
