@@ -8,82 +8,11 @@
 
 #include "io/checkpoint.h"
 #include "io/dequant.h"
+#include "model/weight_reader.h"
 #include "util/error.h"
 
 namespace deepinfer {
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
-// Loads one weight as float32 with its logical shape checked. FP8 weights carry a sibling
-// `<base>.scale` block-scale grid; packed FP4 experts (I8, two values a byte) carry 1×32 scales.
-class WeightReader {
- public:
-  WeightReader(Checkpoint& ck, const V4Config& cfg, Backend& be) : ck_(ck), cfg_(cfg), be_(be) {}
-
-  std::vector<float> f32(const std::string& name, std::vector<int64_t> shape) {
-    const TensorView& w = ck_.take(name);
-    const TensorView* scale = nullptr;
-    std::string base = name;
-    if (base.size() > 7 && base.compare(base.size() - 7, 7, ".weight") == 0) {
-      base.resize(base.size() - 7);
-      if (ck_.has(base + ".scale")) scale = &ck_.take(base + ".scale");
-    }
-    std::vector<int64_t> logical = w.shape;
-    bool fp4 = (w.dtype == DType::I8 || w.dtype == DType::U8) && scale;
-    if (fp4 && !logical.empty()) logical.back() *= 2;
-    if (logical != shape)
-      throw Error(ck_.dir() + ": tensor '" + name + "' has shape " + shape_str(logical) + ", expected " +
-                  shape_str(shape));
-    if (fp4) return dequantize_to_f32(w, scale, 1, 32);
-    return dequantize_to_f32(w, scale, cfg_.fp8_block_rows, cfg_.fp8_block_cols);
-  }
-
-  // A vector (or small table) in the backend's memory.
-  Buffer<float> vec(const std::string& name, std::vector<int64_t> shape) { return Buffer<float>(be_, f32(name, shape)); }
-
-  // A matrix for the backend's linear(): W[N, K].
-  WeightPtr mat(const std::string& name, int64_t N, int64_t K) {
-    auto w = f32(name, {N, K});
-    return be_.make_weight(w.data(), N, K);
-  }
-  // Two matrices stacked along N (w1 over w3) into one [N1 + N2, K] weight.
-  WeightPtr mat2(const std::string& a, const std::string& b, int64_t N, int64_t K) {
-    auto w = f32(a, {N, K});
-    auto w3 = f32(b, {N, K});
-    w.insert(w.end(), w3.begin(), w3.end());
-    return be_.make_weight(w.data(), 2 * N, K);
-  }
-  Backend& backend() { return be_; }
-
-  std::vector<int32_t> ids(const std::string& name, std::vector<int64_t> shape, int64_t max_value) {
-    const TensorView& w = ck_.take(name);
-    if (w.shape != shape)
-      throw Error(ck_.dir() + ": tensor '" + name + "' has shape " + shape_str(w.shape) + ", expected " +
-                  shape_str(shape));
-    std::vector<int32_t> out(w.numel());
-    for (int64_t i = 0; i < w.numel(); ++i) {
-      int64_t v;
-      if (w.dtype == DType::I64) std::memcpy(&v, w.data + 8 * i, 8);
-      else if (w.dtype == DType::I32) { int32_t x; std::memcpy(&x, w.data + 4 * i, 4); v = x; }
-      else throw Error(ck_.dir() + ": tensor '" + name + "' must be I64 or I32, is " + std::string(dtype_name(w.dtype)));
-      if (v < 0 || v >= max_value)
-        throw Error(ck_.dir() + ": tensor '" + name + "' holds " + std::to_string(v) + ", outside [0, " +
-                    std::to_string(max_value) + ")");
-      out[i] = (int32_t)v;
-    }
-    return out;
-  }
-
- private:
-  Checkpoint& ck_;
-  const V4Config& cfg_;
-  Backend& be_;
-};
 
 void load_compressor(WeightReader& r, const std::string& p, V4Compressor& c, int rate, int width, bool overlap,
                      int64_t D) {
@@ -153,7 +82,7 @@ inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x));
 DeepseekV4Model::DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend& backend, const LoadProgress& progress)
     : cfg_(cfg), be_(backend) {
   const int64_t V = cfg.vocab_size, D = cfg.hidden_size, hc = cfg.hc_mult;
-  WeightReader r(ckpt, cfg_, backend);
+  WeightReader r(ckpt, cfg_.fp8_block_rows, cfg_.fp8_block_cols, backend);
   {
     std::vector<float> embed = r.f32("embed.weight", {V, D});
     embed_ = Buffer<float>(backend, embed);

@@ -10,6 +10,7 @@
 
 #include "io/checkpoint.h"
 #include "io/dequant.h"
+#include "model/weight_reader.h"
 #include "util/error.h"
 #include "util/numeric.h"
 
@@ -234,54 +235,6 @@ void qdq_fp4_e4m3(float* x, int64_t n) {
 }
 
 inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
-// Loads one weight as float32 with its logical shape checked (FP8 + `.scale` block grids, packed
-// FP4 experts with 1×32 scales, plain float types).
-class WeightReader {
- public:
-  WeightReader(Checkpoint& ck, const V41Config& cfg, Backend& be) : ck_(ck), cfg_(cfg), be_(be) {}
-
-  std::vector<float> f32(const std::string& name, std::vector<int64_t> shape) {
-    const TensorView& w = ck_.take(name);
-    const TensorView* scale = nullptr;
-    std::string base = name;
-    if (base.size() > 7 && base.compare(base.size() - 7, 7, ".weight") == 0) {
-      base.resize(base.size() - 7);
-      if (ck_.has(base + ".scale")) scale = &ck_.take(base + ".scale");
-    }
-    std::vector<int64_t> logical = w.shape;
-    bool fp4 = (w.dtype == DType::I8 || w.dtype == DType::U8) && scale;
-    if (fp4 && !logical.empty()) logical.back() *= 2;
-    if (logical != shape)
-      throw Error(ck_.dir() + ": tensor '" + name + "' has shape " + shape_str(logical) + ", expected " +
-                  shape_str(shape));
-    if (fp4) return dequantize_to_f32(w, scale, 1, 32);
-    return dequantize_to_f32(w, scale, cfg_.fp8_block_rows, cfg_.fp8_block_cols);
-  }
-  WeightPtr mat(const std::string& name, int64_t N, int64_t K) {
-    auto w = f32(name, {N, K});
-    return be_.make_weight(w.data(), N, K);
-  }
-  WeightPtr mat2(const std::string& a, const std::string& b, int64_t N, int64_t K) {
-    auto w = f32(a, {N, K});
-    auto w3 = f32(b, {N, K});
-    w.insert(w.end(), w3.begin(), w3.end());
-    return be_.make_weight(w.data(), 2 * N, K);
-  }
-  Backend& backend() { return be_; }
-  Checkpoint& ckpt() { return ck_; }
-
- private:
-  Checkpoint& ck_;
-  const V41Config& cfg_;
-  Backend& be_;
-};
 
 }  // namespace
 
@@ -572,7 +525,7 @@ DeepseekV41Model::DeepseekV41Model(const V41Config& cfg, Checkpoint& ckpt, Backe
   const int64_t dI = c.index_head_dim, hI = c.index_n_heads;
   if (!c.engram_layers.empty() && (int64_t)token_map_.size() != V)
     throw Error(ckpt.dir() + ": the Engram token map must have vocab_size entries");
-  WeightReader r(ckpt, cfg_, backend);
+  WeightReader r(ckpt, cfg_.fp8_block_rows, cfg_.fp8_block_cols, backend);
   embed_ = r.f32("embed.weight", {V, D});
   head_ = r.mat("head.weight", V, D);
   norm_ = r.f32("norm.weight", {D});
