@@ -3,13 +3,14 @@
 # fixtures, nano greedy parity for 256 tokens and timing, the engine with its cache in device memory)
 # and the `deepinfer generate --backend cuda|cpu` command line.
 # Usage (from the repo root on the GPU machine): tests/cuda/run_model_h200.sh PKG [OUTDIR]
-# PKG holds test_model_cuda.xz and deepinfer.xz (built on the dev machine for sm_90a) and lib/: loader
+# PKG (made by tests/cuda/package_gpu.sh) holds test_model_cuda.xz, deepinfer.xz and test_cuda_ops.xz
+# (built on the dev machine for sm_90a) and lib/: loader
 # stand-ins for libraries the GPU machine lacks (openblas_stub.c, make_icu_stub.sh, libpcre2-8.xz).
 set -u
 PKG=${1:-.gpu}
 OUT=${2:-${OUT:-/tmp/model_out}}
 mkdir -p "$OUT" /tmp/tm/lib
-for b in test_model_cuda deepinfer; do
+for b in test_model_cuda deepinfer test_cuda_ops; do
   [ -f "$PKG/$b.xz" ] && xz -dc "$PKG/$b.xz" > /tmp/tm/$b && chmod +x /tmp/tm/$b
 done
 for l in "$PKG"/lib/*; do
@@ -25,6 +26,10 @@ set -o pipefail
 timeout ${TM_TIMEOUT:-360} /tmp/tm/test_model_cuda --root . --tokens ${TM_TOKENS:-256} --threads $(nproc) \
   --out "$OUT/summary.json" 2>&1 | tee "$OUT/test_model.txt"
 echo "rc test_model=$?"
+if [ -x /tmp/tm/test_cuda_ops ]; then  # the table-driven op test (97 cases vs the CPU twins)
+  timeout 240 /tmp/tm/test_cuda_ops > "$OUT/cuda_ops.txt" 2>&1
+  echo "rc test_cuda_ops=$? $(tail -1 "$OUT/cuda_ops.txt")"
+fi
 if [ -x /tmp/tm/deepinfer ]; then
   for be in cuda cpu; do
     /usr/bin/time -f "$be: %e s wall" /tmp/tm/deepinfer generate --model models/nano-v4 --backend $be --prompt "In the beginning" \

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Packs what a device run needs into PKG (default .gpu, ignored by git: add `/.gpu/` to
+# .git/info/exclude) from a CUDA build made HERE (nvcc for sm_90a; binaries run there unchanged):
+# the xz-compressed deepinfer, test_model_cuda and test_cuda_ops, the run script, and lib/ with
+# loader stand-ins or copies of the Debian libraries the GPU machine lacks (OpenBLAS stub, ICU stub,
+# PCRE2, cpp-httplib, brotli). Then, with the device tool:
+#   run(command="bash .gpu/run_model_h200.sh .gpu $OUT", carry=[".gpu"])
+# The tool sends at most 64 MiB (tracked files + carry); main tracks more, so move tests/data/ (unused
+# on the GPU) out of the tree for the call and back after it: `mv tests/data /tmp/ && ... && mv /tmp/data tests/`.
+# Usage: tests/cuda/package_gpu.sh [BUILD_DIR] [PKG]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+B=${1:-build}
+PKG=${2:-.gpu}
+mkdir -p "$PKG/lib"
+for f in "$B/deepinfer" "$B/tests/cuda/test_model_cuda" "$B/tests/cuda/test_cuda_ops"; do
+  [ -x "$f" ] || { echo "missing $f: build with CUDA first (scripts/build.sh)"; exit 1; }
+  xz -9 -T2 -c "$f" > "$PKG/$(basename "$f").xz"
+done
+cp tests/cuda/run_model_h200.sh "$PKG/"
+cc -shared -fPIC -O2 -o "$PKG/lib/libopenblas.so.0" tests/cuda/openblas_stub.c
+bash tests/cuda/make_icu_stub.sh "$B/deepinfer" "$PKG/lib"
+# Real copies of small Debian libraries that Ubuntu 24.04's image does not have in these versions.
+for l in libpcre2-8.so.0 libcpp-httplib.so.0.11 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
+  src=$(ldd "$B/deepinfer" | awk -v n="$l" '$1 == n {print $3}')
+  [ -n "$src" ] || continue
+  case "$l" in libpcre2*) xz -9 -c "$(readlink -f "$src")" > "$PKG/lib/$l.xz" ;; *) cp "$(readlink -f "$src")" "$PKG/lib/$l" ;; esac
+done
+du -sh "$PKG"
