@@ -19,74 +19,16 @@
 #include "model/model.h"
 #include "ops/cpu/cpu_backend.h"
 #include "util/error.h"
+#include "reference_fixtures.h"
 
 using namespace deepinfer;
 namespace fs = std::filesystem;
+using testref::RefSeq, testref::ErrStats, testref::compare, testref::read_refs;
 
 namespace {
 
-struct RefSeq {
-  std::vector<int32_t> ids;
-  std::vector<float> logits;  // [T, V]
-};
-
 std::vector<std::string> fixture_dirs() {
-  std::vector<std::string> out;
-  const char* env = std::getenv("DEEPINFER_V41_FIXTURES");  // regenerated fixtures elsewhere
-  fs::path root = env ? fs::path(env) : fs::path(DEEPINFER_SOURCE_DIR) / "tests/fixtures/v41";
-  if (fs::exists(root))
-    for (auto& e : fs::directory_iterator(root))
-      if (fs::exists(e.path() / "ref.safetensors") && fs::exists(e.path() / "model")) out.push_back(e.path());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::vector<RefSeq> read_refs(const std::string& dir) {
-  auto f = SafetensorsFile::open(dir + "/ref.safetensors");
-  std::vector<RefSeq> seqs;
-  for (int k = 0;; ++k) {
-    const TensorView* ids = f->find("ids_" + std::to_string(k));
-    const TensorView* lg = f->find("logits_" + std::to_string(k));
-    if (!ids || !lg) break;
-    RefSeq s;
-    EXPECT_EQ(ids->dtype, DType::I64);
-    EXPECT_EQ(lg->dtype, DType::F32);
-    for (int64_t i = 0; i < ids->numel(); ++i) {
-      int64_t v;
-      std::memcpy(&v, ids->data + 8 * i, 8);
-      s.ids.push_back((int32_t)v);
-    }
-    s.logits.resize(lg->numel());
-    std::memcpy(s.logits.data(), lg->data, lg->nbytes);
-    seqs.push_back(std::move(s));
-  }
-  return seqs;
-}
-
-struct ErrStats {
-  double median, max, argmax_agree, max_abs;
-};
-ErrStats compare(const std::vector<float>& out, const std::vector<float>& ref, int64_t V) {
-  const int64_t T = (int64_t)ref.size() / V;
-  std::vector<double> rel(T);
-  int64_t agree = 0;
-  double max_abs = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    double num = 0, den = 0;
-    for (int64_t v = 0; v < V; ++v) {
-      double d = (double)out[t * V + v] - ref[t * V + v];
-      max_abs = std::max(max_abs, std::fabs(d));
-      num += d * d;
-      den += (double)ref[t * V + v] * ref[t * V + v];
-    }
-    rel[t] = std::sqrt(num / std::max(den, 1e-30));
-    auto a = std::max_element(out.begin() + t * V, out.begin() + (t + 1) * V) - (out.begin() + t * V);
-    auto b = std::max_element(ref.begin() + t * V, ref.begin() + (t + 1) * V) - (ref.begin() + t * V);
-    agree += a == b;
-  }
-  std::vector<double> sorted = rel;
-  std::sort(sorted.begin(), sorted.end());
-  return {sorted[T / 2], sorted.back(), (double)agree / T, max_abs};
+  return testref::fixture_dirs(fs::path(DEEPINFER_SOURCE_DIR) / "tests/fixtures/v41", "DEEPINFER_V41_FIXTURES");
 }
 
 bool is_optional_extra(const std::string& n) {  // DSpark and vision tensors of a published checkpoint
@@ -106,7 +48,9 @@ TEST(V41Reference, FullDecodeAndChunkedMatchReference) {
     ASSERT_TRUE(m.v41) << "not dispatched to the V4.1 architecture";
     EXPECT_TRUE(m.unused.empty()) << "unused tensor, e.g. " << (m.unused.empty() ? "" : m.unused[0]);
     for (const auto& n : m.ignored) EXPECT_TRUE(is_optional_extra(n)) << n;
-    if (dir.find("published") != std::string::npos) EXPECT_EQ(m.ignored.size(), 3u) << "mtp, vision, image_newline";
+    if (dir.find("published") != std::string::npos) {
+      EXPECT_EQ(m.ignored.size(), 3u) << "mtp, vision, image_newline";
+    }
     const int64_t V = m.vocab_size();
     auto refs = read_refs(dir);
     ASSERT_FALSE(refs.empty());
