@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/flags.h"
 #include "cli/commands.h"
 #include "io/safetensors.h"
 #include "model/model.h"
@@ -23,16 +24,6 @@ const char* kUsage =
     "usage: deepinfer logits --model DIR --ids-file IDS.json --out OUT.safetensors [--prefill N --chunk M]\n"
     "                        [--threads K] [--backend cuda|cpu]\n";
 
-int64_t parse_int(const std::string& flag, const std::string& v) {
-  try {
-    size_t used = 0;
-    long long x = std::stoll(v, &used);
-    if (used != v.size()) throw 0;
-    return x;
-  } catch (...) {
-    throw Error(flag + ": expected an integer, got '" + v + "'");
-  }
-}
 
 std::vector<int32_t> read_ids(const std::string& path, int64_t vocab) {
   std::ifstream f(path);
@@ -75,9 +66,9 @@ int cmd_logits(int argc, char** argv) {
       if (a == "--model") model = v;
       else if (a == "--ids-file") ids_file = v;
       else if (a == "--out") out = v;
-      else if (a == "--prefill") prefill = parse_int(a, v);
-      else if (a == "--chunk") chunk = parse_int(a, v);
-      else if (a == "--threads") threads = parse_int(a, v);
+      else if (a == "--prefill") prefill = flag_int(a, v);
+      else if (a == "--chunk") chunk = flag_int(a, v);
+      else if (a == "--threads") threads = flag_int(a, v);
       else if (a == "--backend") backend_name = v;
       else throw Error("unknown option '" + a + "'");
     }

@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "cli/flags.h"
 #include "cli/commands.h"
 #include "deepinfer/engine.h"
 #include "server/server.h"
@@ -43,16 +44,6 @@ const char* kUsage =
     "  --timeout S              socket read/write timeout in seconds (default 10)\n"
     "  --log-requests           one stderr line per HTTP request\n";
 
-int64_t to_int(const std::string& flag, const std::string& v) {
-  try {
-    size_t used = 0;
-    long long x = std::stoll(v, &used);
-    if (used != v.size()) throw 0;
-    return x;
-  } catch (...) {
-    throw Error(flag + ": expected an integer, got '" + v + "'");
-  }
-}
 
 std::atomic<int> g_signals{0};
 void on_signal(int) { g_signals.fetch_add(1); }
@@ -86,20 +77,20 @@ int cmd_serve(int argc, char** argv) {
       if (a == "--model") ecfg.model_dir = v;
       else if (a == "--served-model-name") scfg.model_names.push_back(v);
       else if (a == "--host") scfg.host = v;
-      else if (a == "--port") scfg.port = (int)to_int(a, v);
+      else if (a == "--port") scfg.port = (int)flag_int(a, v);
       else if (a == "--api-key") scfg.api_key = v;
-      else if (a == "--threads") ecfg.threads = (int)to_int(a, v);
-      else if (a == "--cache-mb") ecfg.cache_bytes = to_int(a, v) << 20;
-      else if (a == "--max-num-seqs") ecfg.max_num_seqs = (int)to_int(a, v);
-      else if (a == "--max-model-len") ecfg.max_model_len = to_int(a, v);
-      else if (a == "--max-queued") scfg.max_queued_sequences = to_int(a, v);
-      else if (a == "--max-body-mb") scfg.max_body_bytes = (size_t)to_int(a, v) << 20;
-      else if (a == "--max-n") scfg.limits.max_n = (int)to_int(a, v);
-      else if (a == "--max-tokens-limit") scfg.limits.max_tokens = to_int(a, v);
-      else if (a == "--max-logit-bias") scfg.limits.max_logit_bias = (int)to_int(a, v);
-      else if (a == "--http-threads") scfg.http_threads = (int)to_int(a, v);
-      else if (a == "--shutdown-timeout") scfg.shutdown_timeout_ms = to_int(a, v) * 1000;
-      else if (a == "--timeout") scfg.read_timeout_s = scfg.write_timeout_s = (int)to_int(a, v);
+      else if (a == "--threads") ecfg.threads = (int)flag_int(a, v);
+      else if (a == "--cache-mb") ecfg.cache_bytes = flag_int(a, v) << 20;
+      else if (a == "--max-num-seqs") ecfg.max_num_seqs = (int)flag_int(a, v);
+      else if (a == "--max-model-len") ecfg.max_model_len = flag_int(a, v);
+      else if (a == "--max-queued") scfg.max_queued_sequences = flag_int(a, v);
+      else if (a == "--max-body-mb") scfg.max_body_bytes = (size_t)flag_int(a, v) << 20;
+      else if (a == "--max-n") scfg.limits.max_n = (int)flag_int(a, v);
+      else if (a == "--max-tokens-limit") scfg.limits.max_tokens = flag_int(a, v);
+      else if (a == "--max-logit-bias") scfg.limits.max_logit_bias = (int)flag_int(a, v);
+      else if (a == "--http-threads") scfg.http_threads = (int)flag_int(a, v);
+      else if (a == "--shutdown-timeout") scfg.shutdown_timeout_ms = flag_int(a, v) * 1000;
+      else if (a == "--timeout") scfg.read_timeout_s = scfg.write_timeout_s = (int)flag_int(a, v);
     }
     if (scfg.port < 0 || scfg.port > 65535) throw Error("--port must be in [0, 65535]");
     if (scfg.max_queued_sequences < 1) throw Error("--max-queued must be at least 1");
