@@ -22,7 +22,7 @@ namespace {
 
 const char* kUsage =
     "usage: deepinfer logits --model DIR --ids-file IDS.json --out OUT.safetensors [--prefill N --chunk M]\n"
-    "                        [--threads K] [--backend cuda|cpu]\n";
+    "                        [--threads K] [--backend cuda|cpu] [--dtype auto|float32]\n";
 
 
 std::vector<int32_t> read_ids(const std::string& path, int64_t vocab) {
@@ -53,7 +53,7 @@ std::vector<int32_t> read_ids(const std::string& path, int64_t vocab) {
 int cmd_logits(int argc, char** argv) {
   std::string model, ids_file, out;
   int64_t prefill = -1, chunk = -1, threads = 0;
-  std::string backend_name;
+  std::string backend_name, dtype = "auto";
   try {
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
@@ -70,6 +70,7 @@ int cmd_logits(int argc, char** argv) {
       else if (a == "--chunk") chunk = flag_int(a, v);
       else if (a == "--threads") threads = flag_int(a, v);
       else if (a == "--backend") backend_name = v;
+      else if (a == "--dtype") dtype = v;
       else throw Error("unknown option '" + a + "'");
     }
     if (model.empty() || ids_file.empty() || out.empty()) throw Error("--model, --ids-file and --out are required");
@@ -78,7 +79,7 @@ int cmd_logits(int argc, char** argv) {
     if (chunk == -1) chunk = 1;
     if (chunk < 1) throw Error("--chunk must be >= 1");
 
-    std::unique_ptr<Backend> be = make_backend(resolve_backend(backend_name), (int)threads);
+    std::unique_ptr<Backend> be = make_backend(resolve_backend(backend_name), (int)threads, dtype);
     Backend& backend = *be;
     LoadedModel m = load_model(model, backend);
     for (const auto& n : m.unused) std::fprintf(stderr, "deepinfer: warning: tensor '%s' is not used by the model\n", n.c_str());

@@ -376,7 +376,7 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>(cfg)) {
                 (cfg.model_dir.empty() ? " (the embedded default model is missing from this build)" : ""));
   if (cfg.progress) std::fprintf(stderr, "loading %s ...\n", m.dir.c_str());
   const std::string be_name = resolve_backend(cfg.backend);
-  if (be_name != "cpu") m.device = make_backend(be_name, cfg.threads);
+  if (be_name != "cpu") m.device = make_backend(be_name, cfg.threads, cfg.dtype);
   m.model = load_model(m.dir, m.model_backend(), cfg.progress);
   for (const auto& n : m.model.unused) std::fprintf(stderr, "deepinfer: warning: tensor '%s' is not used\n", n.c_str());
   // The few config values the engine needs, from either architecture.

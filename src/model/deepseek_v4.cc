@@ -45,11 +45,8 @@ void load_layer(WeightReader& r, const V4Config& c, const std::string& p, AttnTy
   L.wq_b = r.mat(p + "attn.wq_b.weight", H * d, c.q_lora_rank);
   L.wkv = r.mat(p + "attn.wkv.weight", d, D);
   L.kv_norm = r.vec(p + "attn.kv_norm.weight", {d});
-  {  // block-diagonal: one [o_lora, H·d/g] matrix per head group
-    const int64_t G = c.o_groups, ol = c.o_lora_rank, gin = H * d / G;
-    auto wo_a = r.f32(p + "attn.wo_a.weight", {G * ol, gin});
-    for (int64_t g = 0; g < G; ++g) L.wo_a.push_back(r.backend().make_weight(wo_a.data() + g * ol * gin, ol, gin));
-  }
+  // block-diagonal: one [o_lora, H·d/g] matrix per head group
+  L.wo_a = r.mat_rows(p + "attn.wo_a.weight", c.o_groups, c.o_lora_rank, H * d / c.o_groups);
   L.wo_b = r.mat(p + "attn.wo_b.weight", D, (int64_t)c.o_groups * c.o_lora_rank);
   if (type == AttnType::CSA) {
     load_compressor(r, p + "attn.compressor.", L.comp, c.compress_rate_csa, (int)d, true, D);

@@ -27,15 +27,29 @@ class WeightReader {
   std::vector<float> f32(const std::string& name, std::vector<int64_t> shape);
   // A vector (or small table) in the backend's memory.
   Buffer<float> vec(const std::string& name, std::vector<int64_t> shape) { return Buffer<float>(be_, f32(name, shape)); }
-  // A matrix for the backend's linear(): W[N, K].
+  // A matrix for the backend's linear(): W[N, K], in its stored format when the backend takes it
+  // (Backend::takes_stored), else dequantized to float32.
   WeightPtr mat(const std::string& name, int64_t N, int64_t K);
   // Two matrices [N, K] stacked along N (w1 over w3) into one [2N, K] weight.
   WeightPtr mat2(const std::string& a, const std::string& b, int64_t N, int64_t K);
+  // A [G·N, K] matrix as G weights of [N, K] (row blocks; wo_a's head groups).
+  std::vector<WeightPtr> mat_rows(const std::string& name, int64_t G, int64_t N, int64_t K);
   // An integer table (I64 or I32) [shape] with every value in [0, max_value).
   std::vector<int32_t> ids(const std::string& name, std::vector<int64_t> shape, int64_t max_value);
 
   Backend& backend() { return be_; }
   Checkpoint& ckpt() { return ck_; }
+
+  // A weight in host memory as a StoredWeight: a view of the checkpoint's bytes, or owned bytes
+  // (float32 copy, stacked matrices, scale grids converted to float).
+  struct Host {
+    StoredWeight w;
+    std::vector<float> f32;
+    std::vector<uint8_t> bytes;
+    std::vector<float> scale;
+  };
+  // `name` [N, K] in the stored format the backend takes, else as float32.
+  Host host(const std::string& name, int64_t N, int64_t K);
 
  private:
   Checkpoint& ck_;

@@ -28,6 +28,22 @@ class Weight {
 };
 using WeightPtr = std::unique_ptr<Weight>;
 
+// A weight as a checkpoint stores it (host memory, read-only view), for backends that compute on the
+// stored format directly instead of a float32 copy (the CUDA fast path: bf16 / fp8 / fp4 GEMMs).
+enum class WeightFormat : uint8_t {
+  F32,   // data: float [N, K]
+  BF16,  // data: bf16 bits (uint16) [N, K]
+  FP8,   // data: e4m3fn bytes [N, K]; scale: float [ceil(N/block_rows), ceil(K/block_cols)] (block scales)
+  FP4,   // data: e2m1 pairs [N, K/2] (element 2k = low nibble); scale: e8m0 bytes [N, K/32] as uint8
+};
+struct StoredWeight {
+  WeightFormat fmt = WeightFormat::F32;
+  int64_t N = 0, K = 0;         // logical shape [N, K]
+  const void* data = nullptr;
+  const void* scale = nullptr;  // FP8: float grid; FP4: uint8 e8m0; null otherwise
+  int block_rows = 0, block_cols = 0;  // FP8 block-scale tile
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -65,6 +81,14 @@ class Backend {
 
   // Takes a float32 W[N, K] into the backend's layout (the caller may free w afterwards).
   virtual WeightPtr make_weight(const float* w, int64_t N, int64_t K) = 0;
+  // Whether the backend computes on weights of this stored format and shape itself; otherwise the
+  // loader hands it a float32 copy. The CPU backend always computes in float32.
+  // (`w`'s format, shape and block size are read; its pointers may be null.)
+  virtual bool takes_stored(const StoredWeight& w) const { return w.fmt == WeightFormat::F32; }
+  // Takes a stored weight (only formats for which takes_stored() is true; the caller may free it).
+  virtual WeightPtr make_weight(const StoredWeight& w) {
+    return w.fmt == WeightFormat::F32 ? make_weight(static_cast<const float*>(w.data), w.N, w.K) : nullptr;
+  }
   // y[M, N] (row stride ldy) = x[M, K] (row stride ldx) · Wᵀ. y may not alias x.
   virtual void linear(const float* x, int64_t M, int64_t ldx, const Weight& w, float* y, int64_t ldy) = 0;
 

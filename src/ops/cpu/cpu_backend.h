@@ -38,6 +38,7 @@ class CpuBackend final : public Backend {
                         int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
                         const int32_t* win_ids, int64_t nw, float* skv, float* sg) override;
 
+  using Backend::make_weight;
   WeightPtr make_weight(const float* w, int64_t N, int64_t K) override;
   void linear(const float* x, int64_t M, int64_t ldx, const Weight& w, float* y, int64_t ldy) override;
   void rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y) override;

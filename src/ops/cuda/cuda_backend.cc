@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "ops/cuda/cuda_ops.h"
 #include "util/error.h"
@@ -18,10 +19,22 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
 }
 
+int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
 struct CudaWeight final : Weight {
-  float* w = nullptr;  // [N, K] float32, device
+  WeightFormat fmt = WeightFormat::F32;
+  void* w = nullptr;      // device: float / bf16 / e4m3 [N, K], or e2m1 pairs [N, K/2]
+  void* scale = nullptr;  // FP8: float [ceil(N/128), ldws]; FP4: e8m0 bytes [N, K/32]
+  int64_t ldws = 0;       // FP8: round_up(ceil(K/128), 4), the padded grid cuBLASLt wants (gemm_dq takes it too)
   ~CudaWeight() override {
     if (w) cudaFree(w);
+    if (scale) cudaFree(scale);
+  }
+  cuda::WeightRef ref() const {
+    const cuda::WFmt f = fmt == WeightFormat::BF16 ? cuda::WFmt::BF16
+                         : fmt == WeightFormat::FP8 ? cuda::WFmt::FP8_B128
+                                                    : cuda::WFmt::FP4_B32;
+    return cuda::WeightRef{f, w, scale, ldws};
   }
 };
 
@@ -29,7 +42,9 @@ struct CudaWeight final : Weight {
 
 struct CudaBackend::Impl {
   int device = 0;
+  CudaWeights weights = CudaWeights::Stored;
   cudaStream_t stream = nullptr;
+  cuda::GemmContext* gemm = nullptr;  // cuBLASLt handle and workspace (large bf16 / fp8 GEMMs)
   // Pinned staging for small uploads (the per-step index arrays). A copy from pageable memory
   // synchronizes the stream first, which drains the GPU at every upload; from pinned memory it is
   // asynchronous. The buffer is a ring of kSegs segments; an event recorded when the ring leaves a
@@ -74,9 +89,10 @@ int CudaBackend::device_count() {
   return n;
 }
 
-CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
+CudaBackend::CudaBackend(int device, CudaWeights weights) : impl_(std::make_unique<Impl>()) {
   if (device_count() <= device) throw Error("--backend cuda: no CUDA device available (no GPU or no driver)");
   impl_->device = device;
+  impl_->weights = weights;
   check(cudaSetDevice(device), "cudaSetDevice");
   check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
   // Activations come and go every step through the stream-ordered pool: keep freed memory cached.
@@ -87,6 +103,8 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   check(cudaHostAlloc(reinterpret_cast<void**>(&impl_->staging), Impl::kSegs * Impl::kSegBytes, cudaHostAllocDefault),
         "cudaHostAlloc (staging)");
   for (auto& e : impl_->seg_done) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  if (weights == CudaWeights::Stored && !(impl_->gemm = cuda::gemm_context_create()))
+    throw Error("cuda: cuBLASLt initialisation failed");
 }
 
 CudaBackend::~CudaBackend() {
@@ -103,6 +121,7 @@ CudaBackend::~CudaBackend() {
   }
   for (auto& e : impl_->seg_done)
     if (e) cudaEventDestroy(e);
+  cuda::gemm_context_destroy(impl_->gemm);
   if (impl_->staging) cudaFreeHost(impl_->staging);
 }
 
@@ -200,10 +219,79 @@ WeightPtr CudaBackend::make_weight(const float* w, int64_t N, int64_t K) {
   return cw;
 }
 
+bool CudaBackend::takes_stored(const StoredWeight& w) const {
+  if (impl_->weights != CudaWeights::Stored || w.fmt == WeightFormat::F32) return false;
+  if (w.K % 64 || w.N % 8) return false;  // gemm_dq's tiles
+  if (w.fmt == WeightFormat::FP8 && (w.block_rows != 128 || w.block_cols != 128)) return false;
+  return true;
+}
+
+WeightPtr CudaBackend::make_weight(const StoredWeight& sw) {
+  if (sw.fmt == WeightFormat::F32 || !takes_stored(sw))
+    throw Error("cuda: make_weight: stored format not taken (the loader dequantizes those)");
+  auto cw = std::make_unique<CudaWeight>();
+  cw->N = sw.N;
+  cw->K = sw.K;
+  cw->fmt = sw.fmt;
+  const int64_t bytes = sw.fmt == WeightFormat::BF16 ? 2 * sw.N * sw.K
+                        : sw.fmt == WeightFormat::FP8 ? sw.N * sw.K
+                                                      : sw.N * sw.K / 2;
+  check(cudaMalloc(&cw->w, (size_t)bytes), "weight allocation");
+  check(cudaMemcpyAsync(cw->w, sw.data, (size_t)bytes, cudaMemcpyHostToDevice, impl_->stream), "weight upload");
+  std::vector<float> grid;
+  if (sw.fmt == WeightFormat::FP8) {  // [ceil(N/128), ceil(K/128)] → rows padded to ldws
+    const int64_t gr = (sw.N + 127) / 128, gc = (sw.K + 127) / 128;
+    cw->ldws = round_up(gc, 4);
+    grid.assign(gr * cw->ldws, 0.0f);
+    const float* src = static_cast<const float*>(sw.scale);
+    for (int64_t r = 0; r < gr; ++r)
+      for (int64_t c = 0; c < gc; ++c) grid[r * cw->ldws + c] = src[r * gc + c];
+    check(cudaMalloc(&cw->scale, grid.size() * sizeof(float)), "weight scale allocation");
+    check(cudaMemcpyAsync(cw->scale, grid.data(), grid.size() * sizeof(float), cudaMemcpyHostToDevice, impl_->stream),
+          "weight scale upload");
+  } else if (sw.fmt == WeightFormat::FP4) {
+    check(cudaMalloc(&cw->scale, (size_t)(sw.N * sw.K / 32)), "weight scale allocation");
+    check(cudaMemcpyAsync(cw->scale, sw.scale, (size_t)(sw.N * sw.K / 32), cudaMemcpyHostToDevice, impl_->stream),
+          "weight scale upload");
+  }
+  check(cudaStreamSynchronize(impl_->stream), "weight upload");  // the host copies may go away now
+  return cw;
+}
+
 void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& wt, float* y, int64_t ldy) {
   HostTimer ht_(impl_.get(), Impl::kOp);
   const auto& w = static_cast<const CudaWeight&>(wt);
-  check(cuda::gemm_f32(x, M, w.K, ldx, w.w, w.N, y, ldy, impl_->stream), "linear");
+  cudaStream_t s = impl_->stream;
+  if (w.fmt == WeightFormat::F32) {
+    check(cuda::gemm_f32(x, M, w.K, ldx, static_cast<const float*>(w.w), w.N, y, ldy, s), "linear");
+    return;
+  }
+  if (M <= 0) return;
+  const int64_t K = w.K, N = w.N;
+  // Large fp8 GEMMs: activations to e4m3 with 1×128 power-of-two scales, cuBLASLt's block-scaled kernel.
+  // Decode-sized M stays on the bf16 path (cuBLASLt has no block-scaled kernel for M = 1).
+  if (w.fmt == WeightFormat::FP8 && M > 4 && K % 128 == 0 && N % 16 == 0 && ldx % 4 == 0) {
+    auto* q = static_cast<uint8_t*>(alloc(M * K));
+    auto* sc = static_cast<float*>(alloc(4 * M * (K / 128)));
+    cudaError_t e = cuda::quant_act_fp8(x, M, K, ldx, q, sc, s);
+    if (e == cudaSuccess)
+      e = cuda::gemm_fp8_block_lt(impl_->gemm, q, sc, M, K, static_cast<const uint8_t*>(w.w),
+                                  static_cast<const float*>(w.scale), w.ldws, N, y, ldy, s);
+    release(q);
+    release(sc);
+    check(e, "linear (fp8)");
+    return;
+  }
+  auto* xb = static_cast<cuda::bf16*>(alloc(2 * M * K));  // [M, K] bf16
+  cudaError_t e = cuda::f32_to_bf16_rows(x, M, K, ldx, xb, s);
+  if (e == cudaSuccess && w.fmt == WeightFormat::BF16 && M > 4 && ldy % 8 == 0) {
+    e = cuda::gemm_bf16_lt(impl_->gemm, xb, M, K, K, static_cast<const cuda::bf16*>(w.w), N, y, ldy, s);
+    if (e == cudaErrorNotSupported) e = cuda::gemm_dq(cuda::AFmt::BF16, xb, nullptr, M, K, K, w.ref(), N, y, ldy, s);
+  } else if (e == cudaSuccess) {
+    e = cuda::gemm_dq(cuda::AFmt::BF16, xb, nullptr, M, K, K, w.ref(), N, y, ldy, s);
+  }
+  release(xb);
+  check(e, "linear");
 }
 void CudaBackend::rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y) {
   HostTimer ht_(impl_.get(), Impl::kOp);

@@ -1,19 +1,24 @@
 #pragma once
 // The op table on one CUDA device (Hopper): weights and activations in device memory, every op a
-// kernel launch on the backend's one stream. Numerics: float32 weights and activations (the f32
-// kernels of f32_ops.cu plus the float32 norm / RoPE / mHC / pooling kernels), so that the GPU
-// reproduces the CPU oracle to float32 rounding; the bf16 / fp8 / fp4 kernels of cuda_ops.h are the
-// next step for speed (docs/cuda-notes.md). Errors (launch, out of memory) throw deepinfer::Error.
+// kernel launch on the backend's one stream. Activations are float32 between ops; weights are kept as
+// stored (bf16 / fp8 / fp4, CudaWeights::Stored) or as float32 (CudaWeights::Float32, the CPU oracle's
+// numerics). Errors (launch, out of memory) throw deepinfer::Error.
 #include <memory>
 
 #include "ops/backend.h"
 
 namespace deepinfer {
 
+// How the backend keeps a checkpoint's weights. Stored: bf16 / fp8 (128×128 blocks) / fp4 weights stay in
+// their stored format and the GEMMs round activations to bf16 (or fp8 for large fp8 GEMMs) — the fast
+// path. Float32: every weight dequantized to float32 and float32 GEMMs — reproduces the CPU oracle to
+// float32 rounding (parity tests; `--dtype float32`).
+enum class CudaWeights { Stored, Float32 };
+
 class CudaBackend final : public Backend {
  public:
   // Takes device `device` (throws Error when there is none).
-  explicit CudaBackend(int device = 0);
+  explicit CudaBackend(int device = 0, CudaWeights weights = CudaWeights::Stored);
   ~CudaBackend() override;
   const char* name() const override { return "cuda"; }
 
@@ -38,7 +43,10 @@ class CudaBackend final : public Backend {
   void add_rows(const float* src, int64_t n, int64_t width, const float* w, const int32_t* dst_rows,
                 float* dst) override;
 
+  using Backend::make_weight;
   WeightPtr make_weight(const float* w, int64_t N, int64_t K) override;
+  bool takes_stored(const StoredWeight& w) const override;
+  WeightPtr make_weight(const StoredWeight& w) override;
   void linear(const float* x, int64_t M, int64_t ldx, const Weight& w, float* y, int64_t ldy) override;
   void rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y) override;
   void rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim, const int32_t* pos,

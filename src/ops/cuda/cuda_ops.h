@@ -27,6 +27,8 @@ using bf16 = __nv_bfloat16;
 // ------------------------------------------------------------------------------------------------
 // y[n] = bf16(x[n]) (round to nearest even).
 cudaError_t f32_to_bf16(const float* x, int64_t n, bf16* y, cudaStream_t s);
+// y[M, K] (row stride K) = bf16(x[M, K]) with x's row stride ldx.
+cudaError_t f32_to_bf16_rows(const float* x, int64_t M, int64_t K, int64_t ldx, bf16* y, cudaStream_t s);
 // Row-wise 1×128 activation quantization to e4m3 with power-of-two (ue8m0) scales, as [OFF]:
 // sc = 2^ceil(log2(max(amax, 1e-4) / 448)), q = e4m3(clamp(x / sc, ±448)).
 // x[M, K] (row stride ldx) → q[M, K] (row stride K, e4m3 bytes), sc_t[ceil(K/128), M] (k-block major:

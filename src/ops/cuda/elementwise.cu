@@ -180,3 +180,21 @@ cudaError_t compress_pool(const float* kv, const float* gate, int64_t W, int S, 
 }
 
 }  // namespace deepinfer::cuda
+
+namespace deepinfer::cuda {
+namespace {
+__global__ void f32_to_bf16_rows_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t ldx, bf16* __restrict__ y) {
+  for (int64_t m = blockIdx.y; m < M; m += gridDim.y)
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < K; k += (int64_t)gridDim.x * blockDim.x)
+      y[m * K + k] = __float2bfloat16_rn(x[m * ldx + k]);
+}
+}  // namespace
+
+cudaError_t f32_to_bf16_rows(const float* x, int64_t M, int64_t K, int64_t ldx, bf16* y, cudaStream_t s) {
+  if (M <= 0 || K <= 0) return cudaSuccess;
+  const unsigned bx = (unsigned)std::min<int64_t>(detail::cdiv(K, 256), 64);
+  f32_to_bf16_rows_kernel<<<dim3(bx, (unsigned)std::min<int64_t>(M, 65535)), 256, 0, s>>>(x, M, K, ldx, y);
+  return cudaGetLastError();
+}
+
+}  // namespace deepinfer::cuda

@@ -30,12 +30,15 @@ std::string resolve_backend(const std::string& requested) {
   throw Error("unknown backend '" + requested + "' (expected cuda, cpu or auto)");
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& resolved, int threads) {
+std::unique_ptr<Backend> make_backend(const std::string& resolved, int threads, const std::string& dtype) {
+  if (dtype != "auto" && dtype != "float32")
+    throw Error("unknown dtype '" + dtype + "' (expected auto or float32)");
   if (resolved == "cpu") return std::make_unique<CpuBackend>(threads);
 #ifdef DEEPINFER_HAVE_CUDA
-  if (resolved == "cuda") return std::make_unique<CudaBackend>(0);
+  if (resolved == "cuda")
+    return std::make_unique<CudaBackend>(0, dtype == "float32" ? CudaWeights::Float32 : CudaWeights::Stored);
 #endif
-  return make_backend(resolve_backend(resolved), threads);
+  return make_backend(resolve_backend(resolved), threads, dtype);
 }
 
 }  // namespace deepinfer
