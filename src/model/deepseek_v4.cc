@@ -57,22 +57,20 @@ void load_layer(WeightReader& r, const V4Config& c, const std::string& p, AttnTy
     load_compressor(r, p + "attn.compressor.", L.comp, c.compress_rate_hca, (int)d, false, D);
   }
   L.gate = r.mat(p + "ffn.gate.weight", E, D);
-  if (hash) L.tid2eid = r.ids(p + "ffn.gate.tid2eid", {c.vocab_size, c.num_experts_per_tok}, E);
-  else L.gate_bias = r.f32(p + "ffn.gate.bias", {E});
-  L.expert_w13.resize(E);
-  L.expert_w2.resize(E);
+  if (hash) L.tid2eid = Buffer<int32_t>(r.backend(), r.ids(p + "ffn.gate.tid2eid", {c.vocab_size, c.num_experts_per_tok}, E));
+  else L.gate_bias = r.vec(p + "ffn.gate.bias", {E});
+  std::vector<WeightPtr> w13(E), w2(E);
   for (int64_t e = 0; e < E; ++e) {
     std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
-    L.expert_w13[e] = r.mat2(ep + "w1.weight", ep + "w3.weight", I, D);
-    L.expert_w2[e] = r.mat(ep + "w2.weight", D, I);
+    w13[e] = r.mat2(ep + "w1.weight", ep + "w3.weight", I, D);
+    w2[e] = r.mat(ep + "w2.weight", D, I);
   }
+  L.experts = r.backend().make_experts(std::move(w13), std::move(w2));
   if (c.n_shared_experts == 1) {
     L.shared_w13 = r.mat2(p + "ffn.shared_experts.w1.weight", p + "ffn.shared_experts.w3.weight", I, D);
     L.shared_w2 = r.mat(p + "ffn.shared_experts.w2.weight", D, I);
   }
 }
-
-inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 }  // namespace
 
@@ -123,6 +121,7 @@ struct DeepseekV4Model::Step {
   std::vector<int64_t> seq_begin;      // [B + 1] first row of each chunk
   std::vector<int32_t> tokens, pos;    // [T] (host)
   Buffer<int32_t> pos_d;               // [T] positions in backend memory
+  Buffer<int32_t> tok_d;               // [T] token ids in backend memory (hash routing)
   Buffer<float> h;                     // [T, D] normed sub-block input
   Buffer<float> y;                     // [T, D] sub-block output
 };
@@ -221,15 +220,24 @@ void DeepseekV4Model::attention(int l, Step& st) {
   int64_t base = 0;  // first row of this sequence's keys in win
   // CSA: every sequence's indexer scores go into one buffer (sequence b's [n, nk] at score_at[b]) and
   // come back to the host in one download for the top-k choice, after this loop.
+  // CSA: each query keeps min(index_topk, visible entries) entries, so the offsets of its entries are
+  // known on the host; which entries is chosen on the backend (select_topk) from the indexer scores.
   std::vector<int64_t> score_at(B + 1, 0), n_keys(B, 0);
-  if (csa)
+  Buffer<int32_t> ent_idx_d;
+  Buffer<int64_t> ent_off_d;
+  if (csa) {
     for (size_t b = 0; b < B; ++b) {
-      const int64_t n = st.seq_begin[b + 1] - st.seq_begin[b];
-      n_keys[b] = (st.batch[b].state->pos + n) / L.comp.rate;  // indexer keys that exist after this chunk
+      const int64_t p0 = st.batch[b].state->pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
+      n_keys[b] = (p0 + n) / L.comp.rate;  // indexer keys that exist after this chunk
       score_at[b + 1] = score_at[b] + n * n_keys[b];
+      for (int64_t i = 0; i < n; ++i)
+        ent_off[r0 + i + 1] = ent_off[r0 + i] + std::min<int64_t>(cfg_.index_topk, (p0 + i + 1) / L.comp.rate);
     }
+    ent_off_d = Buffer<int64_t>(be_, ent_off);
+    ent_idx_d = Buffer<int32_t>(be_, ent_off[T]);
+  }
   Buffer<float> score_d(be_, score_at[B]);
-  std::vector<Buffer<int32_t>> score_args;  // kept alive until the download
+  std::vector<Buffer<int32_t>> score_args;  // index arrays of the step's calls
   for (size_t b = 0; b < B; ++b) {
     const V4SeqState& S = *st.batch[b].state;
     float* slot = cache.slot_data(S.slot);
@@ -269,47 +277,26 @@ void DeepseekV4Model::attention(int l, Step& st) {
                       ikv.data() + r0 * icw, igate.data() + r0 * icw, icw, p0, n);
     const int64_t nk = n_keys[b];
     if (nk == 0) continue;
-    std::vector<int32_t> key_rows(nk), nvis(n);
-    for (int64_t w = 0; w < nk; ++w) key_rows[w] = entry_row(w, lay.page_idx_off[l], dI);
-    for (int64_t i = 0; i < n; ++i) nvis[i] = (int32_t)((p0 + i + 1) / m);
-    score_args.emplace_back(be_, key_rows);
-    score_args.emplace_back(be_, nvis);
-    be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, cache.pages_base(),
-                       score_args[score_args.size() - 2].data(), nk, score_args.back().data(),
-                       1.0f / std::sqrt((float)dI), score_d.data() + score_at[b]);
-  }
-  // CSA: each query's top-k compressed entries, from the scores (one download for the step).
-  const std::vector<float> scores = csa ? score_d.to_host() : std::vector<float>();
-  for (size_t b = 0; csa && b < B; ++b) {
-    const V4SeqState& S = *st.batch[b].state;
-    const int64_t p0 = S.pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
-    const int m = L.comp.rate;
-    const int64_t nk = n_keys[b];
-    auto entry_row = [&](int64_t w, int64_t off, int64_t width) {
-      const int64_t first = w * m;
-      return (int32_t)(((int64_t)S.pages[first / TP] * lay.page_floats + off) / width + (first % TP) / m);
-    };
-    std::vector<int32_t> nvis(n);
-    for (int64_t i = 0; i < n; ++i) nvis[i] = (int32_t)((p0 + i + 1) / m);
-    const float* score = scores.data() + score_at[b];
-    std::vector<int32_t> cand;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t k = std::min<int64_t>(cfg_.index_topk, nvis[i]);
-      cand.resize(nvis[i]);
-      std::iota(cand.begin(), cand.end(), 0);
-      const float* sc = score + i * nk;
-      // Highest scores first; equal scores by lower index, so the choice is deterministic.
-      std::partial_sort(cand.begin(), cand.begin() + k, cand.end(),
-                        [&](int32_t a, int32_t c) { return sc[a] > sc[c] || (sc[a] == sc[c] && a < c); });
-      std::sort(cand.begin(), cand.begin() + k);
-      for (int64_t j = 0; j < k; ++j) ent_idx.push_back(entry_row(cand[j], lay.page_entries_off[l], d));
-      ent_off[r0 + i + 1] = (int64_t)ent_idx.size();
+    // key_rows: where indexer key w lives; ent_rows: where compressed entry w lives (rows of d floats).
+    std::vector<int32_t> key_rows(nk), ent_rows(nk), nvis(n);
+    for (int64_t w = 0; w < nk; ++w) {
+      key_rows[w] = entry_row(w, lay.page_idx_off[l], dI);
+      ent_rows[w] = entry_row(w, lay.page_entries_off[l], d);
     }
+    for (int64_t i = 0; i < n; ++i) nvis[i] = (int32_t)((p0 + i + 1) / m);
+    const int32_t* key_rows_d = score_args.emplace_back(be_, key_rows).data();
+    const int32_t* ent_rows_d = score_args.emplace_back(be_, ent_rows).data();
+    const int32_t* nvis_d = score_args.emplace_back(be_, nvis).data();
+    float* score = score_d.data() + score_at[b];  // [n, nk]
+    be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, cache.pages_base(),
+                       key_rows_d, nk, nvis_d, 1.0f / std::sqrt((float)dI), score);
+    be_.select_topk(score, n, nk, nvis_d, (int)cfg_.index_topk, ent_rows_d, ent_off_d.data() + r0, ent_idx_d.data());
   }
-
-  Buffer<int32_t> win_lo_d(be_, win_lo), win_hi_d(be_, win_hi), ent_idx_d(be_, ent_idx);
-  Buffer<int64_t> ent_off_d;
-  if (comp) ent_off_d = Buffer<int64_t>(be_, ent_off);
+  Buffer<int32_t> win_lo_d(be_, win_lo), win_hi_d(be_, win_hi);
+  if (comp && !csa) {  // HCA: every visible entry
+    ent_idx_d = Buffer<int32_t>(be_, ent_idx);
+    ent_off_d = Buffer<int64_t>(be_, ent_off);
+  }
   Buffer<float> o(be_, T * H * d);  // [T, H, d]
   be_.sink_attention(q.data(), T, H * d, (int)H, (int)d, win.data(), win_lo_d.data(), win_hi_d.data(),
                      cache.pages_base(), ent_idx_d.data(), comp ? ent_off_d.data() : nullptr, L.sinks.data(),
@@ -327,82 +314,20 @@ void DeepseekV4Model::attention(int l, Step& st) {
 void DeepseekV4Model::moe(const V4Layer& L, const float* h, const int32_t* tokens, int64_t T, float* out) {
   const int64_t D = cfg_.hidden_size, E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok;
   const int64_t I = cfg_.moe_intermediate_size;
-  std::vector<float> logits;  // [T, E]: routing is decided on the host
-  {
-    Buffer<float> logits_d(be_, T * E);
-    be_.linear(h, T, D, *L.gate, logits_d.data(), E);
-    logits = logits_d.to_host();
-  }
-  std::vector<int32_t> sel(T * K);
-  std::vector<float> wsel(T * K);
-  std::vector<float> sc(E), biased(E);
-  std::vector<int32_t> order(E);
-  for (int64_t t = 0; t < T; ++t) {
-    const float* lg = logits.data() + t * E;
-    switch (cfg_.scoring) {
-      case ScoringFunc::SqrtSoftplus:
-        for (int64_t e = 0; e < E; ++e) sc[e] = std::sqrt(softplus(lg[e]));
-        break;
-      case ScoringFunc::Sigmoid:
-        for (int64_t e = 0; e < E; ++e) sc[e] = 1.0f / (1.0f + std::exp(-lg[e]));
-        break;
-      case ScoringFunc::Softmax: {
-        float mx = *std::max_element(lg, lg + E), s = 0;
-        for (int64_t e = 0; e < E; ++e) s += (sc[e] = std::exp(lg[e] - mx));
-        for (int64_t e = 0; e < E; ++e) sc[e] /= s;
-        break;
-      }
-    }
-    if (L.hash) {
-      for (int64_t k = 0; k < K; ++k) sel[t * K + k] = L.tid2eid[(int64_t)tokens[t] * K + k];
-    } else {
-      for (int64_t e = 0; e < E; ++e) biased[e] = sc[e] + L.gate_bias[e];  // bias only picks, never weighs
-      std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t b) {
-        return biased[a] > biased[b] || (biased[a] == biased[b] && a < b);
-      });
-      for (int64_t k = 0; k < K; ++k) sel[t * K + k] = order[k];
-    }
-    float sum = 0;
-    for (int64_t k = 0; k < K; ++k) sum += (wsel[t * K + k] = sc[sel[t * K + k]]);
-    const bool normalize = cfg_.scoring != ScoringFunc::Softmax || cfg_.norm_topk_prob;
-    const float f = (float)cfg_.routed_scaling_factor / (normalize ? sum + 1e-20f : 1.0f);
-    for (int64_t k = 0; k < K; ++k) wsel[t * K + k] *= f;
-  }
-  // Routed experts, one GEMM pair per expert over the tokens routed to it. Tokens accumulate
-  // experts in ascending expert order, whatever the batch. The routed token ids and weights of all
-  // experts go to the backend in one upload (expert e's at [off[e], off[e+1])).
-  std::vector<int64_t> off(E + 1, 0);
-  for (int64_t i = 0; i < T * K; ++i) ++off[sel[i] + 1];
-  for (int64_t e = 0; e < E; ++e) off[e + 1] += off[e];
-  std::vector<int32_t> rows(T * K);
-  std::vector<float> wrows(T * K);
-  {
-    std::vector<int64_t> fill(off.begin(), off.end() - 1);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t k = 0; k < K; ++k) {
-        const int64_t j = fill[sel[t * K + k]]++;
-        rows[j] = (int32_t)t;
-        wrows[j] = wsel[t * K + k];
-      }
-  }
-  int64_t nmax = 0;
-  for (int64_t e = 0; e < E; ++e) nmax = std::max(nmax, off[e + 1] - off[e]);
-  if (L.shared_w13) nmax = std::max(nmax, T);
-  Buffer<int32_t> rows_d(be_, rows);
-  Buffer<float> wrows_d(be_, wrows);
-  Buffer<float> xe(be_, nmax * D), gu(be_, nmax * 2 * I), act(be_, nmax * I), ye(be_, nmax * D);
-  be_.fill(out, T * D, 0.0f);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t n = off[e + 1] - off[e];
-    if (n == 0) continue;
-    be_.copy_rows(h, D, rows_d.data() + off[e], xe.data(), D, nullptr, n, D);
-    be_.linear(xe.data(), n, D, *L.expert_w13[e], gu.data(), 2 * I);
-    be_.swiglu_clamp(gu.data(), n, I, (float)cfg_.swiglu_limit, nullptr, act.data());
-    be_.linear(act.data(), n, I, *L.expert_w2[e], ye.data(), D);
-    be_.add_rows(ye.data(), n, D, wrows_d.data() + off[e], rows_d.data() + off[e], out);
-  }
+  // Routing and the routed experts stay in backend memory: no round trip to the host in a step.
+  Buffer<float> logits(be_, T * E), wsel(be_, T * K);  // [T, E], [T, K]
+  Buffer<int32_t> sel(be_, T * K);                     // [T, K]
+  be_.linear(h, T, D, *L.gate, logits.data(), E);
+  const RouteScoring scoring = cfg_.scoring == ScoringFunc::Sigmoid   ? RouteScoring::Sigmoid
+                               : cfg_.scoring == ScoringFunc::Softmax ? RouteScoring::Softmax
+                                                                      : RouteScoring::SqrtSoftplus;
+  const bool normalize = cfg_.scoring != ScoringFunc::Softmax || cfg_.norm_topk_prob;
+  be_.moe_route(logits.data(), T, (int)E, (int)K, scoring, L.hash ? nullptr : L.gate_bias.data(),
+                L.hash ? L.tid2eid.data() : nullptr, tokens, normalize, (float)cfg_.routed_scaling_factor, sel.data(),
+                wsel.data());
+  be_.moe_ffn(h, T, *L.experts, sel.data(), wsel.data(), (int)K, (float)cfg_.swiglu_limit, out);
   if (L.shared_w13) {
+    Buffer<float> gu(be_, T * 2 * I), act(be_, T * I), ye(be_, T * D);
     be_.linear(h, T, D, *L.shared_w13, gu.data(), 2 * I);
     be_.swiglu_clamp(gu.data(), T, I, (float)cfg_.swiglu_limit, nullptr, act.data());
     be_.linear(act.data(), T, I, *L.shared_w2, ye.data(), D);
@@ -442,6 +367,7 @@ std::vector<float> DeepseekV4Model::forward(std::span<const V4SeqChunk> batch, V
     throw Error(std::string("forward: the cache does not live in the memory of the ") + be_.name() + " backend");
   const int64_t T = st.T = (int64_t)st.tokens.size();
   st.pos_d = Buffer<int32_t>(be_, st.pos);
+  st.tok_d = Buffer<int32_t>(be_, st.tokens);
   Buffer<float> X(be_, T * hc * D), X2(be_, T * hc * D);  // [T, hc, D] residual streams
   {  // every stream starts as the token's embedding
     std::vector<int32_t> src(T * hc);
@@ -463,7 +389,7 @@ std::vector<float> DeepseekV4Model::forward(std::span<const V4SeqChunk> batch, V
     be_.hc_pre(X.data(), T, (int)hc, D, L.hc_ffn_fn.data(), L.hc_ffn_base.data(), L.hc_ffn_scale.data(),
                cfg_.hc_sinkhorn_iters, hc_eps, eps, u.data(), post.data(), comb.data());
     be_.rms_norm(u.data(), T, D, D, L.ffn_norm.data(), eps, st.h.data());
-    moe(L, st.h.data(), st.tokens.data(), T, st.y.data());
+    moe(L, st.h.data(), st.tok_d.data(), T, st.y.data());
     be_.hc_post(X.data(), st.y.data(), post.data(), comb.data(), T, (int)hc, D, X2.data());
     std::swap(X, X2);
   }

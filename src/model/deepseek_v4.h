@@ -56,10 +56,9 @@ struct V4Layer {
   WeightPtr idx_wq_b;                                     // [hI·dI, q_lora]
   WeightPtr idx_weights_proj;                             // [hI, D]
   WeightPtr gate;                                         // [E, D]
-  std::vector<float> gate_bias;                           // [E] (score-routed layers; host: routing)
-  std::vector<int32_t> tid2eid;                           // [V, k] (hash layers; host: routing)
-  std::vector<WeightPtr> expert_w13;                      // E × [2I, D]  (w1 rows, then w3 rows)
-  std::vector<WeightPtr> expert_w2;                       // E × [D, I]
+  Buffer<float> gate_bias;                                // [E] (score-routed layers)
+  Buffer<int32_t> tid2eid;                                // [V, k] (hash layers)
+  ExpertsPtr experts;                                     // E × ([2I, D] w1 rows over w3 rows, [D, I] w2)
   WeightPtr shared_w13;                                   // [2I, D] (null: no shared expert)
   WeightPtr shared_w2;                                    // [D, I]
 };

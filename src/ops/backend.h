@@ -44,6 +44,17 @@ struct StoredWeight {
   int block_rows = 0, block_cols = 0;  // FP8 block-scale tile
 };
 
+// The routed experts of one MoE layer in the backend's layout (the CUDA backend packs them into one
+// strided allocation per matrix kind so that a grouped kernel reads any expert by id).
+class Experts {
+ public:
+  virtual ~Experts() = default;
+  int64_t E = 0, I = 0, D = 0;  // experts, intermediate width, hidden width
+};
+using ExpertsPtr = std::unique_ptr<Experts>;
+
+enum class RouteScoring : uint8_t { SqrtSoftplus, Sigmoid, Softmax };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -91,6 +102,27 @@ class Backend {
   }
   // y[M, N] (row stride ldy) = x[M, K] (row stride ldx) · Wᵀ. y may not alias x.
   virtual void linear(const float* x, int64_t M, int64_t ldx, const Weight& w, float* y, int64_t ldy) = 0;
+
+  // ---- MoE ----
+  // Takes the E experts of a layer: w13[e] [2I, D] (gate rows over up rows), w2[e] [D, I].
+  virtual ExpertsPtr make_experts(std::vector<WeightPtr> w13, std::vector<WeightPtr> w2) = 0;
+  // Router over logits[T, E] (E ≤ 1024, K ≤ 16): scores s = sqrt(softplus(l)), sigmoid(l) or softmax(l);
+  // sel[T, K] = the K largest s + bias[E] (best first, ties to the lower id) or, when tid2eid [V, K] is
+  // set, tid2eid[tokens[t], 0..K) (tokens[T]); wsel[T, K] = s[sel] · route_scale / (Σ_k s[sel] + 1e-20)
+  // when normalize, else s[sel] · route_scale. All pointers in backend memory.
+  virtual void moe_route(const float* logits, int64_t T, int E, int K, RouteScoring scoring, const float* bias,
+                         const int32_t* tid2eid, const int32_t* tokens, bool normalize, float route_scale,
+                         int32_t* sel, float* wsel) = 0;
+  // out[T, D] = Σ_k wsel[t, k] · W2_e · swiglu_clamp(W13_e · h[t], limit), e = sel[t, k], summed over a
+  // token's experts in ascending expert id (h [T, D], sel / wsel [T, K]).
+  virtual void moe_ffn(const float* h, int64_t T, const Experts& ex, const int32_t* sel, const float* wsel, int K,
+                       float limit, float* out) = 0;
+
+  // Per row m of score[M, n] (row stride n): the k = min(topk, n_vis[m]) largest of score[m, 0 .. n_vis[m])
+  // (ties to the lower index), in ascending index order, mapped through rowmap[n] and written to
+  // out[out_off[m] .. out_off[m] + k) (out_off[M] host-known offsets in backend memory, int64).
+  virtual void select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk,
+                           const int32_t* rowmap, const int64_t* out_off, int32_t* out) = 0;
 
   // y[M, D] = x / sqrt(mean(x²) + eps) (* w[D] if w). In place allowed (y == x).
   virtual void rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps,

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <new>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 namespace deepinfer {
@@ -417,6 +418,113 @@ void CpuBackend::swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit
       float v = std::clamp(up[i], -limit, limit);
       act[m * I + i] = (a / (1.0f + std::exp(-a))) * v * rs;
     }
+  }
+}
+
+
+namespace {
+struct CpuExperts final : Experts {
+  std::vector<WeightPtr> w13, w2;  // E × [2I, D], E × [D, I]
+};
+inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+}  // namespace
+
+ExpertsPtr CpuBackend::make_experts(std::vector<WeightPtr> w13, std::vector<WeightPtr> w2) {
+  auto ex = std::make_unique<CpuExperts>();
+  ex->E = (int64_t)w13.size();
+  ex->I = w13.empty() ? 0 : w13[0]->N / 2;
+  ex->D = w13.empty() ? 0 : w13[0]->K;
+  ex->w13 = std::move(w13);
+  ex->w2 = std::move(w2);
+  return ex;
+}
+
+void CpuBackend::moe_route(const float* logits, int64_t T, int E, int K, RouteScoring scoring, const float* bias,
+                           const int32_t* tid2eid, const int32_t* tokens, bool normalize, float route_scale,
+                           int32_t* sel, float* wsel) {
+  std::vector<float> sc(E), biased(E);
+  std::vector<int32_t> order(E);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* lg = logits + t * E;
+    switch (scoring) {
+      case RouteScoring::SqrtSoftplus:
+        for (int e = 0; e < E; ++e) sc[e] = std::sqrt(softplus(lg[e]));
+        break;
+      case RouteScoring::Sigmoid:
+        for (int e = 0; e < E; ++e) sc[e] = 1.0f / (1.0f + std::exp(-lg[e]));
+        break;
+      case RouteScoring::Softmax: {
+        float mx = *std::max_element(lg, lg + E), s = 0;
+        for (int e = 0; e < E; ++e) s += (sc[e] = std::exp(lg[e] - mx));
+        for (int e = 0; e < E; ++e) sc[e] /= s;
+        break;
+      }
+    }
+    if (tid2eid) {
+      for (int k = 0; k < K; ++k) sel[t * K + k] = tid2eid[(int64_t)tokens[t] * K + k];
+    } else {
+      for (int e = 0; e < E; ++e) biased[e] = sc[e] + bias[e];  // bias only picks, never weighs
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t b) {
+        return biased[a] > biased[b] || (biased[a] == biased[b] && a < b);
+      });
+      for (int k = 0; k < K; ++k) sel[t * K + k] = order[k];
+    }
+    float sum = 0;
+    for (int k = 0; k < K; ++k) sum += (wsel[t * K + k] = sc[sel[t * K + k]]);
+    const float f = route_scale / (normalize ? sum + 1e-20f : 1.0f);
+    for (int k = 0; k < K; ++k) wsel[t * K + k] *= f;
+  }
+}
+
+void CpuBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const int32_t* sel, const float* wsel, int K,
+                         float limit, float* out) {
+  const auto& ex = static_cast<const CpuExperts&>(exb);
+  const int64_t E = ex.E, D = ex.D, I = ex.I;
+  // Tokens grouped by expert (expert e's at [off[e], off[e+1]), tokens ascending): one GEMM pair per
+  // expert; a token accumulates its experts in ascending expert order, whatever the batch.
+  std::vector<int64_t> off(E + 1, 0);
+  for (int64_t i = 0; i < T * K; ++i) ++off[sel[i] + 1];
+  for (int64_t e = 0; e < E; ++e) off[e + 1] += off[e];
+  std::vector<int32_t> rows(T * K);
+  std::vector<float> wrows(T * K);
+  {
+    std::vector<int64_t> fill(off.begin(), off.end() - 1);
+    for (int64_t t = 0; t < T; ++t)
+      for (int k = 0; k < K; ++k) {
+        const int64_t j = fill[sel[t * K + k]]++;
+        rows[j] = (int32_t)t;
+        wrows[j] = wsel[t * K + k];
+      }
+  }
+  int64_t nmax = 0;
+  for (int64_t e = 0; e < E; ++e) nmax = std::max(nmax, off[e + 1] - off[e]);
+  std::vector<float> xe(nmax * D), gu(nmax * 2 * I), act(nmax * I), ye(nmax * D);
+  fill(out, T * D, 0.0f);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = off[e + 1] - off[e];
+    if (n == 0) continue;
+    copy_rows(h, D, rows.data() + off[e], xe.data(), D, nullptr, n, D);
+    linear(xe.data(), n, D, *ex.w13[e], gu.data(), 2 * I);
+    swiglu_clamp(gu.data(), n, I, limit, nullptr, act.data());
+    linear(act.data(), n, I, *ex.w2[e], ye.data(), D);
+    add_rows(ye.data(), n, D, wrows.data() + off[e], rows.data() + off[e], out);
+  }
+}
+
+void CpuBackend::select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk,
+                             const int32_t* rowmap, const int64_t* out_off, int32_t* out) {
+  std::vector<int32_t> cand;
+  for (int64_t i = 0; i < M; ++i) {
+    const int64_t nv = n_vis[i], k = std::min<int64_t>(topk, nv);
+    cand.resize(nv);
+    std::iota(cand.begin(), cand.end(), 0);
+    const float* sc = score + i * n;
+    // Highest scores first; equal scores by lower index, so the choice is deterministic.
+    std::partial_sort(cand.begin(), cand.begin() + k, cand.end(),
+                      [&](int32_t a, int32_t c) { return sc[a] > sc[c] || (sc[a] == sc[c] && a < c); });
+    std::sort(cand.begin(), cand.begin() + k);
+    for (int64_t j = 0; j < k; ++j) out[out_off[i] + j] = rowmap[cand[j]];
   }
 }
 

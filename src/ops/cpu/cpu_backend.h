@@ -41,6 +41,14 @@ class CpuBackend final : public Backend {
   using Backend::make_weight;
   WeightPtr make_weight(const float* w, int64_t N, int64_t K) override;
   void linear(const float* x, int64_t M, int64_t ldx, const Weight& w, float* y, int64_t ldy) override;
+  ExpertsPtr make_experts(std::vector<WeightPtr> w13, std::vector<WeightPtr> w2) override;
+  void moe_route(const float* logits, int64_t T, int E, int K, RouteScoring scoring, const float* bias,
+                 const int32_t* tid2eid, const int32_t* tokens, bool normalize, float route_scale, int32_t* sel,
+                 float* wsel) override;
+  void moe_ffn(const float* h, int64_t T, const Experts& ex, const int32_t* sel, const float* wsel, int K, float limit,
+               float* out) override;
+  void select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk, const int32_t* rowmap,
+                   const int64_t* out_off, int32_t* out) override;
   void rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y) override;
   void rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim, const int32_t* pos,
             const float* inv_freq, bool inverse) override;

@@ -61,8 +61,10 @@ __device__ __forceinline__ float e8m0_to_f32(uint8_t b) {
 }
 
 // Float → unsigned key whose unsigned order is the float order (NaN sorts high; callers avoid NaN).
+// −0 and +0 get one key: they compare equal, so a tie between them goes to the lower index as on the CPU.
 __device__ __forceinline__ uint32_t f32_order_key(float f) {
   uint32_t u = __float_as_uint(f);
+  if (u == 0x80000000u) u = 0;
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 

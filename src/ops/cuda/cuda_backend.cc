@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -354,6 +355,179 @@ void CudaBackend::swiglu_clamp(const float* gu, int64_t M, int64_t I, float limi
                                float* act) {
   HostTimer ht_(impl_.get(), Impl::kOp);
   check(cuda::swiglu_clamp(gu, M, I, limit, row_scale, act, nullptr, impl_->stream), "swiglu_clamp");
+}
+
+
+namespace {
+// The routed experts of a layer. Packed (bf16 / fp8 / fp4 experts of one shape): one allocation per matrix
+// kind, expert e at e·stride bytes, read by the grouped kernels with the expert ids on the device.
+// Otherwise (float32 weights) the per-expert weights and a host loop over the routed experts.
+struct CudaExperts final : Experts {
+  std::vector<WeightPtr> w13, w2;
+  bool packed = false;
+  cuda::WeightRef r13{}, r2{};
+  int64_t w13_stride = 0, s13_stride = 0, w2_stride = 0, s2_stride = 0;  // bytes
+  ~CudaExperts() override {
+    if (!packed) return;
+    cudaFree(const_cast<void*>(r13.w));
+    cudaFree(const_cast<void*>(r13.scale));
+    cudaFree(const_cast<void*>(r2.w));
+    cudaFree(const_cast<void*>(r2.scale));
+  }
+};
+
+int64_t weight_bytes(const CudaWeight& w) {
+  switch (w.fmt) {
+    case WeightFormat::F32: return 4 * w.N * w.K;
+    case WeightFormat::BF16: return 2 * w.N * w.K;
+    case WeightFormat::FP8: return w.N * w.K;
+    case WeightFormat::FP4: return w.N * w.K / 2;
+  }
+  return 0;
+}
+int64_t scale_bytes(const CudaWeight& w) {
+  if (w.fmt == WeightFormat::FP8) return 4 * ((w.N + 127) / 128) * w.ldws;
+  if (w.fmt == WeightFormat::FP4) return w.N * w.K / 32;
+  return 0;
+}
+bool same_layout(const CudaWeight& a, const CudaWeight& b) {
+  return a.fmt == b.fmt && a.N == b.N && a.K == b.K && a.ldws == b.ldws;
+}
+}  // namespace
+
+ExpertsPtr CudaBackend::make_experts(std::vector<WeightPtr> w13, std::vector<WeightPtr> w2) {
+  auto ex = std::make_unique<CudaExperts>();
+  ex->E = (int64_t)w13.size();
+  ex->I = w13.empty() ? 0 : w13[0]->N / 2;
+  ex->D = w13.empty() ? 0 : w13[0]->K;
+  bool pack = !w13.empty() && w13.size() == w2.size();
+  for (size_t e = 0; pack && e < w13.size(); ++e) {
+    const auto &a = static_cast<const CudaWeight&>(*w13[e]), &b = static_cast<const CudaWeight&>(*w2[e]);
+    pack = a.fmt != WeightFormat::F32 && b.fmt != WeightFormat::F32 &&
+           same_layout(a, static_cast<const CudaWeight&>(*w13[0])) &&
+           same_layout(b, static_cast<const CudaWeight&>(*w2[0])) && a.K % 64 == 0 && b.K % 64 == 0 &&
+           a.N % 8 == 0 && b.N % 8 == 0 && b.N % 4 == 0;
+  }
+  if (!pack) {
+    ex->w13 = std::move(w13);
+    ex->w2 = std::move(w2);
+    return ex;
+  }
+  auto pack_kind = [&](std::vector<WeightPtr>& ws, cuda::WeightRef* r, int64_t* wstride, int64_t* sstride) {
+    const auto& w0 = static_cast<const CudaWeight&>(*ws[0]);
+    *wstride = weight_bytes(w0);
+    *sstride = scale_bytes(w0);
+    void *w = nullptr, *sc = nullptr;
+    check(cudaMalloc(&w, (size_t)(*wstride * (int64_t)ws.size())), "expert allocation");
+    if (*sstride) check(cudaMalloc(&sc, (size_t)(*sstride * (int64_t)ws.size())), "expert scale allocation");
+    for (size_t e = 0; e < ws.size(); ++e) {
+      const auto& we = static_cast<const CudaWeight&>(*ws[e]);
+      check(cudaMemcpyAsync(static_cast<char*>(w) + e * *wstride, we.w, (size_t)*wstride, cudaMemcpyDeviceToDevice,
+                            impl_->stream),
+            "expert packing");
+      if (*sstride)
+        check(cudaMemcpyAsync(static_cast<char*>(sc) + e * *sstride, we.scale, (size_t)*sstride,
+                              cudaMemcpyDeviceToDevice, impl_->stream),
+              "expert packing");
+    }
+    *r = w0.ref();
+    r->w = w;
+    r->scale = sc;
+    check(cudaStreamSynchronize(impl_->stream), "expert packing");
+    ws.clear();  // the per-expert copies go
+  };
+  pack_kind(w13, &ex->r13, &ex->w13_stride, &ex->s13_stride);
+  pack_kind(w2, &ex->r2, &ex->w2_stride, &ex->s2_stride);
+  ex->packed = true;
+  return ex;
+}
+
+void CudaBackend::moe_route(const float* logits, int64_t T, int E, int K, RouteScoring scoring, const float* bias,
+                            const int32_t* tid2eid, const int32_t* tokens, bool normalize, float route_scale,
+                            int32_t* sel, float* wsel) {
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  const cuda::Scoring sc = scoring == RouteScoring::Sigmoid   ? cuda::Scoring::Sigmoid
+                           : scoring == RouteScoring::Softmax ? cuda::Scoring::Softmax
+                                                              : cuda::Scoring::SqrtSoftplus;
+  check(cuda::moe_route(logits, T, E, K, sc, bias, tid2eid, tokens, normalize, route_scale, sel, wsel, impl_->stream),
+        "moe_route");
+}
+
+void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const int32_t* sel, const float* wsel, int K,
+                          float limit, float* out) {
+  const auto& ex = static_cast<const CudaExperts&>(exb);
+  const int64_t E = ex.E, D = ex.D, I = ex.I, S = T * K;
+  if (T <= 0) return;
+  cudaStream_t s = impl_->stream;
+  if (ex.packed) {
+    // route groups → bf16 h → grouped w13 (gathered rows) → SwiGLU (bf16 act) → grouped w2 → combine
+    // (a token's experts summed in ascending id). No host round trip.
+    HostTimer ht_(impl_.get(), Impl::kOp);
+    const int64_t maxt = cuda::moe_max_tiles(S, (int)E, 64);
+    Buffer<int32_t> offsets(*this, E + 1), perm(*this, S), slot(*this, S), n_tiles(*this, 1), tiles(*this, 2 * maxt);
+    Buffer<cuda::bf16> hb(*this, T * D), act(*this, S * I);
+    Buffer<float> gu(*this, S * 2 * I), ye(*this, S * D);
+    cudaError_t e = cuda::moe_group(sel, T, K, (int)E, 64, offsets.data(), perm.data(), slot.data(),
+                                    reinterpret_cast<int2*>(tiles.data()), n_tiles.data(), s);
+    if (e == cudaSuccess) e = cuda::f32_to_bf16_rows(h, T, D, D, hb.data(), s);
+    if (e == cudaSuccess)
+      e = cuda::gemm_grouped(hb.data(), D, perm.data(), D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I,
+                             reinterpret_cast<const int2*>(tiles.data()), n_tiles.data(), maxt, offsets.data(),
+                             gu.data(), 2 * I, s);
+    if (e == cudaSuccess) e = cuda::swiglu_clamp(gu.data(), S, I, limit, nullptr, nullptr, act.data(), s);
+    if (e == cudaSuccess)
+      e = cuda::gemm_grouped(act.data(), I, nullptr, I, ex.r2, ex.w2_stride, ex.s2_stride, D,
+                             reinterpret_cast<const int2*>(tiles.data()), n_tiles.data(), maxt, offsets.data(),
+                             ye.data(), D, s);
+    if (e == cudaSuccess) e = cuda::moe_combine(ye.data(), sel, wsel, slot.data(), T, K, D, nullptr, out, s);
+    check(e, "moe_ffn");
+    return;
+  }
+  // Float32 experts: the routing comes to the host and each routed expert is a GEMM pair over its tokens,
+  // in the CPU backend's order (the float32 path reproduces the CPU oracle).
+  std::vector<int32_t> sel_h(S);
+  std::vector<float> w_h(S);
+  download(sel_h.data(), sel, 4 * S);
+  download(w_h.data(), wsel, 4 * S);
+  std::vector<int64_t> off(E + 1, 0);
+  for (int64_t i = 0; i < S; ++i) ++off[sel_h[i] + 1];
+  for (int64_t e = 0; e < E; ++e) off[e + 1] += off[e];
+  std::vector<int32_t> rows(S);
+  std::vector<float> wrows(S);
+  {
+    std::vector<int64_t> fill_at(off.begin(), off.end() - 1);
+    for (int64_t t = 0; t < T; ++t)
+      for (int k = 0; k < K; ++k) {
+        const int64_t j = fill_at[sel_h[t * K + k]]++;
+        rows[j] = (int32_t)t;
+        wrows[j] = w_h[t * K + k];
+      }
+  }
+  int64_t nmax = 0;
+  for (int64_t e = 0; e < E; ++e) nmax = std::max(nmax, off[e + 1] - off[e]);
+  Buffer<int32_t> rows_d(*this, rows);
+  Buffer<float> wrows_d(*this, wrows);
+  Buffer<float> xe(*this, nmax * D), gu(*this, nmax * 2 * I), act(*this, nmax * I), ye(*this, nmax * D);
+  fill(out, T * D, 0.0f);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = off[e + 1] - off[e];
+    if (n == 0) continue;
+    copy_rows(h, D, rows_d.data() + off[e], xe.data(), D, nullptr, n, D);
+    linear(xe.data(), n, D, *ex.w13[e], gu.data(), 2 * I);
+    swiglu_clamp(gu.data(), n, I, limit, nullptr, act.data());
+    linear(act.data(), n, I, *ex.w2[e], ye.data(), D);
+    add_rows(ye.data(), n, D, wrows_d.data() + off[e], rows_d.data() + off[e], out);
+  }
+}
+
+void CudaBackend::select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk,
+                              const int32_t* rowmap, const int64_t* out_off, int32_t* out) {
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  if (M <= 0) return;
+  Buffer<int32_t> idx(*this, M * topk), count(*this, M);
+  cudaError_t e = cuda::topk_rows(score, M, n, n, n_vis, topk, idx.data(), count.data(), impl_->stream);
+  if (e == cudaSuccess) e = cuda::map_topk(idx.data(), count.data(), M, topk, rowmap, out_off, out, impl_->stream);
+  check(e, "select_topk");
 }
 
 }  // namespace deepinfer

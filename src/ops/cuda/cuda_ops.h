@@ -146,6 +146,10 @@ cudaError_t indexer_scores(const bf16* qI, const float* gamma, int64_t M, int hI
 cudaError_t topk_rows(const float* score, int64_t M, int64_t n, int64_t ld, const int32_t* n_valid, int topk,
                       int32_t* idx, int32_t* count, cudaStream_t s);
 
+// out[out_off[m] + j] = rowmap[idx[m, j]] for j < count[m] (idx[M, topk], count[M] from topk_rows).
+cudaError_t map_topk(const int32_t* idx, const int32_t* count, int64_t M, int topk, const int32_t* rowmap,
+                     const int64_t* out_off, int32_t* out, cudaStream_t s);
+
 // ------------------------------------------------------------------------------------------------
 // MoE
 // ------------------------------------------------------------------------------------------------
