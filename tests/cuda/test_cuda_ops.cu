@@ -980,6 +980,341 @@ Result moe_case(int64_t T, int E, int K, int64_t D, int64_t I, bool check, const
 }
 
 // =================================================================================================
+// Decode GEMV on tensor cores (gemv_q, gemv_q_grouped): f32 x, weights in their stored format
+// =================================================================================================
+// A quantized weight on the host, in the device layout. variant 1: fp8 bytes all subnormal (exponent
+// field 0); variant 2: large scales (fp8 2^8..2^10, fp4 e8m0 126..135) that take the two-multiply path.
+struct HostQ {
+  dc::WFmt fmt;
+  int64_t N, K, ldws = 0;
+  std::vector<uint8_t> w, s;
+};
+const char* wfmt_name(dc::WFmt f) { return f == dc::WFmt::BF16 ? "bf16" : f == dc::WFmt::FP8_B128 ? "fp8" : "fp4"; }
+HostQ make_hostq(Rng& r, dc::WFmt fmt, int64_t N, int64_t K, int variant) {
+  HostQ q{fmt, N, K};
+  if (fmt == dc::WFmt::BF16) {
+    auto b = to_bf16(randn(r, N * K, 0.05f));
+    q.w.resize(N * K * 2);
+    memcpy(q.w.data(), b.data(), q.w.size());
+  } else if (fmt == dc::WFmt::FP8_B128) {
+    q.ldws = ((K / 128 + 3) / 4) * 4;
+    q.w.resize(N * K);
+    for (auto& b : q.w) b = variant == 1 ? (uint8_t)(r.next() & 0x87) : rand_e4m3(r);
+    std::vector<float> sc(((N + 127) / 128) * q.ldws, 0.0f);
+    for (auto& v : sc) v = variant == 2 ? std::ldexp(1.0f, r.range(8, 11)) : std::ldexp(1.0f, r.range(-12, -6));
+    q.s.resize(sc.size() * 4);
+    memcpy(q.s.data(), sc.data(), q.s.size());
+  } else {
+    q.w.resize(N * K / 2);
+    q.s.resize(N * K / 32);
+    for (auto& b : q.w) b = (uint8_t)r.next();
+    for (auto& b : q.s) b = variant == 2 ? (uint8_t)r.range(126, 136) : (uint8_t)r.range(118, 124);
+  }
+  return q;
+}
+// Row n of dequant(W), exactly (float products of a small-mantissa value and a power of two).
+void hostq_row(const HostQ& q, int64_t n, float* out) {
+  const int64_t K = q.K;
+  for (int64_t k = 0; k < K; ++k) {
+    if (q.fmt == dc::WFmt::BF16) {
+      bf16 v;
+      memcpy(&v, &q.w[(n * K + k) * 2], 2);
+      out[k] = __bfloat162float(v);
+    } else if (q.fmt == dc::WFmt::FP8_B128) {
+      float sc;
+      memcpy(&sc, &q.s[((n / 128) * q.ldws + k / 128) * 4], 4);
+      out[k] = e4m3_val(q.w[n * K + k]) * sc;
+    } else {
+      const uint8_t b = q.w[n * (K / 2) + k / 2];
+      out[k] = kE2M1[(k & 1) ? b >> 4 : b & 0xF] * e8m0_val(q.s[n * (K / 32) + k / 32]);
+    }
+  }
+}
+// Independent reference: y[n] = Σ_k bf16(x[k]) · W[n, k] in double, for the rows in `rows_n`.
+void gemv_ref_rows(const HostQ& q, const float* x, const std::vector<int64_t>& rows_n, std::vector<double>& y) {
+  std::vector<float> wr(q.K), xb(q.K);
+  for (int64_t k = 0; k < q.K; ++k) xb[k] = bf16r(x[k]);
+  y.assign(rows_n.size(), 0.0);
+  for (size_t i = 0; i < rows_n.size(); ++i) {
+    hostq_row(q, rows_n[i], wr.data());
+    double a = 0;
+    for (int64_t k = 0; k < q.K; ++k) a += (double)xb[k] * wr[k];
+    y[i] = a;
+  }
+}
+struct DevQ {
+  DBuf w, s;
+  dc::WeightRef ref() const { return {fmt, w.p(), s.base ? s.p() : nullptr, ldws}; }
+  dc::WFmt fmt;
+  int64_t ldws;
+};
+DevQ upload_q(const HostQ& q) {
+  DevQ d;
+  d.fmt = q.fmt, d.ldws = q.ldws;
+  d.w = dup(q.w, "w");
+  if (!q.s.empty()) d.s = dup(q.s, "w_scale");
+  return d;
+}
+bool rows_bitwise_equal(const float* a, const float* b, int64_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+
+// Dense: NMSE against the f64 reference, the padding of y untouched, and batch invariance: every row
+// of the M-row launch is bitwise the same as that row launched alone (M = 1).
+Result gemv_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int variant, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const HostQ q = make_hostq(r, fmt, N, K, variant);
+  const int64_t ldx = K + 4, ldy = N + 5;
+  std::vector<float> x = randn(r, M * ldx);
+  if (variant == 1)  // subnormal weights: x = ±1 so that every product is a weight
+    for (auto& v : x) v = v < 0 ? -1.0f : 1.0f;
+  DevQ dq = upload_q(q);
+  DBuf dx = dup(x, "x"), dy = dalloc(M * ldy * 4, "y"), dy1 = dalloc(ldy * 4, "y_alone");
+  poison(dy);
+  CK(dc::gemv_q(dx.as<float>(), M, K, ldx, dq.ref(), N, dy.as<float>(), ldy, 0));
+  auto yg = down<float>(dy, M * ldy);
+  std::vector<int64_t> all(N);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<float> yc(M * N), yr(M * N);
+  bool pad_ok = true, inv_ok = true;
+  std::vector<double> yd;
+  for (int64_t m = 0; m < M; ++m) {
+    gemv_ref_rows(q, x.data() + m * ldx, all, yd);
+    for (int64_t n = 0; n < N; ++n) yc[m * N + n] = yg[m * ldy + n], yr[m * N + n] = (float)yd[n];
+    for (int64_t n = N; n < ldy && m + 1 < M; ++n) {
+      uint32_t u;
+      memcpy(&u, &yg[m * ldy + n], 4);
+      pad_ok &= u == 0xFFFFFFFFu;
+    }
+    poison(dy1);
+    CK(dc::gemv_q(dx.as<float>() + m * ldx, 1, K, ldx, dq.ref(), N, dy1.as<float>(), ldy, 0));
+    auto y1 = down<float>(dy1, N);
+    inv_ok &= rows_bitwise_equal(y1.data(), yg.data() + m * ldy, N);
+  }
+  expect_true(res, pad_ok, "row padding written");
+  expect_true(res, inv_ok, "batch invariance: a row alone differs from the same row in the batch");
+  if (inv_ok) res.detail += "rows alone == in batch (bitwise) ";
+  expect_nmse(res, "y", yc, yr, variant == 1 ? 1e-10 : 1e-6);
+  return res;
+}
+
+// Perf (and a sampled check): the weight is rotated among ⌈256 MB / bytes⌉ copies so that every timed
+// launch reads it from HBM (the H200's L2 is 60 MB).
+Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const int64_t ldws = fmt == dc::WFmt::FP8_B128 ? ((K / 128 + 3) / 4) * 4 : 0;
+  const int64_t wb = fmt == dc::WFmt::BF16 ? N * K * 2 : fmt == dc::WFmt::FP8_B128 ? N * K : N * K / 2;
+  const int64_t sb = fmt == dc::WFmt::FP8_B128 ? ((N + 127) / 128) * ldws * 4 : fmt == dc::WFmt::FP4_B32 ? N * K / 32 : 0;
+  const int64_t wstr = (wb + 255) / 256 * 256, sstr = (sb + 255) / 256 * 256;
+  const int copies = (int)std::min<int64_t>(64, std::max<int64_t>(1, (256ll << 20) / (wb + sb) + 1));
+  DBuf dw = dalloc(copies * wstr, "w_copies");
+  const uint64_t sd = r.next();
+  // finite values only: bf16 bytes in [0x30, 0x40), e4m3 bytes 0..0x7e (no NaN), any e2m1 byte
+  if (fmt == dc::WFmt::BF16) fill_bytes<<<4096, 256>>>(dw.as<uint8_t>(), copies * wstr, sd, 0x30, 16);
+  else if (fmt == dc::WFmt::FP8_B128) fill_bytes<<<4096, 256>>>(dw.as<uint8_t>(), copies * wstr, sd, 0, 0x7f);
+  else fill_bytes<<<4096, 256>>>(dw.as<uint8_t>(), copies * wstr, sd, 0, 0);
+  DBuf ds;
+  if (fmt == dc::WFmt::FP8_B128) {
+    std::vector<float> sc(copies * sstr / 4);
+    for (auto& v : sc) v = std::ldexp(1.0f, r.range(-10, -6));
+    ds = dup(sc, "w_scale_copies");
+  } else if (fmt == dc::WFmt::FP4_B32) {
+    ds = dalloc(copies * sstr, "w_scale_copies");
+    fill_bytes<<<4096, 256>>>(ds.as<uint8_t>(), copies * sstr, sd + 7, 119, 4);
+  }
+  CK(cudaGetLastError());
+  const int64_t ldx = K, ldy = N;
+  std::vector<float> x = randn(r, M * ldx);
+  DBuf dx = dup(x, "x"), dy = dalloc(M * ldy * 4, "y");
+  poison(dy);
+  auto W = [&](int c) {
+    return dc::WeightRef{fmt, dw.as<uint8_t>() + c * wstr, ds.base ? ds.as<uint8_t>() + c * sstr : nullptr, ldws};
+  };
+  CK(dc::gemv_q(dx.as<float>(), M, K, ldx, W(0), N, dy.as<float>(), ldy, 0));
+  // sampled check of copy 0: 64 rows spread over N
+  HostQ q{fmt, N, K, ldws};
+  q.w = down<uint8_t>(dw, wb);
+  if (sb) q.s = down<uint8_t>(ds, sb);
+  auto yg = down<float>(dy, M * ldy);
+  std::vector<int64_t> rows;
+  for (int i = 0; i < 64; ++i) rows.push_back(std::min<int64_t>(N - 1, (N * i) / 64 + i % 7));
+  std::vector<float> yc, yr;
+  std::vector<double> yd;
+  for (int64_t m = 0; m < M; ++m) {
+    gemv_ref_rows(q, x.data() + m * ldx, rows, yd);
+    for (size_t i = 0; i < rows.size(); ++i) yc.push_back(yg[m * ldy + rows[i]]), yr.push_back((float)yd[i]);
+  }
+  expect_nmse(res, "y(64 rows)", yc, yr, 1e-6);
+  int it = 0;
+  res.us = time_us([&] { dc::gemv_q(dx.as<float>(), M, K, ldx, W(it++ % copies), N, dy.as<float>(), ldy, 0); });
+  res.bytes = (double)(wb + sb) + M * K * 4.0 + M * N * 4.0;
+  res.flops = 2.0 * M * N * K;
+  char buf[64];
+  snprintf(buf, sizeof buf, "(%d weight copies rotated) ", copies);
+  res.detail += buf;
+  return res;
+}
+
+// Grouped: random routing with repeats (distinct experts within a token, as moe_route gives); NMSE
+// against the f64 reference; every slot bitwise equal to gemv_q of its row alone with its expert; with
+// swiglu, the fused act bitwise equal to swiglu_clamp applied to the unfused output.
+Result gemv_grouped_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t N, int64_t K, bool per_slot, bool swiglu,
+                         const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const int64_t S = T * topk, I = N / 2;
+  const float lim = 1.0f;
+  std::vector<HostQ> qs;
+  for (int e = 0; e < E; ++e) qs.push_back(make_hostq(r, fmt, N, K, 0));
+  const int64_t wstr = ((int64_t)qs[0].w.size() + 15) / 16 * 16, sstr = ((int64_t)qs[0].s.size() + 15) / 16 * 16;
+  std::vector<uint8_t> wall(E * wstr, 0), sall(E * sstr, 0);
+  for (int e = 0; e < E; ++e) {
+    memcpy(wall.data() + e * wstr, qs[e].w.data(), qs[e].w.size());
+    if (sstr) memcpy(sall.data() + e * sstr, qs[e].s.data(), qs[e].s.size());
+  }
+  std::vector<int32_t> sel(S);
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> ids(E);
+    std::iota(ids.begin(), ids.end(), 0);
+    for (int k = 0; k < topk; ++k) {
+      std::swap(ids[k], ids[k + r.range(0, E - k)]);
+      sel[t * topk + k] = ids[k];
+    }
+  }
+  const int64_t nx = per_slot ? S : T, ldx = K + 4, ldy = N + 4, lda = I + 4;
+  std::vector<float> x = randn(r, nx * ldx);
+  DBuf dw = dup(wall, "w_experts"), ds, dx = dup(x, "x"), dsel = dup(sel, "sel"), dy = dalloc(S * ldy * 4, "y"),
+       dy1 = dalloc(ldy * 4, "y_alone");
+  if (sstr) ds = dup(sall, "s_experts");
+  const dc::WeightRef W{fmt, dw.p(), sstr ? ds.p() : nullptr, qs[0].ldws};
+  auto We = [&](int e) { return dc::WeightRef{fmt, dw.as<uint8_t>() + e * wstr, sstr ? ds.as<uint8_t>() + e * sstr : nullptr, qs[0].ldws}; };
+  poison(dy);
+  CK(dc::gemv_q_grouped(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f,
+                        dy.as<float>(), ldy, 0));
+  auto yg = down<float>(dy, S * ldy);
+  std::vector<int64_t> all(N);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<float> yc, yr;
+  std::vector<double> yd;
+  bool inv_ok = true;
+  for (int64_t j = 0; j < S; ++j) {
+    const int64_t row = per_slot ? j : j / topk;
+    gemv_ref_rows(qs[sel[j]], x.data() + row * ldx, all, yd);
+    for (int64_t n = 0; n < N; ++n) yc.push_back(yg[j * ldy + n]), yr.push_back((float)yd[n]);
+    poison(dy1);
+    CK(dc::gemv_q(dx.as<float>() + row * ldx, 1, K, ldx, We(sel[j]), N, dy1.as<float>(), ldy, 0));
+    auto y1 = down<float>(dy1, N);
+    inv_ok &= rows_bitwise_equal(y1.data(), yg.data() + j * ldy, N);
+  }
+  expect_nmse(res, "y", yc, yr, 1e-6);
+  expect_true(res, inv_ok, "a slot differs from gemv_q of its row alone");
+  if (inv_ok) res.detail += "slots == gemv_q alone (bitwise) ";
+  if (swiglu) {
+    DBuf dgu = dalloc(S * N * 4, "gu"), dref = dalloc(S * I * 4, "act_ref"), dact = dalloc(S * lda * 4, "act");
+    poison(dact);
+    CK(dc::gemv_q_grouped(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f,
+                          dgu.as<float>(), N, 0));
+    CK(dc::swiglu_clamp(dgu.as<float>(), S, I, lim, nullptr, dref.as<float>(), nullptr, 0));
+    CK(dc::gemv_q_grouped(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, true, lim,
+                          dact.as<float>(), lda, 0));
+    auto ar = down<float>(dref, S * I), ag = down<float>(dact, S * lda);
+    bool eq = true, pad_ok = true;
+    int64_t clamped = 0;
+    auto gu = down<float>(dgu, S * N);
+    for (int64_t j = 0; j < S; ++j) {
+      eq &= rows_bitwise_equal(ar.data() + j * I, ag.data() + j * lda, I);
+      for (int64_t c = I; c < lda && j + 1 < S; ++c) {
+        uint32_t u;
+        memcpy(&u, &ag[j * lda + c], 4);
+        pad_ok &= u == 0xFFFFFFFFu;
+      }
+      for (int64_t c = 0; c < N; ++c) clamped += std::fabs(gu[j * N + c]) > lim;
+    }
+    expect_true(res, eq, "fused swiglu != swiglu_clamp(gu)");
+    expect_true(res, pad_ok, "act row padding written");
+    expect_true(res, clamped > 0, "no value reached the clamp (test too weak)");
+    if (eq) res.detail += "fused swiglu == swiglu_clamp (bitwise) ";
+  }
+  return res;
+}
+
+// Grouped perf. routed: E = 256 experts (one copy: 2.2 GB / 1.1 GB), 16 routing sets rotated, bytes =
+// the distinct experts each set reads. wo_a: E = 8 groups, sel[t, g] = g, x per slot; the 8 groups'
+// weight (32 MB) rotated among copies. The swiglu case times the fused w13.
+Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t N, int64_t K, bool per_slot,
+                              bool swiglu, bool identity_sel, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const int64_t S = T * topk;
+  const int64_t ldws = fmt == dc::WFmt::FP8_B128 ? ((K / 128 + 3) / 4) * 4 : 0;
+  const int64_t wb = fmt == dc::WFmt::BF16 ? N * K * 2 : fmt == dc::WFmt::FP8_B128 ? N * K : N * K / 2;
+  const int64_t sb = fmt == dc::WFmt::FP8_B128 ? ((N + 127) / 128) * ldws * 4 : fmt == dc::WFmt::FP4_B32 ? N * K / 32 : 0;
+  const int64_t wstr = (wb + 255) / 256 * 256, sstr = (sb + 255) / 256 * 256;
+  const int copies = (int)std::min<int64_t>(64, std::max<int64_t>(1, (256ll << 20) / (E * (wb + sb)) + 1));
+  DBuf dw = dalloc(copies * E * wstr, "w_experts"), ds;
+  const uint64_t sd = r.next();
+  fill_bytes<<<4096, 256>>>(dw.as<uint8_t>(), copies * E * wstr, sd, 0, fmt == dc::WFmt::FP8_B128 ? 0x7f : 0);
+  if (fmt == dc::WFmt::FP8_B128) {
+    std::vector<float> sc(copies * E * sstr / 4);
+    for (auto& v : sc) v = std::ldexp(1.0f, r.range(-10, -6));
+    ds = dup(sc, "s_experts");
+  } else if (fmt == dc::WFmt::FP4_B32) {
+    ds = dalloc(copies * E * sstr, "s_experts");
+    fill_bytes<<<4096, 256>>>(ds.as<uint8_t>(), copies * E * sstr, sd + 3, 119, 4);
+  }
+  CK(cudaGetLastError());
+  const int nsets = identity_sel ? 1 : 16;
+  std::vector<int32_t> sel(nsets * S);
+  double distinct = 0;
+  for (int st = 0; st < nsets; ++st) {
+    std::vector<char> hit(E, 0);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<int32_t> ids(E);
+      std::iota(ids.begin(), ids.end(), 0);
+      for (int k = 0; k < topk; ++k) {
+        if (!identity_sel) std::swap(ids[k], ids[k + r.range(0, E - k)]);
+        sel[st * S + t * topk + k] = ids[k];
+        hit[ids[k]] = 1;
+      }
+    }
+    distinct += std::count(hit.begin(), hit.end(), 1);
+  }
+  distinct /= nsets;
+  const int64_t nx = per_slot ? S : T, I = N / 2, ncol = swiglu ? I : N;
+  std::vector<float> x = randn(r, nx * K);
+  DBuf dx = dup(x, "x"), dsel = dup(sel, "sel_sets"), dy = dalloc(S * ncol * 4, "y"), dgu = dalloc(N * 4, "gu_alone"),
+       da1 = dalloc(I * 4, "act_alone");
+  auto W = [&](int c) { return dc::WeightRef{fmt, dw.as<uint8_t>() + c * E * wstr, ds.base ? ds.as<uint8_t>() + c * E * sstr : nullptr, ldws}; };
+  auto launch = [&](int c, int st) {
+    return dc::gemv_q_grouped(dx.as<float>(), K, per_slot, dsel.as<int32_t>() + st * S, T, topk, K, W(c), wstr, sstr,
+                              N, swiglu, 10.0f, dy.as<float>(), ncol, 0);
+  };
+  poison(dy);
+  CK(launch(0, 0));
+  // slot 0 of set 0 against gemv_q of its row alone (+ swiglu_clamp), bitwise
+  const int e0 = sel[0];
+  const dc::WeightRef We0{fmt, dw.as<uint8_t>() + e0 * wstr, ds.base ? ds.as<uint8_t>() + e0 * sstr : nullptr, ldws};
+  CK(dc::gemv_q(dx.as<float>(), 1, K, K, We0, N, dgu.as<float>(), N, 0));
+  if (swiglu) CK(dc::swiglu_clamp(dgu.as<float>(), 1, I, 10.0f, nullptr, da1.as<float>(), nullptr, 0));
+  auto yg = down<float>(dy, ncol);
+  auto y1 = down<float>(swiglu ? da1 : dgu, ncol);
+  bool finite = true;
+  for (float v : yg) finite &= std::isfinite(v);
+  expect_true(res, finite && rows_bitwise_equal(yg.data(), y1.data(), ncol), "slot 0 != gemv_q alone");
+  int it = 0;
+  res.us = time_us([&] {
+    const int i = it++;
+    launch(i % copies, i % nsets);
+  });
+  res.bytes = distinct * (wb + sb) + nx * K * 4.0 + S * ncol * 4.0;
+  res.flops = 2.0 * S * N * K;
+  char buf[96];
+  snprintf(buf, sizeof buf, "(%.1f distinct experts a launch, %d copies, %d routing sets) ", distinct, copies, nsets);
+  res.detail += buf;
+  return res;
+}
+
+// =================================================================================================
 // Sampler
 // =================================================================================================
 int host_sample(const float* row, int64_t V, float T, int tk, float tp, uint64_t seed, uint64_t ctr, std::vector<int>* order_out) {
@@ -1159,6 +1494,65 @@ void register_cases() {
     for (int64_t T : {1, 64, 1024}) {
       auto n = nm("moe_ffn fp4 T=%ld E=256 K=6 D=4096 I=2048 (perf only)", T);
       add(n, [=] { return moe_case(T, 256, 6, 4096, 2048, false, n); });
+    }
+  }
+  // gemv_q / gemv_q_grouped (decode GEMV on tensor cores, f32 x)
+  {
+    using F = dc::WFmt;
+    struct GQ { F f; int64_t M, N, K; int variant; const char* what; };
+    const GQ gq[] = {{F::BF16, 1, 1000, 4096, 0, ""},
+                     {F::BF16, 3, 520, 1032, 0, " (K%32!=0: partial chunk)"},
+                     {F::BF16, 8, 264, 16384, 0, " (cluster split-K)"},
+                     {F::BF16, 13, 97, 256, 0, " (M>8: launches of 8; odd N)"},
+                     {F::FP8_B128, 1, 1024, 4096, 0, ""},
+                     {F::FP8_B128, 3, 1000, 1152, 0, " (ragged scale grid)"},
+                     {F::FP8_B128, 8, 520, 16384, 0, " (cluster split-K)"},
+                     {F::FP8_B128, 5, 44, 128, 0, " (tiny)"},
+                     {F::FP8_B128, 2, 264, 512, 1, " subnormal e4m3 (exact dequant)"},
+                     {F::FP8_B128, 7, 136, 256, 2, " scales 2^8..2^10 (two-step scale)"},
+                     {F::FP4_B32, 1, 4096, 4096, 0, ""},
+                     {F::FP4_B32, 3, 1000, 2080, 0, " (K%128!=0)"},
+                     {F::FP4_B32, 8, 512, 16384, 0, " (cluster split-K)"},
+                     {F::FP4_B32, 2, 24, 32, 0, " (tiny)"},
+                     {F::FP4_B32, 4, 128, 1024, 2, " e8m0 126..135 (two-step scale)"}};
+    for (auto c : gq) {
+      auto n = nm("gemv_q %s M=%ld N=%ld K=%ld%s", wfmt_name(c.f), c.M, c.N, c.K, c.what);
+      add(n, [=] { return gemv_case(c.f, c.M, c.N, c.K, c.variant, n); });
+    }
+    struct GG { F f; int64_t T; int topk, E; int64_t N, K; bool per_slot, swiglu; const char* what; };
+    const GG gg[] = {{F::FP4_B32, 3, 6, 16, 256, 512, false, false, "x[t] (w13 mode)"},
+                     {F::FP4_B32, 5, 6, 8, 512, 1024, true, false, "x[slot] (w2 mode)"},
+                     {F::FP4_B32, 12, 3, 4, 96, 256, true, false, "x[slot], experts repeated > 8 times"},
+                     {F::FP4_B32, 4, 6, 16, 512, 1024, false, true, "x[t], fused swiglu"},
+                     {F::FP8_B128, 4, 8, 8, 1024, 4096, true, false, "x[slot] (wo_a as 8 groups)"},
+                     {F::BF16, 2, 2, 3, 264, 520, false, false, "x[t]"}};
+    for (auto c : gg) {
+      auto n = nm("gemv_q_grouped %s T=%ld topk=%d E=%d N=%ld K=%ld %s", wfmt_name(c.f), c.T, c.topk, c.E, c.N, c.K, c.what);
+      add(n, [=] { return gemv_grouped_case(c.f, c.T, c.topk, c.E, c.N, c.K, c.per_slot, c.swiglu, n); });
+    }
+    if (g_perf) {
+      struct GP { F f; int64_t N, K; const char* what; };
+      const GP gp[] = {{F::FP8_B128, ql, D, "wq_a"}, {F::FP8_B128, H * d, ql, "wq_b"}, {F::FP8_B128, d, D, "wkv"},
+                       {F::FP8_B128, ol, H * d / G, "wo_a one group"}, {F::FP8_B128, D, G * ol, "wo_b"},
+                       {F::BF16, 2 * d, D, "compressor wkv/wgate"}, {F::BF16, 256, D, "router gate"},
+                       {F::FP8_B128, 2 * I, D, "shared w13"}, {F::FP8_B128, D, I, "shared w2"},
+                       {F::FP4_B32, 2 * I, D, "routed w13, one expert"}, {F::FP4_B32, D, I, "routed w2, one expert"},
+                       {F::BF16, Vv, D, "head"}};
+      for (auto c : gp)
+        for (int64_t M : {1, 4, 8}) {
+          auto n = nm("gemv_q perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
+          add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, n); });
+        }
+      for (int64_t T : {1, 4, 8}) {
+        auto n = nm("gemv_q_grouped perf fp8 T=%ld x 8 groups N=%ld K=%ld (wo_a, sel=0..7)", T, ol, H * d / G);
+        add(n, [=] { return gemv_grouped_perf_case(F::FP8_B128, T, 8, 8, ol, H * d / G, true, false, true, n); });
+      }
+      for (int64_t T : {1, 8}) {
+        auto n = nm("gemv_q_grouped perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w13 + fused swiglu)", T, T * 6, 2 * I, D);
+        add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, 2 * I, D, false, true, false, n); });
+        n = nm("gemv_q_grouped perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w2)", T, T * 6, D, I);
+        add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, D, I, true, false, false, n); });
+      }
     }
   }
   add("sample B=64 V=129280", [] { return sample_case(64, 129280, "sm1"); });

@@ -60,6 +60,14 @@ __device__ __forceinline__ float e8m0_to_f32(uint8_t b) {
   return __int_as_float((int)b << 23);
 }
 
+// Clamped SwiGLU of one element: silu(min(g, lim)) · clamp(u, ±lim) · s. The one definition used by
+// swiglu_clamp and by gemv_q_grouped's fused epilogue, so both give the same bits.
+__device__ __forceinline__ float swiglu_clamp_one(float g, float u, float lim, float s) {
+  const float a = fminf(g, lim);
+  const float v = fminf(fmaxf(u, -lim), lim);
+  return (a / (1.0f + expf(-a))) * v * s;
+}
+
 // Float → unsigned key whose unsigned order is the float order (NaN sorts high; callers avoid NaN).
 // −0 and +0 get one key: they compare equal, so a tie between them goes to the lower index as on the CPU.
 __device__ __forceinline__ uint32_t f32_order_key(float f) {

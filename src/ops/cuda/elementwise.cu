@@ -113,9 +113,7 @@ __global__ void swiglu_kernel(const float* __restrict__ gu, int64_t M, int64_t I
   float o[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const float a = fminf(gi[k], lim);
-    const float v = fminf(fmaxf(ui[k], -lim), lim);
-    o[k] = (a / (1.0f + expf(-a))) * v * s;
+    o[k] = detail::swiglu_clamp_one(gi[k], ui[k], lim, s);
   }
   if (act) *reinterpret_cast<float4*>(act + t) = make_float4(o[0], o[1], o[2], o[3]);
   if (ab) {

@@ -1,0 +1,500 @@
+// Decode-time GEMV (M ≤ 8 rows) on tensor cores, weights read once in their stored format
+// (bf16 / e4m3 with 128×128 f32 block scales / e2m1 with 1×32 e8m0 scales), f32 activations rounded to
+// bf16 on the way into shared memory. Design notes and predictions: docs/cuda-notes.md, "GEMV v3".
+//
+// Shape of the work: y[m, n] = Σ_k bf16(x[m, k]) · W[n, k] is an [N, K] × [K, ≤ 8] product, i.e. one
+// mma.sync.m16n8k16 per 16 weight rows × 16 k with the batch as the n8 side. CUDA-core FMAs could not
+// keep up at M = 8 (fp4 at 4.27 TB/s is 8.5·10¹² weights/s × 8 rows = 2× the f32 FMA rate); the tensor
+// core takes the multiply-adds and the CUDA cores only dequantize.
+//
+// * Block = 8 warps, 32 weight rows (two 16-row tiles); the 8 warps split the block's K-slice in
+//   interleaved chunks (a chunk = one 16-byte load per thread per row: 32 / 64 / 128 k for bf16 / fp8 /
+//   fp4); each thread keeps 2 tiles × 2 chunks × 2 rows = 8 16-byte loads in flight.
+// * Lane (g, t) = (lane / 4, lane % 4) loads rows g and g + 8 of a tile. The k order inside one MMA is a
+//   free choice as long as A and B agree, so each thread's 16 loaded bytes map to whole MMA fragments
+//   without shuffles, and x is stored in shared memory in exactly the order the B fragments want
+//   (one conflict-free 16-byte shared load gives two MMAs' B).
+// * Dequantization is exact (bit placement + one bf16x2 multiply by a power of two):
+//   e4m3 byte → bf16 bits (s, eeee, mmm0000) = value·2^-120, × bf16(2^120·scale);
+//   e2m1 nibble → bf16 bits (s, 0…0ee, m000000) = value·2^-126, × 2^(e8m0 − 1).
+// * x staging: the block's K-slice of its ≤ 8 rows, f32 → bf16 once per block; blocks loop over row
+//   groups so the fill is amortized for large N.
+// * Split-K over a thread-block cluster (CS ≤ 8 blocks along K) when N alone gives too few blocks;
+//   partial sums are combined in a fixed order (warps 0..7, then cluster ranks 0..CS-1 through
+//   distributed shared memory). CS and the chunking depend only on (format, N, K).
+//
+// Batch invariance: the summation order of every output depends only on (format, N, K): the MMA's
+// column j depends only on B column j (row j of x), rows ≥ M are zero columns, and nothing in the
+// schedule depends on M (or, grouped, on how many slots share an expert). So a row's result is bitwise
+// the same for M = 1 and M = 8, and a routed slot's result is bitwise gemv_q of its row alone.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/cuda_ops.h"
+
+namespace deepinfer::cuda {
+namespace {
+namespace cg = cooperative_groups;
+using detail::cdiv;
+
+constexpr int GQ_WARPS = 8, GQ_NT = GQ_WARPS * 32;
+constexpr int GQ_RT = 2;  // 16-row tiles per block
+constexpr int GQ_U = 2;   // chunks per warp per batch
+constexpr int GQ_KSLICE = 4096;  // max k per block (x staging ≤ 8 rows × 4096 × 2 B = 64 KiB)
+constexpr int GQ_RED = GQ_RT * 128;  // outputs of a block's row group (RT tiles × 16 rows × 8 cols)
+
+template <WFmt WF>
+struct GqFmt {
+  static constexpr int VPT = WF == WFmt::BF16 ? 8 : WF == WFmt::FP8_B128 ? 16 : 32;  // values a 16-byte load
+  static constexpr int NQ = VPT / 8;  // 16-byte x units a thread reads per chunk (8 bf16 each)
+  static constexpr int CK = 4 * VPT;  // k a warp covers per chunk
+};
+
+struct GqParams {
+  const float* x;
+  int64_t ldx;
+  const uint8_t* w;
+  const uint8_t* ws;
+  int64_t ldws, w_stride, s_stride;
+  int64_t N, K;
+  float* y;
+  int64_t ldy;
+  int M;                  // dense: rows of x / y (≤ 8)
+  const int32_t* sel;     // grouped: sel[slots]
+  int slots, topk, x_per_slot;
+  int fuse;               // grouped w13: y = swiglu(gate, up)[slot, I]
+  int64_t I;
+  float lim;
+  int kslice, row_groups, mmr;  // k per cluster rank; row groups; rows allocated in the x staging
+};
+
+__device__ __forceinline__ uint32_t u4get(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t bmul2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+// bf16 bits of 2^e, e ∈ [−126, 127], in both halves.
+__device__ __forceinline__ uint32_t pow2_bf16x2(int e) {
+  const uint32_t h = (uint32_t)(e + 127) << 7;
+  return h | (h << 16);
+}
+// Four e4m3 bytes b0..b3 → bf16x2 {b0, b1} and {b2, b3}, each value·2^-120 (exact, subnormals included).
+__device__ __forceinline__ void e4m3x4_raw(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  const uint32_t p = __byte_perm(w, 0u, 0x1404), q = __byte_perm(w, 0u, 0x3424);  // bytes at bits 8, 24
+  lo = (p & 0x80008000u) | ((p >> 4) & 0x07F007F0u);
+  hi = (q & 0x80008000u) | ((q >> 4) & 0x07F007F0u);
+}
+// Eight e2m1 nibbles n0..n7 (n0 = low nibble of byte 0) → bf16x2 {n0, n4}, {n1, n5}, {n2, n6}, {n3, n7},
+// each value·2^-126: the nibble's bits 0..2 go to bf16 bits 6..8, bit 3 (sign) to bit 15 (one multiply
+// places both copies; the mask keeps the wanted bits).
+__device__ __forceinline__ void e2m1x8_raw(uint32_t w, uint32_t (&r)[4]) {
+  const uint32_t w2 = w >> 8;
+  r[0] = ((w & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
+  r[1] = ((w & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
+  r[2] = ((w2 & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
+  r[3] = ((w2 & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
+}
+
+// One 16-row tile × one chunk: rows g (w0) and g + 8 (w1), 16 e4m3 each → 4 MMAs. B of MMA i: the
+// (i % 2) half of x unit i / 2.
+template <bool BIG>
+__device__ __forceinline__ void fp8_mma(float (&acc)[4], const uint4& w0, const uint4& w1, const uint4 (&X)[2],
+                                        uint32_t c1, uint32_t c2) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint32_t a0, a2, a1, a3;
+    e4m3x4_raw(u4get(w0, i), a0, a2);
+    e4m3x4_raw(u4get(w1, i), a1, a3);
+    a0 = bmul2(a0, c1), a1 = bmul2(a1, c1), a2 = bmul2(a2, c1), a3 = bmul2(a3, c1);
+    if (BIG) a0 = bmul2(a0, c2), a1 = bmul2(a1, c2), a2 = bmul2(a2, c2), a3 = bmul2(a3, c2);
+    mma16816(acc, a0, a1, a2, a3, u4get(X[i / 2], 2 * (i % 2)), u4get(X[i / 2], 2 * (i % 2) + 1));
+  }
+}
+// Rows g (w0, scale factors c0·c0b) and g + 8 (w1, c1·c1b), 32 e2m1 each → 8 MMAs; word i gives MMAs
+// {n0,n4 | n1,n5} and {n2,n6 | n3,n7} with x unit i stored in the same order.
+template <bool BIG>
+__device__ __forceinline__ void fp4_mma(float (&acc)[4], const uint4& w0, const uint4& w1, const uint4 (&X)[4],
+                                        uint32_t c0, uint32_t c1, uint32_t c0b, uint32_t c1b) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint32_t r0[4], r1[4];
+    e2m1x8_raw(u4get(w0, i), r0);
+    e2m1x8_raw(u4get(w1, i), r1);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) r0[j] = bmul2(r0[j], c0), r1[j] = bmul2(r1[j], c1);
+    if (BIG) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) r0[j] = bmul2(r0[j], c0b), r1[j] = bmul2(r1[j], c1b);
+    }
+    mma16816(acc, r0[0], r1[0], r0[1], r1[1], X[i].x, X[i].y);
+    mma16816(acc, r0[2], r1[2], r0[3], r1[3], X[i].z, X[i].w);
+  }
+}
+
+template <WFmt WF>
+__device__ __forceinline__ const uint8_t* wrow_ptr(const uint8_t* w, int64_t n, int64_t K, int64_t k) {
+  if constexpr (WF == WFmt::BF16) return w + (n * K + k) * 2;
+  else if constexpr (WF == WFmt::FP8_B128) return w + n * K + k;
+  else return w + n * (K / 2) + k / 2;
+}
+
+// x rows → shared memory, bf16, in B-fragment order: unit (16 bytes) ((c·NQ + q)·mmr + m)·4 + t holds
+// the 8 values of row m that thread t of chunk c reads as its q-th unit (FP4: order 0,4,1,5,2,6,3,7).
+template <WFmt WF>
+__device__ __forceinline__ void fill_x(uint4* xs, const float* __restrict__ x, const int64_t* xoff, int rows, int mmr,
+                                       int64_t kbase, int kpad, int64_t K) {
+  constexpr int NQ = GqFmt<WF>::NQ;
+  const int units = kpad / 8;
+  for (int m = 0; m < rows; ++m) {
+    const float* xr = x + xoff[m];
+    for (int u = threadIdx.x; u < units; u += GQ_NT) {
+      const int64_t k = kbase + (int64_t)u * 8;
+      float v[8];
+      if (k < K) {
+        const float4 a = *reinterpret_cast<const float4*>(xr + k), b = *reinterpret_cast<const float4*>(xr + k + 4);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+      }
+      uint4 o;
+      if constexpr (WF == WFmt::FP4_B32) {
+        o = make_uint4(pack_bf16(v[0], v[4]), pack_bf16(v[1], v[5]), pack_bf16(v[2], v[6]), pack_bf16(v[3], v[7]));
+      } else {
+        o = make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]), pack_bf16(v[6], v[7]));
+      }
+      const int c = u / (4 * NQ), rem = u % (4 * NQ), t = rem / NQ, q = rem % NQ;  // powers of two
+      xs[((c * NQ + q) * mmr + m) * 4 + t] = o;
+    }
+  }
+}
+
+template <WFmt WF, bool GROUPED>
+// 3 blocks an SM (≤ 80 registers); fp4's dequantization needs more registers than that (it spilled 24
+// bytes at 80), so it runs 2 blocks an SM.
+__global__ void __launch_bounds__(GQ_NT, WF == WFmt::FP4_B32 ? 2 : 3) gemv_q_kernel(const GqParams p) {
+  constexpr int VPT = GqFmt<WF>::VPT, NQ = GqFmt<WF>::NQ, CK = GqFmt<WF>::CK;
+  extern __shared__ uint4 gq_smem[];
+  __shared__ int64_t s_xoff[8], s_yoff[8];
+  __shared__ int s_rows;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = (int)cluster.block_rank(), CS = (int)cluster.num_blocks();
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+
+  const uint8_t* wb = p.w;
+  const uint8_t* sb = p.ws;
+  if constexpr (GROUPED) {
+    // Slot s's expert e. The first slot of each run of ≤ 8 occurrences of e (slot order) computes them
+    // all as one M ≤ 8 GEMV (the weight is read once); the other slots' blocks leave. The cluster shares
+    // blockIdx.z, so it leaves as a whole.
+    const int s = blockIdx.z, e = p.sel[s];
+    int before = 0;
+    for (int j = 0; j < s; ++j) before += p.sel[j] == e;
+    if (before % 8) return;
+    if (tid == 0) {
+      int r = 0;
+      for (int j = s; j < p.slots && r < 8; ++j)
+        if (p.sel[j] == e) {
+          s_xoff[r] = (int64_t)(p.x_per_slot ? j : j / p.topk) * p.ldx;
+          s_yoff[r] = (int64_t)j * p.ldy;
+          ++r;
+        }
+      s_rows = r;
+    }
+    wb += (int64_t)e * p.w_stride;
+    if (sb) sb += (int64_t)e * p.s_stride;
+  } else {
+    if (tid < 8) s_xoff[tid] = tid * p.ldx, s_yoff[tid] = tid * p.ldy;
+    if (tid == 0) s_rows = p.M;
+  }
+
+  const int64_t K = p.K, N = p.N;
+  const int64_t kbase = (int64_t)rank * p.kslice;
+  const int klen = (int)max((int64_t)0, min((int64_t)p.kslice, K - kbase));
+  const int nch = (klen + CK - 1) / CK;
+  auto tile_row = [&](int rg, int rt) -> int64_t {
+    return p.fuse ? rt * p.I + (int64_t)rg * 16 : (int64_t)rg * (16 * GQ_RT) + rt * 16;
+  };
+
+  // Start the first batch's weight lines towards L2 while x is staged.
+  if (blockIdx.x < (unsigned)p.row_groups) {
+#pragma unroll
+    for (int u = 0; u < GQ_U; ++u) {
+      const int c = warp + GQ_WARPS * u;
+      const int64_t kk = kbase + (int64_t)c * CK + t * VPT;
+      if (c < nch && kk < K)
+#pragma unroll
+        for (int rt = 0; rt < GQ_RT; ++rt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int64_t n = tile_row(blockIdx.x, rt) + g + 8 * h;
+            if (n < N) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(wrow_ptr<WF>(wb, n, K, kk)));
+          }
+    }
+  }
+  __syncthreads();
+  const int rows = s_rows, mmr = p.mmr;
+  uint4* xs = gq_smem;
+  float* red = reinterpret_cast<float*>(gq_smem + (size_t)(p.kslice / 8) * mmr);  // [warps][RED]
+  float* part = red + GQ_WARPS * GQ_RED;                                            // [RED] block sum
+  float* fin = part + GQ_RED;                                                       // [RED] cluster sum
+  fill_x<WF>(xs, p.x, s_xoff, rows, mmr, kbase, nch * CK, K);
+  __syncthreads();
+
+  for (int rg = blockIdx.x; rg < p.row_groups; rg += gridDim.x) {
+    float acc[GQ_RT][4];
+#pragma unroll
+    for (int rt = 0; rt < GQ_RT; ++rt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[rt][r] = 0.0f;
+    int64_t trow[GQ_RT];
+#pragma unroll
+    for (int rt = 0; rt < GQ_RT; ++rt) trow[rt] = tile_row(rg, rt);
+
+    for (int c0 = warp; c0 < nch; c0 += GQ_WARPS * GQ_U) {
+      uint4 wv[GQ_U][GQ_RT][2];
+      uint32_t sc[GQ_U][GQ_RT][2];  // FP8: f32 bits of the tile's block scale; FP4: e8m0 byte per row
+#pragma unroll
+      for (int u = 0; u < GQ_U; ++u) {
+        const int c = c0 + GQ_WARPS * u;
+        const int64_t kk = kbase + (int64_t)c * CK + t * VPT;
+        const bool ok = c < nch && kk < K;
+#pragma unroll
+        for (int rt = 0; rt < GQ_RT; ++rt) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int64_t n = trow[rt] + g + 8 * h;
+            wv[u][rt][h] = (ok && n < N) ? ld_stream(wrow_ptr<WF>(wb, n, K, kk)) : make_uint4(0, 0, 0, 0);
+            if constexpr (WF == WFmt::FP4_B32) sc[u][rt][h] = (ok && n < N) ? __ldg(sb + n * (K / 32) + kk / 32) : 127u;
+          }
+          if constexpr (WF == WFmt::FP8_B128) {
+            const int64_t kc = kbase + (int64_t)c * CK;  // chunk start: one 128-k scale block
+            sc[u][rt][0] = c < nch ? __float_as_uint(__ldg(reinterpret_cast<const float*>(sb) +
+                                                           (trow[rt] / 128) * p.ldws + kc / 128))
+                                   : 0u;
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < GQ_U; ++u) {
+        const int c = c0 + GQ_WARPS * u;
+        if (c >= nch) break;  // warp-uniform
+        uint4 X[NQ];
+#pragma unroll
+        for (int q = 0; q < NQ; ++q) X[q] = g < rows ? xs[((c * NQ + q) * mmr + g) * 4 + t] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int rt = 0; rt < GQ_RT; ++rt) {
+          const uint4& w0 = wv[u][rt][0];
+          const uint4& w1 = wv[u][rt][1];
+          if constexpr (WF == WFmt::BF16) {
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+              mma16816(acc[rt], u4get(w0, 2 * i), u4get(w1, 2 * i), u4get(w0, 2 * i + 1), u4get(w1, 2 * i + 1),
+                       u4get(X[0], 2 * i), u4get(X[0], 2 * i + 1));
+          } else if constexpr (WF == WFmt::FP8_B128) {
+            // value·2^-120 × 2^120·s; split in two multiplies when 2^120·s would overflow bf16 (s > 2^7).
+            // The branch is warp-uniform (one scale a tile and chunk).
+            const float s = __uint_as_float(sc[u][rt][0]);
+            if (s <= 128.0f)
+              fp8_mma<false>(acc[rt], w0, w1, X, pack_bf16(s * 0x1p120f, s * 0x1p120f), 0u);
+            else
+              fp8_mma<true>(acc[rt], w0, w1, X, pow2_bf16x2(60), pack_bf16(s * 0x1p60f, s * 0x1p60f));
+          } else {
+            // value·2^-126 × 2^(b−1); b > 128 (scale > 2) needs a second factor: 2^127 · 2^(b−128)
+            // (mma.sync needs the whole warp on one path: the branch is taken by all lanes if by any)
+            const int e0 = (int)sc[u][rt][0] - 1, e1 = (int)sc[u][rt][1] - 1;
+            if (!__any_sync(0xffffffffu, max(e0, e1) > 127))
+              fp4_mma<false>(acc[rt], w0, w1, X, pow2_bf16x2(e0), pow2_bf16x2(e1), 0u, 0u);
+            else
+              fp4_mma<true>(acc[rt], w0, w1, X, pow2_bf16x2(min(e0, 127)), pow2_bf16x2(min(e1, 127)),
+                            pow2_bf16x2(max(e0 - 127, 0)), pow2_bf16x2(max(e1 - 127, 0)));
+          }
+        }
+      }
+    }
+
+    // Fixed-order reduction: warps 0..7 in this block, then cluster ranks 0..CS-1 on rank 0.
+#pragma unroll
+    for (int rt = 0; rt < GQ_RT; ++rt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) red[warp * GQ_RED + (rt * 4 + r) * 32 + lane] = acc[rt][r];
+    __syncthreads();
+    if (tid < GQ_RED) {
+      float v = red[tid];
+#pragma unroll
+      for (int w = 1; w < GQ_WARPS; ++w) v += red[w * GQ_RED + tid];
+      part[tid] = v;
+    }
+    if (CS > 1) {
+      cluster.sync();
+      if (rank == 0 && tid < GQ_RED) {
+        float v = part[tid];
+        for (int r = 1; r < CS; ++r) v += cluster.map_shared_rank(part, r)[tid];
+        fin[tid] = v;
+      }
+      cluster.sync();
+    } else {
+      if (tid < GQ_RED) fin[tid] = part[tid];
+      __syncthreads();
+    }
+    if (rank == 0) {
+      // element tid of the [RT][4][32] fragment image: lane (gg, tt), register r → row gg + 8·(r / 2),
+      // column (x row) 2·tt + r % 2
+      if (!p.fuse) {
+        if (tid < GQ_RED) {
+          const int rt = tid / 128, r = (tid / 32) % 4, ln = tid % 32;
+          const int row = (ln >> 2) + 8 * (r >> 1), col = 2 * (ln & 3) + (r & 1);
+          const int64_t n = tile_row(rg, rt) + row;  // (not trow[rt]: a run-time index would go to local memory)
+          if (col < rows && n < N) p.y[s_yoff[col] + n] = fin[tid];
+        }
+      } else if (tid < 128) {  // tile 0 = gate rows, tile 1 = the matching up rows
+        const int r = tid / 32, ln = tid % 32;
+        const int row = (ln >> 2) + 8 * (r >> 1), col = 2 * (ln & 3) + (r & 1);
+        const int64_t i = (int64_t)rg * 16 + row;
+        if (col < rows && i < p.I) p.y[s_yoff[col] + i] = detail::swiglu_clamp_one(fin[tid], fin[128 + tid], p.lim, 1.0f);
+      }
+    }
+  }
+}
+
+int gq_sms() {
+  static int sms = 0;
+  if (!sms) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      sms = 132;
+  }
+  return sms;
+}
+
+constexpr size_t gq_smem_bytes(int kslice, int mmr) {
+  return (size_t)kslice * 2 * mmr + (size_t)(GQ_WARPS + 2) * GQ_RED * sizeof(float);
+}
+
+// The schedule of a (format, N, K): cluster size and K-slice. Depends on nothing else (batch invariance).
+struct GqPlan {
+  int cs, kslice, row_groups;
+};
+template <WFmt WF>
+GqPlan gq_plan(int64_t row_groups, int64_t K) {
+  constexpr int CK = GqFmt<WF>::CK;
+  int cs = 1;
+  while ((int64_t)cs * GQ_KSLICE < K) cs *= 2;
+  // more blocks for small N: split K further while every warp keeps ≥ one batch (2 chunks)
+  while (cs < 8 && row_groups * cs < 2 * (int64_t)gq_sms() && cdiv(cdiv(K, 2 * cs), CK) >= 2 * GQ_WARPS) cs *= 2;
+  const int kslice = (int)(cdiv(cdiv(K, cs), CK) * CK);
+  return {cs, kslice, (int)row_groups};
+}
+
+template <WFmt WF, bool GROUPED>
+cudaError_t gq_launch(GqParams p, int64_t z, cudaStream_t s) {
+  const GqPlan pl = gq_plan<WF>(p.row_groups, p.K);
+  p.kslice = pl.kslice;
+  const size_t smem = gq_smem_bytes(pl.kslice, p.mmr);
+  static bool configured = false;
+  if (!configured) {
+    const cudaError_t e = cudaFuncSetAttribute(gemv_q_kernel<WF, GROUPED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)gq_smem_bytes(GQ_KSLICE, 8));
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  // up to 4 waves of 3 blocks an SM; beyond that blocks loop over row groups (x staged once a block)
+  const int64_t waves = std::max<int64_t>(1, 4 * 3 * (int64_t)gq_sms() / (pl.cs * z));
+  const unsigned gx = (unsigned)std::min<int64_t>(p.row_groups, waves);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(gx, (unsigned)pl.cs, (unsigned)z);
+  cfg.blockDim = dim3(GQ_NT, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = 1;
+  at[0].val.clusterDim.y = (unsigned)pl.cs;
+  at[0].val.clusterDim.z = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, gemv_q_kernel<WF, GROUPED>, p);
+}
+
+bool gq_k_ok(WFmt f, int64_t K) {
+  const int64_t q = f == WFmt::BF16 ? 8 : f == WFmt::FP8_B128 ? 128 : 32;
+  return K > 0 && K % q == 0 && K <= 8 * (int64_t)GQ_KSLICE;
+}
+
+template <bool GROUPED>
+cudaError_t gq_dispatch(WFmt f, const GqParams& p, int64_t z, cudaStream_t s) {
+  switch (f) {
+    case WFmt::BF16: return gq_launch<WFmt::BF16, GROUPED>(p, z, s);
+    case WFmt::FP8_B128: return gq_launch<WFmt::FP8_B128, GROUPED>(p, z, s);
+    default: return gq_launch<WFmt::FP4_B32, GROUPED>(p, z, s);
+  }
+}
+
+}  // namespace
+
+cudaError_t gemv_q(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
+                   cudaStream_t s) {
+  if (!gq_k_ok(W.fmt, K) || ldx % 4 || reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(W.w) % 16)
+    return cudaErrorInvalidValue;
+  if (W.fmt != WFmt::BF16 && !W.scale) return cudaErrorInvalidValue;
+  if (M <= 0 || N <= 0) return cudaSuccess;
+  for (int64_t m0 = 0; m0 < M; m0 += 8) {  // rows are independent (batch invariant): 8 at a time
+    GqParams p = {};
+    p.x = x + m0 * ldx, p.ldx = ldx;
+    p.w = static_cast<const uint8_t*>(W.w), p.ws = static_cast<const uint8_t*>(W.scale), p.ldws = W.ldws;
+    p.N = N, p.K = K, p.y = y + m0 * ldy, p.ldy = ldy;
+    p.M = (int)std::min<int64_t>(8, M - m0);
+    p.row_groups = (int)cdiv(N, 16 * GQ_RT);
+    p.mmr = p.M <= 1 ? 1 : p.M <= 2 ? 2 : p.M <= 4 ? 4 : 8;
+    const cudaError_t e = gq_dispatch<false>(W.fmt, p, 1, s);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t gemv_q_grouped(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
+                           int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
+                           float limit, float* y, int64_t ldy, cudaStream_t s) {
+  if (!gq_k_ok(W.fmt, K) || ldx % 4 || reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(W.w) % 16 ||
+      w_stride % 16 || topk <= 0)
+    return cudaErrorInvalidValue;
+  if (W.fmt != WFmt::BF16 && !W.scale) return cudaErrorInvalidValue;
+  if (swiglu && (N % 32 || limit <= 0.0f)) return cudaErrorInvalidValue;
+  const int64_t slots = T * topk;
+  if (slots <= 0 || N <= 0) return cudaSuccess;
+  if (slots > 65535) return cudaErrorInvalidValue;
+  GqParams p = {};
+  p.x = x, p.ldx = ldx;
+  p.w = static_cast<const uint8_t*>(W.w), p.ws = static_cast<const uint8_t*>(W.scale), p.ldws = W.ldws;
+  p.w_stride = w_stride, p.s_stride = s_stride;
+  p.N = N, p.K = K, p.y = y, p.ldy = ldy;
+  p.sel = sel, p.slots = (int)slots, p.topk = topk, p.x_per_slot = x_per_slot ? 1 : 0;
+  p.fuse = swiglu ? 1 : 0, p.I = N / 2, p.lim = limit;
+  // fused: row group rg = gate rows [16·rg, +16) and up rows I + [16·rg, +16); same count, same plan
+  p.row_groups = (int)cdiv(N, 16 * GQ_RT);
+  p.mmr = 8;  // rows per expert are known on the device only
+  return gq_dispatch<true>(W.fmt, p, slots, s);
+}
+
+}  // namespace deepinfer::cuda
