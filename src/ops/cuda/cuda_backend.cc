@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -269,6 +270,12 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
   }
   if (M <= 0) return;
   const int64_t K = w.K, N = w.N;
+  // Decode sizes: the tensor-core GEMV reads x in float32 and the weight once (batch invariant for M ≤ 8).
+  const int64_t kmul = w.fmt == WeightFormat::BF16 ? 8 : w.fmt == WeightFormat::FP8 ? 128 : 32;
+  if (M <= 8 && K % kmul == 0 && K <= 32768 && ldx % 4 == 0 && (uintptr_t)x % 16 == 0) {
+    check(cuda::gemv_q(x, M, K, ldx, w.ref(), N, y, ldy, s), "linear (gemv)");
+    return;
+  }
   // Large fp8 GEMMs: activations to e4m3 with 1×128 power-of-two scales, cuBLASLt's block-scaled kernel.
   // Decode-sized M stays on the bf16 path (cuBLASLt has no block-scaled kernel for M = 1).
   if (w.fmt == WeightFormat::FP8 && M > 4 && K % 128 == 0 && N % 16 == 0 && ldx % 4 == 0) {
@@ -459,6 +466,20 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
   const int64_t E = ex.E, D = ex.D, I = ex.I, S = T * K;
   if (T <= 0) return;
   cudaStream_t s = impl_->stream;
+  if (ex.packed && T <= 8 && I % 32 == 0 && ex.w13_stride % 16 == 0 && ex.w2_stride % 16 == 0 &&
+      ex.s13_stride % 16 == 0 && ex.s2_stride % 16 == 0) {
+    // Decode: one grouped GEMV per matrix kind reads the expert ids on the device; w13's SwiGLU is fused.
+    HostTimer ht_(impl_.get(), Impl::kOp);
+    Buffer<float> act(*this, S * I), ye(*this, S * D);  // slot order
+    cudaError_t e = cuda::gemv_q_grouped(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true,
+                                         limit, act.data(), I, s);
+    if (e == cudaSuccess)
+      e = cuda::gemv_q_grouped(act.data(), I, true, sel, T, K, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f,
+                               ye.data(), D, s);
+    if (e == cudaSuccess) e = cuda::moe_combine(ye.data(), sel, wsel, nullptr, T, K, D, nullptr, out, s);
+    check(e, "moe_ffn (decode)");
+    return;
+  }
   if (ex.packed) {
     // route groups → bf16 h → grouped w13 (gathered rows) → SwiGLU (bf16 act) → grouped w2 → combine
     // (a token's experts summed in ascending id). No host round trip.

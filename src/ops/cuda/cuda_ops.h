@@ -199,7 +199,8 @@ cudaError_t moe_group(const int32_t* sel, int64_t T, int K, int E, int tile_m, i
 cudaError_t gemm_grouped(const bf16* x, int64_t ldx, const int32_t* gather, int64_t K, WeightRef W,
                          int64_t w_stride, int64_t s_stride, int64_t N, const int2* tile_info, const int32_t* n_tiles,
                          int64_t max_tiles, const int32_t* offsets, float* y, int64_t ldy, cudaStream_t s);
-// out[t, D] = Σ_k (experts ascending) wsel[t, k]·ye[slot_row[t·K+k], D] (+ shared[t, D] if not null).
+// out[t, D] = Σ_k (experts ascending) wsel[t, k]·ye[slot_row[t·K+k], D] (+ shared[t, D] if not null);
+// slot_row null: ye row t·K+k (ye in slot order, as gemv_q_grouped writes it).
 cudaError_t moe_combine(const float* ye, const int32_t* sel, const float* wsel, const int32_t* slot_row, int64_t T,
                         int K, int64_t D, const float* shared, float* out, cudaStream_t s);
 

@@ -144,7 +144,8 @@ __global__ void combine_kernel(const float* __restrict__ ye, const int32_t* __re
     for (int k = 0; k < K; ++k) {
       const int s = ord[k];
       const float w = wsel[t * K + s];
-      const float4 v = *reinterpret_cast<const float4*>(ye + (int64_t)slot_row[t * K + s] * D + i);
+      const int64_t r = slot_row ? slot_row[t * K + s] : t * K + s;
+      const float4 v = *reinterpret_cast<const float4*>(ye + r * D + i);
       o.x += v.x * w, o.y += v.y * w, o.z += v.z * w, o.w += v.w * w;
     }
     if (shared) {
