@@ -229,8 +229,8 @@ bool CudaBackend::takes_stored(const StoredWeight& w) const {
 }
 
 WeightPtr CudaBackend::make_weight(const StoredWeight& sw) {
-  if (sw.fmt == WeightFormat::F32 || !takes_stored(sw))
-    throw Error("cuda: make_weight: stored format not taken (the loader dequantizes those)");
+  if (sw.fmt == WeightFormat::F32) return make_weight(static_cast<const float*>(sw.data), sw.N, sw.K);
+  if (!takes_stored(sw)) throw Error("cuda: make_weight: stored format not taken (the loader dequantizes those)");
   auto cw = std::make_unique<CudaWeight>();
   cw->N = sw.N;
   cw->K = sw.K;
