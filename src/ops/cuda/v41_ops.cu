@@ -181,10 +181,10 @@ __global__ void __launch_bounds__(NT) engram_gate_kernel(float* __restrict__ X, 
   const float* wj = w + (int64_t)j * D;
   double dotv = 0, xx = 0, kk = 0;
   for (int64_t c = threadIdx.x; c < D; c += NT) {
-    const double xv = x[c], kv_ = key[c];
-    dotv += xv * wj[c] * kv_;
+    const double xv = x[c], kc = key[c];
+    dotv += xv * wj[c] * kc;
     xx += xv * xv;
-    kk += kv_ * kv_;
+    kk += kc * kc;
   }
   dotv = block_sum_d(dotv, red);
   xx = block_sum_d(xx, red);
