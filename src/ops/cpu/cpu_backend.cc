@@ -420,7 +420,7 @@ void CpuBackend::swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit
   }
 }
 
-// ---- DeepSeek-V4.1: KV QAT simulations and the Engram gate ----
+// ---- DeepSeek-V4.1: KV QAT simulations (spec §3.5, §3.7, §3.8) and the Engram gate (§3.4) ----
 namespace {
 
 // Round-to-nearest-even onto a float grid with `mbits` mantissa bits and minimum normal exponent
