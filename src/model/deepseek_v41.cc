@@ -180,60 +180,6 @@ class NumpyPcg64 {
   unsigned __int128 state_, inc_;
 };
 
-// ---------------------------------------------------------------------------------------------
-// QAT simulations (spec §3.5, §3.7, §3.8). Round-to-nearest-even onto a float grid with `mbits`
-// mantissa bits and minimum normal exponent `emin`; the input is already clamped to the grid's range.
-// ---------------------------------------------------------------------------------------------
-
-template <class F>
-inline F round_grid(F v, int mbits, int emin) {
-  if (v == 0) return 0;
-  int e;
-  std::frexp(v, &e);  // |v| = f·2^e, f in [0.5, 1)  =>  floor(log2|v|) = e − 1
-  const int q = std::max(e - 1, emin) - mbits;
-  return std::ldexp(std::nearbyint(std::ldexp(v, -q)), q);  // default rounding mode: ties to even
-}
-
-// 2^ceil(log2(x)) for x > 0.
-inline float pow2_ceil(double x) {
-  int e;
-  double f = std::frexp(x, &e);
-  return (float)std::ldexp(1.0, f == 0.5 ? e - 1 : e);
-}
-
-// E4M3 cast (round to nearest even, saturating at 448) straight from double: no double rounding.
-inline float e4m3_rne(double x) { return (float)round_grid(std::min(x, 448.0), 3, -6); }
-
-// Sliding KV: FP8 E4M3 with a power-of-two scale per block of 32.
-void qdq_fp8_pow2(float* x, int64_t n) {
-  for (int64_t b = 0; b < n; b += 32) {
-    float amax = 0;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b + i]));
-    const float s = pow2_ceil(std::max((double)amax, 1e-4) / 448.0);
-    for (int i = 0; i < 32; ++i) x[b + i] = round_grid(std::clamp(x[b + i] / s, -448.0f, 448.0f), 3, -6) * s;
-  }
-}
-
-// Index q/k: FP4 E2M1 with a power-of-two scale per block of 32.
-void qdq_fp4_pow2(float* x, int64_t n) {
-  for (int64_t b = 0; b < n; b += 32) {
-    float amax = 0;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b + i]));
-    const float s = pow2_ceil(std::max((double)amax, 6.0 * std::ldexp(1.0, -126)) / 6.0);
-    for (int i = 0; i < 32; ++i) x[b + i] = round_grid(std::clamp(x[b + i] / s, -6.0f, 6.0f), 1, 0) * s;
-  }
-}
-
-// Compressed KV: FP4 E2M1 with an E4M3 scale (RNE cast of amax/6) per block of 16.
-void qdq_fp4_e4m3(float* x, int64_t n) {
-  for (int64_t b = 0; b < n; b += 16) {
-    float amax = 0;
-    for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(x[b + i]));
-    const float s = e4m3_rne(std::max((double)amax, 6.0 * std::ldexp(1.0, -9)) / 6.0);
-    for (int i = 0; i < 16; ++i) x[b + i] = round_grid(std::clamp(x[b + i] / s, -6.0f, 6.0f), 1, 0) * s;
-  }
-}
-
 inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 }  // namespace
@@ -473,9 +419,21 @@ std::vector<std::vector<int64_t>> engram_primes(const V41Config& c) {
 
 int64_t V41SeqState::bytes() const {
   int64_t b = 0;
-  for (auto* v : {&ring, &entries, &keys, &open_group})
-    for (const auto& x : *v) b += (int64_t)x.capacity() * 4;
+  for (const auto* v : {&ring, &open_kv, &open_gate})
+    for (const auto& x : *v) b += x.size() * 4;
+  for (const auto* v : {&entries, &keys})
+    for (const auto& x : *v) b += x.buf.size() * 4;
   return b + (int64_t)engram_hist.capacity() * 4;
+}
+
+float* V41Rows::reserve(Backend& be, int64_t add) {
+  const int64_t cap = width ? buf.size() / width : 0;
+  if (n + add > cap) {
+    Buffer<float> grown(be, std::max<int64_t>({n + add, 2 * cap, 16}) * width);
+    if (n) be.copy(grown.data(), buf.data(), sizeof(float) * n * width);
+    buf = std::move(grown);
+  }
+  return buf.data() + n * width;
 }
 
 std::vector<int32_t> read_engram_token_map(const std::string& dir, const V41Config& cfg) {
@@ -526,9 +484,9 @@ DeepseekV41Model::DeepseekV41Model(const V41Config& cfg, Checkpoint& ckpt, Backe
   if (!c.engram_layers.empty() && (int64_t)token_map_.size() != V)
     throw Error(ckpt.dir() + ": the Engram token map must have vocab_size entries");
   WeightReader r(ckpt, cfg_.fp8_block_rows, cfg_.fp8_block_cols, backend);
-  embed_ = r.f32("embed.weight", {V, D});
+  embed_ = r.vec("embed.weight", {V, D});
   head_ = r.mat("head.weight", V, D);
-  norm_ = r.f32("norm.weight", {D});
+  norm_ = r.vec("norm.weight", {D});
 
   // Engram modules.
   auto primes = engram_primes(c);
@@ -567,8 +525,9 @@ DeepseekV41Model::DeepseekV41Model(const V41Config& cfg, Checkpoint& ckpt, Backe
     g.wkv = r.mat(p + "wkv.weight", (hc + 1) * D, cols * hd);
     auto qw = r.f32(p + "q_weight", {hc, D});
     auto kw = r.f32(p + "k_weight", {hc, D});
-    g.w.resize(hc * D);
-    for (int64_t i = 0; i < hc * D; ++i) g.w[i] = qw[i] * kw[i];  // only ever used as a product
+    std::vector<float> w(hc * D);
+    for (int64_t i = 0; i < hc * D; ++i) w[i] = qw[i] * kw[i];  // only ever used as a product
+    g.w = Buffer<float>(backend, w);
     engrams_.push_back(std::move(g));
   }
 
@@ -585,20 +544,20 @@ DeepseekV41Model::DeepseekV41Model(const V41Config& cfg, Checkpoint& ckpt, Backe
                    L.kv_src == c.kv_source_of[c.candidate_source_layer];
     for (size_t e = 0; e < c.engram_layers.size(); ++e)
       if (c.engram_layers[e] == l) L.engram = (int)e;
-    L.attn_norm = r.f32(p + "attn_norm.weight", {D});
-    L.ffn_norm = r.f32(p + "ffn_norm.weight", {D});
-    L.hc_attn_fn = r.f32(p + "hc_attn_fn", {mix, hc * D});
-    L.hc_attn_base = r.f32(p + "hc_attn_base", {mix});
-    L.hc_attn_scale = r.f32(p + "hc_attn_scale", {3});
-    L.hc_ffn_fn = r.f32(p + "hc_ffn_fn", {mix, hc * D});
-    L.hc_ffn_base = r.f32(p + "hc_ffn_base", {mix});
-    L.hc_ffn_scale = r.f32(p + "hc_ffn_scale", {3});
-    L.sinks = r.f32(p + "attn.attn_sink", {H});
+    L.attn_norm = r.vec(p + "attn_norm.weight", {D});
+    L.ffn_norm = r.vec(p + "ffn_norm.weight", {D});
+    L.hc_attn_fn = r.vec(p + "hc_attn_fn", {mix, hc * D});
+    L.hc_attn_base = r.vec(p + "hc_attn_base", {mix});
+    L.hc_attn_scale = r.vec(p + "hc_attn_scale", {3});
+    L.hc_ffn_fn = r.vec(p + "hc_ffn_fn", {mix, hc * D});
+    L.hc_ffn_base = r.vec(p + "hc_ffn_base", {mix});
+    L.hc_ffn_scale = r.vec(p + "hc_ffn_scale", {3});
+    L.sinks = r.vec(p + "attn.attn_sink", {H});
     L.wq_a = r.mat(p + "attn.wq_a.weight", c.q_lora_rank, D);
-    L.q_norm = r.f32(p + "attn.q_norm.weight", {c.q_lora_rank});
+    L.q_norm = r.vec(p + "attn.q_norm.weight", {c.q_lora_rank});
     L.wq_b = r.mat(p + "attn.wq_b.weight", H * d, c.q_lora_rank);
     L.wkv = r.mat(p + "attn.wkv.weight", d, D);
-    L.kv_norm = r.f32(p + "attn.kv_norm.weight", {d});
+    L.kv_norm = r.vec(p + "attn.kv_norm.weight", {d});
     {  // block-diagonal: one [o_lora, H·d/g] matrix per head group
       const int64_t G = c.o_groups, ol = c.o_lora_rank, gin = H * d / G;
       auto wo_a = r.f32(p + "attn.wo_a.weight", {G * ol, gin});
@@ -608,9 +567,9 @@ DeepseekV41Model::DeepseekV41Model(const V41Config& cfg, Checkpoint& ckpt, Backe
     if (L.kv_source) {
       L.comp_wkv = r.mat(p + "attn.compressor.wkv.weight", d, D);
       if (L.ratio == 2) L.comp_wgate = r.mat(p + "attn.compressor.wgate.weight", d, D);
-      L.comp_norm = r.f32(p + "attn.compressor.norm.weight", {d});
+      L.comp_norm = r.vec(p + "attn.compressor.norm.weight", {d});
       L.idx_wk = r.mat(p + "attn.indexer.wk.weight", dI, d);
-      L.idx_k_norm = r.f32(p + "attn.indexer.k_norm.weight", {dI});
+      L.idx_k_norm = r.vec(p + "attn.indexer.k_norm.weight", {dI});
     }
     if (L.index_source) {
       L.idx_wq_b = r.mat(p + "attn.indexer.wq_b.weight", hI * dI, c.q_lora_rank);
@@ -633,20 +592,30 @@ DeepseekV41Model::DeepseekV41Model(const V41Config& cfg, Checkpoint& ckpt, Backe
     }
     if (progress) progress(l + 1, c.num_layers);
   }
-  inv_freq_main_ = rope_inv_freq(c.rope_main, c.rope_dim);
-  inv_freq_compress_ = rope_inv_freq(c.rope_compress, c.rope_dim);
+  inv_freq_main_ = Buffer<float>(backend, rope_inv_freq(c.rope_main, c.rope_dim));
+  inv_freq_compress_ = Buffer<float>(backend, rope_inv_freq(c.rope_compress, c.rope_dim));
 }
 
 V41SeqState DeepseekV41Model::new_state() const {
   const V41Config& c = cfg_;
+  const int64_t W = c.sliding_window, d = c.head_dim;
   V41SeqState s;
   s.ring.resize(c.num_layers);
   s.entries.resize(c.num_layers);
   s.keys.resize(c.num_layers);
-  s.open_group.resize(c.num_layers);
+  s.open_kv.resize(c.num_layers);
+  s.open_gate.resize(c.num_layers);
   for (int l = 0; l < c.num_layers; ++l) {
-    s.ring[l].assign((size_t)c.sliding_window * c.head_dim, 0.0f);
-    if (layers_[l].kv_source && layers_[l].ratio == 2) s.open_group[l].assign(2 * (size_t)c.head_dim, 0.0f);
+    s.ring[l] = Buffer<float>(be_, W * d);
+    be_.fill(s.ring[l].data(), W * d, 0.0f);
+    if (!layers_[l].kv_source) continue;
+    s.entries[l].width = d;
+    s.keys[l].width = c.index_head_dim;
+    if (layers_[l].ratio == 2)
+      for (auto* o : {&s.open_kv[l], &s.open_gate[l]}) {
+        *o = Buffer<float>(be_, 2 * d);
+        be_.fill(o->data(), 2 * d, 0.0f);
+      }
   }
   return s;
 }
@@ -659,11 +628,12 @@ struct DeepseekV41Model::Step {
   std::span<const V41SeqChunk> batch;
   int64_t T = 0;                          // tokens in the step
   std::vector<int64_t> seq_begin;         // [B + 1] first row of each chunk
-  std::vector<int32_t> tokens, pos;       // [T]
-  std::vector<std::vector<int64_t>> engram_rows;  // per Engram module: [T, cols] table rows
-  std::vector<float> h, y;                // [T, D] normed sub-block input / sub-block output
-  // Transient across layers of one step (spec §5.1): the latest published top-k list and the
-  // candidate mask, per row.
+  std::vector<int32_t> tokens, pos;       // [T] (host)
+  Buffer<int32_t> pos_d;                  // [T] positions in backend memory
+  std::vector<std::vector<int64_t>> engram_rows;  // host, per Engram module: [T, cols] table rows
+  Buffer<float> h, y;                     // [T, D] normed sub-block input / sub-block output
+  // Host, transient across layers of one step (spec §5.1): the latest published top-k list and
+  // the candidate mask, per row.
   std::vector<std::vector<int32_t>> list;  // [T] entry indices, ascending
   std::vector<std::vector<char>> cand;     // [T] over the row's visible entries of the candidate group
 };
@@ -673,7 +643,8 @@ void DeepseekV41Model::engram(const V41Engram& g, Step& st, float* X) {
   const int64_t cols = (int64_t)g.prime.size();
   const int e = (int)(&g - engrams_.data());
   const auto& rows = st.engram_rows[e];
-  // Gather and dequantize the rows: E[T, cols·hd] (column order (n−2)·heads + j).
+  // The table is memory-mapped on the host: this step's rows are gathered and dequantized there,
+  // Em[T, cols·hd] (column order (n−2)·heads + j), and go to the backend in one upload.
   std::vector<float> Em(T * cols * hd);
   const size_t esz = dtype_size(g.table.dtype);
   for (int64_t i = 0; i < T * cols; ++i) {
@@ -698,27 +669,56 @@ void DeepseekV41Model::engram(const V41Engram& g, Step& st, float* X) {
       }
     }
   }
-  std::vector<float> kv(T * (hc + 1) * D);  // [T, hc+1, D]: hc keys, then the value
-  be_.linear(Em.data(), T, cols * hd, *g.wkv, kv.data(), (hc + 1) * D);
-  const double eps = cfg_.rms_norm_eps;
-  for (int64_t t = 0; t < T; ++t) {
-    const float* value = kv.data() + (t * (hc + 1) + hc) * D;
-    for (int64_t j = 0; j < hc; ++j) {
-      float* x = X + (t * hc + j) * D;
-      const float* key = kv.data() + (t * (hc + 1) + j) * D;
-      const float* w = g.w.data() + j * D;
-      double dotv = 0, xx = 0, kk = 0;
-      for (int64_t c = 0; c < D; ++c) {
-        dotv += (double)x[c] * w[c] * key[c];
-        xx += (double)x[c] * x[c];
-        kk += (double)key[c] * key[c];
-      }
-      // Per-stream normalisation: rsqrt(mean x²)·rsqrt(mean key²)/sqrt(D), then a signed square root.
-      const double s = dotv / std::sqrt(xx / D + eps) / std::sqrt(kk / D + eps) / std::sqrt((double)D);
-      const double gate = 1.0 / (1.0 + std::exp(-std::copysign(std::sqrt(std::max(std::fabs(s), 1e-6)), s)));
-      for (int64_t c = 0; c < D; ++c) x[c] = (float)(x[c] + gate * value[c]);
-    }
+  Buffer<float> Em_d(be_, Em);                  // [T, cols·hd]
+  Buffer<float> kv(be_, T * (hc + 1) * D);     // [T, hc+1, D]: hc keys, then the value
+  be_.linear(Em_d.data(), T, cols * hd, *g.wkv, kv.data(), (hc + 1) * D);
+  be_.engram_gate(X, T, (int)hc, D, kv.data(), g.w.data(), cfg_.rms_norm_eps);
+}
+
+// KV source `l`, sequence `b` of the step: closes the compression groups that complete in its chunk
+// and appends their entries and index keys to the state. ca, cz: the chunk's compressor projections
+// [n, d] (cz: ratio 2 only).
+void DeepseekV41Model::publish(int l, Step& st, size_t b, const float* ca, const float* cz) {
+  const V41Layer& L = layers_[l];
+  V41SeqState& S = *st.batch[b].state;
+  const int64_t d = cfg_.head_dim, dI = cfg_.index_head_dim, r = cfg_.rope_dim;
+  const int64_t p0 = S.pos, n = st.seq_begin[b + 1] - st.seq_begin[b];
+  const float eps = (float)cfg_.rms_norm_eps;
+  const int m = L.ratio;
+  std::vector<int32_t> idx;  // [2, nw]: ids of the closing groups, then their first positions
+  for (int64_t i = 0; i < n; ++i)
+    if ((p0 + i + 1) % m == 0) idx.push_back((int32_t)((p0 + i) / m));
+  const int64_t nw = (int64_t)idx.size();
+  for (int64_t i = 0; i < nw; ++i) idx.push_back(idx[i] * m);
+  Buffer<int32_t> idx_d(be_, idx);
+  float* lat = nw ? S.entries[l].reserve(be_, nw) : nullptr;  // [nw, d] latents L_w, in place in the state
+  float* key = nw ? S.keys[l].reserve(be_, nw) : nullptr;     // [nw, dI]
+  if (m == 1) {  // every token is its own group
+    be_.copy(lat, ca, sizeof(float) * nw * d);
+  } else if (nw > 0) {
+    // A group = an even and the following odd token, softmax-pooled over the pair with gates z; an
+    // even token of an earlier step is in the open-group ring (row = position mod 2).
+    Buffer<float> skv(be_, nw * 2 * d), sg(be_, nw * 2 * d);  // [nw, 2, d]
+    be_.compress_windows(S.open_kv[l].data(), S.open_gate[l].data(), ca, cz, d, p0, nullptr, 2, (int)d, false,
+                         idx_d.data(), nw, skv.data(), sg.data());
+    be_.compress_pool(skv.data(), sg.data(), nw, 2, (int)d, lat);
   }
+  if (m == 2) {
+    be_.ring_write(ca, d, n, d, p0, S.open_kv[l].data(), 2);
+    be_.ring_write(cz, d, n, d, p0, S.open_gate[l].data(), 2);
+  }
+  if (nw == 0) return;
+  const int32_t* wpos = idx_d.data() + nw;
+  be_.rms_norm(lat, nw, d, d, L.comp_norm.data(), eps, lat);
+  // Index keys from the pre-RoPE latent, then the main entries.
+  be_.linear(lat, nw, d, *L.idx_wk, key, dI);
+  be_.rms_norm(key, nw, dI, dI, L.idx_k_norm.data(), eps, key);
+  be_.rope(key, nw, dI, 1, (int)dI, (int)r, wpos, inv_freq_compress_.data(), false);
+  be_.kv_qdq(key, nw * dI, KvQdq::Fp4Pow2x32);
+  be_.rope(lat, nw, d, 1, (int)d, (int)r, wpos, inv_freq_compress_.data(), false);
+  be_.kv_qdq(lat, nw * d, KvQdq::Fp4E4m3x16);
+  S.entries[l].n += nw;
+  S.keys[l].n += nw;
 }
 
 void DeepseekV41Model::attention(int l, Step& st) {
@@ -728,184 +728,169 @@ void DeepseekV41Model::attention(int l, Step& st) {
   const float eps = (float)cfg_.rms_norm_eps;
   const float* inv_freq = L.ratio ? inv_freq_compress_.data() : inv_freq_main_.data();
   const float* h = st.h.data();
+  const int32_t* pos = st.pos_d.data();
 
-  std::vector<float> qr(T * ql), q(T * H * d), kv(T * d);  // [T, q_lora], [T, H, d], [T, d]
+  Buffer<float> qr(be_, T * ql), q(be_, T * H * d), kv(be_, T * d);  // [T, q_lora], [T, H, d], [T, d]
   be_.linear(h, T, D, *L.wq_a, qr.data(), ql);
   be_.rms_norm(qr.data(), T, ql, ql, L.q_norm.data(), eps, qr.data());
   be_.linear(qr.data(), T, ql, *L.wq_b, q.data(), H * d);  // no per-head q norm in V4.1
-  be_.rope(q.data(), T, H * d, (int)H, (int)d, (int)r, st.pos.data(), inv_freq, false);
+  be_.rope(q.data(), T, H * d, (int)H, (int)d, (int)r, pos, inv_freq, false);
   be_.linear(h, T, D, *L.wkv, kv.data(), d);
   be_.rms_norm(kv.data(), T, d, d, L.kv_norm.data(), eps, kv.data());
-  be_.rope(kv.data(), T, d, 1, (int)d, (int)r, st.pos.data(), inv_freq, false);
-  qdq_fp8_pow2(kv.data(), T * d);  // all d channels, RoPE tail included
+  be_.rope(kv.data(), T, d, 1, (int)d, (int)r, pos, inv_freq, false);
+  be_.kv_qdq(kv.data(), T * d, KvQdq::Fp8Pow2x32);  // all d channels, RoPE tail included
 
-  std::vector<float> ca, cz;  // compressor projections [T, d]
+  Buffer<float> ca, cz;  // compressor projections [T, d] (cz: ratio 2)
   if (L.kv_source) {
-    ca.resize(T * d);
+    ca = Buffer<float>(be_, T * d);
     be_.linear(h, T, D, *L.comp_wkv, ca.data(), d);
     if (L.ratio == 2) {
-      cz.resize(T * d);
+      cz = Buffer<float>(be_, T * d);
       be_.linear(h, T, D, *L.comp_wgate, cz.data(), d);
     }
   }
-  std::vector<float> iq, gamma;  // [T, hI, dI], [T, hI]
+  Buffer<float> iq, gamma;  // [T, hI, dI], [T, hI]
   if (L.index_source) {
-    iq.resize(T * hI * dI);
-    gamma.resize(T * hI);
+    iq = Buffer<float>(be_, T * hI * dI);
+    gamma = Buffer<float>(be_, T * hI);
     be_.linear(qr.data(), T, ql, *L.idx_wq_b, iq.data(), hI * dI);
-    be_.rope(iq.data(), T, hI * dI, (int)hI, (int)dI, (int)r, st.pos.data(), inv_freq_compress_.data(), false);
-    qdq_fp4_pow2(iq.data(), T * hI * dI);
+    be_.rope(iq.data(), T, hI * dI, (int)hI, (int)dI, (int)r, pos, inv_freq_compress_.data(), false);
+    be_.kv_qdq(iq.data(), T * hI * dI, KvQdq::Fp4Pow2x32);
     be_.linear(h, T, D, *L.idx_weights_proj, gamma.data(), hI);
-    const float ws = 1.0f / std::sqrt((float)hI);
-    for (auto& g : gamma) g *= ws;
+    be_.scale(gamma.data(), T * hI, 1.0f / std::sqrt((float)hI));
   }
 
-  std::vector<float> o(T * H * d);  // [T, H, d]
+  // Per sequence: the sliding keys (the ring's earlier positions still inside the window, then the
+  // chunk) go into one buffer for the step, the ring keeps the last W positions, and a KV source
+  // publishes the groups its chunk closes.
   const size_t B = st.batch.size();
+  int64_t win_rows = 0;
+  for (size_t b = 0; b < B; ++b)
+    win_rows += std::min<int64_t>(W - 1, st.batch[b].state->pos) + (st.seq_begin[b + 1] - st.seq_begin[b]);
+  Buffer<float> win(be_, win_rows * d);  // [win_rows, d]
+  std::vector<int32_t> win_lo(T), win_hi(T);
+  int64_t base = 0;  // first row of this sequence's keys in win
   for (size_t b = 0; b < B; ++b) {
     V41SeqState& S = *st.batch[b].state;
     const int64_t p0 = S.pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
-
-    // Sliding keys: the ring's earlier positions still in the window, then the chunk.
-    float* ring = S.ring[l].data();  // [W, d]
     const int64_t np = std::min<int64_t>(W - 1, p0);
-    std::vector<float> win((np + n) * d);
-    for (int64_t i = 0; i < np; ++i) {
-      const int64_t t = p0 - np + i;
-      std::memcpy(win.data() + i * d, ring + (t % W) * d, sizeof(float) * d);
-    }
-    std::memcpy(win.data() + np * d, kv.data() + r0 * d, sizeof(float) * n * d);
-    for (int64_t i = std::max<int64_t>(0, n - W); i < n; ++i)
-      std::memcpy(ring + ((p0 + i) % W) * d, kv.data() + (r0 + i) * d, sizeof(float) * d);
-    std::vector<int32_t> win_lo(n), win_hi(n);
+    float* ring = S.ring[l].data();  // [W, d], row = position mod W
+    be_.ring_read(ring, W, d, p0 - np, np, win.data() + base * d);
+    be_.copy(win.data() + (base + np) * d, kv.data() + r0 * d, sizeof(float) * n * d);
+    be_.ring_write(kv.data() + r0 * d, d, n, d, p0, ring, W);
     for (int64_t i = 0; i < n; ++i) {
-      win_hi[i] = (int32_t)(np + i + 1);
-      win_lo[i] = (int32_t)std::max<int64_t>(0, np + i + 1 - W);
+      const int64_t hi = base + np + i + 1;
+      win_hi[r0 + i] = (int32_t)hi;
+      win_lo[r0 + i] = (int32_t)std::max<int64_t>(base, hi - W);
     }
-
-    // KV source: close the groups that complete in this chunk, publish index keys and entries.
-    if (L.kv_source) {
-      const int m = L.ratio;
-      std::vector<float> lat;   // [nw, d] latents L_w
-      std::vector<int32_t> wpos;  // [nw] first position of each group
-      if (m == 1) {
-        lat.assign(ca.begin() + r0 * d, ca.begin() + (r0 + n) * d);
-        for (int64_t i = 0; i < n; ++i) wpos.push_back((int32_t)(p0 + i));
-      } else {
-        std::vector<float> skv, sg;  // [nw, 2, d]
-        float* open = S.open_group[l].data();  // [2, d]: a, z of the group's even token
-        for (int64_t i = 0; i < n; ++i) {
-          const int64_t t = p0 + i;
-          const float* a = ca.data() + (r0 + i) * d;
-          const float* z = cz.data() + (r0 + i) * d;
-          if (t % 2 == 0) {
-            std::memcpy(open, a, sizeof(float) * d);
-            std::memcpy(open + d, z, sizeof(float) * d);
-            continue;
-          }
-          const float* a0 = i > 0 ? ca.data() + (r0 + i - 1) * d : open;
-          const float* z0 = i > 0 ? cz.data() + (r0 + i - 1) * d : open + d;
-          skv.insert(skv.end(), a0, a0 + d);
-          skv.insert(skv.end(), a, a + d);
-          sg.insert(sg.end(), z0, z0 + d);
-          sg.insert(sg.end(), z, z + d);
-          wpos.push_back((int32_t)(t - 1));
-        }
-        lat.resize(wpos.size() * d);
-        if (!wpos.empty()) be_.compress_pool(skv.data(), sg.data(), (int64_t)wpos.size(), 2, (int)d, lat.data());
-      }
-      const int64_t nw = (int64_t)wpos.size();
-      if (nw > 0) {
-        be_.rms_norm(lat.data(), nw, d, d, L.comp_norm.data(), eps, lat.data());
-        // Index keys from the pre-RoPE latent, then the main entries.
-        std::vector<float> k(nw * dI);
-        be_.linear(lat.data(), nw, d, *L.idx_wk, k.data(), dI);
-        be_.rms_norm(k.data(), nw, dI, dI, L.idx_k_norm.data(), eps, k.data());
-        be_.rope(k.data(), nw, dI, 1, (int)dI, (int)r, wpos.data(), inv_freq_compress_.data(), false);
-        qdq_fp4_pow2(k.data(), nw * dI);
-        be_.rope(lat.data(), nw, d, 1, (int)d, (int)r, wpos.data(), inv_freq_compress_.data(), false);
-        qdq_fp4_e4m3(lat.data(), nw * d);
-        S.keys[l].insert(S.keys[l].end(), k.begin(), k.end());
-        S.entries[l].insert(S.entries[l].end(), lat.begin(), lat.end());
-      }
-    }
-
-    // Compressed part: the group's entries chosen by the latest index list.
-    std::vector<int32_t> ent_idx;
-    std::vector<int64_t> ent_off(n + 1, 0);
-    const float* ent = nullptr;
-    if (L.ratio) {
-      const int m = L.ratio;
-      // Index keys are the KV source's own running key cache, for every step (transformers'
-      // behaviour, spec §5.3). The reference code instead scores ratio-2 layers on decode steps
-      // that close no group against the slot left by the previous publisher (layer 20's keys);
-      // that quirk is deliberately not reproduced.
-      const auto& E = S.entries[L.kv_src];
-      const auto& K = S.keys[L.kv_src];
-      ent = E.data();
-      if (L.index_source) {
-        const int64_t nk = (int64_t)K.size() / dI;
-        std::vector<int32_t> key_rows(nk), nvis(n);
-        std::iota(key_rows.begin(), key_rows.end(), 0);
-        for (int64_t i = 0; i < n; ++i) nvis[i] = (int32_t)((p0 + i + 1) / m);
-        std::vector<float> score(n * std::max<int64_t>(nk, 1));
-        if (nk > 0)
-          be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, K.data(),
-                             key_rows.data(), nk, nvis.data(), 1.0f / std::sqrt((float)dI), score.data());
-        std::vector<int32_t> order;
-        for (int64_t i = 0; i < n; ++i) {
-          const float* sc = score.data() + i * nk;
-          const int64_t nv = nvis[i];
-          // Ties (e.g. exact-zero ReLU sums) go to the lower index, so the choice is deterministic.
-          auto higher = [&](const float* s) {
-            return [s](int32_t a, int32_t c) { return s[a] > s[c] || (s[a] == s[c] && a < c); };
-          };
-          if (L.candidate_source) {  // two-level top-k: keep the best blocks (spec §3.8 step 4)
-            const int64_t bs = cfg_.candidate_block_size, nb = (nv + bs - 1) / bs;
-            std::vector<float> bsc(nb, -std::numeric_limits<float>::infinity());
-            for (int64_t w = 0; w < nv; ++w) bsc[w / bs] = std::max(bsc[w / bs], sc[w]);
-            if (nb > 0) bsc[nb - 1] = std::numeric_limits<float>::infinity();  // the newest entry's block
-            order.resize(nb);
-            std::iota(order.begin(), order.end(), 0);
-            const int64_t kb = std::min<int64_t>(cfg_.candidate_topk_blocks, nb);
-            std::partial_sort(order.begin(), order.begin() + kb, order.end(), higher(bsc.data()));
-            auto& mask = st.cand[r0 + i];
-            mask.assign(nv, 0);
-            for (int64_t j = 0; j < kb; ++j)
-              for (int64_t w = order[j] * bs; w < std::min(nv, (order[j] + 1) * bs); ++w) mask[w] = 1;
-          }
-          order.clear();
-          for (int32_t w = 0; w < nv; ++w)
-            if (!L.restricted || st.cand[r0 + i][w]) order.push_back(w);
-          const int64_t k = std::min<int64_t>(cfg_.index_topk, (int64_t)order.size());
-          std::partial_sort(order.begin(), order.begin() + k, order.end(), higher(sc));
-          std::sort(order.begin(), order.begin() + k);
-          st.list[r0 + i].assign(order.begin(), order.begin() + k);
-        }
-      }
-      for (int64_t i = 0; i < n; ++i) {
-        ent_idx.insert(ent_idx.end(), st.list[r0 + i].begin(), st.list[r0 + i].end());
-        ent_off[i + 1] = (int64_t)ent_idx.size();
-      }
-    }
-    be_.sink_attention(q.data() + r0 * H * d, n, H * d, (int)H, (int)d, win.data(), win_lo.data(), win_hi.data(), ent,
-                       ent_idx.data(), L.ratio ? ent_off.data() : nullptr, L.sinks.data(), 1.0f / std::sqrt((float)d),
-                       o.data() + r0 * H * d, H * d);
+    base += np + n;
+    if (L.kv_source) publish(l, st, b, ca.data() + r0 * d, L.ratio == 2 ? cz.data() + r0 * d : nullptr);
   }
-  be_.rope(o.data(), T, H * d, (int)H, (int)d, (int)r, st.pos.data(), inv_freq, true);
+
+  // Compressed part: each row's entries of its KV source, chosen by the latest index list.
+  std::vector<int32_t> ent_idx;
+  std::vector<int64_t> ent_off(T + 1, 0);
+  if (L.ratio && L.index_source) {
+    const int m = L.ratio;
+    // Index keys are the KV source's own running key cache, for every step (transformers'
+    // behaviour, spec §5.3). The reference code instead scores ratio-2 layers on decode steps
+    // that close no group against the slot left by the previous publisher (layer 20's keys);
+    // that quirk is deliberately not reproduced.
+    // Every sequence's scores go into one buffer (sequence b's [n, nk] at score_at[b]) and come
+    // back to the host in one download for the top-k choice.
+    std::vector<int64_t> score_at(B + 1, 0);
+    std::vector<int32_t> nvis(T);
+    for (size_t b = 0; b < B; ++b) {
+      const int64_t p0 = st.batch[b].state->pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
+      score_at[b + 1] = score_at[b] + n * st.batch[b].state->keys[L.kv_src].n;
+      for (int64_t i = 0; i < n; ++i) nvis[r0 + i] = (int32_t)((p0 + i + 1) / m);
+    }
+    Buffer<float> score_d(be_, score_at[B]);
+    Buffer<int32_t> nvis_d(be_, nvis);
+    for (size_t b = 0; b < B; ++b) {
+      const V41Rows& K = st.batch[b].state->keys[L.kv_src];
+      const int64_t r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
+      if (K.n > 0)
+        be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, K.data(), nullptr,
+                           K.n, nvis_d.data() + r0, 1.0f / std::sqrt((float)dI), score_d.data() + score_at[b]);
+    }
+    const std::vector<float> scores = score_d.to_host();
+    std::vector<int32_t> order;
+    for (size_t b = 0; b < B; ++b) {
+      const int64_t r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
+      const int64_t nk = st.batch[b].state->keys[L.kv_src].n;
+      for (int64_t i = 0; i < n; ++i) {
+        const float* sc = scores.data() + score_at[b] + i * nk;
+        const int64_t nv = nvis[r0 + i];
+        // Ties (e.g. exact-zero ReLU sums) go to the lower index, so the choice is deterministic.
+        auto higher = [&](const float* s) {
+          return [s](int32_t a, int32_t c) { return s[a] > s[c] || (s[a] == s[c] && a < c); };
+        };
+        if (L.candidate_source) {  // two-level top-k: keep the best blocks (spec §3.8 step 4)
+          const int64_t bs = cfg_.candidate_block_size, nb = (nv + bs - 1) / bs;
+          std::vector<float> bsc(nb, -std::numeric_limits<float>::infinity());
+          for (int64_t w = 0; w < nv; ++w) bsc[w / bs] = std::max(bsc[w / bs], sc[w]);
+          if (nb > 0) bsc[nb - 1] = std::numeric_limits<float>::infinity();  // the newest entry's block
+          order.resize(nb);
+          std::iota(order.begin(), order.end(), 0);
+          const int64_t kb = std::min<int64_t>(cfg_.candidate_topk_blocks, nb);
+          std::partial_sort(order.begin(), order.begin() + kb, order.end(), higher(bsc.data()));
+          auto& mask = st.cand[r0 + i];
+          mask.assign(nv, 0);
+          for (int64_t j = 0; j < kb; ++j)
+            for (int64_t w = order[j] * bs; w < std::min(nv, (order[j] + 1) * bs); ++w) mask[w] = 1;
+        }
+        order.clear();
+        for (int32_t w = 0; w < nv; ++w)
+          if (!L.restricted || st.cand[r0 + i][w]) order.push_back(w);
+        const int64_t k = std::min<int64_t>(cfg_.index_topk, (int64_t)order.size());
+        std::partial_sort(order.begin(), order.begin() + k, order.end(), higher(sc));
+        std::sort(order.begin(), order.begin() + k);
+        st.list[r0 + i].assign(order.begin(), order.begin() + k);
+      }
+    }
+  }
+  if (L.ratio)
+    for (int64_t t = 0; t < T; ++t) {
+      ent_idx.insert(ent_idx.end(), st.list[t].begin(), st.list[t].end());
+      ent_off[t + 1] = (int64_t)ent_idx.size();
+    }
+
+  Buffer<int32_t> win_lo_d(be_, win_lo), win_hi_d(be_, win_hi), ent_idx_d(be_, ent_idx);
+  Buffer<int64_t> ent_off_d;
+  if (L.ratio) ent_off_d = Buffer<int64_t>(be_, ent_off);
+  Buffer<float> o(be_, T * H * d);  // [T, H, d]
+  const float scale = 1.0f / std::sqrt((float)d);
+  if (!L.ratio) {  // sliding only: one call for the step
+    be_.sink_attention(q.data(), T, H * d, (int)H, (int)d, win.data(), win_lo_d.data(), win_hi_d.data(), nullptr,
+                       nullptr, nullptr, L.sinks.data(), scale, o.data(), H * d);
+  } else {  // one call per sequence: each reads its own compressed entries
+    for (size_t b = 0; b < B; ++b) {
+      const int64_t r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
+      be_.sink_attention(q.data() + r0 * H * d, n, H * d, (int)H, (int)d, win.data(), win_lo_d.data() + r0,
+                         win_hi_d.data() + r0, st.batch[b].state->entries[L.kv_src].data(), ent_idx_d.data(),
+                         ent_off_d.data() + r0, L.sinks.data(), scale, o.data() + r0 * H * d, H * d);
+    }
+  }
+  be_.rope(o.data(), T, H * d, (int)H, (int)d, (int)r, pos, inv_freq, true);
 
   // Grouped output projection: group g's heads through wo_a[g], then wo_b.
   const int64_t G = cfg_.o_groups, ol = cfg_.o_lora_rank, gin = H * d / G;
-  std::vector<float> z(T * G * ol);  // [T, g·o_lora]
-  for (int64_t g = 0; g < G; ++g) be_.linear(o.data() + g * gin, T, H * d, *L.wo_a[g], z.data() + g * ol, G * ol);
+  Buffer<float> z(be_, T * G * ol);  // [T, g·o_lora]
+  for (int64_t g = 0; g < G; ++g)
+    be_.linear(o.data() + g * gin, T, H * d, *L.wo_a[g], z.data() + g * ol, G * ol);
   be_.linear(z.data(), T, G * ol, *L.wo_b, st.y.data(), D);
 }
 
 void DeepseekV41Model::moe(const V41Layer& L, const float* h, int64_t T, float* out) {
   const int64_t D = cfg_.hidden_size, E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok;
   const int64_t I = cfg_.moe_intermediate_size;
-  std::vector<float> logits(T * E);  // [T, E]
-  be_.linear(h, T, D, *L.gate, logits.data(), E);
+  std::vector<float> logits;  // [T, E]: routing is decided on the host
+  {
+    Buffer<float> logits_d(be_, T * E);
+    be_.linear(h, T, D, *L.gate, logits_d.data(), E);
+    logits = logits_d.to_host();
+  }
   std::vector<int32_t> sel(T * K);
   std::vector<float> wsel(T * K), sc(E), biased(E);
   std::vector<int32_t> order(E);
@@ -923,39 +908,44 @@ void DeepseekV41Model::moe(const V41Layer& L, const float* h, int64_t T, float* 
     const float f = (float)cfg_.routed_scaling_factor / (cfg_.norm_topk_prob ? sum + 1e-20f : 1.0f);
     for (int64_t k = 0; k < K; ++k) wsel[t * K + k] *= f;
   }
-  // Routed experts, one GEMM pair per expert over its tokens; a token adds its experts in
-  // ascending expert order whatever the batch.
-  std::vector<std::vector<std::pair<int32_t, float>>> routed(E);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t k = 0; k < K; ++k) routed[sel[t * K + k]].push_back({(int32_t)t, wsel[t * K + k]});
-  std::fill(out, out + T * D, 0.0f);
-  std::vector<float> xe, gu, act, ye;
+  // Routed experts, one GEMM pair per expert over the tokens routed to it; a token adds its experts
+  // in ascending expert order whatever the batch. The routed token ids and weights of all experts
+  // go to the backend in one upload (expert e's at [off[e], off[e+1])).
+  std::vector<int64_t> off(E + 1, 0);
+  for (int64_t i = 0; i < T * K; ++i) ++off[sel[i] + 1];
+  for (int64_t e = 0; e < E; ++e) off[e + 1] += off[e];
+  std::vector<int32_t> rows(T * K);
+  std::vector<float> wrows(T * K);
+  {
+    std::vector<int64_t> fill(off.begin(), off.end() - 1);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t j = fill[sel[t * K + k]]++;
+        rows[j] = (int32_t)t;
+        wrows[j] = wsel[t * K + k];
+      }
+  }
+  int64_t nmax = 0;
+  for (int64_t e = 0; e < E; ++e) nmax = std::max(nmax, off[e + 1] - off[e]);
+  if (L.shared_w13) nmax = std::max(nmax, T);
+  Buffer<int32_t> rows_d(be_, rows);
+  Buffer<float> wrows_d(be_, wrows);
+  Buffer<float> xe(be_, nmax * D), gu(be_, nmax * 2 * I), act(be_, nmax * I), ye(be_, nmax * D);
+  be_.fill(out, T * D, 0.0f);
   for (int64_t e = 0; e < E; ++e) {
-    const auto& rows = routed[e];
-    if (rows.empty()) continue;
-    const int64_t n = (int64_t)rows.size();
-    xe.resize(n * D);
-    gu.resize(n * 2 * I);
-    act.resize(n * I);
-    ye.resize(n * D);
-    for (int64_t i = 0; i < n; ++i) std::memcpy(xe.data() + i * D, h + (int64_t)rows[i].first * D, sizeof(float) * D);
+    const int64_t n = off[e + 1] - off[e];
+    if (n == 0) continue;
+    be_.copy_rows(h, D, rows_d.data() + off[e], xe.data(), D, nullptr, n, D);
     be_.linear(xe.data(), n, D, *L.expert_w13[e], gu.data(), 2 * I);
     be_.swiglu_clamp(gu.data(), n, I, (float)cfg_.swiglu_limit, nullptr, act.data());
     be_.linear(act.data(), n, I, *L.expert_w2[e], ye.data(), D);
-    for (int64_t i = 0; i < n; ++i) {
-      float* o = out + (int64_t)rows[i].first * D;
-      const float wgt = rows[i].second;
-      for (int64_t c = 0; c < D; ++c) o[c] += ye[i * D + c] * wgt;
-    }
+    be_.add_rows(ye.data(), n, D, wrows_d.data() + off[e], rows_d.data() + off[e], out);
   }
   if (L.shared_w13) {
-    gu.resize(T * 2 * I);
-    act.resize(T * I);
-    ye.resize(T * D);
     be_.linear(h, T, D, *L.shared_w13, gu.data(), 2 * I);
     be_.swiglu_clamp(gu.data(), T, I, (float)cfg_.swiglu_limit, nullptr, act.data());
     be_.linear(act.data(), T, I, *L.shared_w2, ye.data(), D);
-    for (int64_t i = 0; i < T * D; ++i) out[i] += ye[i];
+    be_.add_rows(ye.data(), T, D, nullptr, nullptr, out);
   }
 }
 
@@ -987,6 +977,7 @@ std::vector<float> DeepseekV41Model::forward(std::span<const V41SeqChunk> batch)
     st.seq_begin.push_back((int64_t)st.tokens.size());
   }
   const int64_t T = st.T = (int64_t)st.tokens.size();
+  st.pos_d = Buffer<int32_t>(be_, st.pos);
   st.list.resize(T);
   st.cand.resize(T);
 
@@ -1023,27 +1014,36 @@ std::vector<float> DeepseekV41Model::forward(std::span<const V41SeqChunk> batch)
     }
   }
 
-  std::vector<float> X(T * hc * D), X2(T * hc * D);  // [T, hc, D] residual streams
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < hc; ++j)
-      std::memcpy(X.data() + (t * hc + j) * D, embed_.data() + (int64_t)st.tokens[t] * D, sizeof(float) * D);
-  // Carried pre-mix (one-hot at layer 0), this site's coefficients.
-  std::vector<float> carry(T * hc, 0.0f), apre(T * hc), fpre(T * hc), post(T * hc), comb(T * hc * hc), u(T * D);
-  for (int64_t t = 0; t < T; ++t) carry[t * hc] = 1.0f;
-  st.h.resize(T * D);
-  st.y.resize(T * D);
+  Buffer<float> X(be_, T * hc * D), X2(be_, T * hc * D);  // [T, hc, D] residual streams
+  {  // every stream starts as the token's embedding
+    std::vector<int32_t> src(T * hc);
+    for (int64_t i = 0; i < T * hc; ++i) src[i] = st.tokens[i / hc];
+    Buffer<int32_t> src_d(be_, src);
+    be_.copy_rows(embed_.data(), D, src_d.data(), X.data(), D, nullptr, T * hc, D);
+  }
+  // Carried pre-mix (one-hot at layer 0), this site's coefficients: [T, hc], comb [T, hc, hc].
+  Buffer<float> carry, apre(be_, T * hc), fpre(be_, T * hc), post(be_, T * hc), comb(be_, T * hc * hc), u(be_, T * D);
+  {
+    std::vector<float> one_hot(T * hc, 0.0f);
+    for (int64_t t = 0; t < T; ++t) one_hot[t * hc] = 1.0f;
+    carry = Buffer<float>(be_, one_hot);
+  }
+  st.h = Buffer<float>(be_, T * D);
+  st.y = Buffer<float>(be_, T * D);
   for (int l = 0; l < c.num_layers; ++l) {
     const V41Layer& L = layers_[l];
     if (L.engram >= 0) engram(engrams_[L.engram], st, X.data());
     // Attention site: collapse with the previous FFN site's pre; this site's pre goes to the FFN site.
     be_.hc_mix(X.data(), T, (int)hc, D, carry.data(), L.hc_attn_fn.data(), L.hc_attn_base.data(),
-               L.hc_attn_scale.data(), c.hc_sinkhorn_iters, hc_eps, eps, u.data(), apre.data(), post.data(), comb.data());
+               L.hc_attn_scale.data(), c.hc_sinkhorn_iters, hc_eps, eps, u.data(), apre.data(), post.data(),
+               comb.data());
     be_.rms_norm(u.data(), T, D, D, L.attn_norm.data(), eps, st.h.data());
     attention(l, st);
     be_.hc_post(X.data(), st.y.data(), post.data(), comb.data(), T, (int)hc, D, X2.data());
     std::swap(X, X2);
-    be_.hc_mix(X.data(), T, (int)hc, D, apre.data(), L.hc_ffn_fn.data(), L.hc_ffn_base.data(), L.hc_ffn_scale.data(),
-               c.hc_sinkhorn_iters, hc_eps, eps, u.data(), fpre.data(), post.data(), comb.data());
+    be_.hc_mix(X.data(), T, (int)hc, D, apre.data(), L.hc_ffn_fn.data(), L.hc_ffn_base.data(),
+               L.hc_ffn_scale.data(), c.hc_sinkhorn_iters, hc_eps, eps, u.data(), fpre.data(), post.data(),
+               comb.data());
     be_.rms_norm(u.data(), T, D, D, L.ffn_norm.data(), eps, st.h.data());
     moe(L, st.h.data(), T, st.y.data());
     be_.hc_post(X.data(), st.y.data(), post.data(), comb.data(), T, (int)hc, D, X2.data());
@@ -1060,25 +1060,23 @@ std::vector<float> DeepseekV41Model::forward(std::span<const V41SeqChunk> batch)
   }
 
   // Rows that need logits: final collapse with the last FFN site's pre (no hc_head), norm, head.
-  std::vector<int64_t> rows;
+  std::vector<int32_t> rows;
   for (size_t b = 0; b < batch.size(); ++b) {
     if (batch[b].all_logits)
-      for (int64_t t = st.seq_begin[b]; t < st.seq_begin[b + 1]; ++t) rows.push_back(t);
+      for (int64_t t = st.seq_begin[b]; t < st.seq_begin[b + 1]; ++t) rows.push_back((int32_t)t);
     else
-      rows.push_back(st.seq_begin[b + 1] - 1);
+      rows.push_back((int32_t)(st.seq_begin[b + 1] - 1));
   }
   const int64_t R = (int64_t)rows.size();
-  std::vector<float> Xr(R * hc * D), wr(R * hc), ur(R * D);
-  for (int64_t i = 0; i < R; ++i) {
-    std::memcpy(Xr.data() + i * hc * D, X.data() + rows[i] * hc * D, sizeof(float) * hc * D);
-    std::memcpy(wr.data() + i * hc, carry.data() + rows[i] * hc, sizeof(float) * hc);
-  }
+  Buffer<int32_t> rows_d(be_, rows);
+  Buffer<float> Xr(be_, R * hc * D), wr(be_, R * hc), ur(be_, R * D), logits(be_, R * V);
+  be_.copy_rows(X.data(), hc * D, rows_d.data(), Xr.data(), hc * D, nullptr, R, hc * D);
+  be_.copy_rows(carry.data(), hc, rows_d.data(), wr.data(), hc, nullptr, R, hc);
   be_.hc_mix(Xr.data(), R, (int)hc, D, wr.data(), nullptr, nullptr, nullptr, 0, hc_eps, eps, ur.data(), nullptr,
              nullptr, nullptr);
   be_.rms_norm(ur.data(), R, D, D, norm_.data(), eps, ur.data());
-  std::vector<float> logits(R * V);
   be_.linear(ur.data(), R, D, *head_, logits.data(), V);
-  return logits;
+  return logits.to_host();
 }
 
 }  // namespace deepinfer

@@ -7,6 +7,14 @@
 // a candidate pool that restricts later indexers, Engram n-gram hash memory, single-pass mHC without
 // hc_head, no per-head q norm, 32×32 FP8 weight blocks, no hash-routed layers.
 //
+// Memory (as deepseek_v4.*): weights, activations and the decode state live in the backend's memory
+// and every tensor of the forward pass is computed by Backend ops, so the same code runs on the cpu
+// and cuda backends. The host keeps the index arrays (uploaded), routing and the top-k / candidate
+// choices (router logits and index scores are downloaded once per layer), and the Engram tables:
+// memory-mapped, far larger than a GPU (2 × 98 GB FP8 for V4.1-Flash); the rows a step needs depend
+// on its token ids alone, so they are gathered and dequantized on the host and uploaded once per
+// Engram layer and step.
+//
 // Numerics follow the spec's [HF] column (§6): float32 activations and weights (every stored dtype
 // is dequantized at load; Engram rows are dequantized when gathered), no activation quantisation
 // for the linears, but the KV QAT simulations that are part of the model's semantics: sliding KV
@@ -102,12 +110,12 @@ std::vector<int64_t> engram_multipliers(int layer, int compressed_vocab, int max
 // primes[e][(n−2)·heads + j] for Engram layer index e (in config order).
 std::vector<std::vector<int64_t>> engram_primes(const V41Config& c);
 
-// ---- weights (float32, row-major [out, in]) ----
+// ---- weights (float32, row-major [out, in]; in the backend's memory unless marked host) ----
 struct V41Engram {
-  TensorView table, table_scale;   // [rows, hd] (F8_E4M3 + [rows, hd/32] scale, or a plain float type)
+  TensorView table, table_scale;   // host, memory-mapped: [rows, hd] (F8_E4M3 + [rows, hd/32] scale, or a plain float type)
   bool has_scale = false;
   WeightPtr wkv;                   // [(hc+1)·D, cols·hd]
-  std::vector<float> w;            // [hc, D] = q_weight ⊙ k_weight
+  Buffer<float> w;                 // [hc, D] = q_weight ⊙ k_weight
   std::vector<int64_t> mult;       // [N]
   std::vector<int64_t> prime, off; // [cols]
 };
@@ -116,44 +124,58 @@ struct V41Layer {
   int ratio = 0;
   bool kv_source = false, index_source = false, candidate_source = false, restricted = false;
   int kv_src = -1;                                        // layer whose compressed cache it reads
-  std::vector<float> attn_norm, ffn_norm;                 // [D]
-  std::vector<float> hc_attn_fn, hc_ffn_fn;               // [(2+hc)·hc, hc·D]
-  std::vector<float> hc_attn_base, hc_ffn_base;           // [(2+hc)·hc]
-  std::vector<float> hc_attn_scale, hc_ffn_scale;         // [3]
-  std::vector<float> sinks;                               // [H]
+  Buffer<float> attn_norm, ffn_norm;                      // [D]
+  Buffer<float> hc_attn_fn, hc_ffn_fn;                    // [(2+hc)·hc, hc·D]
+  Buffer<float> hc_attn_base, hc_ffn_base;                // [(2+hc)·hc]
+  Buffer<float> hc_attn_scale, hc_ffn_scale;              // [3]
+  Buffer<float> sinks;                                    // [H]
   WeightPtr wq_a;                                         // [q_lora, D]
-  std::vector<float> q_norm;                              // [q_lora]
+  Buffer<float> q_norm;                                   // [q_lora]
   WeightPtr wq_b;                                         // [H·d, q_lora]
   WeightPtr wkv;                                          // [d, D]
-  std::vector<float> kv_norm;                             // [d]
+  Buffer<float> kv_norm;                                  // [d]
   std::vector<WeightPtr> wo_a;                            // g × [o_lora, H·d/g]
   WeightPtr wo_b;                                         // [D, g·o_lora]
   // KV sources
   WeightPtr comp_wkv, comp_wgate;                         // [d, D] (wgate: ratio 2 only)
-  std::vector<float> comp_norm;                           // [d]
+  Buffer<float> comp_norm;                                // [d]
   WeightPtr idx_wk;                                       // [dI, d]
-  std::vector<float> idx_k_norm;                          // [dI]
+  Buffer<float> idx_k_norm;                               // [dI]
   // index sources
   WeightPtr idx_wq_b;                                     // [hI·dI, q_lora]
   WeightPtr idx_weights_proj;                             // [hI, D]
   // MoE
   WeightPtr gate;                                         // [E, D]
-  std::vector<float> gate_bias;                           // [E] (text tokens; bias_vl is for images)
+  std::vector<float> gate_bias;                           // [E] host (routing; text tokens: bias_vl is for images)
   std::vector<WeightPtr> expert_w13;                      // E × [2I, D]
   std::vector<WeightPtr> expert_w2;                       // E × [D, I]
   WeightPtr shared_w13, shared_w2;                        // [2I, D], [D, I]
   int engram = -1;                                        // index into engrams_, −1: none
 };
 
-// One sequence's decode state (spec §5.1). A pure function of the token prefix; owned by the caller.
+// Rows of `width` floats in a backend's memory that grow at the end (a KV source's compressed
+// entries or index keys); the capacity doubles and the rows move when it does.
+struct V41Rows {
+  Buffer<float> buf;       // [capacity, width]
+  int64_t width = 0;
+  int64_t n = 0;           // rows in use
+  const float* data() const { return buf.data(); }
+  // Room for `add` more rows; returns row n for the caller to write (then n += add).
+  float* reserve(Backend& be, int64_t add);
+};
+
+// One sequence's decode state (spec §5.1), in the model's backend memory. A pure function of the
+// token prefix; owned by the caller (move-only).
 struct V41SeqState {
   int64_t pos = 0;                               // tokens processed = next absolute position
-  std::vector<std::vector<float>> ring;          // [L] → [W, d], row = position mod W
-  std::vector<std::vector<float>> entries;       // [L] (KV sources) → [n, d] compressed KV, FP4-QDQ'd
-  std::vector<std::vector<float>> keys;          // [L] (KV sources) → [n, dI] index keys, FP4-QDQ'd
-  std::vector<std::vector<float>> open_group;    // [L] (ratio-2 sources) → [2, d]: a, z of an even token
-  std::vector<int32_t> engram_hist;              // compressed ids of the last N−1 tokens, oldest first
-  int64_t bytes() const;                         // memory held
+  std::vector<Buffer<float>> ring;               // [L] → [W, d], row = position mod W
+  std::vector<V41Rows> entries;                  // [L] (KV sources) → [n, d] compressed KV, FP4-QDQ'd
+  std::vector<V41Rows> keys;                     // [L] (KV sources) → [n, dI] index keys, FP4-QDQ'd
+  // [L] (ratio-2 sources) → [2, d] rings (row = position mod 2) of the compressor's a and z: row 0
+  // holds an even token's while its group is open across steps.
+  std::vector<Buffer<float>> open_kv, open_gate;
+  std::vector<int32_t> engram_hist;              // host: compressed ids of the last N−1 tokens, oldest first
+  int64_t bytes() const;                         // backend memory held
 };
 
 struct V41SeqChunk {
@@ -173,8 +195,9 @@ class DeepseekV41Model {
 
   const V41Config& config() const { return cfg_; }
 
-  // A fresh, empty state for one sequence.
+  // A fresh, empty state for one sequence (in the backend's memory).
   V41SeqState new_state() const;
+  Backend& backend() const { return be_; }
 
   // One step over several sequences (chunks of any length ≥ 1). Logits [rows, vocab] in chunk order:
   // every token of chunks with all_logits, else the last. Validates everything first: on Error no
@@ -184,18 +207,19 @@ class DeepseekV41Model {
  private:
   struct Step;
   void engram(const V41Engram& e, Step& st, float* X);
+  void publish(int layer, Step& st, size_t b, const float* ca, const float* cz);
   void attention(int layer, Step& st);
   void moe(const V41Layer& L, const float* h, int64_t T, float* out);
 
   V41Config cfg_;
   Backend& be_;
-  std::vector<float> embed_;   // [V, D]
+  Buffer<float> embed_;        // [V, D]
   WeightPtr head_;             // [V, D]
-  std::vector<float> norm_;    // [D]
+  Buffer<float> norm_;         // [D]
   std::vector<V41Layer> layers_;
   std::vector<V41Engram> engrams_;
-  std::vector<int32_t> token_map_;  // [V] → [0, compressed_vocab)
-  std::vector<float> inv_freq_main_, inv_freq_compress_;  // [r/2]
+  std::vector<int32_t> token_map_;  // host: [V] → [0, compressed_vocab)
+  Buffer<float> inv_freq_main_, inv_freq_compress_;  // [r/2]
 };
 
 // Reads the Engram compressed token map of a model directory: `engram_token_map.safetensors`,

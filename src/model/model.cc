@@ -24,9 +24,6 @@ LoadedModel load_model(const std::string& dir, Backend& backend, bool progress) 
       if (done == total) std::fprintf(stderr, "\n");
     };
   if (v41) {
-    // V4.1's forward pass computes in host memory: it runs on a host-memory backend (cpu) only.
-    if (backend.free_memory() >= 0)
-      throw Error(dir + ": DeepSeek-V4.1 runs on the cpu backend only for now (use --backend cpu)");
     V41Config cfg = parse_v41_config(j);
     auto map = read_engram_token_map(dir, cfg);
     m.v41 = std::make_unique<DeepseekV41Model>(cfg, *m.ckpt, backend, std::move(map), bar);

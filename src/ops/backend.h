@@ -19,6 +19,15 @@
 
 namespace deepinfer {
 
+// DeepSeek-V4.1's KV QAT formats (Backend::kv_qdq). Scales: pow2 = 2^ceil(log2(amax / max_code)),
+// amax floored (1e-4 for FP8, 6·2^-126 for FP4); e4m3 = amax/6 (floored at 6·2^-9) cast to E4M3.
+enum class KvQdq : int {
+  Fp8Pow2x32 = 0,  // FP8 E4M3 values, power-of-two scale per 32 (sliding KV)
+  Fp4Pow2x32 = 1,  // FP4 E2M1 values, power-of-two scale per 32 (index queries and keys)
+  Fp4E4m3x16 = 2,  // FP4 E2M1 values, E4M3 scale per 16 (compressed KV entries)
+};
+inline int kv_qdq_block(KvQdq f) { return f == KvQdq::Fp4E4m3x16 ? 16 : 32; }
+
 // A weight matrix W[N, K] (row-major [out, in]) in the backend's own layout: repacked for the CPU
 // kernel, resident in device memory (and possibly bf16/fp8) for CUDA.
 class Weight {
@@ -163,8 +172,8 @@ class Backend {
                               float scale, float* out, int64_t ldo) = 0;
 
   // Lightning-indexer scores: score[m, w] = Σ_h γ[m, h] · ReLU(qI[m, h]·K[key_rows[w]]) · qk_scale
-  // for w < n_vis[m] (others −inf). qI[M, hI, dI]; K: rows of dI floats; key_rows[n_keys];
-  // γ[M, hI]; score[M, n_keys].
+  // for w < n_vis[m] (others −inf). qI[M, hI, dI]; K: rows of dI floats; key_rows[n_keys] (null:
+  // key w is row w); γ[M, hI]; score[M, n_keys].
   virtual void indexer_scores(const float* qI, const float* gamma, int64_t M, int hI, int dI,
                               const float* K, const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis,
                               float qk_scale, float* score) = 0;
@@ -179,10 +188,23 @@ class Backend {
   // kv/gate (row i = position p0 + i, row stride ld) for positions ≥ p0. Out skv/sg [nw, S, width],
   // S = overlap ? 2m : m. Slot j (< m) of window w: position w·m + j (HCA; CSA: its B half, at slot
   // m + j, cols [width, 2·width)); CSA slot j: the A half (cols [0, width)) of position (w−1)·m + j,
-  // absent for w = 0 (kv 0, gate −inf). Gates get ape[j, col] (ape [m, cw]) added.
+  // absent for w = 0 (kv 0, gate −inf). Gates get ape[j, col] (ape [m, cw]) added; ape may be null
+  // (no position bias: DeepSeek-V4.1's ratio-2 compressor).
   virtual void compress_windows(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
                                 int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
                                 const int32_t* win_ids, int64_t nw, float* skv, float* sg) = 0;
+
+  // ---- DeepSeek-V4.1 ----
+  // KV QAT simulation in place (quantize, then dequantize to float32): x[n] in blocks of consecutive
+  // values (n a multiple of the block), each block with its own scale, round to nearest even.
+  virtual void kv_qdq(float* x, int64_t n, KvQdq format) = 0;
+  // Engram gate, in place on the residual streams X[M, hc, D]: with kv[M, hc + 1, D] (hc keys, then
+  // the value) and w[hc, D] (q_weight ⊙ k_weight), per stream j
+  //   s = Σ_c X_j[c]·w_j[c]·key_j[c] / rms(X_j) / rms(key_j) / sqrt(D)  (rms over D, + eps),
+  //   X_j += sigmoid(sign(s)·sqrt(max(|s|, 1e-6)))·value,
+  // reductions and the update in double (eps is double: V4.1's 1e-20 is no float).
+  virtual void engram_gate(float* X, int64_t M, int hc, int64_t D, const float* kv, const float* w,
+                           double eps) = 0;
 
   // Clamped SwiGLU: gu[M, 2I] = [gate | up] → act[M, I] = silu(min(gate, lim)) · clamp(up, −lim, lim)
   // (* row_scale[m] if row_scale).

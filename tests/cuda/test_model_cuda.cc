@@ -14,6 +14,11 @@
 //     bf16, or e4m3 for large fp8 GEMMs): linear() per format and batch size against the CPU on the
 //     dequantized weights; the fixtures within the BF16-compute bounds of tests/fixtures/v4/README.md
 //     (median row rel-L2 < 0.05, argmax agreement ≥ 0.85); nano greedy tokens and speed next to float32.
+//  5. DeepSeek-V4.1: (a) its ops (hc_mix, kv_qdq, engram_gate, and compress_windows / indexer_scores
+//     in the forms only V4.1 uses), CUDA against CPU on odd shapes; (b) the V4.1 fixtures
+//     (tests/fixtures/v41, float64 references of the spec) in the CPU test's four schedules and
+//     bounds, bitwise across schedules and batched vs alone, with the GPU–CPU distance; (c) the
+//     engine driving V4.1 on cuda: greedy = the engine on cpu, seeded batches with preemption = alone.
 //
 // Usage: test_model_cuda [--root DIR (repo root, default .)] [--tokens N (256)] [--threads N]
 //                        [--out summary.json] [--decode-only N (profiling: one sequence, N greedy tokens)]
@@ -25,6 +30,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -66,13 +72,43 @@ std::vector<float> randv(std::mt19937& g, int64_t n, float lo = -1, float hi = 1
   return v;
 }
 
+// One op case: the same inputs through a backend, the outputs concatenated; tol bounds
+// max |gpu − cpu| / max |cpu| (0: bitwise).
+struct OpCase {
+  std::string name;
+  std::function<std::vector<float>(Backend&)> run;
+  double tol;
+};
+
+void run_op_cases(const std::vector<OpCase>& cases, CpuBackend& cpu, CudaBackend& gpu, const char* key) {
+  for (const auto& c : cases) {
+    std::vector<float> a, b;
+    try {
+      a = c.run(cpu);
+      b = c.run(gpu);
+    } catch (const std::exception& e) {
+      expect(false, "op " + c.name + ": " + e.what());
+      continue;
+    }
+    double mx = 0, ref = 0;
+    bool nan = a.size() != b.size() || a.empty();
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      if (std::isnan(b[i]) != std::isnan(a[i])) nan = true;
+      if (std::isfinite(a[i]) && std::isfinite(b[i])) mx = std::max(mx, (double)std::fabs(a[i] - b[i]));
+      else if (a[i] != b[i]) nan = true;
+      if (std::isfinite(a[i])) ref = std::max(ref, (double)std::fabs(a[i]));
+    }
+    const double rel = mx / std::max(ref, 1e-30);
+    std::printf("op %-40s max |gpu - cpu| / max |cpu| = %.2e (tol %.0e)%s\n", c.name.c_str(), rel, c.tol,
+                nan ? " NaN/inf/size mismatch" : "");
+    expect(!nan && rel <= c.tol, "op " + c.name);
+    g_summary[key][c.name] = rel;
+  }
+}
+
 void op_checks(CpuBackend& cpu, CudaBackend& gpu) {
   std::mt19937 g(1234);
-  struct Case {
-    std::string name;
-    std::function<std::vector<float>(Backend&)> run;
-    double tol;
-  };
+  using Case = OpCase;
   std::vector<Case> cases;
   {  // strided linear
     const int64_t M = 5, K = 48, N = 37, ldx = K + 3, ldy = N + 5;
@@ -219,29 +255,7 @@ void op_checks(CpuBackend& cpu, CudaBackend& gpu) {
                        }, 1e-5});
     }
   }
-  for (const auto& c : cases) {
-    std::vector<float> a, b;
-    try {
-      a = c.run(cpu);
-      b = c.run(gpu);
-    } catch (const std::exception& e) {
-      expect(false, "op " + c.name + ": " + e.what());
-      continue;
-    }
-    double mx = 0, ref = 0;
-    bool nan = a.size() != b.size();
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-      if (std::isnan(b[i]) != std::isnan(a[i])) nan = true;
-      if (std::isfinite(a[i]) && std::isfinite(b[i])) mx = std::max(mx, (double)std::fabs(a[i] - b[i]));
-      else if (a[i] != b[i]) nan = true;
-      if (std::isfinite(a[i])) ref = std::max(ref, (double)std::fabs(a[i]));
-    }
-    const double rel = mx / std::max(ref, 1e-30);
-    std::printf("op %-40s max |gpu - cpu| / max |cpu| = %.2e (tol %.0e)%s\n", c.name.c_str(), rel, c.tol,
-                nan ? " NaN/inf/size mismatch" : "");
-    expect(!nan && rel <= c.tol, "op " + c.name);
-    g_summary["ops"][c.name] = rel;
-  }
+  run_op_cases(cases, cpu, gpu, "ops");
 }
 
 // One sequence: `first` tokens in one step, then steps of `step` tokens; the cache in `be`'s memory.
@@ -722,6 +736,290 @@ void stored_section(const std::string& root, CpuBackend& cpu, int n_new) {
                                  {"single_ms_per_token", 1e3 * g1.decode_s / (n_new - 1)}};
 }
 
+// ---- DeepSeek-V4.1 ----
+
+// 4a. V4.1's ops (hc_mix, kv_qdq, engram_gate) and the V4 ops in the forms only V4.1 uses
+// (compress_windows without ape, indexer_scores without key_rows), CUDA against CPU, odd shapes.
+void v41_op_checks(CpuBackend& cpu, CudaBackend& gpu) {
+  std::mt19937 g(4141);
+  std::vector<OpCase> cases;
+  struct HcShape {
+    int hc;
+    int64_t D, M;
+  };
+  for (HcShape sh : {HcShape{4, 64, 5}, HcShape{3, 50, 7}, HcShape{2, 48, 1}, HcShape{1, 33, 3}, HcShape{4, 600, 9},
+                     HcShape{8, 20, 2}}) {
+    const int hc = sh.hc;
+    const int64_t D = sh.D, M = sh.M, mix = (2 + hc) * hc;
+    auto X = randv(g, M * hc * D), fn = randv(g, mix * hc * D, -0.1f, 0.1f), base = randv(g, mix), sc = randv(g, 3),
+         w = randv(g, M * hc, 0.0f, 1.0f);
+    const std::string shape = " hc=" + std::to_string(hc) + " D=" + std::to_string(D) + " M=" + std::to_string(M);
+    cases.push_back({"hc_mix" + shape, [=](Backend& be) {
+                       Buffer<float> Xb(be, X), F(be, fn), B(be, base), S(be, sc), Wt(be, w);
+                       Buffer<float> u(be, M * D), pre(be, M * hc), post(be, M * hc), comb(be, M * hc * hc);
+                       be.hc_mix(Xb.data(), M, hc, D, Wt.data(), F.data(), B.data(), S.data(), 20, 1e-6f, 1e-20f,
+                                 u.data(), pre.data(), post.data(), comb.data());
+                       std::vector<float> r;
+                       for (auto* b : {&u, &pre, &post, &comb}) {
+                         auto h = b->to_host();
+                         r.insert(r.end(), h.begin(), h.end());
+                       }
+                       return r;
+                     }, 1e-5});
+    // Collapse only (the final rows): a fixed multiply-then-add order on both sides.
+    cases.push_back({"hc_mix collapse only" + shape, [=](Backend& be) {
+                       Buffer<float> Xb(be, X), Wt(be, w), u(be, M * D);
+                       be.hc_mix(Xb.data(), M, hc, D, Wt.data(), nullptr, nullptr, nullptr, 0, 1e-6f, 1e-20f, u.data(),
+                                 nullptr, nullptr, nullptr);
+                       return u.to_host();
+                     }, 1e-6});
+  }
+  for (KvQdq f : {KvQdq::Fp8Pow2x32, KvQdq::Fp4Pow2x32, KvQdq::Fp4E4m3x16}) {
+    const int bs = kv_qdq_block(f);
+    const int64_t nb = 53, n = nb * bs;
+    // Blocks over many magnitudes (1e-9 .. 1e4), one all-zero block, one with a single non-zero.
+    std::vector<float> x = randv(g, n);
+    std::uniform_real_distribution<float> mag(-9.0f, 4.0f);
+    for (int64_t b = 0; b < nb; ++b) {
+      const float s = std::pow(10.0f, mag(g));
+      for (int i = 0; i < bs; ++i) x[b * bs + i] *= s;
+    }
+    std::fill(x.begin() + 3 * bs, x.begin() + 4 * bs, 0.0f);
+    std::fill(x.begin() + 5 * bs, x.begin() + 6 * bs, 0.0f);
+    x[5 * bs + 7] = -3.5f;
+    cases.push_back({"kv_qdq format " + std::to_string((int)f) + " (bitwise)", [=](Backend& be) {
+                       Buffer<float> Xb(be, x);
+                       be.kv_qdq(Xb.data(), n, f);
+                       return Xb.to_host();
+                     }, 0.0});
+  }
+  for (HcShape sh : {HcShape{4, 37, 5}, HcShape{2, 300, 3}, HcShape{3, 64, 1}}) {
+    const int hc = sh.hc;
+    const int64_t D = sh.D, M = sh.M;
+    auto X = randv(g, M * hc * D), kv = randv(g, M * (hc + 1) * D), w = randv(g, hc * D);
+    cases.push_back({"engram_gate hc=" + std::to_string(hc) + " D=" + std::to_string(D), [=](Backend& be) {
+                       Buffer<float> Xb(be, X), KV(be, kv), Wt(be, w);
+                       be.engram_gate(Xb.data(), M, hc, D, KV.data(), Wt.data(), 1e-20);
+                       return Xb.to_host();
+                     }, 1e-6});
+  }
+  {  // ratio-2 grouping: compress_windows without ape, straddling a step boundary, then pooling
+    const int m = 2, width = 20;
+    const int64_t n = 7, p0 = 5, ld = width + 3;  // positions 5..11: groups 2 (4, 5), 3, 4, 5
+    auto rkv = randv(g, 2 * width), rg = randv(g, 2 * width), kv = randv(g, n * ld), gate = randv(g, n * ld);
+    std::vector<int32_t> wins{2, 3, 4, 5};
+    cases.push_back({"compress_windows (no ape) + pool, ratio 2", [=](Backend& be) {
+                       Buffer<float> RK(be, rkv), RG(be, rg), KV(be, kv), GT(be, gate);
+                       Buffer<int32_t> Wd(be, wins);
+                       const int64_t nw = (int64_t)wins.size();
+                       Buffer<float> skv(be, nw * 2 * width), sg(be, nw * 2 * width), out(be, nw * width);
+                       be.compress_windows(RK.data(), RG.data(), KV.data(), GT.data(), ld, p0, nullptr, m, width,
+                                           false, Wd.data(), nw, skv.data(), sg.data());
+                       be.compress_pool(skv.data(), sg.data(), nw, 2, width, out.data());
+                       auto a = out.to_host(), b = sg.to_host();
+                       a.insert(a.end(), b.begin(), b.end());
+                       return a;
+                     }, 1e-6});
+  }
+  {  // indexer over contiguous keys (key_rows null), 8 heads × 32 as the fixtures
+    const int64_t M = 5, hI = 8, dI = 32, nk = 19;
+    auto q = randv(g, M * hI * dI), gm = randv(g, M * hI), K = randv(g, nk * dI);
+    std::vector<int32_t> nv{1, 19, 7, 0, 12};
+    cases.push_back({"indexer_scores (key_rows null)", [=](Backend& be) {
+                       Buffer<float> Q(be, q), G(be, gm), Kb(be, K), S(be, M * nk);
+                       Buffer<int32_t> N(be, nv);
+                       be.indexer_scores(Q.data(), G.data(), M, (int)hI, (int)dI, Kb.data(), nullptr, nk, N.data(),
+                                         1.0f / std::sqrt(32.0f), S.data());
+                       return S.to_host();
+                     }, 1e-5});
+  }
+  run_op_cases(cases, cpu, gpu, "v41_ops");
+}
+
+// 4b. The V4.1 reference fixtures (tests/fixtures/v41, float64 references of the spec) on the GPU:
+// the CPU test's schedules and bounds (test_model_v41_reference.cc), bitwise equality across
+// schedules and between batched and alone, and the distance to the CPU backend.
+void v41_fixtures(const std::string& root, CpuBackend& cpu, CudaBackend& gpu) {
+  const auto dirs = testref::fixture_dirs(fs::path(root) / "tests/fixtures/v41", nullptr);
+  expect(dirs.size() >= 3, "V4.1: fewer than 3 fixtures under tests/fixtures/v41");
+  for (const auto& dir : dirs) {
+    const std::string name = fs::path(dir).filename();
+    LoadedModel mg = load_model(dir + "/model", gpu);
+    LoadedModel mc = load_model(dir + "/model", cpu);
+    expect(mg.v41 != nullptr, name + ": not loaded as V4.1 on the GPU");
+    if (!mg.v41) continue;
+    expect(mg.unused.empty(), name + ": unused tensors");
+    const int64_t V = mg.vocab_size();
+    auto refs = read_refs(dir);
+    expect(!refs.empty(), name + ": no reference sequences");
+    double worst_median = 0, worst_max = 0, worst_agree = 1, worst_vs_cpu = 0;
+    for (size_t k = 0; k < refs.size(); ++k) {
+      const auto& r = refs[k];
+      const int64_t T = (int64_t)r.ids.size();
+      struct Mode {
+        const char* name;
+        int64_t first, step;
+      };
+      std::vector<float> full;
+      for (Mode mode : {Mode{"full", T, T}, Mode{"decode", 13, 1}, Mode{"chunked", 5, 7}, Mode{"chunked", 1, 4}}) {
+        const std::string what = "v41 " + name + " seq " + std::to_string(k) + " " + mode.name + "(" +
+                                 std::to_string(mode.first) + "," + std::to_string(mode.step) + ")";
+        auto out = sequence_logits(mg, r.ids, mode.first, mode.step);
+        expect(out.size() == r.logits.size(), what + ": logits size");
+        if (out.size() != r.logits.size()) continue;
+        if (full.empty()) {
+          full = out;
+          auto cpu_out = sequence_logits(mc, r.ids, T, T);
+          ErrStats c = compare(out, cpu_out, V);
+          worst_vs_cpu = std::max(worst_vs_cpu, c.max);
+          std::printf("%-44s gpu vs cpu: median rel %.2e max %.2e argmax %.3f\n", what.c_str(), c.median, c.max,
+                      c.argmax_agree);
+        } else {
+          expect(std::memcmp(full.data(), out.data(), out.size() * sizeof(float)) == 0,
+                 what + ": not bitwise equal to the full forward");
+        }
+        ErrStats e = compare(out, r.logits, V);
+        std::printf("%-44s gpu vs ref: median rel %.2e max %.2e max abs %.2e argmax %.3f\n", what.c_str(), e.median,
+                    e.max, e.max_abs, e.argmax_agree);
+        expect(e.median <= 1e-5, what + ": median");
+        expect(e.max <= 1e-3, what + ": max");
+        expect(e.argmax_agree >= 0.99, what + ": argmax");
+        worst_median = std::max(worst_median, e.median);
+        worst_max = std::max(worst_max, e.max);
+        worst_agree = std::min(worst_agree, e.argmax_agree);
+      }
+    }
+    g_summary["v41_fixtures"][name] = {{"worst_median_rel", worst_median},
+                                       {"worst_max_rel", worst_max},
+                                       {"worst_argmax_agree", worst_agree},
+                                       {"worst_max_rel_vs_cpu", worst_vs_cpu}};
+  }
+  if (dirs.empty()) return;
+
+  // Batched vs alone on the GPU (first fixture, the CPU test's schedules): bitwise.
+  LoadedModel m = load_model(dirs.front() + "/model", gpu);
+  DeepseekV41Model& model = *m.v41;
+  const int64_t V = m.vocab_size();
+  auto refs = read_refs(dirs.front());
+  std::vector<std::vector<int32_t>> seqs;
+  for (auto& r : refs) seqs.push_back(r.ids);
+  seqs.push_back(std::vector<int32_t>(refs[0].ids.begin(), refs[0].ids.begin() + 29));
+  struct Sched {
+    int64_t first, step;
+  };
+  std::vector<Sched> sched{{9, 4}, {1, 1}, {30, 11}, {17, 3}};
+  sched.resize(seqs.size(), {5, 2});
+  std::vector<std::vector<float>> alone;
+  for (size_t i = 0; i < seqs.size(); ++i) alone.push_back(sequence_logits(m, seqs[i], sched[i].first, sched[i].step));
+  std::vector<V41SeqState> states;
+  for (size_t i = 0; i < seqs.size(); ++i) states.push_back(model.new_state());
+  std::vector<int64_t> done(seqs.size(), 0);
+  std::vector<std::vector<float>> batched(seqs.size());
+  for (;;) {
+    std::vector<V41SeqChunk> batch;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const int64_t T = (int64_t)seqs[i].size();
+      if (done[i] >= T) continue;
+      const int64_t n = done[i] == 0 ? std::min(sched[i].first, T) : std::min(sched[i].step, T - done[i]);
+      batch.push_back({&states[i], std::span<const int32_t>(seqs[i].data() + done[i], n), true});
+      who.push_back(i);
+      done[i] += n;
+    }
+    if (batch.empty()) break;
+    auto l = model.forward(batch);
+    size_t off = 0;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const size_t n = batch[b].tokens.size() * V;
+      batched[who[b]].insert(batched[who[b]].end(), l.begin() + off, l.begin() + off + n);
+      off += n;
+    }
+  }
+  bool same = true;
+  for (size_t i = 0; i < seqs.size(); ++i)
+    same = same && alone[i].size() == batched[i].size() &&
+           std::memcmp(alone[i].data(), batched[i].data(), alone[i].size() * sizeof(float)) == 0;
+  std::printf("v41 batched vs alone on the GPU (%s, %zu sequences): %s\n", fs::path(dirs.front()).filename().c_str(),
+              seqs.size(), same ? "bitwise equal" : "DIFFERENT");
+  expect(same, "v41 batched vs alone on the GPU");
+  g_summary["v41_batched_bitwise_equal"] = same;
+}
+
+// 4c. The engine driving V4.1 on cuda (states in device memory): greedy tokens equal to the engine on
+// cpu, and seeded sampling batched with chunked prefill and preemption equal to each request alone.
+void v41_engine(const std::string& root, int threads) {
+  const std::string dir = root + "/tests/fixtures/v41/tiny_hf/model";
+  auto request = [](std::mt19937& g, int len, int max_tokens, std::optional<uint64_t> seed, float temperature) {
+    Request r;
+    r.prompt_ids.push_back(0);
+    for (int i = 1; i < len; ++i) r.prompt_ids.push_back(3 + (int32_t)(g() % 380));
+    r.params.max_tokens = max_tokens;
+    r.params.temperature = temperature;
+    r.params.seed = seed;
+    r.params.ignore_eos = true;
+    return r;
+  };
+  auto config = [&](const std::string& backend) {
+    EngineConfig cfg;
+    cfg.model_dir = dir;
+    cfg.backend = backend;
+    cfg.dtype = "float32";  // token identity with the cpu needs the float32 weights
+    cfg.threads = threads;
+    return cfg;
+  };
+  std::mt19937 g(3);
+  std::vector<Request> greedy;
+  for (int len : {21, 70, 5, 130}) greedy.push_back(request(g, len, 24, std::nullopt, 0.0f));
+  std::vector<std::vector<int32_t>> tok_cpu, tok_gpu;
+  {
+    Engine e(config("cpu"));
+    for (auto& r : e.generate(greedy)) tok_cpu.push_back(r.outputs[0].token_ids);
+  }
+  {
+    Engine e(config("cuda"));
+    for (auto& r : e.generate(greedy)) tok_gpu.push_back(r.outputs[0].token_ids);
+  }
+  int64_t equal = 0, total = 0;
+  for (size_t i = 0; i < greedy.size(); ++i) {
+    size_t same = 0;
+    while (same < tok_gpu[i].size() && same < tok_cpu[i].size() && tok_gpu[i][same] == tok_cpu[i][same]) ++same;
+    equal += (int64_t)same;
+    total += (int64_t)tok_cpu[i].size();
+    expect(tok_gpu[i] == tok_cpu[i] && tok_cpu[i].size() == 24,
+           "v41 engine prompt " + std::to_string(i) + ": cuda and cpu greedy tokens differ at " + std::to_string(same));
+  }
+  std::printf("v41 engine: cuda = cpu for %lld/%lld greedy tokens\n", (long long)equal, (long long)total);
+  g_summary["v41_engine"]["greedy_equal"] = equal;
+  g_summary["v41_engine"]["greedy_tokens"] = total;
+
+  // Seeded sampling on cuda: alone, then 5 together with a 16-token step and room for 3 sequences
+  // and 3 pages (the budget of test_e2e_v41_engine), so long prompts preempt each other.
+  std::mt19937 g2(7);
+  std::vector<Request> reqs;
+  for (int len : {250, 251, 40, 252, 253}) reqs.push_back(request(g2, len, 10, 100 + len, 0.8f));
+  std::vector<std::vector<int32_t>> alone;
+  {
+    Engine e(config("cuda"));
+    for (auto& r : reqs) alone.push_back(e.generate({r})[0].outputs[0].token_ids);
+  }
+  EngineConfig cfg = config("cuda");
+  cfg.max_batched_tokens = 16;
+  cfg.max_num_seqs = 3;
+  cfg.cache_bytes = 3 * (10LL * 8 * 64 * 4 + 2 * 2 * 64 * 4) + 3 * 256 * ((64 + 32) * 4 / 2 * 2 + (64 + 32) * 4);
+  Engine e(cfg);
+  auto res = e.generate(reqs);
+  int64_t ok = 0;
+  for (size_t i = 0; i < reqs.size(); ++i)
+    ok += res[i].outputs[0].finish == Finish::kLength && res[i].outputs[0].token_ids == alone[i];
+  const int64_t preemptions = e.stats().preemptions;
+  std::printf("v41 engine cuda: %lld/%zu seeded requests batched (16-token steps, %lld preemptions) = alone\n",
+              (long long)ok, reqs.size(), (long long)preemptions);
+  expect(ok == (int64_t)reqs.size(), "v41 engine cuda: batched with preemption differs from alone");
+  expect(preemptions > 0, "v41 engine cuda: the budget was meant to force preemption");
+  g_summary["v41_engine"]["batched_equal_alone"] = ok;
+  g_summary["v41_engine"]["preemptions"] = preemptions;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -765,6 +1063,9 @@ int main(int argc, char** argv) {
     section("nano", [&] { nano(root, cpu, gpu, tokens); });
     section("engine", [&] { engine_section(root, gpu, tokens, threads); });
     section("stored", [&] { stored_section(root, cpu, tokens); });
+    section("v41 ops", [&] { v41_op_checks(cpu, gpu); });
+    section("v41 fixtures", [&] { v41_fixtures(root, cpu, gpu); });
+    section("v41 engine", [&] { v41_engine(root, threads); });
   } catch (const std::exception& e) {
     std::printf("FAIL: exception: %s\n", e.what());
     ++g_failures;

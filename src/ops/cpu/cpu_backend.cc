@@ -112,13 +112,13 @@ void CpuBackend::compress_windows(const float* ring_kv, const float* ring_gate, 
     float* wk = skv + i * S * width;
     float* wg = sg + i * S * width;
     for (int j = 0; j < m; ++j) {
-      const float* a = ape + (int64_t)j * cw;
+      const float* a = ape ? ape + (int64_t)j * cw : nullptr;
       if (!overlap) {  // HCA: the window's m tokens
         const int64_t p = win * m + j;
         const float *k = src(kv, ring_kv, p, 0), *g = src(gate, ring_gate, p, 0);
         for (int c = 0; c < width; ++c) {
           wk[j * width + c] = k[c];
-          wg[j * width + c] = g[c] + a[c];
+          wg[j * width + c] = a ? g[c] + a[c] : g[c];
         }
         continue;
       }
@@ -129,7 +129,7 @@ void CpuBackend::compress_windows(const float* ring_kv, const float* ring_gate, 
         const float *k = src(kv, ring_kv, p, 0), *g = src(gate, ring_gate, p, 0);
         for (int c = 0; c < width; ++c) {
           wk[j * width + c] = k[c];
-          wg[j * width + c] = g[c] + a[c];
+          wg[j * width + c] = a ? g[c] + a[c] : g[c];
         }
       } else {
         std::fill(wk + j * width, wk + (j + 1) * width, 0.0f);
@@ -139,7 +139,7 @@ void CpuBackend::compress_windows(const float* ring_kv, const float* ring_gate, 
       const float *k = src(kv, ring_kv, p, width), *g = src(gate, ring_gate, p, width);
       for (int c = 0; c < width; ++c) {
         wk[(m + j) * width + c] = k[c];
-        wg[(m + j) * width + c] = g[c] + a[width + c];
+        wg[(m + j) * width + c] = a ? g[c] + a[width + c] : g[c];
       }
     }
   }
@@ -380,7 +380,7 @@ void CpuBackend::indexer_scores(const float* qI, const float* gamma, int64_t M, 
         }
         float acc = 0;
         for (int h = 0; h < hI; ++h) {
-          float v = dot(qI + (m * hI + h) * (int64_t)dI, K + (int64_t)key_rows[w] * dI, dI);
+          float v = dot(qI + (m * hI + h) * (int64_t)dI, K + (int64_t)(key_rows ? key_rows[w] : w) * dI, dI);
           acc += gamma[m * hI + h] * (std::max(v, 0.0f) * qk_scale);
         }
         sr[w] = acc;
@@ -525,6 +525,81 @@ void CpuBackend::select_topk(const float* score, int64_t M, int64_t n, const int
                       [&](int32_t a, int32_t c) { return sc[a] > sc[c] || (sc[a] == sc[c] && a < c); });
     std::sort(cand.begin(), cand.begin() + k);
     for (int64_t j = 0; j < k; ++j) out[out_off[i] + j] = rowmap[cand[j]];
+  }
+}
+
+// ---- DeepSeek-V4.1: KV QAT simulations (spec §3.5, §3.7, §3.8) and the Engram gate (§3.4) ----
+namespace {
+
+// Round-to-nearest-even onto a float grid with `mbits` mantissa bits and minimum normal exponent
+// `emin`; the input is already clamped to the grid's range.
+template <class F>
+inline F round_grid(F v, int mbits, int emin) {
+  if (v == 0) return 0;
+  int e;
+  std::frexp(v, &e);  // |v| = f·2^e, f in [0.5, 1)  =>  floor(log2|v|) = e − 1
+  const int q = std::max(e - 1, emin) - mbits;
+  return std::ldexp(std::nearbyint(std::ldexp(v, -q)), q);  // default rounding mode: ties to even
+}
+
+// 2^ceil(log2(x)) for x > 0.
+inline float pow2_ceil(double x) {
+  int e;
+  double f = std::frexp(x, &e);
+  return (float)std::ldexp(1.0, f == 0.5 ? e - 1 : e);
+}
+
+// E4M3 cast (round to nearest even, saturating at 448) straight from double: no double rounding.
+inline float e4m3_rne(double x) { return (float)round_grid(std::min(x, 448.0), 3, -6); }
+
+void qdq_block(float* x, KvQdq f) {
+  const int bs = kv_qdq_block(f);
+  float amax = 0;
+  for (int i = 0; i < bs; ++i) amax = std::max(amax, std::fabs(x[i]));
+  switch (f) {
+    case KvQdq::Fp8Pow2x32: {
+      const float s = pow2_ceil(std::max((double)amax, 1e-4) / 448.0);
+      for (int i = 0; i < bs; ++i) x[i] = round_grid(std::clamp(x[i] / s, -448.0f, 448.0f), 3, -6) * s;
+      break;
+    }
+    case KvQdq::Fp4Pow2x32: {
+      const float s = pow2_ceil(std::max((double)amax, 6.0 * std::ldexp(1.0, -126)) / 6.0);
+      for (int i = 0; i < bs; ++i) x[i] = round_grid(std::clamp(x[i] / s, -6.0f, 6.0f), 1, 0) * s;
+      break;
+    }
+    case KvQdq::Fp4E4m3x16: {
+      const float s = e4m3_rne(std::max((double)amax, 6.0 * std::ldexp(1.0, -9)) / 6.0);
+      for (int i = 0; i < bs; ++i) x[i] = round_grid(std::clamp(x[i] / s, -6.0f, 6.0f), 1, 0) * s;
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::kv_qdq(float* x, int64_t n, KvQdq format) {
+  const int bs = kv_qdq_block(format);
+  for (int64_t b = 0; b + bs <= n; b += bs) qdq_block(x + b, format);
+}
+
+void CpuBackend::engram_gate(float* X, int64_t M, int hc, int64_t D, const float* kv, const float* w, double eps) {
+  for (int64_t t = 0; t < M; ++t) {
+    const float* value = kv + (t * (hc + 1) + hc) * D;
+    for (int64_t j = 0; j < hc; ++j) {
+      float* x = X + (t * hc + j) * D;
+      const float* key = kv + (t * (hc + 1) + j) * D;
+      const float* wj = w + j * D;
+      double dotv = 0, xx = 0, kk = 0;
+      for (int64_t c = 0; c < D; ++c) {
+        dotv += (double)x[c] * wj[c] * key[c];
+        xx += (double)x[c] * x[c];
+        kk += (double)key[c] * key[c];
+      }
+      // Per-stream normalisation: rsqrt(mean x²)·rsqrt(mean key²)/sqrt(D), then a signed square root.
+      const double s = dotv / std::sqrt(xx / D + eps) / std::sqrt(kk / D + eps) / std::sqrt((double)D);
+      const double gate = 1.0 / (1.0 + std::exp(-std::copysign(std::sqrt(std::max(std::fabs(s), 1e-6)), s)));
+      for (int64_t c = 0; c < D; ++c) x[c] = (float)(x[c] + gate * value[c]);
+    }
   }
 }
 

@@ -71,6 +71,8 @@ class CpuBackend final : public Backend {
   void compress_pool(const float* kv, const float* gate, int64_t W, int S, int d, float* out) override;
   void swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, const float* row_scale,
                     float* act) override;
+  void kv_qdq(float* x, int64_t n, KvQdq format) override;
+  void engram_gate(float* X, int64_t M, int hc, int64_t D, const float* kv, const float* w, double eps) override;
 
  private:
   ThreadPool pool_;

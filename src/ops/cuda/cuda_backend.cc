@@ -316,9 +316,20 @@ void CudaBackend::hc_pre(const float* X, int64_t M, int hc, int64_t D, const flo
   HostTimer ht_(impl_.get(), Impl::kOp);
   check(cuda::hc_pre(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, impl_->stream), "hc_pre");
 }
-void CudaBackend::hc_mix(const float*, int64_t, int, int64_t, const float*, const float*, const float*, const float*,
-                         int, float, float, float*, float*, float*, float*) {
-  throw Error("cuda: hc_mix (DeepSeek-V4.1) is not implemented on the cuda backend yet");
+void CudaBackend::hc_mix(const float* X, int64_t M, int hc, int64_t D, const float* w, const float* fn,
+                         const float* base, const float* scale, int iters, float hc_eps, float norm_eps, float* u,
+                         float* pre, float* post, float* comb) {
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  check(cuda::hc_mix(X, M, hc, D, w, fn, base, scale, iters, hc_eps, norm_eps, u, pre, post, comb, impl_->stream),
+        "hc_mix");
+}
+void CudaBackend::kv_qdq(float* x, int64_t n, KvQdq format) {
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  check(cuda::kv_qdq(x, n, (int)format, impl_->stream), "kv_qdq");
+}
+void CudaBackend::engram_gate(float* X, int64_t M, int hc, int64_t D, const float* kv, const float* w, double eps) {
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  check(cuda::engram_gate(X, M, hc, D, kv, w, eps, impl_->stream), "engram_gate");
 }
 void CudaBackend::hc_post(const float* X, const float* y, const float* post, const float* comb, int64_t M, int hc,
                           int64_t D, float* out) {

@@ -62,7 +62,6 @@ class CudaBackend final : public Backend {
   void hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
               const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
               float* comb) override;
-  // DeepSeek-V4.1's single-pass mHC: not on the GPU yet (V4.1 loads on the cpu backend only); throws.
   void hc_mix(const float* X, int64_t M, int hc, int64_t D, const float* w, const float* fn, const float* base,
               const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* pre,
               float* post, float* comb) override;
@@ -82,6 +81,8 @@ class CudaBackend final : public Backend {
   void compress_pool(const float* kv, const float* gate, int64_t W, int S, int d, float* out) override;
   void swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, const float* row_scale,
                     float* act) override;
+  void kv_qdq(float* x, int64_t n, KvQdq format) override;
+  void engram_gate(float* X, int64_t M, int hc, int64_t D, const float* kv, const float* w, double eps) override;
 
   struct Impl;  // opaque (public only so the .cc's helpers can name it)
 

@@ -235,6 +235,21 @@ cudaError_t compress_windows(const float* ring_kv, const float* ring_gate, const
                              const int32_t* win_ids, int64_t nw, float* skv, float* sg, cudaStream_t s);
 
 // ------------------------------------------------------------------------------------------------
+// DeepSeek-V4.1 (v41_ops.cu; float32, any shape; the Backend contracts of the same names)
+// ------------------------------------------------------------------------------------------------
+// Single-pass mHC: u[M, D] = Σ_j w[m, j]·X[m, j] and, when fn is not null, this site's pre[M, hc],
+// post[M, hc], comb[M, hc, hc] as hc_pre computes them. X[M, hc, D]; hc ≤ 16; pre may alias w.
+cudaError_t hc_mix(const float* X, int64_t M, int hc, int64_t D, const float* w, const float* fn, const float* base,
+                   const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* pre,
+                   float* post, float* comb, cudaStream_t s);
+// KV QAT simulation in place on x[n] (format = (int)deepinfer::KvQdq: 0 FP8 pow2 ×32, 1 FP4 pow2 ×32,
+// 2 FP4 E4M3-scaled ×16); bitwise the CPU's result.
+cudaError_t kv_qdq(float* x, int64_t n, int format, cudaStream_t s);
+// Engram gate in place on X[M, hc, D] with kv[M, hc + 1, D] and w[hc, D]; double reductions.
+cudaError_t engram_gate(float* X, int64_t M, int hc, int64_t D, const float* kv, const float* w, double eps,
+                        cudaStream_t s);
+
+// ------------------------------------------------------------------------------------------------
 // Sampling
 // ------------------------------------------------------------------------------------------------
 // Per row b of logits[B, V] (row stride ld): temperature[b] ≤ 0 → argmax (ties: lower id). Otherwise

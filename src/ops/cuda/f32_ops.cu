@@ -208,7 +208,7 @@ __global__ void compress_windows_kernel(const float* __restrict__ ring_kv, const
     g = ring_gate[(p % R) * cw + col];
   }
   skv[t] = k;
-  sg[t] = g + ape[(int64_t)j * cw + col];
+  sg[t] = ape ? g + ape[(int64_t)j * cw + col] : g;
 }
 
 }  // namespace
