@@ -715,6 +715,105 @@ Result attn_case(int64_t M, int H, int d, int W, int topk, bool prefill, const s
   return res;
 }
 
+// sink_attention_f32 (the float32 Backend::sink_attention contract the model uses). Inputs stay f32.
+// nk ≥ 0: every query has exactly nk keys (min(nk, 128) window rows, the rest entries); nk < 0: random
+// counts (window 0..128, entries 0..512). Each query owns its key rows (decode: nothing shared), so the
+// bytes are q + out + every query's keys. ldq / ldo are padded; the output padding must stay poisoned.
+// check: 0 = all rows against CpuBackend; k > 0 = k sampled rows (perf cases). invariance: query 0
+// and query M/2 alone (M = 1 through offset pointers) must equal their rows of the batch bitwise, and a
+// second batch run must equal the first bitwise. Perf mode also times v1 on the same inputs.
+Result attn_f32_case(int64_t M, int H, int d, int nk, const std::string& name, int check = 0) {
+  Rng r = rng_for(name);
+  Result res;
+  const int Wn = 128, En = 512;
+  const int64_t ldq = (int64_t)H * d + 3, ldo = (int64_t)H * d + 5;
+  std::vector<int32_t> lo(M), hi(M), idx;
+  std::vector<int64_t> off(M + 1, 0);
+  const int64_t n_win = M * Wn + 1, ereg = 2 * (int64_t)std::max(En, nk), n_ent = M * ereg + 1;
+  for (int64_t m = 0; m < M; ++m) {
+    const int nwin = nk >= 0 ? std::min(nk, Wn) : r.range(0, Wn + 1);
+    const int nent = nk >= 0 ? nk - nwin : r.range(0, En + 1);
+    lo[m] = (int32_t)(m * Wn + r.range(0, Wn - nwin + 1));
+    hi[m] = lo[m] + nwin;
+    std::vector<int32_t> pick(nent);
+    for (auto& v : pick) v = (int32_t)(m * ereg + r.range(0, (int)ereg));
+    std::sort(pick.begin(), pick.end());  // ascending, duplicates allowed by the contract
+    idx.insert(idx.end(), pick.begin(), pick.end());
+    off[m + 1] = (int64_t)idx.size();
+  }
+  if (idx.empty()) idx.push_back(0);
+  auto fast = [&](size_t n, float a) {  // uniform in (−a, a): large pools, normal() is too slow here
+    std::vector<float> v(n);
+    for (auto& x : v) x = (r.uni() * 2.0f - 1.0f) * a;
+    return v;
+  };
+  std::vector<float> q = fast(M * ldq, 1.7f), win = fast(n_win * d, 1.7f), ent = fast(n_ent * d, 1.7f),
+                     sinks = randn(r, H, 2.0f);
+  const float scale = 1.0f / std::sqrt((float)d);
+  DBuf dq = dup(q, "q"), dw = dup(win, "win"), de = dup(ent, "ent"), ds = dup(sinks, "sinks");
+  DBuf dlo = dup(lo, "lo"), dhi = dup(hi, "hi"), di = dup(idx, "idx"), doff = dup(off, "off");
+  DBuf dout = dalloc(M * ldo * 4, "out"), dout1 = dalloc(ldo * 4, "out_alone");
+  poison(dout);
+  auto run = [&](decltype(dc::sink_attention_f32)* fn, int64_t m0, int64_t Mx, float* o) {
+    return fn(dq.as<float>() + m0 * ldq, Mx, ldq, H, d, dw.as<float>(), dlo.as<int32_t>() + m0, dhi.as<int32_t>() + m0,
+              de.as<float>(), di.as<int32_t>(), doff.as<int64_t>() + m0, ds.as<float>(), scale, o, ldo, 0);
+  };
+  CK(run(dc::sink_attention_f32, 0, M, dout.as<float>()));
+  auto o = down<float>(dout, M * ldo);
+  // padding columns untouched
+  bool pad_ok = true;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t c = (int64_t)H * d; c < ldo; ++c) {
+      uint32_t b;
+      memcpy(&b, &o[m * ldo + c], 4);
+      pad_ok &= b == 0xFFFFFFFFu;
+    }
+  expect_true(res, pad_ok, "output padding written");
+  // reference rows
+  std::vector<int64_t> rows;
+  if (check == 0)
+    for (int64_t m = 0; m < M; ++m) rows.push_back(m);
+  else
+    for (int k = 0; k < check; ++k) rows.push_back(k == 0 ? 0 : k == 1 ? M - 1 : r.range(0, (int)M));
+  std::vector<float> got, ref, one((size_t)H * d);
+  for (int64_t m : rows) {
+    cpu().sink_attention(q.data() + m * ldq, 1, ldq, H, d, win.data(), lo.data() + m, hi.data() + m, ent.data(),
+                         idx.data(), off.data() + m, sinks.data(), scale, one.data(), (int64_t)H * d);
+    ref.insert(ref.end(), one.begin(), one.end());
+    got.insert(got.end(), o.begin() + m * ldo, o.begin() + m * ldo + (int64_t)H * d);
+  }
+  expect_nmse(res, "out", got, ref, 1e-9);
+  if (nk == 0) {  // only the sink: exact zeros
+    bool z = true;
+    for (float v : got) z &= v == 0.0f;
+    expect_true(res, z, "no keys must give exact zeros");
+  }
+  // batch invariance (bitwise): a query alone vs in the batch; and run-to-run
+  for (int64_t m : {(int64_t)0, M / 2}) {
+    poison(dout1);
+    CK(run(dc::sink_attention_f32, m, 1, dout1.as<float>()));
+    auto a = down<float>(dout1, ldo);
+    expect_true(res, memcmp(a.data(), o.data() + m * ldo, (size_t)H * d * 4) == 0,
+                "query " + std::to_string(m) + " alone differs from its row in the batch");
+  }
+  CK(run(dc::sink_attention_f32, 0, M, dout.as<float>()));
+  auto o2 = down<float>(dout, M * ldo);
+  expect_true(res, memcmp(o2.data(), o.data(), o.size() * 4) == 0, "second run differs");
+  res.detail += "bitwise: alone==batch, run==run ";
+  if (g_perf) {
+    res.us = time_us([&] { run(dc::sink_attention_f32, 0, M, dout.as<float>()); });
+    double keys = 0;
+    for (int64_t m = 0; m < M; ++m) keys += (hi[m] - lo[m]) + (off[m + 1] - off[m]);
+    res.bytes = M * (double)H * d * 8.0 + keys * d * 4.0;  // q + out (f32) + each query's keys (f32)
+    res.flops = keys * H * d * 4.0;
+    const double v1 = time_us([&] { run(dc::sink_attention_f32_v1, 0, M, dout.as<float>()); });
+    char buf[96];
+    snprintf(buf, sizeof buf, "v1 %.1f us (%.1fx) ", v1, v1 / res.us);
+    res.detail += buf;
+  }
+  return res;
+}
+
 Result indexer_case(int64_t M, int hI, int dI, int64_t nk, bool paged, const std::string& name) {
   Rng r = rng_for(name);
   Result res;
@@ -1467,6 +1566,35 @@ void register_cases() {
   add("sink_attention decode M=32 H=64 d=512 W=128 no entries", [] { return attn_case(32, 64, 512, 128, 0, false, "at3"); });
   add("sink_attention prefill M=512 H=64 d=512 W=128 topk<=512", [] { return attn_case(512, 64, 512, 128, 512, true, "at4"); });
   add("sink_attention decode M=16 H=16 d=256 W=64 topk=64", [] { return attn_case(16, 16, 256, 64, 64, false, "at5"); });
+  // sink_attention_f32 (v2, the model's path): V4-Flash shapes, odd shapes, key counts, invariance
+  for (int64_t M : {1, 3, 64}) {
+    auto n = nm("sink_attention_f32 M=%ld H=64 d=512 keys=640 (V4-Flash decode)", M);
+    add(n, [=] { return attn_f32_case(M, 64, 512, 640, n); });
+  }
+  add("sink_attention_f32 M=64 H=64 d=512 keys=random 0..640", [] { return attn_f32_case(64, 64, 512, -1, "af_rand"); });
+  for (int nk : {0, 1, 127, 640, 2000}) {
+    auto n = nm("sink_attention_f32 M=3 H=64 d=512 keys=%d", nk);
+    add(n, [=] { return attn_f32_case(3, 64, 512, nk, n); });
+  }
+  struct AS { int64_t M; int H, d, nk; };
+  const AS as[] = {{3, 3, 40, 127}, {5, 3, 40, 0}, {7, 5, 72, 33}, {2, 1, 8, 1}, {4, 7, 37, 300} /* d%4 != 0: scalar */,
+                   {3, 17, 96, -1}, {16, 16, 256, 640}, {2, 7, 1000, 200} /* d > 512 */, {1, 64, 1024, 127}};
+  for (auto c : as) {
+    auto n = nm("sink_attention_f32 M=%ld H=%d d=%d keys=%d (small/odd)", c.M, c.H, c.d, c.nk);
+    add(n, [=] { return attn_f32_case(c.M, c.H, c.d, c.nk, n); });
+  }
+  add("sink_attention_f32 M=1024 H=8 d=64 keys=random (prefill-sized M)",
+      [] { return attn_f32_case(1024, 8, 64, -1, "af_bigM"); });
+  if (g_perf) {
+    for (int64_t M : {1, 8, 64, 256}) {
+      auto n = nm("sink_attention_f32 perf M=%ld H=64 d=512 keys=640 (own keys per query)", M);
+      add(n, [=] { return attn_f32_case(M, 64, 512, 640, n, 3); });
+    }
+    add("sink_attention_f32 perf M=1 H=64 d=512 keys=4096 (HCA at 512k)",
+        [] { return attn_f32_case(1, 64, 512, 4096, "af_perf_4k", 1); });
+    add("sink_attention_f32 perf M=512 H=64 d=512 keys=640 (prefill-sized batch)",
+        [] { return attn_f32_case(512, 64, 512, 640, "af_perf_512", 3); });
+  }
   add("sink_attention_tc decode M=1 H=64 d=512 W=128 topk=512", [] { return attn_case(1, 64, 512, 128, 512, false, "tc1", true); });
   add("sink_attention_tc decode M=64 H=64 d=512 W=128 topk=512", [] { return attn_case(64, 64, 512, 128, 512, false, "tc2", true); });
   add("sink_attention_tc decode M=32 H=64 d=512 W=128 no entries", [] { return attn_case(32, 64, 512, 128, 0, false, "tc3", true); });

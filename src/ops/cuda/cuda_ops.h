@@ -212,11 +212,21 @@ cudaError_t moe_combine(const float* ye, const int32_t* sel, const float* wsel, 
 // y[M, N] (ldy) = x[M, K] (ldx) · W[N, K]ᵀ (W row stride K).
 cudaError_t gemm_f32(const float* x, int64_t M, int64_t K, int64_t ldx, const float* w, int64_t N, float* y,
                      int64_t ldy, cudaStream_t s);
-// The Backend::sink_attention contract in f32 (any H, d ≤ 1024): one block per (query, head).
+// The Backend::sink_attention contract in f32 (any H, 1 ≤ d ≤ 1024), flash-decoding (v2): a cluster of
+// 8 blocks per (query, group of 16 heads) splits the query's keys in tiles of 32 (16 for d > 512) by
+// contiguous tile ranges that depend only on that query's key count; each block reads a key tile once
+// into shared memory for all 16 heads; the 8 partial (max, sum, out) are merged in rank order through
+// distributed shared memory. No workspace. Batch invariant: a (query, head) result depends only on its
+// own q, keys, sink, d and scale. Keys may be any f32 rows (16-byte aligned rows take the vector path).
 cudaError_t sink_attention_f32(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
                                const int32_t* win_lo, const int32_t* win_hi, const float* ent, const int32_t* ent_idx,
                                const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo,
                                cudaStream_t s);
+// v1 (kept for comparison in test_cuda_ops --perf): one block per (query, head), d ≤ 1024.
+cudaError_t sink_attention_f32_v1(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                                  const int32_t* win_lo, const int32_t* win_hi, const float* ent,
+                                  const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
+                                  float* out, int64_t ldo, cudaStream_t s);
 // The Backend::indexer_scores contract in f32 (any hI, dI): a warp per (query, key).
 cudaError_t indexer_scores_f32(const float* qI, const float* gamma, int64_t M, int hI, int dI, const float* K,
                                const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis, float qk_scale,

@@ -1,12 +1,17 @@
 // float32 kernels for any shape: the GEMM, attention and indexer of the CUDA backend's model path and
 // the row-movement ops the forward pass needs to keep its state on the device. Simple and exact
 // rather than fast: each output is one fixed-order fma chain, so a row never depends on the batch.
+#include <cooperative_groups.h>
+
+#include <climits>
+
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
 
 namespace deepinfer::cuda {
 namespace {
 using detail::cdiv;
+namespace cg = cooperative_groups;
 
 // ---- GEMM: 64×64 output tile, 16-deep k slices through shared memory, 4×4 outputs a thread ----
 constexpr int GT = 64, GK = 16;
@@ -111,6 +116,283 @@ __global__ void __launch_bounds__(AW * 32) sink_attn_f32_kernel(
     for (int w = 0; w < AW; ++w) o += sm[d + (int64_t)w * (d + 2) + c] * f[w];
     out[m * ldo + (int64_t)h * d + c] = o * inv;
   }
+}
+
+// ---- sink attention v2 (flash-decoding): a cluster of SA_CS blocks per (query, group of SA_G heads) ----
+// The query's n keys are cut into tiles of CK keys; cluster rank r takes the contiguous tile range
+// [r·T/CS, (r+1)·T/CS) (T = ⌈n/CK⌉), so the cut depends on n alone (batch invariant). A block stages Q
+// of its SA_G heads once and each key tile once in shared memory (cp.async, double buffered) and uses
+// it for all its heads: S[G, CK] = Q·Kᵀ (8 warps = 8 fixed d slices, summed in slice order), an online
+// softmax per head over its tiles in key order, O[G, d] += P·K. The ranks' (max, sum, O) meet through
+// distributed shared memory and are merged in rank order 0..CS-1 with the sink; no global scratch.
+// Every (query, head) result is one fixed sequence of f32 operations that depends only on that
+// query's keys, d and the constants below (not on M, H, the head's group or the other queries).
+constexpr int SA_NT = 256, SA_NW = SA_NT / 32, SA_CS = 8, SA_G = 16, SA_DMAX = 1024;
+static_assert(SA_G == 2 * SA_NW && SA_G == 2 * SA_CS && SA_NT == 2 * 128, "v2 thread mappings");
+
+__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(float* dst, const float* src) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Shared memory of the v2 kernel (floats), dp = d rounded up to 32, DQ = dp + 4 (row stride ≡ 4 mod 32
+// banks: the 4 head rows / 8 key rows one score instruction reads fall in distinct banks).
+__host__ __device__ constexpr int64_t sa2_smem_floats(int d, int CK) {
+  const int64_t dq = ((d + 31) / 32) * 32 + 4;
+  return SA_G * dq + 2 * CK * dq + (int64_t)SA_NW * SA_G * CK + CK * SA_G + SA_G;
+}
+
+// CK keys a tile; NJ column blocks of 512 per thread in P·V (d ≤ 512·NJ).
+template <int CK, int NJ>
+__global__ void __launch_bounds__(SA_NT, 1) sink_attn_f32_v2_kernel(
+    const float* __restrict__ q, int64_t ldq, int H, int d, const float* __restrict__ win,
+    const int32_t* __restrict__ win_lo, const int32_t* __restrict__ win_hi, const float* __restrict__ ent,
+    const int32_t* __restrict__ ent_idx, const int64_t* __restrict__ ent_off, const float* __restrict__ sinks,
+    float scale, float* __restrict__ out, int64_t ldo, int HG, bool vec) {
+  constexpr int KJ = CK / 8;  // keys a thread in the score phase
+  static_assert(CK % 8 == 0 && CK <= 32, "tile");
+  extern __shared__ float4 sa_smem4[];
+  float* sm = reinterpret_cast<float*>(sa_smem4);
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = (int)cluster.block_rank();
+  const int64_t item = (int64_t)blockIdx.x / SA_CS;  // (query, head group)
+  const int64_t m = item / HG;
+  const int h0 = (int)(item % HG) * SA_G;
+  const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
+  const int dp = (d + 31) & ~31, DQ = dp + 4;
+  float* qs = sm;                      // [G][DQ] Q of the group (zero beyond d and H)
+  float* ks = qs + SA_G * DQ;          // [2][CK][DQ] key tiles (columns ≥ d stay zero)
+  float* sp = ks + 2 * CK * DQ;        // [NW][G][CK] partial scores; slice 0 then holds the scores
+  float* ps = sp + SA_NW * SA_G * CK;  // [CK][G] probabilities of the tile
+  float* cr = ps + CK * SA_G;          // [G] rescale factor of the running output
+
+  for (int h = wp; h < SA_G; h += SA_NW) {
+    const bool hv = h0 + h < H;
+    const float* qr = q + m * ldq + (int64_t)(h0 + h) * d;
+    for (int c = lane; c < DQ; c += 32) qs[h * DQ + c] = (hv && c < d) ? qr[c] : 0.0f;
+  }
+  for (int r = wp; r < 2 * CK; r += SA_NW)
+    for (int c = d + lane; c < DQ; c += 32) ks[r * DQ + c] = 0.0f;
+
+  const int lo = win_lo[m];
+  const int64_t nw = (int64_t)win_hi[m] - lo;
+  const int64_t e0 = ent_off ? ent_off[m] : 0, ne = ent_off ? ent_off[m + 1] - e0 : 0;
+  const int64_t n = nw + ne, T = (n + CK - 1) / CK;
+  const int64_t t0 = rank * T / SA_CS, t1 = (rank + 1) * T / SA_CS;
+
+  auto load_tile = [&](int64_t t, int b) {
+    float* kb = ks + b * CK * DQ;
+    for (int r = wp; r < CK; r += SA_NW) {
+      const int64_t i = t * CK + r;
+      float* dst = kb + r * DQ;
+      if (i >= n) {  // past the last key: zeros (p = 0 there, and 0·0 stays 0)
+        for (int c = lane; c < d; c += 32) dst[c] = 0.0f;
+        continue;
+      }
+      const float* src = i < nw ? win + (lo + i) * d : ent + (int64_t)ent_idx[e0 + i - nw] * d;
+      if (vec) {
+        for (int c = lane * 4; c < d; c += 128) cp_async16(dst + c, src + c);
+      } else {
+        for (int c = lane; c < d; c += 32) cp_async4(dst + c, src + c);
+      }
+    }
+    cp_async_commit();
+  };
+
+  // score phase: warp wp = d slice [f0, f1) in float4 units; lane = (head tile ht, key tile kt);
+  // thread heads ht + 4i (i < 4), keys kt + 8j (j < KJ)
+  const int ht = lane >> 3, kt = lane & 7;
+  const int F = dp / 4, f0 = wp * F / SA_NW, f1 = (wp + 1) * F / SA_NW;
+  // P·V phase: thread heads hh·8 + i (i < 8), columns 4·cl + 512·jj (jj < NJ)
+  const int hh = tid >> 7, cl = tid & 127;
+  bool colok[NJ];
+#pragma unroll
+  for (int jj = 0; jj < NJ; ++jj) colok[jj] = 4 * cl + 512 * jj < dp;
+  float o[8][NJ][4];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int jj = 0; jj < NJ; ++jj)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[i][jj][e] = 0.0f;
+  // running max / sum of heads 2·wp + u (warp uniform)
+  float mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.0f, 0.0f};
+
+  if (t0 < t1) load_tile(t0, 0);
+  __syncthreads();
+  for (int64_t t = t0; t < t1; ++t) {
+    const int b = (int)((t - t0) & 1);
+    if (t + 1 < t1) {
+      load_tile(t + 1, b ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const float* kb = ks + b * CK * DQ;
+    const int nv = (int)(n - t * CK < CK ? n - t * CK : CK);
+
+    float acc[4][KJ];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < KJ; ++j) acc[i][j] = 0.0f;
+    for (int f = f0; f < f1; ++f) {
+      float4 qv[4], kv[KJ];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) qv[i] = *reinterpret_cast<const float4*>(qs + (ht + 4 * i) * DQ + 4 * f);
+#pragma unroll
+      for (int j = 0; j < KJ; ++j) kv[j] = *reinterpret_cast<const float4*>(kb + (kt + 8 * j) * DQ + 4 * f);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < KJ; ++j) {
+          float a = acc[i][j];
+          a = fmaf(qv[i].x, kv[j].x, a);
+          a = fmaf(qv[i].y, kv[j].y, a);
+          a = fmaf(qv[i].z, kv[j].z, a);
+          a = fmaf(qv[i].w, kv[j].w, a);
+          acc[i][j] = a;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < KJ; ++j) sp[(wp * SA_G + ht + 4 * i) * CK + kt + 8 * j] = acc[i][j];
+    __syncthreads();
+    for (int idx = tid; idx < SA_G * CK; idx += SA_NT) {  // slices summed in order 0..7
+      float s = sp[idx];
+#pragma unroll
+      for (int w = 1; w < SA_NW; ++w) s = __fadd_rn(s, sp[w * SA_G * CK + idx]);
+      sp[idx] = (idx % CK) < nv ? __fmul_rn(scale, s) : -INFINITY;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {  // online softmax of head 2·wp + u; lane = key
+      const int h = 2 * wp + u;
+      const float s = lane < CK ? sp[h * CK + lane] : -INFINITY;
+      const float mn = fmaxf(mrun[u], detail::warp_max(s));
+      const float p = s == -INFINITY ? 0.0f : expf(s - mn);
+      const float c = expf(mrun[u] - mn);  // 0 on the first tile
+      lrun[u] = fmaf(lrun[u], c, detail::warp_sum(p));
+      mrun[u] = mn;
+      if (lane < CK) ps[lane * SA_G + h] = p;
+      if (lane == 0) cr[h] = c;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float c = cr[hh * 8 + i];
+#pragma unroll
+      for (int jj = 0; jj < NJ; ++jj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[i][jj][e] = __fmul_rn(o[i][jj][e], c);
+    }
+#pragma unroll 2
+    for (int k = 0; k < nv; ++k) {
+      const float4 pa = *reinterpret_cast<const float4*>(ps + k * SA_G + hh * 8);
+      const float4 pb = *reinterpret_cast<const float4*>(ps + k * SA_G + hh * 8 + 4);
+      const float pv[8] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
+#pragma unroll
+      for (int jj = 0; jj < NJ; ++jj) {
+        if (!colok[jj]) continue;
+        const float4 kv = *reinterpret_cast<const float4*>(kb + k * DQ + 4 * cl + 512 * jj);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          o[i][jj][0] = fmaf(pv[i], kv.x, o[i][jj][0]);
+          o[i][jj][1] = fmaf(pv[i], kv.y, o[i][jj][1]);
+          o[i][jj][2] = fmaf(pv[i], kv.z, o[i][jj][2]);
+          o[i][jj][3] = fmaf(pv[i], kv.w, o[i][jj][3]);
+        }
+      }
+    }
+    __syncthreads();  // the next iteration's load reuses this buffer
+  }
+
+  // this rank's partial state into shared memory (over the key tiles, which are free now)
+  float* op = ks;  // [G][dp]
+  float* ml = sp;  // [G][2] (max, sum)
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int jj = 0; jj < NJ; ++jj)
+      if (colok[jj])
+        *reinterpret_cast<float4*>(op + (hh * 8 + i) * dp + 4 * cl + 512 * jj) =
+            make_float4(o[i][jj][0], o[i][jj][1], o[i][jj][2], o[i][jj][3]);
+  if (lane == 0)
+#pragma unroll
+    for (int u = 0; u < 2; ++u) ml[(2 * wp + u) * 2] = mrun[u], ml[(2 * wp + u) * 2 + 1] = lrun[u];
+  cluster.sync();
+  {  // rank r finalizes heads 2r, 2r+1 of the group, 128 threads a head; ranks merged in order
+    const int h = 2 * rank + (tid >> 7), gh = h0 + h;
+    if (gh < H) {
+      const float sink = sinks[gh];
+      float mx = sink, wr[SA_CS];
+      const float* opr[SA_CS];
+#pragma unroll
+      for (int r = 0; r < SA_CS; ++r) {
+        wr[r] = cluster.map_shared_rank(ml, r)[2 * h];
+        opr[r] = cluster.map_shared_rank(op, r) + (int64_t)h * dp;
+        mx = fmaxf(mx, wr[r]);
+      }
+      float L = expf(sink - mx);
+#pragma unroll
+      for (int r = 0; r < SA_CS; ++r) {
+        wr[r] = wr[r] == -INFINITY ? 0.0f : expf(wr[r] - mx);
+        L = fmaf(cluster.map_shared_rank(ml, r)[2 * h + 1], wr[r], L);
+      }
+      const float inv = 1.0f / L;
+      float* orow = out + m * ldo + (int64_t)gh * d;
+      for (int c = tid & 127; c < d; c += 128) {
+        float a = 0.0f;
+#pragma unroll
+        for (int r = 0; r < SA_CS; ++r) a = fmaf(opr[r][c], wr[r], a);
+        orow[c] = __fmul_rn(a, inv);
+      }
+    }
+  }
+  cluster.sync();  // no block leaves while another still reads its shared memory
+}
+
+template <int CK, int NJ>
+cudaError_t sa2_launch(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win, const int32_t* win_lo,
+                       const int32_t* win_hi, const float* ent, const int32_t* ent_idx, const int64_t* ent_off,
+                       const float* sinks, float scale, float* out, int64_t ldo, cudaStream_t s) {
+  static bool configured = false;
+  if (!configured) {
+    const cudaError_t e = cudaFuncSetAttribute(sink_attn_f32_v2_kernel<CK, NJ>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)(4 * sa2_smem_floats(512 * NJ, CK)));
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  const int HG = (H + SA_G - 1) / SA_G;
+  const int64_t blocks = M * HG * SA_CS;
+  if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
+  const bool vec = d % 4 == 0 && ((uintptr_t)win % 16) == 0 && ((uintptr_t)ent % 16) == 0;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)blocks, 1, 1);
+  cfg.blockDim = dim3(SA_NT, 1, 1);
+  cfg.dynamicSmemBytes = (size_t)(4 * sa2_smem_floats(d, CK));
+  cfg.stream = s;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = SA_CS;
+  at[0].val.clusterDim.y = 1;
+  at[0].val.clusterDim.z = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, sink_attn_f32_v2_kernel<CK, NJ>, q, ldq, H, d, win, win_lo, win_hi, ent, ent_idx,
+                            ent_off, sinks, scale, out, ldo, HG, vec);
 }
 
 // ---- indexer: a warp per (query, key) ----
@@ -222,6 +504,17 @@ cudaError_t gemm_f32(const float* x, int64_t M, int64_t K, int64_t ldx, const fl
 }
 
 cudaError_t sink_attention_f32(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                               const int32_t* win_lo, const int32_t* win_hi, const float* ent, const int32_t* ent_idx,
+                               const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo,
+                               cudaStream_t s) {
+  if (d <= 0 || d > SA_DMAX) return cudaErrorNotSupported;
+  if (M <= 0 || H <= 0) return cudaSuccess;
+  if (d <= 512)
+    return sa2_launch<32, 1>(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
+  return sa2_launch<16, 2>(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
+}
+
+cudaError_t sink_attention_f32_v1(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
                                const int32_t* win_lo, const int32_t* win_hi, const float* ent, const int32_t* ent_idx,
                                const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo,
                                cudaStream_t s) {
