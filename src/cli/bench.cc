@@ -258,6 +258,7 @@ struct CaseResult {
   int64_t steps = 0;  // timed forward steps (prefill: chunks)
   double seconds = 0;
   bool partial = false;  // stopped by --case-seconds
+  bool logits_finite = true;  // of the last timed step
   CostModel::Cost cost;  // summed over the timed steps
   std::string error;
 
@@ -286,6 +287,7 @@ struct CaseResult {
     j["pct_hbm"] = 100.0 * (cost.bytes() / kHbmBytesPerS) / seconds;
     j["pct_fp8"] = 100.0 * (cost.flops / kFp8FlopsPerS) / seconds;
     j["partial"] = partial;
+    j["logits_finite"] = logits_finite;
     j["error"] = nullptr;
     return j;
   }
@@ -298,6 +300,12 @@ std::vector<int32_t> random_tokens(std::mt19937_64& g, int64_t n, int vocab) {
   std::vector<int32_t> t(n);
   for (auto& x : t) x = d(g);
   return t;
+}
+
+bool all_finite(const std::vector<float>& v) {
+  for (float x : v)
+    if (!std::isfinite(x)) return false;
+  return true;
 }
 
 CaseResult run_decode(DeepseekV4Model& model, Backend& be, const CostModel& cm, const Options& o, int64_t B,
@@ -318,10 +326,11 @@ CaseResult run_decode(DeepseekV4Model& model, Backend& be, const CostModel& cm, 
       throw Error("cache: cannot hold " + std::to_string(B) + " sequences");
   std::vector<int32_t> toks(B);
   std::vector<V4SeqChunk> step(B);
+  std::vector<float> logits;
   auto one_step = [&] {
     toks = random_tokens(g, B, c.vocab_size);  // sampling is not part of the measurement
     for (int64_t b = 0; b < B; ++b) step[b] = {&st[b], std::span<const int32_t>(&toks[b], 1), false};
-    model.forward(step, cache);  // returns the logits on the host: synchronous
+    logits = model.forward(step, cache);  // returns the logits on the host: synchronous
   };
   for (int64_t i = 0; i < o.warmup; ++i) one_step();
   be.synchronize();
@@ -343,6 +352,7 @@ CaseResult run_decode(DeepseekV4Model& model, Backend& be, const CostModel& cm, 
   }
   be.synchronize();
   r.seconds = seconds_since(t0);
+  r.logits_finite = all_finite(logits);
   return r;
 }
 
@@ -372,7 +382,7 @@ CaseResult run_prefill(DeepseekV4Model& model, Backend& be, const CostModel& cm,
     const int64_t n = std::min(chunk, P - done);
     auto cost = cm.step({CostModel::Chunk{done, n}}, 1);
     V4SeqChunk pc{&s, std::span<const int32_t>(ids.data() + done, n), false};
-    model.forward(std::span<const V4SeqChunk>(&pc, 1), cache);
+    r.logits_finite = all_finite(model.forward(std::span<const V4SeqChunk>(&pc, 1), cache));
     r.cost.bytes_weights += cost.bytes_weights;
     r.cost.bytes_experts += cost.bytes_experts;
     r.cost.bytes_cache += cost.bytes_cache;
@@ -523,7 +533,7 @@ void print_table(const std::vector<json>& cases, const std::map<std::string, jso
       std::printf(" error: %s |\n", c["error"].get<std::string>().c_str());
       continue;
     }
-    std::printf(" %lld%s | %.2f | %.1f | %.2f | %.3f | %.3f | %.2f | %.1f | %.3f |", (long long)c["steps"].get<int64_t>(),
+    std::printf(" %lld%s | %.2f | %.1f | %.2f | %.4g | %.4g | %.2f | %.4g | %.3f |", (long long)c["steps"].get<int64_t>(),
                 c["partial"].get<bool>() ? " (capped)" : "", c["ms_per_step"].get<double>(),
                 c["tokens_per_s"].get<double>(), c["per_user_tokens_per_s"].get<double>(),
                 c["bytes"].get<double>() / 1e9, c["hbm_floor_ms"].get<double>(), c["pct_hbm"].get<double>(),
