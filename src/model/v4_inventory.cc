@@ -240,7 +240,7 @@ nlohmann::json v4_tiny_config_json() {
   c["compress_ratios"] = {0, 4, 16, 4, 0};
   c["compress_rate_csa"] = 4;
   c["compress_rate_hca"] = 16;
-  c["rope_scaling"]["original_max_position_embeddings"] = 64;
+  c["rope_scaling"]["original_max_position_embeddings"] = 256;  // max_position / factor
   c["max_position_embeddings"] = 4096;
   c["index_n_heads"] = 4;
   c["index_head_dim"] = 16;
