@@ -676,6 +676,14 @@ int cmd_bench(int argc, char** argv) {
 
     std::mt19937_64 g((uint64_t)o.seed);
     std::vector<json> cases;
+    auto save = [&] {  // after every case, so that a run cut short by a timeout keeps what it measured
+      if (o.json_out.empty()) return;
+      out["cases"] = cases;
+      std::ofstream f(o.json_out);
+      f << out.dump(2) << "\n";
+      if (!f) throw Error(o.json_out + ": cannot write");
+    };
+    save();
     auto run_case = [&](const char* kind, int64_t batch, int64_t len, auto fn) {
       CaseResult r;
       const auto t0 = Clock::now();
@@ -698,6 +706,7 @@ int cmd_bench(int argc, char** argv) {
                                         : j["error"].get<std::string>().c_str(),
                    seconds_since(t0));
       cases.push_back(j);
+      save();
     };
     for (int64_t B : o.batches)
       run_case("decode", B, o.context, [&] { return run_decode(*model, *be, cm, o, B, g); });
@@ -718,11 +727,7 @@ int cmd_bench(int argc, char** argv) {
     std::printf("ceilings: HBM %.2f TB/s, fp8 %.0f TFLOP/s; bytes and FLOPs per step as in docs/bench.md\n",
                 kHbmBytesPerS / 1e12, kFp8FlopsPerS / 1e12);
     print_table(cases, hf);
-    if (!o.json_out.empty()) {
-      std::ofstream f(o.json_out);
-      f << out.dump(2) << "\n";
-      if (!f) throw Error(o.json_out + ": cannot write");
-    }
+    save();
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "deepinfer bench: %s\n", e.what());
