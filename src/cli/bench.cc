@@ -59,12 +59,14 @@ const char* kUsage =
     "  --case-seconds S           time cap of one case's timed part (default 60)\n"
     "  --gpu-memory-fraction F    share of free device memory for weights + cache (default 0.9)\n"
     "  --seed S  --threads N  --device-name NAME\n"
+    "  --cost-only                print bytes/FLOPs/floors of every case for the slice (--layers, default all), run nothing\n"
     "  --json FILE                write the results as JSON\n"
     "  --hf-json FILE             transformers' results (bench/hf_slice_bench.py) to print side by side\n";
 
 struct Options {
   std::string backend, config = "flash", json_out, hf_json, device_name;
   int layers = 0;  // 0: default
+  bool cost_only = false;  // --cost-only: print the cost model of every case, run nothing
   std::vector<int64_t> batches{1, 8, 32, 128, 256}, prefills{4096, 16384};
   int64_t context = 4096, steps = 16, warmup = 2, chunk = 0, seed = 1, threads = 0;
   double case_seconds = 60, gpu_fraction = 0.9;
@@ -556,6 +558,10 @@ bool parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") return false;
+    if (a == "--cost-only") {
+      o.cost_only = true;
+      continue;
+    }
     if (i + 1 >= argc) throw Error(a + ": missing value");
     std::string v = argv[++i];
     if (a == "--backend") o.backend = v;
@@ -616,6 +622,38 @@ int cmd_bench(int argc, char** argv) {
     if (o.layers > max_layers)
       throw Error("--layers " + std::to_string(o.layers) + ": the config has " + std::to_string(max_layers));
 
+    if (o.cost_only) {  // the cost model alone: first timed step of each decode case, whole prompts
+      const int L = o.layers > 0 ? o.layers : max_layers;
+      const V4Config c = parse_v4_config(v4_slice_config(full_cfg, L));
+      const CostModel cm(c);
+      std::printf("cost model: %s, %d layers, stored weights %.3f GB\n", o.config.c_str(), L, cm.weight_bytes() / 1e9);
+      std::printf("| case | batch | ctx/prompt | GB/step (weights + experts + cache) | E_hit | HBM floor ms | GFLOP/step | fp8 floor ms |\n");
+      std::printf("|---|---|---|---|---|---|---|---|\n");
+      for (int64_t B : o.batches) {
+        auto k = cm.step(std::vector<CostModel::Chunk>(B, CostModel::Chunk{o.context + o.warmup, 1}), B);
+        std::printf("| decode | %lld | %lld | %.3f (%.3f + %.3f + %.3f) | %.1f | %.3f | %.1f | %.4f |\n", (long long)B,
+                    (long long)o.context, k.bytes() / 1e9, k.bytes_weights / 1e9, k.bytes_experts / 1e9,
+                    k.bytes_cache / 1e9, cm.experts_hit((double)B), 1e3 * k.bytes() / kHbmBytesPerS, k.flops / 1e9,
+                    1e3 * k.flops / kFp8FlopsPerS);
+      }
+      for (int64_t P : o.prefills) {
+        CostModel::Cost t;
+        int64_t steps = 0;
+        for (int64_t done = 0; done < P; done += chunk, ++steps) {
+          auto k = cm.step({CostModel::Chunk{done, std::min(chunk, P - done)}}, 1);
+          t.bytes_weights += k.bytes_weights;
+          t.bytes_experts += k.bytes_experts;
+          t.bytes_cache += k.bytes_cache;
+          t.flops += k.flops;
+        }
+        std::printf("| prefill (%lld chunks of %lld) | 1 | %lld | %.3f (%.3f + %.3f + %.3f) | %.1f | %.3f | %.1f | %.4f |\n",
+                    (long long)steps, (long long)chunk, (long long)P, t.bytes() / 1e9 / steps,
+                    t.bytes_weights / 1e9 / steps, t.bytes_experts / 1e9 / steps, t.bytes_cache / 1e9 / steps,
+                    cm.experts_hit((double)std::min(chunk, P)), 1e3 * t.bytes() / steps / kHbmBytesPerS,
+                    t.flops / 1e9 / steps, 1e3 * t.flops / steps / kFp8FlopsPerS);
+      }
+      return 0;
+    }
     json out{{"tool", "deepinfer bench"},
              {"config_name", o.config},
              {"backend", backend_name},
