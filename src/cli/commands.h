@@ -10,5 +10,6 @@ int cmd_inspect(int argc, char** argv);     // cli/inspect.cc: list a checkpoint
 int cmd_generate(int argc, char** argv);    // cli/generate.cc
 int cmd_chat(int argc, char** argv);        // cli/generate.cc
 int cmd_serve(int argc, char** argv);       // cli/serve.cc: OpenAI-compatible HTTP server
+int cmd_bench(int argc, char** argv);       // cli/bench.cc: throughput on a random-weight model slice
 
 }  // namespace deepinfer::cli

@@ -21,6 +21,7 @@ const Command kCommands[] = {
     {"tokenize", deepinfer::cli::cmd_tokenize, "JSON Lines strings on stdin -> id arrays on stdout"},
     {"detokenize", deepinfer::cli::cmd_detokenize, "JSON Lines id arrays on stdin -> strings on stdout"},
     {"inspect", deepinfer::cli::cmd_inspect, "list the tensors of a checkpoint"},
+    {"bench", deepinfer::cli::cmd_bench, "decode/prefill throughput on a random-weight V4 slice (docs/bench.md)"},
 };
 
 void usage(FILE* f) {

@@ -2,6 +2,7 @@
 #include "io/checkpoint.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -273,6 +274,40 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {
     TensorView v = *t;
     v.name = to_native_name(name);
     ck->add_native(std::move(v), name);
+  }
+  ck->split_stacked_experts();
+  return ck;
+}
+
+std::unique_ptr<Checkpoint> Checkpoint::in_memory(const std::string& label, nlohmann::json config,
+                                                  std::vector<MemoryTensor> tensors) {
+  std::unique_ptr<Checkpoint> ck(new Checkpoint());
+  ck->dir_ = label;
+  if (!config.is_object()) fail(label, "config is not a JSON object");
+  ck->config_ = std::move(config);
+  std::set<const std::vector<uint8_t>*> seen;
+  for (auto& t : tensors) {
+    auto bad = [&](const std::string& why) { fail(label, "tensor '" + t.name + "': " + why); };
+    if (t.name.empty()) fail(label, "a tensor has an empty name");
+    if (!t.storage) bad("has no storage");
+    size_t n = dtype_size(t.dtype);
+    for (int64_t d : t.shape) {
+      if (d < 0) bad("negative dimension in shape " + shape_str(t.shape));
+      if (d > 0 && n > SIZE_MAX / static_cast<size_t>(d)) bad("shape " + shape_str(t.shape) + " is too large");
+      n *= static_cast<size_t>(d);
+    }
+    if (t.offset > t.storage->size() || n > t.storage->size() - t.offset)
+      bad(std::string(dtype_name(t.dtype)) + " " + shape_str(t.shape) + " needs bytes [" + std::to_string(t.offset) +
+          ", " + std::to_string(t.offset + n) + ") of a storage of " + std::to_string(t.storage->size()) + " bytes");
+    if (seen.insert(t.storage.get()).second) ck->storages_.push_back(t.storage);
+    TensorView v;
+    v.name = to_native_name(t.name);
+    v.dtype = t.dtype;
+    v.shape = t.shape;
+    v.data = t.storage->data() + t.offset;
+    v.nbytes = n;
+    v.file = &ck->dir_;
+    ck->add_native(std::move(v), t.name);
   }
   ck->split_stacked_experts();
   return ck;

@@ -7,6 +7,10 @@
 //
 // The model asks for tensors with take(); after loading it calls unused() so that every tensor the
 // model did not consume is reported by name, never silently dropped.
+//
+// A Checkpoint can also be built in memory (in_memory(): tensors whose bytes the Checkpoint owns, no
+// files), so that synthetic weights (the benchmark's V4-Flash slice) go through exactly the same
+// loader as a real directory.
 #include <deque>
 #include <map>
 #include <memory>
@@ -25,6 +29,23 @@ class Checkpoint {
   // validates all shard files. Throws Error on any problem (missing dir / config / shard, bad JSON,
   // index pointing at a tensor that the shard lacks, the same tensor in two shards, ...).
   static std::unique_ptr<Checkpoint> open(const std::string& dir);
+
+  // A tensor of an in-memory checkpoint: `shape` of `dtype` whose bytes are
+  // storage[offset, offset + numel·dtype_size). Many tensors may view one storage (overlapping is
+  // allowed: they are read-only). Names as in a file (native or transformers naming).
+  struct MemoryTensor {
+    std::string name;
+    DType dtype = DType::F32;
+    std::vector<int64_t> shape;
+    std::shared_ptr<const std::vector<uint8_t>> storage;
+    size_t offset = 0;
+  };
+  // A checkpoint of `tensors` (kept alive by the Checkpoint) with `config` as its config.json.
+  // `label` stands for the directory in messages (dir()). Validated like a file: throws Error naming
+  // the label and the tensor for an empty name, a negative dimension, a missing storage, bytes
+  // outside the storage, two tensors with one (native) name, or a config that is not an object.
+  static std::unique_ptr<Checkpoint> in_memory(const std::string& label, nlohmann::json config,
+                                               std::vector<MemoryTensor> tensors);
 
   const std::string& dir() const { return dir_; }
   const nlohmann::json& config() const { return config_; }
@@ -55,6 +76,7 @@ class Checkpoint {
   std::string dir_;
   nlohmann::json config_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<std::shared_ptr<const std::vector<uint8_t>>> storages_;  // in_memory(): the bytes
   // Views under native names (same bytes as the files' views; per-expert slices of stacked
   // expert tensors). A deque so that pointers in by_native_ stay valid while it grows.
   std::deque<TensorView> views_;

@@ -1,5 +1,7 @@
 #include "model/v4_cache.h"
 
+#include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "util/error.h"
@@ -90,6 +92,40 @@ void V4Cache::close(V4SeqState* s) {
   s->slot = -1;
   s->pages.clear();
   s->pos = 0;
+}
+
+void V4Cache::fill_random_for_bench(uint64_t seed) {
+  const int64_t base = int64_t(1) << 22;
+  std::vector<float> pat(2 * base);  // the pattern twice, so any rotation is one contiguous copy
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+  auto next = [&] {
+    uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  for (int64_t i = 0; i < base; ++i) {  // Box-Muller
+    const double u1 = ((next() >> 11) + 1) * 0x1.0p-53, u2 = (next() >> 11) * 0x1.0p-53;
+    pat[i] = pat[i + base] = (float)(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  }
+  auto fill = [&](float* dst, int64_t n) {
+    for (int64_t done = 0; done < n;) {
+      const int64_t len = std::min(base, n - done);
+      const float* src = pat.data() + (int64_t)(next() % (uint64_t)base);
+      if (backend_) backend_->upload(dst + done, src, len * (int64_t)sizeof(float));
+      else std::copy(src, src + len, dst + done);
+      done += len;
+    }
+  };
+  fill(slots_base(), (int64_t)slots_mgr_.total() * layout_.slot_floats);
+  fill(pages_base(), (int64_t)pages_mgr_.total() * layout_.page_floats);
+  if (backend_) backend_->synchronize();
+}
+
+bool V4Cache::fast_forward_for_bench(V4SeqState* s, int64_t tokens, int64_t extra) {
+  if (s->slot < 0 || tokens < 0 || extra < 0 || !reserve(s, tokens + extra)) return false;
+  s->pos = tokens;
+  return true;
 }
 
 }  // namespace deepinfer

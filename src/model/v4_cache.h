@@ -74,6 +74,15 @@ class V4Cache {
   // Returns the slot and every page; s becomes empty.
   void close(V4SeqState* s);
 
+  // ---- benchmark only (`deepinfer bench`); the engine never calls these ----
+  // Fills both pools with N(0, 1) values (a random pattern of 2^22 values, repeated at random
+  // rotations), standing in for the state that a real prefill would have left there.
+  void fill_random_for_bench(uint64_t seed);
+  // Makes the opened sequence `s` look as if `tokens` positions had been processed without computing
+  // anything: pages for `tokens + extra` positions, s->pos = tokens. Its slot and pages hold whatever
+  // the pools hold (fill_random_for_bench). False (s unchanged) if pages run out.
+  bool fast_forward_for_bench(V4SeqState* s, int64_t tokens, int64_t extra);
+
   float* slot_data(int32_t slot) { return slots_base() + (int64_t)slot * layout_.slot_floats; }
   float* page_data(int32_t page) { return pages_base() + (int64_t)page * layout_.page_floats; }
   float* pages_base() { return backend_ ? dev_pages_.data() : pages_.data(); }
