@@ -432,10 +432,12 @@ cudaError_t launch_pre_v3(const float* X, int64_t M, int64_t D, int64_t L, const
   const bool rowmode = NV <= 32 && M > 32 && smem_row <= (size_t)kMaxSmem;
   cudaError_t e;
   if (rowmode) {
-    static bool cfg = false;
-    auto k = hc_partials_kernel<HC, HEAD, true>;
-    if ((e = hc_set_smem(k, smem_row, cfg)) != cudaSuccess) return e;
-    k<<<dim3((unsigned)cdiv(M, A_RT_ROW), (unsigned)S), A_NT, smem_row, s>>>(X, M, D, fn, (int)L, u);
+    if constexpr (NV <= 32) {  // NV registers of accumulators a thread: not for hc = 8
+      static bool cfg = false;
+      auto k = hc_partials_kernel<HC, HEAD, true>;
+      if ((e = hc_set_smem(k, smem_row, cfg)) != cudaSuccess) return e;
+      k<<<dim3((unsigned)cdiv(M, A_RT_ROW), (unsigned)S), A_NT, smem_row, s>>>(X, M, D, fn, (int)L, u);
+    }
   } else {
     static bool cfg = false;
     auto k = hc_partials_kernel<HC, HEAD, false>;
