@@ -180,6 +180,8 @@ double nmse(const std::vector<float>& got, const std::vector<float>& ref) {
   return den > 0 ? num / den : num;
 }
 
+bool rows_bitwise_equal(const float* a, const float* b, int64_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+
 struct Result {
   bool pass = true;
   std::string detail;
@@ -586,26 +588,73 @@ Result pool_case(int64_t W, int S, int d, const std::string& name) {
 // =================================================================================================
 // mHC
 // =================================================================================================
-Result hc_pre_case(int64_t M, int hc, int64_t D, int iters, const std::string& name) {
+// hc_pre / hc_head inputs of a case (fn and base sized for the op: pre = (2+hc)·hc mixes, head = hc).
+struct HcIn {
+  std::vector<float> X, fn, base, scale;
+  DBuf dX, df, db, ds;
+};
+HcIn hc_inputs(Rng& r, int64_t M, int hc, int64_t D, bool head) {
+  HcIn in;
+  const int mix = head ? hc : (2 + hc) * hc;
+  in.X = randn(r, M * hc * D), in.fn = randn(r, mix * hc * D, 0.02f), in.base = randn(r, mix, 0.5f);
+  in.scale = {0.8f + r.uni(), 0.8f + r.uni(), 0.8f + r.uni()};
+  if (head) in.scale.resize(1);
+  in.dX = dup(in.X, "X"), in.df = dup(in.fn, "fn"), in.db = dup(in.base, "base"), in.ds = dup(in.scale, "scale");
+  return in;
+}
+
+// Batch invariance of hc_pre / hc_head: rows of the M-row launch against the same rows launched alone
+// (M = 1: the decode kernel mapping) and inside an 8-row launch; bitwise on u, post and comb.
+void hc_invariance(Result& res, const HcIn& in, int64_t M, int hc, int64_t D, int iters, bool head,
+                   const std::vector<float>& u, const std::vector<float>& p, const std::vector<float>& cm) {
+  const int64_t W = hc * D;
+  std::vector<int64_t> rows = {0, M / 2, M - 1};
+  DBuf du = dalloc(8 * D * 4, "u_alone"), dp = dalloc(8 * hc * 4, "post_alone"), dcm = dalloc(8 * hc * hc * 4, "comb_alone");
+  bool ok = true;
+  for (int64_t sub : {(int64_t)1, (int64_t)8}) {
+    for (int64_t m : rows) {
+      const int64_t m0 = std::min(m, M - std::min(M, sub)), n = std::min(M, sub);
+      poison(du), poison(dp), poison(dcm);
+      if (head)
+        CK(dc::hc_head(in.dX.as<float>() + m0 * W, n, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(),
+                       1e-6f, 1e-6f, du.as<float>(), 0));
+      else
+        CK(dc::hc_pre(in.dX.as<float>() + m0 * W, n, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(),
+                      iters, 1e-6f, 1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(), 0));
+      const int64_t r = m - m0;
+      auto u1 = down<float>(du, n * D);
+      ok &= rows_bitwise_equal(u1.data() + r * D, u.data() + m * D, D);
+      if (!head) {
+        auto p1 = down<float>(dp, n * hc), c1 = down<float>(dcm, n * hc * hc);
+        ok &= rows_bitwise_equal(p1.data() + r * hc, p.data() + m * hc, hc);
+        ok &= rows_bitwise_equal(c1.data() + r * hc * hc, cm.data() + m * hc * hc, hc * hc);
+      }
+    }
+  }
+  expect_true(res, ok, "batch invariance: a row alone / in 8 rows differs from the same row in the batch");
+  if (ok) res.detail += "rows alone/in 8 == in batch (bitwise) ";
+}
+
+Result hc_pre_case(int64_t M, int hc, int64_t D, int iters, const std::string& name, bool invariance = false) {
   Rng r = rng_for(name);
   Result res;
   const int mix = (2 + hc) * hc;
-  std::vector<float> X = randn(r, M * hc * D), fn = randn(r, mix * hc * D, 0.02f), base = randn(r, mix, 0.5f);
-  std::vector<float> scale = {0.8f + r.uni(), 0.8f + r.uni(), 0.8f + r.uni()};
-  DBuf dX = dup(X, "X"), df = dup(fn, "fn"), db = dup(base, "base"), ds = dup(scale, "scale");
+  HcIn in = hc_inputs(r, M, hc, D, false);
   DBuf du = dalloc(M * D * 4, "u"), dp = dalloc(M * hc * 4, "post"), dcm = dalloc(M * hc * hc * 4, "comb");
   poison(du), poison(dp), poison(dcm);
   auto launch = [&] {
-    return dc::hc_pre(dX.as<float>(), M, hc, D, df.as<float>(), db.as<float>(), ds.as<float>(), iters, 1e-6f, 1e-6f,
-                      du.as<float>(), dp.as<float>(), dcm.as<float>(), 0);
+    return dc::hc_pre(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(), iters,
+                      1e-6f, 1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(), 0);
   };
   CK(launch());
   auto u = down<float>(du, M * D), p = down<float>(dp, M * hc), cm = down<float>(dcm, M * hc * hc);
   std::vector<float> ur(M * D), pr(M * hc), cr(M * hc * hc);
-  cpu().hc_pre(X.data(), M, hc, D, fn.data(), base.data(), scale.data(), iters, 1e-6f, 1e-6f, ur.data(), pr.data(), cr.data());
+  cpu().hc_pre(in.X.data(), M, hc, D, in.fn.data(), in.base.data(), in.scale.data(), iters, 1e-6f, 1e-6f, ur.data(),
+               pr.data(), cr.data());
   expect_nmse(res, "u", u, ur, 1e-9);
   expect_nmse(res, "post", p, pr, 1e-9);
   expect_nmse(res, "comb", cm, cr, 1e-8);
+  if (invariance) hc_invariance(res, in, M, hc, D, iters, false, u, p, cm);
   if (g_perf) {
     res.us = time_us([&] { launch(); });
     res.bytes = M * hc * D * 4.0 + mix * hc * D * 4.0 + M * D * 4.0;
@@ -634,25 +683,26 @@ Result hc_post_case(int64_t M, int hc, int64_t D, const std::string& name) {
   return res;
 }
 
-Result hc_head_case(int64_t M, int hc, int64_t D, const std::string& name) {
+Result hc_head_case(int64_t M, int hc, int64_t D, const std::string& name, bool invariance = false) {
   Rng r = rng_for(name);
   Result res;
-  std::vector<float> X = randn(r, M * hc * D), fn = randn(r, hc * hc * D, 0.02f), base = randn(r, hc, 0.5f);
-  std::vector<float> scale = {0.8f + r.uni()};
-  DBuf dX = dup(X, "X"), df = dup(fn, "fn"), db = dup(base, "base"), ds = dup(scale, "scale"), du = dalloc(M * D * 4, "u");
+  HcIn in = hc_inputs(r, M, hc, D, true);
+  DBuf du = dalloc(M * D * 4, "u");
   poison(du);
   auto launch = [&] {
-    return dc::hc_head(dX.as<float>(), M, hc, D, df.as<float>(), db.as<float>(), ds.as<float>(), 1e-6f, 1e-6f,
-                       du.as<float>(), 0);
+    return dc::hc_head(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(), 1e-6f,
+                       1e-6f, du.as<float>(), 0);
   };
   CK(launch());
   auto u = down<float>(du, M * D);
   std::vector<float> ur(M * D);
-  cpu().hc_head(X.data(), M, hc, D, fn.data(), base.data(), scale.data(), 1e-6f, 1e-6f, ur.data());
+  cpu().hc_head(in.X.data(), M, hc, D, in.fn.data(), in.base.data(), in.scale.data(), 1e-6f, 1e-6f, ur.data());
   expect_nmse(res, "u", u, ur, 1e-9);
+  if (invariance) hc_invariance(res, in, M, hc, D, 0, true, u, {}, {});
   if (g_perf) {
     res.us = time_us([&] { launch(); });
     res.bytes = M * hc * D * 4.0 + hc * hc * D * 4.0 + M * D * 4.0;
+    res.flops = 2.0 * M * hc * D * (hc + 1) + 2.0 * M * hc * D;
   }
   return res;
 }
@@ -1154,7 +1204,6 @@ DevQ upload_q(const HostQ& q) {
   if (!q.s.empty()) d.s = dup(q.s, "w_scale");
   return d;
 }
-bool rows_bitwise_equal(const float* a, const float* b, int64_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
 
 // Dense: NMSE against the f64 reference, the padding of y untouched, and batch invariance: every row
 // of the M-row launch is bitwise the same as that row launched alone (M = 1).
@@ -1554,13 +1603,33 @@ void register_cases() {
   add("compress_pool W=16 S=256 d=512", [] { return pool_case(16, 256, 512, "pool2"); });
   add("compress_pool W=64 S=8 d=128 (indexer)", [] { return pool_case(64, 8, 128, "pool3"); });
   add("hc_pre M=1 hc=4 D=4096 it=20", [] { return hc_pre_case(1, 4, 4096, 20, "hc1"); });
-  add("hc_pre M=64 hc=4 D=4096 it=20", [] { return hc_pre_case(64, 4, 4096, 20, "hc2"); });
-  add("hc_pre M=1024 hc=4 D=4096 it=20", [] { return hc_pre_case(1024, 4, 4096, 20, "hc2b"); });
+  add("hc_pre M=3 hc=4 D=4096 it=20", [] { return hc_pre_case(3, 4, 4096, 20, "hc1b"); });
+  add("hc_pre M=64 hc=4 D=4096 it=20 (+ batch invariance)", [] { return hc_pre_case(64, 4, 4096, 20, "hc2", true); });
+  add("hc_pre M=1024 hc=4 D=4096 it=20 (+ batch invariance)", [] { return hc_pre_case(1024, 4, 4096, 20, "hc2b", true); });
   add("hc_pre M=7 hc=2 D=64 it=3 (tiny)", [] { return hc_pre_case(7, 2, 64, 3, "hc3"); });
+  add("hc_pre M=1 hc=3 D=1000 it=20 (partial last slice)", [] { return hc_pre_case(1, 3, 1000, 20, "hc4"); });
+  add("hc_pre M=3 hc=3 D=1000 it=20", [] { return hc_pre_case(3, 3, 1000, 20, "hc4b"); });
+  add("hc_pre M=64 hc=3 D=1000 it=20 (+ batch invariance)", [] { return hc_pre_case(64, 3, 1000, 20, "hc4c", true); });
+  add("hc_pre M=1024 hc=3 D=1000 it=20", [] { return hc_pre_case(1024, 3, 1000, 20, "hc4d"); });
+  add("hc_pre M=40 hc=4 D=100 it=20 (S*NV == D)", [] { return hc_pre_case(40, 4, 100, 20, "hc5", true); });
+  add("hc_pre M=5 hc=4 D=20 it=20 (D < NV: v1 kernel)", [] { return hc_pre_case(5, 4, 20, 20, "hc6"); });
+  add("hc_pre M=33 hc=8 D=4096 it=20 (hc=8, serial Sinkhorn)", [] { return hc_pre_case(33, 8, 4096, 20, "hc7", true); });
   add("hc_post M=64 hc=4 D=4096", [] { return hc_post_case(64, 4, 4096, "hp1"); });
   add("hc_post M=1024 hc=4 D=4096", [] { return hc_post_case(1024, 4, 4096, "hp2"); });
-  add("hc_head M=64 hc=4 D=4096", [] { return hc_head_case(64, 4, 4096, "hh1"); });
+  add("hc_head M=64 hc=4 D=4096 (+ batch invariance)", [] { return hc_head_case(64, 4, 4096, "hh1", true); });
   add("hc_head M=1 hc=4 D=4096", [] { return hc_head_case(1, 4, 4096, "hh2"); });
+  add("hc_head M=3 hc=3 D=1000", [] { return hc_head_case(3, 3, 1000, "hh3"); });
+  add("hc_head M=300 hc=3 D=1000 (+ batch invariance)", [] { return hc_head_case(300, 3, 1000, "hh4", true); });
+  if (g_perf) {
+    for (int64_t M : {1, 8, 64, 256, 1024, 4096}) {
+      auto n = nm("hc_pre perf M=%ld hc=4 D=4096 it=20 (V4-Flash)", M);
+      add(n, [=] { return hc_pre_case(M, 4, 4096, 20, n); });
+    }
+    for (int64_t M : {1, 8, 64, 256}) {
+      auto n = nm("hc_head perf M=%ld hc=4 D=4096 (V4-Flash)", M);
+      add(n, [=] { return hc_head_case(M, 4, 4096, n); });
+    }
+  }
   add("sink_attention decode M=1 H=64 d=512 W=128 topk=512", [] { return attn_case(1, 64, 512, 128, 512, false, "at1"); });
   add("sink_attention decode M=64 H=64 d=512 W=128 topk=512", [] { return attn_case(64, 64, 512, 128, 512, false, "at2"); });
   add("sink_attention decode M=32 H=64 d=512 W=128 no entries", [] { return attn_case(32, 64, 512, 128, 0, false, "at3"); });

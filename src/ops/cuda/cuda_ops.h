@@ -129,14 +129,16 @@ cudaError_t compress_pool(const float* kv, const float* gate, int64_t W, int S, 
 // Manifold-constrained hyper-connections (float32)
 // ------------------------------------------------------------------------------------------------
 // X[M, hc, D]; fn[(2+hc)·hc, hc·D]; base[(2+hc)·hc]; scale[3] → u[M, D], post[M, hc], comb[M, hc, hc].
-// hc ≤ 8. u_bf16[M, D] optional bf16 copy of u.
+// hc ∈ {1, 2, 3, 4, 8}, D % 4 == 0. u[M, D] doubles as the kernels' scratch (per-row partial sums): it
+// must not overlap X, fn, base or scale. Two launches (the second with programmatic dependent launch).
 cudaError_t hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                    const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
                    float* comb, cudaStream_t s);
 // out[M, hc, D]: out[m, k] = post[m, k]·y[m] + Σ_j comb[m, j, k]·X[m, j]. y[M, D]. D % 4 == 0.
 cudaError_t hc_post(const float* X, const float* y, const float* post, const float* comb, int64_t M, int hc,
                     int64_t D, float* out, cudaStream_t s);
-// u[M, D] = Σ_j (sigmoid(scale·μ_j + base_j) + eps)·X_j, μ = rms · (fn · vec X); fn[hc, hc·D].
+// u[M, D] = Σ_j (sigmoid(scale·μ_j + base_j) + eps)·X_j, μ = rms · (fn · vec X); fn[hc, hc·D]. Same scheme and
+// constraints as hc_pre.
 cudaError_t hc_head(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                     const float* scale, float hc_eps, float norm_eps, float* u, cudaStream_t s);
 

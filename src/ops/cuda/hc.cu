@@ -2,6 +2,8 @@
 // Sinkhorn, collapse), post (mix back into hc streams) and the final head reduction. float32 like the
 // CPU twin. hc_pre / hc_head: one block handles R rows so the fn matrix (24 × 16384 f32 = 1.5 MiB for
 // V4-Flash) is read from L2 once per R rows instead of once per row.
+#include <algorithm>
+
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
 
@@ -151,12 +153,345 @@ __global__ void hc_post_kernel(const float* __restrict__ X, const float* __restr
   }
 }
 
+// ---- hc_pre / hc_head v3: two kernels, every row's reduction order fixed by (hc, D) alone ----------
+// Canonical order (batch invariance): the hc·D columns of a row are cut into S slices of L columns
+// (L from hc_plan, which sees hc and D only). For each of the NV = MIX + 1 values of a row (the MIX dot
+// products with fn and the sum of squares) and each slice, one fmaf chain runs over the slice's
+// columns in increasing order (x, y, z, w of each float4), starting from 0. Kernel A writes these S·NV
+// partials into the row's own u[m, 0 : S·NV) (u is scratch until kernel B overwrites it: S·NV ≤ D by
+// construction). Kernel B (one block per row) adds them over s = 0..S−1 in order, then does the
+// coefficients, the collapse into u and the Sinkhorn (16 lanes of warp 0, one matrix entry a lane).
+// Which thread computes which chain differs by M (row mode / value mode below), the chains do not.
+constexpr int A_NT = 128;         // kernel A block
+constexpr int A_RT_ROW = A_NT;    // row mode: a thread owns one row (all NV values) → 128 rows a block
+constexpr int A_RT_VAL = A_NT / 32;  // value mode: a warp owns one row, a lane one value → 4 rows a block
+constexpr int B_NT = 1024;        // kernel B block (one row)
+constexpr int kMaxSmem = 227 * 1024;
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  const unsigned sa = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// Programmatic dependent launch (sm_90): A lets B's blocks start early; B waits for A's completion and
+// memory before it reads the partials (a no-op when B was launched without the attribute).
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
+template <int HC, bool HEAD>
+struct HcDims {
+  static constexpr int MIX = HEAD ? HC : (2 + HC) * HC;
+  static constexpr int NV = MIX + 1;  // mixes + sum of squares
+};
+
+// Kernel A: block (row tile, slice s). fn[:, slice] and X[tile rows, slice] staged in shared memory
+// (rows padded by 4 floats: conflict-free float4 reads with a row per lane), then the chains.
+template <int HC, bool HEAD, bool ROWMODE>
+__global__ void __launch_bounds__(A_NT) hc_partials_kernel(const float* __restrict__ X, int64_t M, int64_t D,
+                                                           const float* __restrict__ fn, int L,
+                                                           float* __restrict__ part) {
+  constexpr int MIX = HcDims<HC, HEAD>::MIX, NV = HcDims<HC, HEAD>::NV;
+  constexpr int RT = ROWMODE ? A_RT_ROW : A_RT_VAL;
+  extern __shared__ float4 hc_smem4[];
+  float* Fs = reinterpret_cast<float*>(hc_smem4);  // [MIX][LP]
+  const int LP = L + 4;
+  float* Xs = Fs + MIX * LP;  // [RT][LP]
+  const int64_t K = (int64_t)HC * D;
+  const int s = blockIdx.y;
+  const int64_t k0 = (int64_t)s * L;
+  const int len4 = (int)(min((int64_t)L, K - k0) / 4);
+  const int64_t m0 = (int64_t)blockIdx.x * RT;
+  const int rows = (int)min((int64_t)RT, M - m0);
+  pdl_launch_dependents();
+  for (int idx = threadIdx.x; idx < MIX * len4; idx += A_NT) {
+    const int v = idx / len4, c = idx - v * len4;
+    cp_async16(Fs + v * LP + 4 * c, fn + (int64_t)v * K + k0 + 4 * c);
+  }
+  for (int idx = threadIdx.x; idx < rows * len4; idx += A_NT) {
+    const int r = idx / len4, c = idx - r * len4;
+    cp_async16(Xs + r * LP + 4 * c, X + (m0 + r) * K + k0 + 4 * c);
+  }
+  cp_async_wait_all();
+  __syncthreads();
+  if constexpr (ROWMODE) {
+    const int r = threadIdx.x;
+    if (r >= rows) return;
+    float acc[NV];
+#pragma unroll
+    for (int v = 0; v < NV; ++v) acc[v] = 0.0f;
+    const float* xr = Xs + r * LP;
+    for (int c = 0; c < len4; ++c) {
+      const float4 x = *reinterpret_cast<const float4*>(xr + 4 * c);
+#pragma unroll
+      for (int v = 0; v < MIX; ++v) {
+        const float4 f = *reinterpret_cast<const float4*>(Fs + v * LP + 4 * c);  // broadcast
+        acc[v] = fmaf(f.x, x.x, acc[v]);
+        acc[v] = fmaf(f.y, x.y, acc[v]);
+        acc[v] = fmaf(f.z, x.z, acc[v]);
+        acc[v] = fmaf(f.w, x.w, acc[v]);
+      }
+      acc[MIX] = fmaf(x.x, x.x, acc[MIX]);
+      acc[MIX] = fmaf(x.y, x.y, acc[MIX]);
+      acc[MIX] = fmaf(x.z, x.z, acc[MIX]);
+      acc[MIX] = fmaf(x.w, x.w, acc[MIX]);
+    }
+    float* o = part + (m0 + r) * D + (int64_t)s * NV;
+#pragma unroll
+    for (int v = 0; v < NV; ++v) o[v] = acc[v];
+  } else {
+    constexpr int NQ = (NV + 31) / 32;
+    const int r = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    float acc[NQ];
+    const float* fr[NQ];
+#pragma unroll
+    for (int q = 0; q < NQ; ++q) {
+      acc[q] = 0.0f;
+      fr[q] = Fs + min(lane + 32 * q, MIX - 1) * LP;
+    }
+    const float* xr = Xs + r * LP;
+    for (int c = 0; c < len4; ++c) {
+      const float4 x = *reinterpret_cast<const float4*>(xr + 4 * c);  // broadcast
+#pragma unroll
+      for (int q = 0; q < NQ; ++q) {
+        const float4 fv = *reinterpret_cast<const float4*>(fr[q] + 4 * c);
+        const float4 f = (lane + 32 * q < MIX) ? fv : x;  // value MIX: the sum of squares
+        acc[q] = fmaf(f.x, x.x, acc[q]);
+        acc[q] = fmaf(f.y, x.y, acc[q]);
+        acc[q] = fmaf(f.z, x.z, acc[q]);
+        acc[q] = fmaf(f.w, x.w, acc[q]);
+      }
+    }
+    float* o = part + (m0 + r) * D + (int64_t)s * NV;
+#pragma unroll
+    for (int q = 0; q < NQ; ++q)
+      if (lane + 32 * q < NV) o[lane + 32 * q] = acc[q];
+  }
+}
+
+__device__ __forceinline__ float hc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// Kernel B: one block per row. X is loaded before the wait on A (it does not depend on A).
+template <int HC, bool HEAD>
+__global__ void __launch_bounds__(B_NT) hc_finish_kernel(const float* __restrict__ X, int64_t D, int S,
+                                                         const float* __restrict__ base,
+                                                         const float* __restrict__ scale, int iters, float hc_eps,
+                                                         float norm_eps, float* u, float* __restrict__ post,
+                                                         float* __restrict__ comb) {
+  constexpr int MIX = HcDims<HC, HEAD>::MIX, NV = HcDims<HC, HEAD>::NV;
+  extern __shared__ float pbuf[];  // [S][NV]
+  __shared__ float mu_s[NV];
+  __shared__ float pre_s[HC];
+  __shared__ float rr_s;
+  const int64_t m = blockIdx.x;
+  const int64_t K = (int64_t)HC * D, D4 = D / 4;
+  const float* xr = X + m * K;
+  float* ur = u + m * D;
+  const int t = threadIdx.x;
+  float4 xv[HC];
+  if (t < D4) {
+#pragma unroll
+    for (int j = 0; j < HC; ++j) xv[j] = __ldg(reinterpret_cast<const float4*>(xr + (int64_t)j * D) + t);
+  }
+  pdl_wait();
+  for (int i = t; i < S * NV; i += B_NT) pbuf[i] = ur[i];
+  __syncthreads();  // every partial is in shared memory before any u write below
+  if (t < NV) {
+    float a = 0.0f;
+    for (int s = 0; s < S; ++s) a += pbuf[s * NV + t];
+    mu_s[t] = a;
+  }
+  __syncthreads();
+  if (t < HC) {
+    const float rr = (float)(1.0 / sqrt((double)mu_s[MIX] / (double)K + (double)norm_eps));
+    pre_s[t] = hc_sigmoid(mu_s[t] * rr * scale[0] + base[t]) + hc_eps;
+    if (t == 0) rr_s = rr;
+  }
+  __syncthreads();
+  float pre[HC];
+#pragma unroll
+  for (int j = 0; j < HC; ++j) pre[j] = pre_s[j];
+  // collapse: u[m, i] = Σ_j pre_j · X[m, j, i]
+  for (int64_t i4 = t; i4 < D4; i4 += B_NT) {
+    if (i4 != t) {
+#pragma unroll
+      for (int j = 0; j < HC; ++j) xv[j] = __ldg(reinterpret_cast<const float4*>(xr + (int64_t)j * D) + i4);
+    }
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int j = 0; j < HC; ++j) {
+      o.x = fmaf(pre[j], xv[j].x, o.x);
+      o.y = fmaf(pre[j], xv[j].y, o.y);
+      o.z = fmaf(pre[j], xv[j].z, o.z);
+      o.w = fmaf(pre[j], xv[j].w, o.w);
+    }
+    reinterpret_cast<float4*>(ur)[i4] = o;
+  }
+  if constexpr (!HEAD) {
+    if (t >= 32) return;
+    const float rr = rr_s;
+    const int lane = t;
+    if (lane < HC) post[m * HC + lane] = 2.0f * hc_sigmoid(mu_s[HC + lane] * rr * scale[1] + base[HC + lane]);
+    if constexpr (HC * HC <= 32) {
+      // lane l = j·HC + k holds C[j][k]; sums in the CPU twin's order (k, resp. j, increasing)
+      const bool act = lane < HC * HC;
+      const int l = act ? lane : 0, j = l / HC, k = l % HC;
+      float c = mu_s[2 * HC + l] * rr * scale[2] + base[2 * HC + l];
+      float mx = -INFINITY;
+#pragma unroll
+      for (int q = 0; q < HC; ++q) mx = fmaxf(mx, __shfl_sync(0xffffffffu, c, j * HC + q));
+      c = expf(c - mx);
+      float sum = 0.0f;
+#pragma unroll
+      for (int q = 0; q < HC; ++q) sum += __shfl_sync(0xffffffffu, c, j * HC + q);
+      c = c / sum + hc_eps;
+      auto col_norm = [&] {
+        float cs = 0.0f;
+#pragma unroll
+        for (int q = 0; q < HC; ++q) cs += __shfl_sync(0xffffffffu, c, q * HC + k);
+        c = c / (cs + hc_eps);
+      };
+      auto row_norm = [&] {
+        float rs = 0.0f;
+#pragma unroll
+        for (int q = 0; q < HC; ++q) rs += __shfl_sync(0xffffffffu, c, j * HC + q);
+        c = c / (rs + hc_eps);
+      };
+      col_norm();
+      for (int it = 1; it < iters; ++it) {
+        row_norm();
+        col_norm();
+      }
+      if (act) comb[m * HC * HC + lane] = c;
+    } else if (lane == 0) {  // hc > 5: serial (not a V4 shape)
+      float C[HC][HC];
+      for (int j = 0; j < HC; ++j) {
+        float mx = -INFINITY;
+        for (int k = 0; k < HC; ++k) {
+          const float v = mu_s[2 * HC + j * HC + k] * rr * scale[2] + base[2 * HC + j * HC + k];
+          C[j][k] = v;
+          mx = fmaxf(mx, v);
+        }
+        float sm = 0.0f;
+        for (int k = 0; k < HC; ++k) sm += (C[j][k] = expf(C[j][k] - mx));
+        for (int k = 0; k < HC; ++k) C[j][k] = C[j][k] / sm + hc_eps;
+      }
+      auto col_norm = [&] {
+        for (int k = 0; k < HC; ++k) {
+          float sm = 0.0f;
+          for (int j = 0; j < HC; ++j) sm += C[j][k];
+          for (int j = 0; j < HC; ++j) C[j][k] /= (sm + hc_eps);
+        }
+      };
+      auto row_norm = [&] {
+        for (int j = 0; j < HC; ++j) {
+          float sm = 0.0f;
+          for (int k = 0; k < HC; ++k) sm += C[j][k];
+          for (int k = 0; k < HC; ++k) C[j][k] /= (sm + hc_eps);
+        }
+      };
+      col_norm();
+      for (int it = 1; it < iters; ++it) {
+        row_norm();
+        col_norm();
+      }
+      for (int j = 0; j < HC; ++j)
+        for (int k = 0; k < HC; ++k) comb[m * HC * HC + j * HC + k] = C[j][k];
+    }
+  }
+}
+
+// Slice length L (floats) from hc and D only: the smallest multiple of 32 (≥ 128) with S·NV ≤ D so the
+// partials fit in the row's u. L = 0: no such L fits (D < NV), the caller uses the v1 kernel.
+int64_t hc_slice_len(int hc, int64_t D, int nv) {
+  const int64_t K = (int64_t)hc * D;
+  if (D < nv) return 0;
+  int64_t L = std::min<int64_t>(K, std::max<int64_t>(128, (hc * nv + 31) / 32 * 32));
+  while (cdiv(K, L) * nv > D) L = std::min<int64_t>(K, L + 32);
+  return L;
+}
+size_t hc_a_smem(int mix, int rt, int64_t L) { return (size_t)(mix + rt) * (size_t)(L + 4) * sizeof(float); }
+
+template <class Kern>
+cudaError_t hc_set_smem(Kern k, size_t bytes, bool& configured) {
+  if (bytes <= 48 * 1024 || configured) return cudaSuccess;
+  const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
+  if (e == cudaSuccess) configured = true;
+  return e;
+}
+
+template <int HC, bool HEAD>
+cudaError_t launch_pre_v3(const float* X, int64_t M, int64_t D, int64_t L, const float* fn, const float* base,
+                          const float* scale, int iters, float hc_eps, float norm_eps, float* u, float* post,
+                          float* comb, cudaStream_t s) {
+  constexpr int MIX = HcDims<HC, HEAD>::MIX, NV = HcDims<HC, HEAD>::NV;
+  const int64_t K = (int64_t)HC * D;
+  const int S = (int)cdiv(K, L);
+  const size_t smem_row = hc_a_smem(MIX, A_RT_ROW, L), smem_val = hc_a_smem(MIX, A_RT_VAL, L);
+  // row mode from M > 32 on (fn slice shared by 128 rows); value mode below (more, lighter blocks)
+  const bool rowmode = NV <= 32 && M > 32 && smem_row <= (size_t)kMaxSmem;
+  cudaError_t e;
+  if (rowmode) {
+    if constexpr (NV <= 32) {  // NV registers of accumulators a thread: not for hc = 8
+      static bool cfg = false;
+      auto k = hc_partials_kernel<HC, HEAD, true>;
+      if ((e = hc_set_smem(k, smem_row, cfg)) != cudaSuccess) return e;
+      k<<<dim3((unsigned)cdiv(M, A_RT_ROW), (unsigned)S), A_NT, smem_row, s>>>(X, M, D, fn, (int)L, u);
+    }
+  } else {
+    static bool cfg = false;
+    auto k = hc_partials_kernel<HC, HEAD, false>;
+    if ((e = hc_set_smem(k, smem_val, cfg)) != cudaSuccess) return e;
+    k<<<dim3((unsigned)cdiv(M, A_RT_VAL), (unsigned)S), A_NT, smem_val, s>>>(X, M, D, fn, (int)L, u);
+  }
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  static bool cfg_b = false;
+  auto kb = hc_finish_kernel<HC, HEAD>;
+  const size_t smem_b = (size_t)S * NV * sizeof(float);
+  if ((e = hc_set_smem(kb, smem_b, cfg_b)) != cudaSuccess) return e;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)M, 1, 1);
+  cfg.blockDim = dim3(B_NT, 1, 1);
+  cfg.dynamicSmemBytes = smem_b;
+  cfg.stream = s;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  e = cudaLaunchKernelEx(&cfg, kb, X, D, S, base, scale, iters, hc_eps, norm_eps, u, post, comb);
+  if (e != cudaSuccess) {  // no PDL here: plain stream order
+    (void)cudaGetLastError();
+    cfg.numAttrs = 0;
+    e = cudaLaunchKernelEx(&cfg, kb, X, D, S, base, scale, iters, hc_eps, norm_eps, u, post, comb);
+  }
+  return e;
+}
+
 template <bool HEAD>
 cudaError_t launch_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                        const float* scale, int iters, float hc_eps, float norm_eps, float* u, float* post, float* comb,
                        cudaStream_t s) {
   if (D % 4) return cudaErrorInvalidValue;
   if (M <= 0) return cudaSuccess;
+  // v3 where the partials fit (D ≥ NV and kernel A's shared memory); the choice depends on hc and D
+  // only, never on M, so a row's bits do not depend on the batch.
+  const int nv = (HEAD ? hc : (2 + hc) * hc) + 1;
+  const int64_t L = hc_slice_len(hc, D, nv);
+  if (L > 0 && hc_a_smem(nv - 1, A_RT_VAL, L) <= (size_t)kMaxSmem) {
+    switch (hc) {
+#define HC_V3(H) \
+  case H: return launch_pre_v3<H, HEAD>(X, M, D, L, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, s);
+      HC_V3(1)
+      HC_V3(2)
+      HC_V3(3)
+      HC_V3(4)
+      HC_V3(8)
+#undef HC_V3
+      default:
+        return cudaErrorNotSupported;
+    }
+  }
   switch (hc) {
 #define HC_CASE(H, R)                                                                                      \
   case H:                                                                                                  \
