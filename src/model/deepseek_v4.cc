@@ -46,7 +46,7 @@ void load_layer(WeightReader& r, const V4Config& c, const std::string& p, AttnTy
   L.wkv = r.mat(p + "attn.wkv.weight", d, D);
   L.kv_norm = r.vec(p + "attn.kv_norm.weight", {d});
   // block-diagonal: one [o_lora, H·d/g] matrix per head group
-  L.wo_a = r.mat_rows(p + "attn.wo_a.weight", c.o_groups, c.o_lora_rank, H * d / c.o_groups);
+  L.wo_a = r.backend().make_groups(r.mat_rows(p + "attn.wo_a.weight", c.o_groups, c.o_lora_rank, H * d / c.o_groups));
   L.wo_b = r.mat(p + "attn.wo_b.weight", D, (int64_t)c.o_groups * c.o_lora_rank);
   if (type == AttnType::CSA) {
     load_compressor(r, p + "attn.compressor.", L.comp, c.compress_rate_csa, (int)d, true, D);
@@ -304,10 +304,9 @@ void DeepseekV4Model::attention(int l, Step& st) {
   be_.rope(o.data(), T, H * d, (int)H, (int)d, (int)r, pos, inv_freq, true);
 
   // Grouped output projection: group g's heads (H·d/g wide) through wo_a[g], then wo_b.
-  const int64_t G = cfg_.o_groups, ol = cfg_.o_lora_rank, gin = H * d / G;
+  const int64_t G = cfg_.o_groups, ol = cfg_.o_lora_rank;
   Buffer<float> z(be_, T * G * ol);  // [T, g·o_lora]
-  for (int64_t g = 0; g < G; ++g)
-    be_.linear(o.data() + g * gin, T, H * d, *L.wo_a[g], z.data() + g * ol, G * ol);
+  be_.linear_groups(o.data(), T, H * d, *L.wo_a, z.data(), G * ol);
   be_.linear(z.data(), T, G * ol, *L.wo_b, st.y.data(), D);
 }
 

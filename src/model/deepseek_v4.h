@@ -49,7 +49,7 @@ struct V4Layer {
   WeightPtr wq_b;                                         // [H·d, q_lora]
   WeightPtr wkv;                                          // [d, D]
   Buffer<float> kv_norm;                                  // [d]
-  std::vector<WeightPtr> wo_a;                            // g × [o_lora, H·d/g]
+  WeightGroupsPtr wo_a;                                   // g × [o_lora, H·d/g]
   WeightPtr wo_b;                                         // [D, g·o_lora]
   V4Compressor comp;                                      // CSA / HCA
   V4Compressor idx_comp;                                  // CSA only

@@ -64,6 +64,14 @@ using ExpertsPtr = std::unique_ptr<Experts>;
 
 enum class RouteScoring : uint8_t { SqrtSoftplus, Sigmoid, Softmax };
 
+// G weights of one shape [N, K] applied block-diagonally (V4's grouped output projection wo_a).
+class WeightGroups {
+ public:
+  virtual ~WeightGroups() = default;
+  int64_t G = 0, N = 0, K = 0;
+};
+using WeightGroupsPtr = std::unique_ptr<WeightGroups>;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -109,6 +117,11 @@ class Backend {
   virtual WeightPtr make_weight(const StoredWeight& w) {
     return w.fmt == WeightFormat::F32 ? make_weight(static_cast<const float*>(w.data), w.N, w.K) : nullptr;
   }
+  // Takes G weights of one shape [N, K].
+  virtual WeightGroupsPtr make_groups(std::vector<WeightPtr> ws) = 0;
+  // y[m, g·N + n] = Σ_k x[m, g·K + k] · W_g[n, k] for every group g (x row stride ldx, y row stride ldy).
+  virtual void linear_groups(const float* x, int64_t M, int64_t ldx, const WeightGroups& w, float* y,
+                             int64_t ldy) = 0;
   // y[M, N] (row stride ldy) = x[M, K] (row stride ldx) · Wᵀ. y may not alias x.
   virtual void linear(const float* x, int64_t M, int64_t ldx, const Weight& w, float* y, int64_t ldy) = 0;
 

@@ -429,6 +429,27 @@ struct CpuExperts final : Experts {
 inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 }  // namespace
 
+namespace {
+struct CpuGroups final : WeightGroups {
+  std::vector<WeightPtr> w;
+};
+}  // namespace
+
+WeightGroupsPtr CpuBackend::make_groups(std::vector<WeightPtr> ws) {
+  auto g = std::make_unique<CpuGroups>();
+  g->G = (int64_t)ws.size();
+  g->N = ws.empty() ? 0 : ws[0]->N;
+  g->K = ws.empty() ? 0 : ws[0]->K;
+  g->w = std::move(ws);
+  return g;
+}
+
+void CpuBackend::linear_groups(const float* x, int64_t M, int64_t ldx, const WeightGroups& wg, float* y,
+                               int64_t ldy) {
+  const auto& g = static_cast<const CpuGroups&>(wg);
+  for (int64_t i = 0; i < g.G; ++i) linear(x + i * g.K, M, ldx, *g.w[i], y + i * g.N, ldy);
+}
+
 ExpertsPtr CpuBackend::make_experts(std::vector<WeightPtr> w13, std::vector<WeightPtr> w2) {
   auto ex = std::make_unique<CpuExperts>();
   ex->E = (int64_t)w13.size();

@@ -41,6 +41,8 @@ class CpuBackend final : public Backend {
   using Backend::make_weight;
   WeightPtr make_weight(const float* w, int64_t N, int64_t K) override;
   void linear(const float* x, int64_t M, int64_t ldx, const Weight& w, float* y, int64_t ldy) override;
+  WeightGroupsPtr make_groups(std::vector<WeightPtr> ws) override;
+  void linear_groups(const float* x, int64_t M, int64_t ldx, const WeightGroups& w, float* y, int64_t ldy) override;
   ExpertsPtr make_experts(std::vector<WeightPtr> w13, std::vector<WeightPtr> w2) override;
   void moe_route(const float* logits, int64_t T, int E, int K, RouteScoring scoring, const float* bias,
                  const int32_t* tid2eid, const int32_t* tokens, bool normalize, float route_scale, int32_t* sel,

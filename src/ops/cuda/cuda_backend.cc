@@ -28,7 +28,9 @@ struct CudaWeight final : Weight {
   void* w = nullptr;      // device: float / bf16 / e4m3 [N, K], or e2m1 pairs [N, K/2]
   void* scale = nullptr;  // FP8: float [ceil(N/128), ldws]; FP4: e8m0 bytes [N, K/32]
   int64_t ldws = 0;       // FP8: round_up(ceil(K/128), 4), the padded grid cuBLASLt wants (gemm_dq takes it too)
+  bool owned = true;      // false: a view into a packed allocation (WeightGroups)
   ~CudaWeight() override {
+    if (!owned) return;
     if (w) cudaFree(w);
     if (scale) cudaFree(scale);
   }
@@ -411,7 +413,98 @@ int64_t scale_bytes(const CudaWeight& w) {
 bool same_layout(const CudaWeight& a, const CudaWeight& b) {
   return a.fmt == b.fmt && a.N == b.N && a.K == b.K && a.ldws == b.ldws;
 }
+// Copies stored-format weights of one layout into one allocation (weight i at i·wstride bytes, its scales
+// at i·sstride bytes in a second one); r describes weight 0 there.
+void pack_weights(const std::vector<WeightPtr>& ws, cuda::WeightRef* r, int64_t* wstride, int64_t* sstride,
+                  cudaStream_t stream) {
+  const auto& w0 = static_cast<const CudaWeight&>(*ws[0]);
+  *wstride = weight_bytes(w0);
+  *sstride = scale_bytes(w0);
+  void *w = nullptr, *sc = nullptr;
+  check(cudaMalloc(&w, (size_t)(*wstride * (int64_t)ws.size())), "packed weight allocation");
+  if (*sstride) check(cudaMalloc(&sc, (size_t)(*sstride * (int64_t)ws.size())), "packed scale allocation");
+  for (size_t e = 0; e < ws.size(); ++e) {
+    const auto& we = static_cast<const CudaWeight&>(*ws[e]);
+    check(cudaMemcpyAsync(static_cast<char*>(w) + e * *wstride, we.w, (size_t)*wstride, cudaMemcpyDeviceToDevice,
+                          stream),
+          "weight packing");
+    if (*sstride)
+      check(cudaMemcpyAsync(static_cast<char*>(sc) + e * *sstride, we.scale, (size_t)*sstride,
+                            cudaMemcpyDeviceToDevice, stream),
+            "weight packing");
+  }
+  *r = w0.ref();
+  r->w = w;
+  r->scale = sc;
+  check(cudaStreamSynchronize(stream), "weight packing");
+}
+
+// Block-diagonal groups: packed (one allocation, per-group views for the general path) when they are
+// stored-format weights of one layout, else the weights as given.
+struct CudaGroups final : WeightGroups {
+  std::vector<WeightPtr> w;  // per group (views into the pack when packed)
+  bool packed = false;
+  cuda::WeightRef r{};
+  int64_t w_stride = 0, s_stride = 0;
+  int32_t* sel = nullptr;  // [8, G]: sel[t, g] = g, gemv_q_grouped's "expert" ids
+  ~CudaGroups() override {
+    w.clear();
+    if (!packed) return;
+    cudaFree(const_cast<void*>(r.w));
+    cudaFree(const_cast<void*>(r.scale));
+    cudaFree(sel);
+  }
+};
 }  // namespace
+
+WeightGroupsPtr CudaBackend::make_groups(std::vector<WeightPtr> ws) {
+  auto g = std::make_unique<CudaGroups>();
+  g->G = (int64_t)ws.size();
+  g->N = ws.empty() ? 0 : ws[0]->N;
+  g->K = ws.empty() ? 0 : ws[0]->K;
+  bool pack = !ws.empty();
+  for (size_t i = 0; pack && i < ws.size(); ++i) {
+    const auto& a = static_cast<const CudaWeight&>(*ws[i]);
+    pack = a.fmt != WeightFormat::F32 && same_layout(a, static_cast<const CudaWeight&>(*ws[0]));
+  }
+  if (!pack) {
+    g->w = std::move(ws);
+    return g;
+  }
+  pack_weights(ws, &g->r, &g->w_stride, &g->s_stride, impl_->stream);
+  for (int64_t i = 0; i < g->G; ++i) {  // views for the per-group path
+    auto v = std::make_unique<CudaWeight>();
+    const auto& src = static_cast<const CudaWeight&>(*ws[i]);
+    v->N = src.N, v->K = src.K, v->fmt = src.fmt, v->ldws = src.ldws, v->owned = false;
+    v->w = static_cast<char*>(const_cast<void*>(g->r.w)) + i * g->w_stride;
+    v->scale = g->s_stride ? static_cast<char*>(const_cast<void*>(g->r.scale)) + i * g->s_stride : nullptr;
+    g->w.push_back(std::move(v));
+  }
+  ws.clear();
+  std::vector<int32_t> sel(8 * g->G);
+  for (size_t i = 0; i < sel.size(); ++i) sel[i] = (int32_t)(i % g->G);
+  check(cudaMalloc(&g->sel, sel.size() * sizeof(int32_t)), "groups allocation");
+  check(cudaMemcpy(g->sel, sel.data(), sel.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "groups upload");
+  g->packed = true;
+  return g;
+}
+
+void CudaBackend::linear_groups(const float* x, int64_t M, int64_t ldx, const WeightGroups& wg, float* y,
+                                int64_t ldy) {
+  const auto& g = static_cast<const CudaGroups&>(wg);
+  const int64_t K = g.K, N = g.N;
+  const int64_t kmul = g.packed ? (g.r.fmt == cuda::WFmt::BF16 ? 8 : g.r.fmt == cuda::WFmt::FP8_B128 ? 128 : 32) : 0;
+  if (g.packed && M <= 8 && ldx == g.G * K && ldy == g.G * N && K % kmul == 0 && K % 4 == 0 &&
+      (uintptr_t)x % 16 == 0 && g.w_stride % 16 == 0 && g.s_stride % 16 == 0) {
+    // Decode: one launch; group g of token t is "slot" t·G + g, whose input row is x[t, g·K ..] (row stride K).
+    HostTimer ht_(impl_.get(), Impl::kOp);
+    check(cuda::gemv_q_grouped(x, K, true, g.sel, M, (int)g.G, K, g.r, g.w_stride, g.s_stride, N, false, 0.0f, y, N,
+                               impl_->stream),
+          "linear_groups");
+    return;
+  }
+  for (int64_t i = 0; i < g.G; ++i) linear(x + i * K, M, ldx, *g.w[i], y + i * N, ldy);
+}
 
 ExpertsPtr CudaBackend::make_experts(std::vector<WeightPtr> w13, std::vector<WeightPtr> w2) {
   auto ex = std::make_unique<CudaExperts>();
@@ -431,31 +524,10 @@ ExpertsPtr CudaBackend::make_experts(std::vector<WeightPtr> w13, std::vector<Wei
     ex->w2 = std::move(w2);
     return ex;
   }
-  auto pack_kind = [&](std::vector<WeightPtr>& ws, cuda::WeightRef* r, int64_t* wstride, int64_t* sstride) {
-    const auto& w0 = static_cast<const CudaWeight&>(*ws[0]);
-    *wstride = weight_bytes(w0);
-    *sstride = scale_bytes(w0);
-    void *w = nullptr, *sc = nullptr;
-    check(cudaMalloc(&w, (size_t)(*wstride * (int64_t)ws.size())), "expert allocation");
-    if (*sstride) check(cudaMalloc(&sc, (size_t)(*sstride * (int64_t)ws.size())), "expert scale allocation");
-    for (size_t e = 0; e < ws.size(); ++e) {
-      const auto& we = static_cast<const CudaWeight&>(*ws[e]);
-      check(cudaMemcpyAsync(static_cast<char*>(w) + e * *wstride, we.w, (size_t)*wstride, cudaMemcpyDeviceToDevice,
-                            impl_->stream),
-            "expert packing");
-      if (*sstride)
-        check(cudaMemcpyAsync(static_cast<char*>(sc) + e * *sstride, we.scale, (size_t)*sstride,
-                              cudaMemcpyDeviceToDevice, impl_->stream),
-              "expert packing");
-    }
-    *r = w0.ref();
-    r->w = w;
-    r->scale = sc;
-    check(cudaStreamSynchronize(impl_->stream), "expert packing");
-    ws.clear();  // the per-expert copies go
-  };
-  pack_kind(w13, &ex->r13, &ex->w13_stride, &ex->s13_stride);
-  pack_kind(w2, &ex->r2, &ex->w2_stride, &ex->s2_stride);
+  pack_weights(w13, &ex->r13, &ex->w13_stride, &ex->s13_stride, impl_->stream);
+  pack_weights(w2, &ex->r2, &ex->w2_stride, &ex->s2_stride, impl_->stream);
+  w13.clear();  // the per-expert copies go
+  w2.clear();
   ex->packed = true;
   return ex;
 }
