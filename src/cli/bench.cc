@@ -58,13 +58,14 @@ const char* kUsage =
     "  --chunk N                  prefill tokens per step (default: the engine's max_batched_tokens)\n"
     "  --case-seconds S           time cap of one case's timed part (default 60)\n"
     "  --gpu-memory-fraction F    share of free device memory for weights + cache (default 0.9)\n"
+    "  --dtype auto|float32       cuda: weights as stored (fp8/fp4/bf16, default) or dequantized to float32\n"
     "  --seed S  --threads N  --device-name NAME\n"
     "  --cost-only                print bytes/FLOPs/floors of every case for the slice (--layers, default all), run nothing\n"
     "  --json FILE                write the results as JSON\n"
     "  --hf-json FILE             transformers' results (bench/hf_slice_bench.py) to print side by side\n";
 
 struct Options {
-  std::string backend, config = "flash", json_out, hf_json, device_name;
+  std::string backend, config = "flash", json_out, hf_json, device_name, dtype = "auto";
   int layers = 0;  // 0: default
   bool cost_only = false;  // --cost-only: print the cost model of every case, run nothing
   std::vector<int64_t> batches{1, 8, 32, 128, 256}, prefills{4096, 16384};
@@ -565,6 +566,7 @@ bool parse(int argc, char** argv, Options& o) {
     if (i + 1 >= argc) throw Error(a + ": missing value");
     std::string v = argv[++i];
     if (a == "--backend") o.backend = v;
+    else if (a == "--dtype") o.dtype = v;
     else if (a == "--config") o.config = v;
     else if (a == "--layers") o.layers = (int)flag_int(a, v);
     else if (a == "--batch") o.batches = int_list(a, v);
@@ -612,7 +614,7 @@ int cmd_bench(int argc, char** argv) {
       return 0;
     }
     const std::string backend_name = resolve_backend(o.backend);
-    std::unique_ptr<Backend> be = make_backend(backend_name, (int)o.threads);
+    std::unique_ptr<Backend> be = make_backend(backend_name, (int)o.threads, o.dtype);
     const bool device = be->free_memory() >= 0;
     const int threads = o.threads > 0 ? (int)o.threads : (int)std::max(1u, std::thread::hardware_concurrency());
     const json full_cfg = load_config(o.config);
@@ -657,6 +659,7 @@ int cmd_bench(int argc, char** argv) {
     json out{{"tool", "deepinfer bench"},
              {"config_name", o.config},
              {"backend", backend_name},
+             {"dtype", o.dtype},
              {"device", o.device_name.empty() ? device_description(backend_name, threads) : o.device_name},
              {"ceilings", {{"hbm_bytes_per_s", kHbmBytesPerS}, {"fp8_flops_per_s", kFp8FlopsPerS}}},
              {"context", o.context},
