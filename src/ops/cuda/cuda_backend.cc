@@ -49,6 +49,17 @@ struct CudaBackend::Impl {
   CudaWeights weights = CudaWeights::Stored;
   cudaStream_t stream = nullptr;
   cuda::GemmContext* gemm = nullptr;  // cuBLASLt handle and workspace (large bf16 / fp8 GEMMs)
+  // Step-scoped buffers come and go dozens of times a layer, nearly always last-in first-out: a bump
+  // arena serves them without an API call (one stream orders every reuse after the earlier work).
+  // Buffers above kArenaMax, and any that do not fit, go to the stream-ordered pool.
+  static constexpr size_t kArenaBytes = 512ull << 20, kArenaMax = 64ull << 20;
+  char* arena = nullptr;
+  size_t arena_top = 0;
+  struct Block {
+    size_t off, size;
+    bool freed;
+  };
+  std::vector<Block> blocks;  // the arena's live blocks, in address order
   // Pinned staging for small uploads (the per-step index arrays). A copy from pageable memory
   // synchronizes the stream first, which drains the GPU at every upload; from pinned memory it is
   // asynchronous. The buffer is a ring of kSegs segments; an event recorded when the ring leaves a
@@ -126,12 +137,26 @@ CudaBackend::~CudaBackend() {
   for (auto& e : impl_->seg_done)
     if (e) cudaEventDestroy(e);
   cuda::gemm_context_destroy(impl_->gemm);
+  if (impl_->arena) cudaFree(impl_->arena);
   if (impl_->staging) cudaFreeHost(impl_->staging);
 }
 
 void* CudaBackend::alloc(int64_t bytes) {
   HostTimer ht_(impl_.get(), Impl::kAlloc);
   if (bytes <= 0) return nullptr;
+  Impl& m = *impl_;
+  const size_t sz = ((size_t)bytes + 255) / 256 * 256;
+  if (sz <= Impl::kArenaMax) {
+    if (!m.arena && cudaMalloc(&m.arena, Impl::kArenaBytes) != cudaSuccess) {
+      cudaGetLastError();
+      m.arena = nullptr;
+    }
+    if (m.arena && m.arena_top + sz <= Impl::kArenaBytes) {
+      m.blocks.push_back({m.arena_top, sz, false});
+      m.arena_top += sz;
+      return m.arena + m.blocks.back().off;
+    }
+  }
   void* p = nullptr;
   cudaError_t e = cudaMallocAsync(&p, (size_t)bytes, impl_->stream);
   if (e != cudaSuccess) {
@@ -143,7 +168,23 @@ void* CudaBackend::alloc(int64_t bytes) {
 }
 void CudaBackend::release(void* p) {
   HostTimer ht_(impl_.get(), Impl::kRelease);
-  if (p) cudaFreeAsync(p, impl_->stream);
+  if (!p) return;
+  Impl& m = *impl_;
+  char* c = static_cast<char*>(p);
+  if (m.arena && c >= m.arena && c < m.arena + Impl::kArenaBytes) {
+    const size_t off = (size_t)(c - m.arena);
+    for (size_t i = m.blocks.size(); i-- > 0;)
+      if (m.blocks[i].off == off) {
+        m.blocks[i].freed = true;
+        break;
+      }
+    while (!m.blocks.empty() && m.blocks.back().freed) {  // pop what is free at the top
+      m.arena_top = m.blocks.back().off;
+      m.blocks.pop_back();
+    }
+    return;
+  }
+  cudaFreeAsync(p, m.stream);
 }
 void CudaBackend::upload(void* dst, const void* src, int64_t bytes) {
   HostTimer ht_(impl_.get(), Impl::kUpload);
