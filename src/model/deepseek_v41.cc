@@ -11,6 +11,7 @@
 #include "io/checkpoint.h"
 #include "io/dequant.h"
 #include "model/weight_reader.h"
+#include "ops/expert_loop.h"
 #include "util/error.h"
 #include "util/numeric.h"
 
@@ -908,40 +909,10 @@ void DeepseekV41Model::moe(const V41Layer& L, const float* h, int64_t T, float* 
     const float f = (float)cfg_.routed_scaling_factor / (cfg_.norm_topk_prob ? sum + 1e-20f : 1.0f);
     for (int64_t k = 0; k < K; ++k) wsel[t * K + k] *= f;
   }
-  // Routed experts, one GEMM pair per expert over the tokens routed to it; a token adds its experts
-  // in ascending expert order whatever the batch. The routed token ids and weights of all experts
-  // go to the backend in one upload (expert e's at [off[e], off[e+1])).
-  std::vector<int64_t> off(E + 1, 0);
-  for (int64_t i = 0; i < T * K; ++i) ++off[sel[i] + 1];
-  for (int64_t e = 0; e < E; ++e) off[e + 1] += off[e];
-  std::vector<int32_t> rows(T * K);
-  std::vector<float> wrows(T * K);
-  {
-    std::vector<int64_t> fill(off.begin(), off.end() - 1);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t k = 0; k < K; ++k) {
-        const int64_t j = fill[sel[t * K + k]]++;
-        rows[j] = (int32_t)t;
-        wrows[j] = wsel[t * K + k];
-      }
-  }
-  int64_t nmax = 0;
-  for (int64_t e = 0; e < E; ++e) nmax = std::max(nmax, off[e + 1] - off[e]);
-  if (L.shared_w13) nmax = std::max(nmax, T);
-  Buffer<int32_t> rows_d(be_, rows);
-  Buffer<float> wrows_d(be_, wrows);
-  Buffer<float> xe(be_, nmax * D), gu(be_, nmax * 2 * I), act(be_, nmax * I), ye(be_, nmax * D);
-  be_.fill(out, T * D, 0.0f);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t n = off[e + 1] - off[e];
-    if (n == 0) continue;
-    be_.copy_rows(h, D, rows_d.data() + off[e], xe.data(), D, nullptr, n, D);
-    be_.linear(xe.data(), n, D, *L.expert_w13[e], gu.data(), 2 * I);
-    be_.swiglu_clamp(gu.data(), n, I, (float)cfg_.swiglu_limit, nullptr, act.data());
-    be_.linear(act.data(), n, I, *L.expert_w2[e], ye.data(), D);
-    be_.add_rows(ye.data(), n, D, wrows_d.data() + off[e], rows_d.data() + off[e], out);
-  }
+  moe_ffn_loop(be_, h, T, D, I, L.expert_w13, L.expert_w2, sel.data(), wsel.data(), (int)K,
+               (float)cfg_.swiglu_limit, out);
   if (L.shared_w13) {
+    Buffer<float> gu(be_, T * 2 * I), act(be_, T * I), ye(be_, T * D);
     be_.linear(h, T, D, *L.shared_w13, gu.data(), 2 * I);
     be_.swiglu_clamp(gu.data(), T, I, (float)cfg_.swiglu_limit, nullptr, act.data());
     be_.linear(act.data(), T, I, *L.shared_w2, ye.data(), D);

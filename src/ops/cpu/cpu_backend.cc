@@ -1,6 +1,7 @@
 #include "ops/cpu/cpu_backend.h"
 
 #include "ops/cpu/gemm.h"
+#include "ops/expert_loop.h"
 
 #include <cblas.h>
 
@@ -501,36 +502,7 @@ void CpuBackend::moe_route(const float* logits, int64_t T, int E, int K, RouteSc
 void CpuBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const int32_t* sel, const float* wsel, int K,
                          float limit, float* out) {
   const auto& ex = static_cast<const CpuExperts&>(exb);
-  const int64_t E = ex.E, D = ex.D, I = ex.I;
-  // Tokens grouped by expert (expert e's at [off[e], off[e+1]), tokens ascending): one GEMM pair per
-  // expert; a token accumulates its experts in ascending expert order, whatever the batch.
-  std::vector<int64_t> off(E + 1, 0);
-  for (int64_t i = 0; i < T * K; ++i) ++off[sel[i] + 1];
-  for (int64_t e = 0; e < E; ++e) off[e + 1] += off[e];
-  std::vector<int32_t> rows(T * K);
-  std::vector<float> wrows(T * K);
-  {
-    std::vector<int64_t> fill(off.begin(), off.end() - 1);
-    for (int64_t t = 0; t < T; ++t)
-      for (int k = 0; k < K; ++k) {
-        const int64_t j = fill[sel[t * K + k]]++;
-        rows[j] = (int32_t)t;
-        wrows[j] = wsel[t * K + k];
-      }
-  }
-  int64_t nmax = 0;
-  for (int64_t e = 0; e < E; ++e) nmax = std::max(nmax, off[e + 1] - off[e]);
-  std::vector<float> xe(nmax * D), gu(nmax * 2 * I), act(nmax * I), ye(nmax * D);
-  fill(out, T * D, 0.0f);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t n = off[e + 1] - off[e];
-    if (n == 0) continue;
-    copy_rows(h, D, rows.data() + off[e], xe.data(), D, nullptr, n, D);
-    linear(xe.data(), n, D, *ex.w13[e], gu.data(), 2 * I);
-    swiglu_clamp(gu.data(), n, I, limit, nullptr, act.data());
-    linear(act.data(), n, I, *ex.w2[e], ye.data(), D);
-    add_rows(ye.data(), n, D, wrows.data() + off[e], rows.data() + off[e], out);
-  }
+  moe_ffn_loop(*this, h, T, ex.D, ex.I, ex.w13, ex.w2, sel, wsel, K, limit, out);
 }
 
 void CpuBackend::select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ops/cuda/cuda_ops.h"
+#include "ops/expert_loop.h"
 #include "util/error.h"
 
 namespace deepinfer {
@@ -634,35 +635,7 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
   std::vector<float> w_h(S);
   download(sel_h.data(), sel, 4 * S);
   download(w_h.data(), wsel, 4 * S);
-  std::vector<int64_t> off(E + 1, 0);
-  for (int64_t i = 0; i < S; ++i) ++off[sel_h[i] + 1];
-  for (int64_t e = 0; e < E; ++e) off[e + 1] += off[e];
-  std::vector<int32_t> rows(S);
-  std::vector<float> wrows(S);
-  {
-    std::vector<int64_t> fill_at(off.begin(), off.end() - 1);
-    for (int64_t t = 0; t < T; ++t)
-      for (int k = 0; k < K; ++k) {
-        const int64_t j = fill_at[sel_h[t * K + k]]++;
-        rows[j] = (int32_t)t;
-        wrows[j] = w_h[t * K + k];
-      }
-  }
-  int64_t nmax = 0;
-  for (int64_t e = 0; e < E; ++e) nmax = std::max(nmax, off[e + 1] - off[e]);
-  Buffer<int32_t> rows_d(*this, rows);
-  Buffer<float> wrows_d(*this, wrows);
-  Buffer<float> xe(*this, nmax * D), gu(*this, nmax * 2 * I), act(*this, nmax * I), ye(*this, nmax * D);
-  fill(out, T * D, 0.0f);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t n = off[e + 1] - off[e];
-    if (n == 0) continue;
-    copy_rows(h, D, rows_d.data() + off[e], xe.data(), D, nullptr, n, D);
-    linear(xe.data(), n, D, *ex.w13[e], gu.data(), 2 * I);
-    swiglu_clamp(gu.data(), n, I, limit, nullptr, act.data());
-    linear(act.data(), n, I, *ex.w2[e], ye.data(), D);
-    add_rows(ye.data(), n, D, wrows_d.data() + off[e], rows_d.data() + off[e], out);
-  }
+  moe_ffn_loop(*this, h, T, D, I, ex.w13, ex.w2, sel_h.data(), w_h.data(), K, limit, out);
 }
 
 void CudaBackend::select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk,
