@@ -78,6 +78,13 @@ struct CudaBackend::Impl {
   bool timing = std::getenv("DEEPINFER_CUDA_HOST_TIMES") != nullptr;
   int64_t calls[kCats] = {};
   double secs[kCats] = {};
+  // Kernel paths switched off by name (DEEPINFER_CUDA_OFF=name,name): a new fast path that fails on the
+  // device can be set aside for a run (its fallback takes over) without a rebuild. Read once, here.
+  std::string off_list = [] {
+    const char* v = std::getenv("DEEPINFER_CUDA_OFF");
+    return "," + std::string(v ? v : "") + ",";
+  }();
+  bool off(const char* name) const { return off_list.find("," + std::string(name) + ",") != std::string::npos; }
 };
 
 namespace {
@@ -316,7 +323,7 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
   const int64_t K = w.K, N = w.N;
   // Decode sizes: the tensor-core GEMV reads x in float32 and the weight once (batch invariant for M ≤ 8).
   const int64_t kmul = w.fmt == WeightFormat::BF16 ? 8 : w.fmt == WeightFormat::FP8 ? 128 : 32;
-  if (M <= 8 && K % kmul == 0 && K <= 32768 && ldx % 4 == 0 && (uintptr_t)x % 16 == 0) {
+  if (!impl_->off("gemv_q") && M <= 8 && K % kmul == 0 && K <= 32768 && ldx % 4 == 0 && (uintptr_t)x % 16 == 0) {
     check(cuda::gemv_q(x, M, K, ldx, w.ref(), N, y, ldy, s), "linear (gemv)");
     return;
   }
@@ -591,7 +598,7 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
   const int64_t E = ex.E, D = ex.D, I = ex.I, S = T * K;
   if (T <= 0) return;
   cudaStream_t s = impl_->stream;
-  if (ex.packed && T <= 8 && I % 32 == 0 && ex.w13_stride % 16 == 0 && ex.w2_stride % 16 == 0 &&
+  if (ex.packed && !impl_->off("moe_gemv") && T <= 8 && I % 32 == 0 && ex.w13_stride % 16 == 0 && ex.w2_stride % 16 == 0 &&
       ex.s13_stride % 16 == 0 && ex.s2_stride % 16 == 0) {
     // Decode: one grouped GEMV per matrix kind reads the expert ids on the device; w13's SwiGLU is fused.
     HostTimer ht_(impl_.get(), Impl::kOp);
