@@ -60,6 +60,8 @@ const char* kUsage =
     "  --gpu-memory-fraction F    share of free device memory for weights + cache (default 0.9)\n"
     "  --dtype auto|float32       cuda: weights as stored (fp8/fp4/bf16, default) or dequantized to float32\n"
     "  --seed S  --threads N  --device-name NAME\n"
+    "  --profile N                after each decode case, N more steps with device time per op (prefill: the\n"
+    "                             prompt again); busy/gap/idle per step and the top ops go to the JSON and stdout\n"
     "  --cost-only                print bytes/FLOPs/floors of every case for the slice (--layers, default all), run nothing\n"
     "  --json FILE                write the results as JSON\n"
     "  --hf-json FILE             transformers' results (bench/hf_slice_bench.py) to print side by side\n";
@@ -68,6 +70,7 @@ struct Options {
   std::string backend, config = "flash", json_out, hf_json, device_name, dtype = "auto";
   int layers = 0;  // 0: default
   bool cost_only = false;  // --cost-only: print the cost model of every case, run nothing
+  int64_t profile_steps = 0;  // --profile N: after a case's timed steps, N more steps with device-time profiling
   std::vector<int64_t> batches{1, 8, 32, 128, 256}, prefills{4096, 16384};
   int64_t context = 4096, steps = 16, warmup = 2, chunk = 0, seed = 1, threads = 0;
   double case_seconds = 60, gpu_fraction = 0.9;
@@ -264,6 +267,8 @@ struct CaseResult {
   bool logits_finite = true;  // of the last timed step
   CostModel::Cost cost;  // summed over the timed steps
   std::string error;
+  Backend::Profile profile;  // --profile: device time per op over profile_steps extra steps
+  int64_t profile_steps = 0;
 
   json to_json() const {
     json j{{"kind", kind}, {"batch", batch}};
@@ -292,6 +297,21 @@ struct CaseResult {
     j["partial"] = partial;
     j["logits_finite"] = logits_finite;
     j["error"] = nullptr;
+    if (profile_steps > 0 && profile.calls > 0) {  // backends with a device only
+      // Per step: device busy time (Σ op time), device gaps between ops (idle: launch and host cost),
+      // and the ops by time. Measured on extra steps (events add host time), so busy is compared with
+      // the unprofiled ms_per_step: idle_est = ms_per_step − busy.
+      const double P = (double)profile_steps;
+      json ops = json::array();
+      for (const auto& op : profile.ops)
+        ops.push_back({{"op", op.op}, {"calls_per_step", op.calls / P}, {"us_per_step", 1e3 * op.ms / P}});
+      j["profile"] = {{"steps", profile_steps},
+                      {"busy_ms_per_step", profile.busy_ms / P},
+                      {"gap_ms_per_step", profile.gap_ms / P},
+                      {"calls_per_step", profile.calls / P},
+                      {"idle_est_ms_per_step", 1e3 * seconds / S - profile.busy_ms / P},
+                      {"ops", ops}};
+    }
     return j;
   }
   int64_t prompt_done_ = 0;
@@ -318,7 +338,7 @@ CaseResult run_decode(DeepseekV4Model& model, Backend& be, const CostModel& cm, 
   r.batch = B;
   r.context = o.context;
   const V4Config& c = model.config();
-  const int64_t extra = o.warmup + o.steps;
+  const int64_t extra = o.warmup + o.steps + o.profile_steps;
   const V4CacheLayout lay = V4CacheLayout::make(c);
   Backend* cache_be = be.free_memory() >= 0 ? &be : nullptr;
   V4Cache cache(c, (int32_t)B, (int32_t)(B * lay.pages_for(o.context + extra)), cache_be);
@@ -356,6 +376,13 @@ CaseResult run_decode(DeepseekV4Model& model, Backend& be, const CostModel& cm, 
   be.synchronize();
   r.seconds = seconds_since(t0);
   r.logits_finite = all_finite(logits);
+  if (o.profile_steps > 0) {
+    be.set_profiling(true);
+    for (int64_t i = 0; i < o.profile_steps; ++i) one_step();
+    be.set_profiling(false);
+    r.profile = be.take_profile();
+    r.profile_steps = o.profile_steps;
+  }
   return r;
 }
 
@@ -400,6 +427,21 @@ CaseResult run_prefill(DeepseekV4Model& model, Backend& be, const CostModel& cm,
   }
   be.synchronize();
   r.seconds = seconds_since(t0);
+  if (o.profile_steps > 0 && !r.partial) {  // the same chunks again on a fresh sequence, profiled
+    cache.close(&s);
+    V4SeqState p;
+    if (!cache.open(&p) || !cache.reserve(&p, P)) throw Error("cache: cannot hold the profiled prompt");
+    be.set_profiling(true);
+    for (int64_t done = 0; done < P;) {
+      const int64_t n = std::min(chunk, P - done);
+      V4SeqChunk pc{&p, std::span<const int32_t>(ids.data() + done, n), false};
+      model.forward(std::span<const V4SeqChunk>(&pc, 1), cache);
+      done += n;
+    }
+    be.set_profiling(false);
+    r.profile = be.take_profile();
+    r.profile_steps = r.steps;
+  }
   return r;
 }
 
@@ -555,6 +597,28 @@ void print_table(const std::vector<json>& cases, const std::map<std::string, jso
   std::fflush(stdout);
 }
 
+// Where the device time of each case goes (--profile).
+void print_profiles(const std::vector<json>& cases) {
+  for (const auto& c : cases) {
+    if (!c.contains("profile")) continue;
+    const json& p = c["profile"];
+    const std::string kind = c["kind"];
+    std::printf("\nprofile %s batch %lld: %.3f ms/step timed, device busy %.3f ms, gaps %.3f ms (profiled), "
+                "idle est. %.3f ms, %.0f calls/step\n",
+                kind.c_str(), (long long)c["batch"].get<int64_t>(), c["ms_per_step"].get<double>(),
+                p["busy_ms_per_step"].get<double>(), p["gap_ms_per_step"].get<double>(),
+                p["idle_est_ms_per_step"].get<double>(), p["calls_per_step"].get<double>());
+    int shown = 0;
+    for (const auto& op : p["ops"]) {
+      if (shown++ == 12) break;
+      std::printf("  %-18s %8.1f us/step %6.1f calls/step %5.1f %%\n", op["op"].get<std::string>().c_str(),
+                  op["us_per_step"].get<double>(), op["calls_per_step"].get<double>(),
+                  100.0 * op["us_per_step"].get<double>() / 1e3 / std::max(1e-9, p["busy_ms_per_step"].get<double>()));
+    }
+  }
+  std::fflush(stdout);
+}
+
 bool parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -578,6 +642,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--case-seconds") o.case_seconds = flag_double(a, v);
     else if (a == "--gpu-memory-fraction") o.gpu_fraction = flag_double(a, v);
     else if (a == "--seed") o.seed = flag_int(a, v);
+    else if (a == "--profile") o.profile_steps = flag_int(a, v);
     else if (a == "--threads") o.threads = flag_int(a, v);
     else if (a == "--device-name") o.device_name = v;
     else if (a == "--json") o.json_out = v;
@@ -768,6 +833,7 @@ int cmd_bench(int argc, char** argv) {
     std::printf("ceilings: HBM %.2f TB/s, fp8 %.0f TFLOP/s; bytes and FLOPs per step as in docs/bench.md\n",
                 kHbmBytesPerS / 1e12, kFp8FlopsPerS / 1e12);
     print_table(cases, hf);
+    print_profiles(cases);
     save();
     return 0;
   } catch (const std::exception& e) {

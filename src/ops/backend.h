@@ -14,6 +14,7 @@
 // stream); download() waits for everything before it.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -87,6 +88,25 @@ class Backend {
   virtual int64_t free_memory() const { return -1; }
   // Waits for all submitted work (a no-op on the CPU).
   virtual void synchronize() {}
+
+  // ---- profiling (deepinfer bench --profile) ----
+  // While on, the backend times each outermost call on the device (event pairs; adds host time per
+  // call, so time steps with it off). take_profile() returns the totals since the last take, per op
+  // name (ops sorted by time), and resets them. busy = Σ op device time; gaps = device time between
+  // one op's end and the next op's start inside the window (the device idles there). Backends
+  // without a device return an empty profile.
+  struct OpTime {
+    std::string op;
+    int64_t calls = 0;
+    double ms = 0;
+  };
+  struct Profile {
+    std::vector<OpTime> ops;
+    double busy_ms = 0, gap_ms = 0;
+    int64_t calls = 0;
+  };
+  virtual void set_profiling(bool) {}
+  virtual Profile take_profile() { return {}; }
 
   // ---- data movement (float32 rows) ----
   virtual void fill(float* x, int64_t n, float v) = 0;

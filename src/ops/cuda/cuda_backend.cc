@@ -85,18 +85,79 @@ struct CudaBackend::Impl {
     return "," + std::string(v ? v : "") + ",";
   }();
   bool off(const char* name) const { return off_list.find("," + std::string(name) + ",") != std::string::npos; }
+
+  // Device-time profile (Backend::set_profiling / take_profile): an event pair around each outermost
+  // backend call, resolved in bulk. gaps = device time between one call's end and the next call's start
+  // (the GPU idles there: launch overhead, host work, synchronizing downloads).
+  bool profiling = false;
+  int depth = 0;
+  std::vector<cudaEvent_t> ev;      // pool: 2 per timed call
+  std::vector<const char*> ev_op;   // op name per timed call
+  size_t used = 0;                  // timed calls since the last fold
+  cudaEvent_t spare = nullptr;      // holds the previous fold's last end event
+  cudaEvent_t last_end = nullptr;   // = spare while a window is open, else null (no gap before the first call)
+  std::vector<Backend::OpTime> acc; // totals since the last take
+  double busy_ms = 0, gap_ms = 0;
+  int64_t n_calls = 0;
+  cudaEvent_t event(size_t i) {
+    while (ev.size() <= i) {
+      cudaEvent_t e;
+      check(cudaEventCreate(&e), "cudaEventCreate (profile)");
+      ev.push_back(e);
+    }
+    return ev[i];
+  }
+  void prof_begin(const char* op) {
+    if (used >= (1u << 15)) fold();  // bounded event pool
+    check(cudaEventRecord(event(2 * used), stream), "cudaEventRecord (profile)");
+    if (ev_op.size() <= used) ev_op.resize(used + 1);
+    ev_op[used] = op;
+  }
+  void prof_end() { check(cudaEventRecord(event(2 * used + 1), stream), "cudaEventRecord (profile)"), ++used; }
+  void fold() {
+    if (used == 0) return;
+    check(cudaStreamSynchronize(stream), "profile");
+    for (size_t i = 0; i < used; ++i) {
+      float ms = 0, gap = 0;
+      cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]);
+      cudaEvent_t prev = i ? ev[2 * i - 1] : last_end;
+      if (prev) cudaEventElapsedTime(&gap, prev, ev[2 * i]);
+      busy_ms += ms;
+      gap_ms += gap;
+      ++n_calls;
+      auto it = std::find_if(acc.begin(), acc.end(), [&](const Backend::OpTime& o) { return o.op == ev_op[i]; });
+      if (it == acc.end()) it = acc.insert(acc.end(), Backend::OpTime{ev_op[i], 0, 0.0});
+      ++it->calls;
+      it->ms += ms;
+    }
+    // The last end event opens the next fold's first gap: it moves out of the pool (a spare takes its slot).
+    if (!spare) check(cudaEventCreate(&spare), "cudaEventCreate (profile)");
+    std::swap(ev[2 * used - 1], spare);
+    last_end = spare;
+    used = 0;
+  }
 };
 
 namespace {
+// Scope of one backend call: host time by kind (DEEPINFER_CUDA_HOST_TIMES) and, while profiling is on,
+// a pair of events around the outermost call's device work (nested calls are part of their caller).
+// The op's name is the calling member function's (GCC's __builtin_FUNCTION as a default argument).
 struct HostTimer {
   CudaBackend::Impl* m;
   int cat;
+  bool outer = false;
   std::chrono::steady_clock::time_point t0;
-  HostTimer(CudaBackend::Impl* m_, int c) : m(m_->timing ? m_ : nullptr), cat(c) {
-    if (m) t0 = std::chrono::steady_clock::now();
+  HostTimer(CudaBackend::Impl* m_, int c, const char* op = __builtin_FUNCTION()) : m(m_), cat(c) {
+    if (m->timing) t0 = std::chrono::steady_clock::now();
+    if (m->profiling && m->depth++ == 0 && cat != CudaBackend::Impl::kAlloc && cat != CudaBackend::Impl::kRelease) {
+      outer = true;
+      m->prof_begin(op);
+    }
   }
   ~HostTimer() {
-    if (!m) return;
+    if (outer) m->prof_end();
+    if (m->profiling) --m->depth;
+    if (!m->timing) return;
     ++m->calls[cat];
     m->secs[cat] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
@@ -144,6 +205,8 @@ CudaBackend::~CudaBackend() {
   }
   for (auto& e : impl_->seg_done)
     if (e) cudaEventDestroy(e);
+  for (auto& e : impl_->ev) cudaEventDestroy(e);
+  if (impl_->spare) cudaEventDestroy(impl_->spare);
   cuda::gemm_context_destroy(impl_->gemm);
   if (impl_->arena) cudaFree(impl_->arena);
   if (impl_->staging) cudaFreeHost(impl_->staging);
@@ -230,6 +293,26 @@ int64_t CudaBackend::free_memory() const {
   return (int64_t)fr;
 }
 void CudaBackend::synchronize() { check(cudaStreamSynchronize(impl_->stream), "synchronize"); }
+void CudaBackend::set_profiling(bool on) {
+  if (impl_->profiling && !on) impl_->fold();
+  impl_->profiling = on;
+  impl_->depth = 0;
+}
+Backend::Profile CudaBackend::take_profile() {
+  Impl& m = *impl_;
+  m.fold();
+  Profile p;
+  p.ops = std::move(m.acc);
+  std::sort(p.ops.begin(), p.ops.end(), [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; });
+  p.busy_ms = m.busy_ms;
+  p.gap_ms = m.gap_ms;
+  p.calls = m.n_calls;
+  m.acc.clear();
+  m.busy_ms = m.gap_ms = 0;
+  m.n_calls = 0;
+  m.last_end = nullptr;  // the next take starts a new window: no gap across it
+  return p;
+}
 
 void CudaBackend::fill(float* x, int64_t n, float v) {
   HostTimer ht_(impl_.get(), Impl::kOp); check(cuda::fill_f32(x, n, v, impl_->stream), "fill"); }

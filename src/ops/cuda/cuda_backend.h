@@ -32,6 +32,8 @@ class CudaBackend final : public Backend {
   void copy(void* dst, const void* src, int64_t bytes) override;
   int64_t free_memory() const override;
   void synchronize() override;
+  void set_profiling(bool on) override;
+  Profile take_profile() override;
 
   void fill(float* x, int64_t n, float v) override;
   void scale(float* x, int64_t n, float a) override;
