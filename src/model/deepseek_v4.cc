@@ -149,12 +149,17 @@ void DeepseekV4Model::compressor_update(const V4Compressor& w, float* ring_kv, f
     for (int64_t i = 0; i < nw; ++i) wpos[i] = closed[i] * m;
     Buffer<int32_t> wpos_d(be_, wpos);
     be_.rope(out.data(), nw, width, 1, width, cfg_.rope_dim, wpos_d.data(), inv_freq_compress_.data(), false);
-    const int64_t T = cache.layout().tokens_per_page;
+    // One scatter into the pages: entry i goes to row (page·page_floats + page_off)/width + slot of the
+    // pool (page_floats and the offsets are multiples of width; a prefill chunk closes hundreds).
+    const V4CacheLayout& lay = cache.layout();
+    const int64_t T = lay.tokens_per_page;
+    std::vector<int32_t> rows(nw);
     for (int64_t i = 0; i < nw; ++i) {
       const int64_t first = (int64_t)closed[i] * m;
-      float* dst = cache.page_data(s.pages[first / T]) + page_off + ((first % T) / m) * width;
-      be_.copy(dst, out.data() + i * width, sizeof(float) * width);
+      rows[i] = (int32_t)(((int64_t)s.pages[first / T] * lay.page_floats + page_off) / width + (first % T) / m);
     }
+    Buffer<int32_t> rows_d(be_, rows);
+    be_.copy_rows(out.data(), width, nullptr, cache.pages_base(), width, rows_d.data(), nw, width);
   }
   // The ring keeps the last R positions.
   be_.ring_write(kv, ld, n, cw, p0, ring_kv, R);
