@@ -130,7 +130,6 @@ void DeepseekV4Model::compressor_update(const V4Compressor& w, float* ring_kv, f
                                         const V4SeqState& s, int64_t page_off, const float* kv, const float* gate,
                                         int64_t ld, int64_t p0, int64_t n) {
   const int m = w.rate, width = w.width;
-  const int64_t cw = (w.overlap ? 2 : 1) * (int64_t)width, R = w.overlap ? 2 * m : m;
   const int S = w.overlap ? 2 * m : m;  // pooled slots per entry
   // Windows that close inside this chunk; their rows come from the ring (earlier positions, still
   // intact: a window spans at most R positions) or from this chunk's projections.
@@ -161,9 +160,6 @@ void DeepseekV4Model::compressor_update(const V4Compressor& w, float* ring_kv, f
     Buffer<int32_t> rows_d(be_, rows);
     be_.copy_rows(out.data(), width, nullptr, cache.pages_base(), width, rows_d.data(), nw, width);
   }
-  // The ring keeps the last R positions.
-  be_.ring_write(kv, ld, n, cw, p0, ring_kv, R);
-  be_.ring_write(gate, ld, n, cw, p0, ring_gate, R);
 }
 
 void DeepseekV4Model::attention(int l, Step& st) {
@@ -221,6 +217,57 @@ void DeepseekV4Model::attention(int l, Step& st) {
     win_rows += std::min<int64_t>(W - 1, st.batch[b].state->pos) + (st.seq_begin[b + 1] - st.seq_begin[b]);
   Buffer<float> win(be_, win_rows * d);
   std::vector<int32_t> win_lo(T), win_hi(T), ent_idx;
+  // Ring rows of every slot are addressed from the slot pool's start in units of the ring's row width
+  // (the layout aligns every region to it), so each kind of ring traffic is one copy_rows for the step:
+  // window keys (ring part, chunk part), then the pushes of the chunk into the rings.
+  float* slots = cache.slots_base();
+  auto slot_row = [&](const V4SeqState& S, int64_t off, int64_t width, int64_t i) {
+    return (int32_t)(((int64_t)S.slot * lay.slot_floats + off) / width + i);
+  };
+  // Pushes rows r0 + i (i < n, positions p0 + i) of a [T, width] buffer into a ring of R rows (the
+  // last min(n, R) rows land).
+  struct RingPush {
+    std::vector<int32_t> src, dst;
+    void add(int64_t r0, int64_t n, int64_t p0, int64_t R, int32_t ring_row0) {
+      for (int64_t i = std::max<int64_t>(0, n - R); i < n; ++i) {
+        src.push_back((int32_t)(r0 + i));
+        dst.push_back((int32_t)(ring_row0 + (p0 + i) % R));
+      }
+    }
+  };
+  auto push = [&](const RingPush& rp, const float* src, int64_t width) {
+    if (rp.src.empty()) return;
+    Buffer<int32_t> s_d(be_, rp.src), d_d(be_, rp.dst);
+    be_.copy_rows(src, width, s_d.data(), slots, width, d_d.data(), (int64_t)rp.src.size(), width);
+  };
+  {
+    std::vector<int32_t> from_ring, to_win_r, from_kv, to_win_k;
+    RingPush kv_push;
+    int64_t b0 = 0;
+    for (size_t b = 0; b < B; ++b) {
+      const V4SeqState& S = *st.batch[b].state;
+      const int64_t p0 = S.pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
+      const int64_t np = std::min<int64_t>(W - 1, p0);  // earlier tokens still inside the window
+      for (int64_t i = 0; i < np; ++i) {
+        from_ring.push_back(slot_row(S, lay.slot_ring_off[l], d, (p0 - np + i) % W));
+        to_win_r.push_back((int32_t)(b0 + i));
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        from_kv.push_back((int32_t)(r0 + i));
+        to_win_k.push_back((int32_t)(b0 + np + i));
+      }
+      kv_push.add(r0, n, p0, W, slot_row(S, lay.slot_ring_off[l], d, 0));  // the ring keeps the last W
+      b0 += np + n;
+    }
+    if (!from_ring.empty()) {
+      Buffer<int32_t> s_d(be_, from_ring), d_d(be_, to_win_r);
+      be_.copy_rows(slots, d, s_d.data(), win.data(), d, d_d.data(), (int64_t)from_ring.size(), d);
+    }
+    Buffer<int32_t> s_d(be_, from_kv), d_d(be_, to_win_k);
+    be_.copy_rows(kv.data(), d, s_d.data(), win.data(), d, d_d.data(), T, d);
+    push(kv_push, kv.data(), d);  // after the gather: the pushes overwrite the oldest rows
+  }
+  RingPush ckv_push, cgate_push, ikv_push, igate_push;  // compressor rings, pushed after the closings
   std::vector<int64_t> ent_off(T + 1, 0);
   int64_t base = 0;  // first row of this sequence's keys in win
   // CSA: every sequence's indexer scores go into one buffer (sequence b's [n, nk] at score_at[b]) and
@@ -246,12 +293,8 @@ void DeepseekV4Model::attention(int l, Step& st) {
   for (size_t b = 0; b < B; ++b) {
     const V4SeqState& S = *st.batch[b].state;
     float* slot = cache.slot_data(S.slot);
-    float* ring = slot + lay.slot_ring_off[l];  // [W, d], row = position % W
     const int64_t p0 = S.pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
     const int64_t np = std::min<int64_t>(W - 1, p0);  // earlier tokens still inside the window
-    be_.ring_read(ring, W, d, p0 - np, np, win.data() + base * d);
-    be_.copy(win.data() + (base + np) * d, kv.data() + r0 * d, sizeof(float) * n * d);
-    be_.ring_write(kv.data() + r0 * d, d, n, d, p0, ring, W);  // the ring keeps the last W positions
     for (int64_t i = 0; i < n; ++i) {
       int32_t hi = (int32_t)(base + np + i + 1);
       win_hi[r0 + i] = hi;
@@ -264,6 +307,8 @@ void DeepseekV4Model::attention(int l, Step& st) {
     float* comp_ring = slot + lay.slot_comp_off[l];
     compressor_update(L.comp, comp_ring, comp_ring + R * cw, cache, S, lay.page_entries_off[l],
                       ckv.data() + r0 * cw, cgate.data() + r0 * cw, cw, p0, n);
+    ckv_push.add(r0, n, p0, R, slot_row(S, lay.slot_comp_off[l], cw, 0));
+    cgate_push.add(r0, n, p0, R, slot_row(S, lay.slot_comp_off[l], cw, R));
     // Physical row (in units of d) of entry w of this layer.
     auto entry_row = [&](int64_t w, int64_t off, int64_t width) {
       const int64_t first = w * m;
@@ -280,6 +325,8 @@ void DeepseekV4Model::attention(int l, Step& st) {
     float* idx_ring = slot + lay.slot_idx_off[l];
     compressor_update(L.idx_comp, idx_ring, idx_ring + R * icw, cache, S, lay.page_idx_off[l],
                       ikv.data() + r0 * icw, igate.data() + r0 * icw, icw, p0, n);
+    ikv_push.add(r0, n, p0, R, slot_row(S, lay.slot_idx_off[l], icw, 0));
+    igate_push.add(r0, n, p0, R, slot_row(S, lay.slot_idx_off[l], icw, R));
     const int64_t nk = n_keys[b];
     if (nk == 0) continue;
     // key_rows: where indexer key w lives; ent_rows: where compressed entry w lives (rows of d floats).
@@ -296,6 +343,14 @@ void DeepseekV4Model::attention(int l, Step& st) {
     be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, cache.pages_base(),
                        key_rows_d, nk, nvis_d, 1.0f / std::sqrt((float)dI), score);
     be_.select_topk(score, n, nk, nvis_d, (int)cfg_.index_topk, ent_rows_d, ent_off_d.data() + r0, ent_idx_d.data());
+  }
+  if (comp) {  // the chunk into the compressor rings, after every closing has read them
+    push(ckv_push, ckv.data(), cw);
+    push(cgate_push, cgate.data(), cw);
+  }
+  if (csa) {
+    push(ikv_push, ikv.data(), icw);
+    push(igate_push, igate.data(), icw);
   }
   Buffer<int32_t> win_lo_d(be_, win_lo), win_hi_d(be_, win_hi);
   if (comp && !csa) {  // HCA: every visible entry

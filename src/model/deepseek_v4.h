@@ -102,9 +102,10 @@ class DeepseekV4Model {
  private:
   struct Step;  // activations of one forward step
   void attention(int layer, Step& st);
-  // Pushes n tokens' compressor projections (kv/gate [n, c·width], row stride ld, positions p0..)
-  // into the slot's window ring (ring_kv/ring_gate [R, c·width], R = 2m for CSA, m for HCA) and
-  // writes an entry into the sequence's pages (at page_off) for every window that closes.
+  // Writes an entry into the sequence's pages (at page_off) for every compressor window that closes
+  // among n tokens (projections kv/gate [n, c·width], row stride ld, positions p0..), reading earlier
+  // positions from the slot's window ring (ring_kv/ring_gate [R, c·width], R = 2m for CSA, m for HCA).
+  // The caller pushes the n tokens into the ring afterwards (one batched copy for the whole step).
   void compressor_update(const V4Compressor& w, float* ring_kv, float* ring_gate, V4Cache& cache,
                          const V4SeqState& s, int64_t page_off, const float* kv, const float* gate, int64_t ld,
                          int64_t p0, int64_t n);

@@ -22,26 +22,30 @@ V4CacheLayout V4CacheLayout::make(const V4Config& c) {
   L.slot_ring_off.assign(n, -1);
   L.slot_comp_off.assign(n, -1);
   L.slot_idx_off.assign(n, -1);
+  // Slot regions start at multiples of every ring's row width (d, 2d, 2dI), so that the model can
+  // address any ring row of any slot as a row index from the slot pool's start (batched row copies).
+  const int64_t salign = std::lcm<int64_t>(2 * d, 2 * dI);
+  auto saligned = [&](int64_t x) { return (x + salign - 1) / salign * salign; };
   int64_t page = 0, slot = 0;
   for (int l = 0; l < n; ++l) {
     L.slot_ring_off[l] = slot;
-    slot += W * d;
+    slot = saligned(slot + W * d);
     if (c.layer_types[l] == AttnType::Sliding) continue;
     const bool csa = c.layer_types[l] == AttnType::CSA;
     const int64_t m = c.compress_rate(l);
     L.page_entries_off[l] = page;
     page = aligned(page + (L.tokens_per_page / m) * d);
     L.slot_comp_off[l] = slot;
-    slot += csa ? 2 * (2 * m) * (2 * d) : 2 * m * d;
+    slot = saligned(slot + (csa ? 2 * (2 * m) * (2 * d) : 2 * m * d));
     if (csa) {
       L.page_idx_off[l] = page;
       page = aligned(page + (L.tokens_per_page / m) * dI);
       L.slot_idx_off[l] = slot;
-      slot += 2 * (2 * m) * (2 * dI);
+      slot = saligned(slot + 2 * (2 * m) * (2 * dI));
     }
   }
   L.page_floats = aligned(std::max<int64_t>(page, 1));
-  L.slot_floats = slot;
+  L.slot_floats = saligned(std::max<int64_t>(slot, 1));
   return L;
 }
 
