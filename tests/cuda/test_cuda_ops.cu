@@ -1800,10 +1800,14 @@ void register_cases() {
   if (g_perf) {
     add("sink_attention_mma perf M=4096 H=64 d=512 keys=640 (prefill 4k)",
         [] { return attn_mma_case(4096, 64, 512, 640, 0, "am_perf_pf", 3, true); });
-    for (int64_t M : {1, 64, 256}) {
+    add("sink_attention_mma perf M=4096 H=64 d=512 keys=160 (prefill 4k, HCA layer)",
+        [] { return attn_mma_case(4096, 64, 512, 160, 0, "am_perf_pf_hca", 3, true); });
+    for (int64_t M : {1, 8, 64, 256}) {
       auto n = nm("sink_attention_mma perf M=%ld H=64 d=512 keys=640 (decode, own keys per query)", M);
       add(n, [=] { return attn_mma_case(M, 64, 512, 640, 0, n, 3); });
     }
+    add("sink_attention_mma perf M=1 H=64 d=512 keys=4096 (HCA at 512k)",
+        [] { return attn_mma_case(1, 64, 512, 4096, 0, "am_perf_4k", 1); });
   }
   add("sink_attention_tc decode M=1 H=64 d=512 W=128 topk=512", [] { return attn_case(1, 64, 512, 128, 512, false, "tc1", true); });
   add("sink_attention_tc decode M=64 H=64 d=512 W=128 topk=512", [] { return attn_case(64, 64, 512, 128, 512, false, "tc2", true); });
