@@ -32,7 +32,9 @@ constexpr int AM_KT = 32;   // keys per tile
 constexpr int AM_HB = 64;   // heads per cluster (mma M)
 constexpr int AM_KS = 4;    // key splits per query (cluster = 2 halves × AM_KS)
 constexpr int AM_CS = 2 * AM_KS;
-constexpr int AM_TMIN = 4;  // a split gets at least this many tiles: splits = min(4, ⌈tiles / 4⌉)
+// A split gets at least AM_TMIN tiles: splits = min(4, ⌈tiles / AM_TMIN⌉). The cluster's 8 CTAs are
+// resident whatever the count, so an idle split only wastes its slot: 1 (every split busy from 4 tiles on).
+constexpr int AM_TMIN = 1;
 constexpr int AM_SPS = AM_KT + 4;  // S row stride (floats)
 constexpr int AM_PPS = AM_KT + 8;  // P row stride (bf16): 80 B, ldmatrix rows in distinct bank groups
 
