@@ -970,8 +970,8 @@ Result attn_mma_case(int64_t M, int H, int d, int nk, int kind, const std::strin
     res.flops = keys * H * d * 4.0;
     const double f32 = time_us([&] { run(dc::sink_attention_f32, 0, M, dout.as<float>()); });
     char buf[128];
-    snprintf(buf, sizeof buf, "%.1f GFLOP; sink_attention_f32 %.1f us (mma %.1fx) ", res.flops / 1e9, f32,
-             f32 / res.us);
+    snprintf(buf, sizeof buf, "%.1f GFLOP; sink_attention_f32 %.1f us (mma %.1fx); %d clusters resident ",
+             res.flops / 1e9, f32, f32 / res.us, dc::sink_attention_mma_max_clusters(d));
     res.detail += buf;
   }
   return res;

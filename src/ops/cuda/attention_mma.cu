@@ -344,6 +344,10 @@ cudaError_t am_launch(const float* q, int64_t M, int64_t ldq, int H, const float
   // set on every launch (no process-global "configured" flag); cheap next to the kernel
   cudaError_t e = cudaFuncSetAttribute(sink_attn_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total);
   if (e != cudaSuccess) return e;
+  // the largest shared-memory carveout, so that two CTAs (2 × 106.5 KB at d = 512) fit an SM
+  e = cudaFuncSetAttribute(sink_attn_mma_kernel<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           (int)cudaSharedmemCarveoutMaxShared);
+  if (e != cudaSuccess) return e;
   const int64_t bx = M * AM_CS;
   if (bx > INT_MAX) return cudaErrorInvalidConfiguration;
   const dim3 grid((unsigned)bx, (unsigned)((H + AM_HB - 1) / AM_HB));
@@ -352,7 +356,34 @@ cudaError_t am_launch(const float* q, int64_t M, int64_t ldq, int H, const float
   return cudaGetLastError();
 }
 
+template <int D>
+int am_max_clusters() {
+  constexpr AmLayout L(D / 2);
+  if (cudaFuncSetAttribute(sink_attn_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total) !=
+          cudaSuccess ||
+      cudaFuncSetAttribute(sink_attn_mma_kernel<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           (int)cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+    return -1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(AM_CS * 1024, 1, 1);
+  cfg.blockDim = dim3(AM_NT, 1, 1);
+  cfg.dynamicSmemBytes = (size_t)L.total;
+  int n = -1;
+  if (cudaOccupancyMaxActiveClusters(&n, sink_attn_mma_kernel<D>, &cfg) != cudaSuccess) return -1;
+  return n;
+}
+
 }  // namespace
+
+int sink_attention_mma_max_clusters(int d) {
+  switch (d) {
+    case 64: return am_max_clusters<64>();
+    case 128: return am_max_clusters<128>();
+    case 256: return am_max_clusters<256>();
+    case 512: return am_max_clusters<512>();
+    default: return -1;
+  }
+}
 
 bool sink_attention_mma_supported(int H, int d, const float* win, const float* ent) {
   const bool dok = d == 64 || d == 128 || d == 256 || d == 512;

@@ -232,6 +232,8 @@ cudaError_t sink_attention_f32(const float* q, int64_t M, int64_t ldq, int H, in
 // workspace. d ∈ {64, 128, 256, 512}, any H (heads padded to 64 a group), win/ent 16-byte aligned;
 // otherwise cudaErrorNotSupported (the caller falls back to sink_attention_f32).
 bool sink_attention_mma_supported(int H, int d, const float* win, const float* ent);
+// Clusters of sink_attention_mma that fit the device at once (diagnostics: 2 CTAs an SM → ~2·SMs/8); −1 on error.
+int sink_attention_mma_max_clusters(int d);
 cudaError_t sink_attention_mma(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
                                const int32_t* win_lo, const int32_t* win_hi, const float* ent, const int32_t* ent_idx,
                                const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo,
