@@ -1789,7 +1789,7 @@ void register_cases() {
                      {64, 64, 128, -1, 0, "uneven"},       {7, 16, 128, -1, 0, "uneven"},
                      {1, 16, 128, 640, 0, "win+ent"},      {7, 16, 512, 640, 0, "win+ent"},
                      {7, 32, 256, -1, 0, "uneven"},        {5, 80, 64, -1, 0, "two head groups"},
-                     {64, 16, 64, 0, 0, "no keys"}};
+                     {64, 16, 64, 0, 0, "no keys"},       {9, 4, 64, -1, 0, "tiny fixtures' shape"}};
     for (auto c : mc) {
       auto n = nm("sink_attention_mma M=%ld H=%d d=%d keys=%d (%s)", c.M, c.H, c.d, c.nk, c.what);
       add(n, [=] { return attn_mma_case(c.M, c.H, c.d, c.nk, c.kind, n, c.M > 64 ? 24 : 0); });
