@@ -864,6 +864,119 @@ Result attn_f32_case(int64_t M, int H, int d, int nk, const std::string& name, i
   return res;
 }
 
+// sink_attention_mma (the tensor-core path of the stored-weight mode). Inputs are f32 rounded to bf16
+// (the kernel rounds keys and q to bf16 on the way in, so the CPU reference sees the same values); the
+// remaining difference is P rounded to bf16 for P·V (relative 2^-9 a term: NMSE ~1e-6; one missing key
+// of 640 gives ~1e-3). kind: 0 = window and entries, 1 = window only, 2 = entries only. nk ≥ 0: every
+// query has nk keys (kind 0: min(nk, 128) window rows, the rest entries); nk < 0: random counts (window
+// 0..128, entries 0..512; uneven across queries). prefill: queries share one window pool (row m .. m+127)
+// and draw entries from one pool of 1024 rows (what a 4k prefill reads; L2-resident); otherwise each query
+// owns its rows. ldq / ldo are padded (the padding must stay poisoned). check: 0 = every row against
+// CpuBackend, k > 0 = k sampled rows. Bitwise: queries 0 and M/2 alone equal their rows of the batch,
+// and a second run equals the first. Perf mode also times sink_attention_f32 on the same inputs.
+Result attn_mma_case(int64_t M, int H, int d, int nk, int kind, const std::string& name, int check = 0,
+                     bool prefill = false) {
+  Rng r = rng_for(name);
+  Result res;
+  const int Wn = 128, En = 512;
+  const int64_t ldq = (int64_t)H * d + 3, ldo = (int64_t)H * d + 5;
+  std::vector<int32_t> lo(M), hi(M), idx;
+  std::vector<int64_t> off(M + 1, 0);
+  const int64_t ereg = 2 * (int64_t)std::max(En, nk);
+  const int64_t n_win = prefill ? M + Wn : M * Wn + 1, n_ent = prefill ? 1024 : M * ereg + 1;
+  for (int64_t m = 0; m < M; ++m) {
+    int nwin, nent;
+    if (nk >= 0) {
+      nwin = kind == 2 ? 0 : kind == 1 ? std::min(nk, Wn) : std::min(nk, Wn);
+      nent = kind == 1 ? 0 : nk - nwin;
+    } else {
+      nwin = kind == 2 ? 0 : r.range(0, Wn + 1);
+      nent = kind == 1 ? 0 : r.range(0, En + 1);
+    }
+    if (prefill) {
+      lo[m] = (int32_t)(m + Wn - nwin);
+    } else {
+      lo[m] = (int32_t)(m * Wn + r.range(0, Wn - nwin + 1));
+    }
+    hi[m] = lo[m] + nwin;
+    std::vector<int32_t> pick(nent);
+    for (auto& v : pick) v = prefill ? (int32_t)r.range(0, (int)n_ent) : (int32_t)(m * ereg + r.range(0, (int)ereg));
+    std::sort(pick.begin(), pick.end());
+    idx.insert(idx.end(), pick.begin(), pick.end());
+    off[m + 1] = (int64_t)idx.size();
+  }
+  if (idx.empty()) idx.push_back(0);
+  auto fast = [&](size_t n, float a) {  // uniform in (−a, a), rounded to bf16
+    std::vector<float> v(n);
+    for (auto& x : v) x = bf16r((r.uni() * 2.0f - 1.0f) * a);
+    return v;
+  };
+  std::vector<float> q = fast(M * ldq, 1.7f), win = fast(n_win * d, 1.7f), ent = fast(n_ent * d, 1.7f),
+                     sinks = randn(r, H, 2.0f);
+  const float scale = 1.0f / std::sqrt((float)d);
+  DBuf dq = dup(q, "q"), dw = dup(win, "win"), de = dup(ent, "ent"), ds = dup(sinks, "sinks");
+  DBuf dlo = dup(lo, "lo"), dhi = dup(hi, "hi"), di = dup(idx, "idx"), doff = dup(off, "off");
+  DBuf dout = dalloc(M * ldo * 4, "out"), dout1 = dalloc(ldo * 4, "out_alone");
+  poison(dout);
+  auto run = [&](decltype(dc::sink_attention_mma)* fn, int64_t m0, int64_t Mx, float* o) {
+    return fn(dq.as<float>() + m0 * ldq, Mx, ldq, H, d, dw.as<float>(), dlo.as<int32_t>() + m0, dhi.as<int32_t>() + m0,
+              de.as<float>(), di.as<int32_t>(), doff.as<int64_t>() + m0, ds.as<float>(), scale, o, ldo, 0);
+  };
+  CK(run(dc::sink_attention_mma, 0, M, dout.as<float>()));
+  auto o = down<float>(dout, M * ldo);
+  bool pad_ok = true;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t c = (int64_t)H * d; c < ldo; ++c) {
+      uint32_t b;
+      memcpy(&b, &o[m * ldo + c], 4);
+      pad_ok &= b == 0xFFFFFFFFu;
+    }
+  expect_true(res, pad_ok, "output padding written");
+  std::vector<int64_t> rows;
+  if (check == 0)
+    for (int64_t m = 0; m < M; ++m) rows.push_back(m);
+  else
+    for (int k = 0; k < check; ++k) rows.push_back(k == 0 ? 0 : k == 1 ? M - 1 : r.range(0, (int)M));
+  std::vector<float> got, ref, one((size_t)H * d);
+  for (int64_t m : rows) {
+    cpu().sink_attention(q.data() + m * ldq, 1, ldq, H, d, win.data(), lo.data() + m, hi.data() + m, ent.data(),
+                         idx.data(), off.data() + m, sinks.data(), scale, one.data(), (int64_t)H * d);
+    ref.insert(ref.end(), one.begin(), one.end());
+    got.insert(got.end(), o.begin() + m * ldo, o.begin() + m * ldo + (int64_t)H * d);
+  }
+  expect_nmse(res, "out", got, ref, 2e-5);  // P rounded to bf16 before P·V
+  if (nk == 0) {
+    bool z = true;
+    for (float v : got) z &= v == 0.0f;
+    expect_true(res, z, "no keys must give exact zeros");
+  }
+  for (int64_t m : {(int64_t)0, M / 2}) {
+    poison(dout1);
+    CK(run(dc::sink_attention_mma, m, 1, dout1.as<float>()));
+    auto a = down<float>(dout1, ldo);
+    expect_true(res, memcmp(a.data(), o.data() + m * ldo, (size_t)H * d * 4) == 0,
+                "query " + std::to_string(m) + " alone differs from its row in the batch");
+  }
+  CK(run(dc::sink_attention_mma, 0, M, dout.as<float>()));
+  auto o2 = down<float>(dout, M * ldo);
+  expect_true(res, memcmp(o2.data(), o.data(), o.size() * 4) == 0, "second run differs");
+  res.detail += "bitwise: alone==batch, run==run ";
+  if (g_perf) {
+    res.us = time_us([&] { run(dc::sink_attention_mma, 0, M, dout.as<float>()); });
+    double keys = 0;
+    for (int64_t m = 0; m < M; ++m) keys += (hi[m] - lo[m]) + (off[m + 1] - off[m]);
+    // q + out (f32) + key rows (f32): decode reads each query's rows; prefill the two shared pools once
+    res.bytes = M * (double)H * d * 8.0 + (prefill ? (double)(n_win + n_ent) * d * 4.0 : keys * d * 4.0);
+    res.flops = keys * H * d * 4.0;
+    const double f32 = time_us([&] { run(dc::sink_attention_f32, 0, M, dout.as<float>()); });
+    char buf[128];
+    snprintf(buf, sizeof buf, "%.1f GFLOP; sink_attention_f32 %.1f us (mma %.1fx); %d clusters resident ",
+             res.flops / 1e9, f32, f32 / res.us, dc::sink_attention_mma_max_clusters(d));
+    res.detail += buf;
+  }
+  return res;
+}
+
 Result indexer_case(int64_t M, int hI, int dI, int64_t nk, bool paged, const std::string& name) {
   Rng r = rng_for(name);
   Result res;
@@ -1663,6 +1776,38 @@ void register_cases() {
         [] { return attn_f32_case(1, 64, 512, 4096, "af_perf_4k", 1); });
     add("sink_attention_f32 perf M=512 H=64 d=512 keys=640 (prefill-sized batch)",
         [] { return attn_f32_case(512, 64, 512, 640, "af_perf_512", 3); });
+  }
+  // sink_attention_mma (tensor cores; the stored-weight mode's path)
+  {
+    struct MC { int64_t M; int H, d, nk, kind; const char* what; };
+    const MC mc[] = {{1, 64, 512, 640, 0, "win+ent"},      {7, 64, 512, -1, 0, "uneven win+ent"},
+                     {64, 64, 512, 640, 0, "win+ent"},     {512, 64, 512, -1, 0, "uneven win+ent"},
+                     {7, 64, 512, 100, 1, "window only"},  {7, 64, 512, 128, 1, "window only"},
+                     {7, 64, 512, 300, 2, "entries only"}, {7, 64, 512, -1, 2, "uneven entries only"},
+                     {3, 64, 512, 0, 0, "no keys"},        {3, 64, 512, 1, 0, "one key"},
+                     {3, 64, 512, 33, 0, "33 keys"},       {3, 64, 512, 2000, 0, "many keys"},
+                     {64, 64, 128, -1, 0, "uneven"},       {7, 16, 128, -1, 0, "uneven"},
+                     {1, 16, 128, 640, 0, "win+ent"},      {7, 16, 512, 640, 0, "win+ent"},
+                     {7, 32, 256, -1, 0, "uneven"},        {5, 80, 64, -1, 0, "two head groups"},
+                     {64, 16, 64, 0, 0, "no keys"},       {9, 4, 64, -1, 0, "tiny fixtures' shape"}};
+    for (auto c : mc) {
+      auto n = nm("sink_attention_mma M=%ld H=%d d=%d keys=%d (%s)", c.M, c.H, c.d, c.nk, c.what);
+      add(n, [=] { return attn_mma_case(c.M, c.H, c.d, c.nk, c.kind, n, c.M > 64 ? 24 : 0); });
+    }
+    add("sink_attention_mma M=512 H=64 d=512 keys=640 (prefill pools)",
+        [] { return attn_mma_case(512, 64, 512, 640, 0, "am_pf512", 16, true); });
+  }
+  if (g_perf) {
+    add("sink_attention_mma perf M=4096 H=64 d=512 keys=640 (prefill 4k)",
+        [] { return attn_mma_case(4096, 64, 512, 640, 0, "am_perf_pf", 3, true); });
+    add("sink_attention_mma perf M=4096 H=64 d=512 keys=160 (prefill 4k, HCA layer)",
+        [] { return attn_mma_case(4096, 64, 512, 160, 0, "am_perf_pf_hca", 3, true); });
+    for (int64_t M : {1, 8, 64, 256}) {
+      auto n = nm("sink_attention_mma perf M=%ld H=64 d=512 keys=640 (decode, own keys per query)", M);
+      add(n, [=] { return attn_mma_case(M, 64, 512, 640, 0, n, 3); });
+    }
+    add("sink_attention_mma perf M=1 H=64 d=512 keys=4096 (HCA at 512k)",
+        [] { return attn_mma_case(1, 64, 512, 4096, 0, "am_perf_4k", 1); });
   }
   add("sink_attention_tc decode M=1 H=64 d=512 W=128 topk=512", [] { return attn_case(1, 64, 512, 128, 512, false, "tc1", true); });
   add("sink_attention_tc decode M=64 H=64 d=512 W=128 topk=512", [] { return attn_case(64, 64, 512, 128, 512, false, "tc2", true); });

@@ -517,6 +517,15 @@ void CudaBackend::sink_attention(const float* q, int64_t M, int64_t ldq, int H, 
                                  const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
                                  float* out, int64_t ldo) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  // Stored weights: tensor cores (bf16 keys and P, f32 softmax and accumulation). Float32 mode keeps the
+  // f32 kernel, which reproduces the CPU's order. DEEPINFER_CUDA_OFF=attn_mma switches the mma path off.
+  if (impl_->weights == CudaWeights::Stored && !impl_->off("attn_mma") &&
+      cuda::sink_attention_mma_supported(H, d, win, ent)) {
+    check(cuda::sink_attention_mma(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out,
+                                   ldo, impl_->stream),
+          "sink_attention (mma)");
+    return;
+  }
   check(cuda::sink_attention_f32(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo,
                                  impl_->stream),
         "sink_attention");

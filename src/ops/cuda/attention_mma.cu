@@ -1,0 +1,407 @@
+// Sink attention on tensor cores (attention_mma): the Backend::sink_attention contract (f32 q, keys and
+// out; K = V: one shared KV head for all H query heads) with the two products as bf16 GEMMs with f32
+// accumulation on mma.sync m16n8k16:  S = Q[64 heads, d]·Kᵀ[d, keys] and O = P[64 heads, keys]·V[keys, d].
+//
+// Work split (docs/cuda-notes.md, "Attention on tensor cores (attention_mma)"):
+//  - grid (M·8, ⌈H/64⌉), clusters of 8 CTAs = one query × one group of 64 heads. Cluster rank
+//    r = 2·split + half: `half` owns columns [half·d/2, half·d/2 + d/2) of q, keys and out; `split`
+//    (0..3) owns a contiguous range of 32-key tiles. The number of splits used by a query, and its
+//    ranges, depend only on that query's key count (batch invariance).
+//  - per 32-key tile, each CTA gathers its half of the 32 key rows (f32, cp.async, one tile ahead) into
+//    shared memory, converts them to bf16, computes the partial S over its half of d (warp = 16 heads ×
+//    16 keys), and the two halves exchange partial S through distributed shared memory (one cluster
+//    barrier a tile, S double-buffered); both sum in the fixed order half0 + half1, so both see the
+//    same S and compute the same online softmax (f32, the sink enters at the end). P is rounded to
+//    bf16 for P·V (warp = all 64 heads × d/16 columns; O stays in f32 registers: 64 at d = 512).
+//  - at the end each split's (max, sum, O) is merged in split order through distributed shared
+//    memory: CTA (split j, half) finalizes heads 16j .. 16j+15 of its half of the columns.
+// Heads beyond H in the last group are zero rows (computed, not stored).
+#include <cooperative_groups.h>
+
+#include <climits>
+
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/cuda_ops.h"
+
+namespace deepinfer::cuda {
+namespace {
+namespace cg = cooperative_groups;
+
+constexpr int AM_NT = 256;  // threads
+constexpr int AM_KT = 32;   // keys per tile
+constexpr int AM_HB = 64;   // heads per cluster (mma M)
+constexpr int AM_KS = 4;    // key splits per query (cluster = 2 halves × AM_KS)
+constexpr int AM_CS = 2 * AM_KS;
+// A split gets at least AM_TMIN tiles: splits = min(4, ⌈tiles / AM_TMIN⌉). The cluster's 8 CTAs are
+// resident whatever the count, so an idle split only wastes its slot: 1 (every split busy from 4 tiles on).
+constexpr int AM_TMIN = 1;
+constexpr int AM_SPS = AM_KT + 4;  // S row stride (floats)
+constexpr int AM_PPS = AM_KT + 8;  // P row stride (bf16): 80 B, ldmatrix rows in distinct bank groups
+
+// Shared memory layout (bytes) for half width DH = d/2.
+struct AmLayout {
+  int q, k, stg, s, p, cr, ml, wt, total;
+  __host__ __device__ constexpr explicit AmLayout(int DH)
+      : q(0),
+        k(q + AM_HB * (DH + 8) * 2),
+        stg(k + AM_KT * (DH + 8) * 2),
+        s(stg + AM_KT * DH * 4),
+        p(s + 2 * AM_HB * AM_SPS * 4),
+        cr(p + AM_HB * AM_PPS * 2),
+        ml(cr + AM_HB * 4),
+        wt(ml + AM_HB * 2 * 4),
+        total(wt + AM_HB * (AM_KS + 1) * 4) {}
+};
+
+__device__ __forceinline__ void am_cp16(void* dst, const void* src) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void am_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void am_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x2_t(uint32_t (&r)[2], const void* p) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(a));
+}
+// d[4] += a[4]·b[2]: m16n8k16, A row-major bf16, B col-major bf16, f32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo (low 16 bits)
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// D = d (64, 128, 256, 512); DH = D/2 columns per CTA.
+template <int D>
+__global__ void __cluster_dims__(AM_CS, 1, 1) __launch_bounds__(AM_NT, 2)
+    sink_attn_mma_kernel(const float* __restrict__ q, int64_t ldq, int H, const float* __restrict__ win,
+                         const int32_t* __restrict__ win_lo, const int32_t* __restrict__ win_hi,
+                         const float* __restrict__ ent, const int32_t* __restrict__ ent_idx,
+                         const int64_t* __restrict__ ent_off, const float* __restrict__ sinks, float scale,
+                         float* __restrict__ out, int64_t ldo) {
+  constexpr int DH = D / 2;
+  constexpr int QS = DH + 8;             // Q / K row stride (bf16): (DH+8)·2 B ≡ 16 mod 32 B
+  constexpr int KSTEPS = DH / 16;        // S: k-steps over this half of d
+  constexpr int NTILES = DH / 8;         // P·V: n8 tiles over this half of d
+  constexpr int WC = NTILES >= 8 ? 8 : NTILES;  // warps along the columns
+  constexpr int WH = 8 / WC;             // warps along the heads
+  constexpr int MT = 4 / WH;             // m16 tiles a warp owns in P·V
+  constexpr int NT = NTILES / WC;        // n8 tiles a warp owns in P·V
+  static_assert(D % 64 == 0 && D <= 512 && WH * WC == 8 && MT >= 1 && NT >= 1, "shape");
+  constexpr AmLayout L(DH);
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem + L.q);
+  bf16* Ks = reinterpret_cast<bf16*>(smem + L.k);
+  float* Stg = reinterpret_cast<float*>(smem + L.stg);
+  float* Sp = reinterpret_cast<float*>(smem + L.s);
+  bf16* Ps = reinterpret_cast<bf16*>(smem + L.p);
+  float* Cr = reinterpret_cast<float*>(smem + L.cr);
+  float* ML = reinterpret_cast<float*>(smem + L.ml);
+  float* Wt = reinterpret_cast<float*>(smem + L.wt);
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = (int)cluster.block_rank();
+  const int half = rank & 1, split = rank >> 1;
+  const int64_t m = blockIdx.x / AM_CS;
+  const int g0 = blockIdx.y * AM_HB;  // first head of this group
+  const int hv = min(AM_HB, H - g0);  // valid heads in the group
+  const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
+  const int c0 = half * DH;           // first column of this half
+
+  // this query's keys and this split's tile range (a function of the key count only)
+  const int64_t lo = win_lo[m];
+  const int nw = win_hi[m] - win_lo[m];
+  const int64_t e0 = ent_off ? ent_off[m] : 0;
+  const int ne = ent_off ? (int)(ent_off[m + 1] - e0) : 0;
+  const int n = nw + ne;
+  const int T = (n + AM_KT - 1) / AM_KT;
+  const int ns = max(1, min(AM_KS, (T + AM_TMIN - 1) / AM_TMIN));
+  const int t0 = split < ns ? (int)((int64_t)split * T / ns) : T;
+  const int t1 = split < ns ? (int)((int64_t)(split + 1) * T / ns) : T;
+  const int NI = (T + ns - 1) / ns;  // iterations (same on every rank of the cluster)
+
+  auto issue = [&](int t) {  // cp.async of tile t's rows (this half's columns) into Stg
+    constexpr int CPR = DH / 4;  // 16-byte chunks a row
+    for (int idx = tid; idx < AM_KT * CPR; idx += AM_NT) {
+      const int r = idx / CPR, ch = idx % CPR;
+      const int i = t * AM_KT + r;
+      if (i >= n) continue;
+      const float* src = i < nw ? win + (lo + i) * (int64_t)D : ent + (int64_t)ent_idx[e0 + i - nw] * D;
+      am_cp16(Stg + r * DH + ch * 4, src + c0 + ch * 4);
+    }
+    am_commit();
+  };
+  if (t0 < t1) issue(t0);
+
+  // q (f32, any stride) → bf16 rows of Qs; heads ≥ hv are zero
+  for (int idx = tid; idx < AM_HB * (DH / 2); idx += AM_NT) {
+    const int h = idx / (DH / 2), c = 2 * (idx % (DH / 2));
+    float a = 0.0f, b = 0.0f;
+    if (h < hv) {
+      const float* qr = q + m * ldq + (int64_t)(g0 + h) * D + c0 + c;
+      a = qr[0], b = qr[1];
+    }
+    *reinterpret_cast<uint32_t*>(Qs + h * QS + c) = pack_bf16(a, b);
+  }
+
+  // fragment coordinates
+  const int gq = lane >> 2, cq = lane & 3;  // accumulator row / column pair
+  const int lr = lane & 7, lj = lane >> 3;  // ldmatrix: row in 8×8 matrix, matrix index
+  // S phase: warp = head tile sh (16 heads) × key half sk (16 keys)
+  const int sh = wp & 3, sk = wp >> 2;
+  // P·V phase: warp = head tiles [ph·MT, +MT) × n8 tiles [pc·NT, +NT)
+  const int ph = wp / WC, pc = wp % WC;
+  float o[MT][NT][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[i][j][e] = 0.0f;
+  // online softmax state of head 8·wp + u held by lane u (u < 8): 2 registers instead of 16
+  float mreg = -INFINITY, lreg = 0.0f;
+
+  for (int it = 0; it < NI; ++it) {
+    const int t = t0 + it;
+    const bool valid = t < t1;  // uniform over the pair of halves
+    float* Sb = Sp + (it & 1) * AM_HB * AM_SPS;
+    const int nv = valid ? min(AM_KT, n - t * AM_KT) : 0;
+    if (valid) {
+      am_wait_all();
+      __syncthreads();  // Stg filled (all threads' copies); Qs written; previous P·V done with Ks
+      for (int idx = tid; idx < AM_KT * (DH / 4); idx += AM_NT) {  // f32 → bf16; rows ≥ nv are zeros
+        const int r = idx / (DH / 4), c = 4 * (idx % (DH / 4));
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < nv) v = *reinterpret_cast<const float4*>(Stg + r * DH + c);
+        *reinterpret_cast<uint2*>(Ks + r * QS + c) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+      }
+      __syncthreads();  // Ks ready, Stg free
+      if (t + 1 < t1) issue(t + 1);
+      // partial S over this half: rows 16·sh .., keys 16·sk ..
+      float acc[2][4] = {};
+      const bf16* qa = Qs + (16 * sh + lr + 8 * (lj & 1)) * QS + 8 * (lj >> 1);
+      const bf16* kb = Ks + (16 * sk + lr + 8 * (lj >> 1)) * QS + 8 * (lj & 1);
+#pragma unroll
+      for (int ks = 0; ks < KSTEPS; ++ks) {
+        uint32_t a[4], b[4];
+        ldsm_x4(a, qa + 16 * ks);
+        ldsm_x4(b, kb + 16 * ks);
+        mma_bf16(acc[0], a, b[0], b[1]);
+        mma_bf16(acc[1], a, b[2], b[3]);
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int col = 16 * sk + 8 * j + 2 * cq;
+        *reinterpret_cast<float2*>(Sb + (16 * sh + gq) * AM_SPS + col) = make_float2(acc[j][0], acc[j][1]);
+        *reinterpret_cast<float2*>(Sb + (16 * sh + gq + 8) * AM_SPS + col) = make_float2(acc[j][2], acc[j][3]);
+      }
+    }
+    cluster.sync();  // both halves' partial S visible (and the pair's previous reads of this buffer done)
+    if (valid) {
+      const float* S0 = cluster.map_shared_rank(Sb, (unsigned)(rank & ~1));
+      const float* S1 = cluster.map_shared_rank(Sb, (unsigned)(rank | 1));
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {  // head h = 8·wp + u, lane = key
+        const int h = 8 * wp + u;
+        float s = -INFINITY;
+        if (lane < nv) s = __fmul_rn(__fadd_rn(S0[h * AM_SPS + lane], S1[h * AM_SPS + lane]), scale);
+        const float mo = __shfl_sync(0xffffffffu, mreg, u), lo_ = __shfl_sync(0xffffffffu, lreg, u);
+        const float mn = fmaxf(mo, detail::warp_max(s));
+        const float p = s == -INFINITY ? 0.0f : expf(s - mn);
+        const float c = mn == -INFINITY ? 1.0f : expf(mo - mn);  // 0 while nothing was seen
+        const float ln = fmaf(lo_, c, detail::warp_sum(p));
+        if (lane == u) mreg = mn, lreg = ln;
+        Ps[h * AM_PPS + lane] = __float2bfloat16_rn(p);
+        if (lane == 0) Cr[h] = c;
+      }
+      __syncthreads();  // Ps, Cr ready
+      // O = O·c + P·V over this tile
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        const int r0 = 16 * (ph * MT + i) + gq;
+        const float ca = Cr[r0], cb = Cr[r0 + 8];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) o[i][j][0] *= ca, o[i][j][1] *= ca, o[i][j][2] *= cb, o[i][j][3] *= cb;
+      }
+#pragma unroll
+      for (int ks = 0; ks < AM_KT / 16; ++ks) {
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+          ldsm_x4(a[i], Ps + (16 * (ph * MT + i) + lr + 8 * (lj & 1)) * AM_PPS + 16 * ks + 8 * (lj >> 1));
+        if constexpr (NT % 2 == 0) {
+#pragma unroll
+          for (int j = 0; j < NT; j += 2) {
+            uint32_t b[4];  // keys 16ks + lr + 8(lj&1), columns 8(pc·NT + j) + 8(lj>>1)
+            ldsm_x4_t(b, Ks + (16 * ks + lr + 8 * (lj & 1)) * QS + 8 * (pc * NT + j) + 8 * (lj >> 1));
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+              mma_bf16(o[i][j], a[i], b[0], b[1]);
+              mma_bf16(o[i][j + 1], a[i], b[2], b[3]);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            uint32_t b[2];  // lanes 0..15 give the addresses
+            ldsm_x2_t(b, Ks + (16 * ks + lr + 8 * (lj & 1)) * QS + 8 * (pc * NT + j));
+#pragma unroll
+            for (int i = 0; i < MT; ++i) mma_bf16(o[i][j], a[i], b[0], b[1]);
+          }
+        }
+      }
+    }
+  }
+
+  // this split's partial (max, sum, O) into shared memory; O over Qs/Ks/Stg (no longer used)
+  am_wait_all();
+  __syncthreads();
+  float* Op = reinterpret_cast<float*>(smem);  // [64][DH]
+  if (lane < 8) ML[2 * (8 * wp + lane)] = mreg, ML[2 * (8 * wp + lane) + 1] = lreg;
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int r0 = 16 * (ph * MT + i) + gq, col = 8 * (pc * NT + j) + 2 * cq;
+      *reinterpret_cast<float2*>(Op + r0 * DH + col) = make_float2(o[i][j][0], o[i][j][1]);
+      *reinterpret_cast<float2*>(Op + (r0 + 8) * DH + col) = make_float2(o[i][j][2], o[i][j][3]);
+    }
+  cluster.sync();
+  // merge: this CTA finalizes heads [16·split, +16) of its half, splits taken in order 0..3
+  constexpr int HPS = AM_HB / AM_KS;
+  const int hb = HPS * split;
+  if (tid < HPS) {
+    const int h = hb + tid;
+    const float sink = g0 + h < H ? sinks[g0 + h] : 0.0f;
+    float mx = sink, w[AM_KS];
+#pragma unroll
+    for (int j = 0; j < AM_KS; ++j) {
+      w[j] = cluster.map_shared_rank(ML, (unsigned)(2 * j + half))[2 * h];
+      mx = fmaxf(mx, w[j]);
+    }
+    float Lsum = expf(sink - mx);
+#pragma unroll
+    for (int j = 0; j < AM_KS; ++j) {
+      w[j] = w[j] == -INFINITY ? 0.0f : expf(w[j] - mx);
+      Lsum = fmaf(cluster.map_shared_rank(ML, (unsigned)(2 * j + half))[2 * h + 1], w[j], Lsum);
+    }
+#pragma unroll
+    for (int j = 0; j < AM_KS; ++j) Wt[tid * (AM_KS + 1) + j] = w[j];
+    Wt[tid * (AM_KS + 1) + AM_KS] = 1.0f / Lsum;
+  }
+  __syncthreads();
+  {
+    const float* opr[AM_KS];
+#pragma unroll
+    for (int j = 0; j < AM_KS; ++j) opr[j] = cluster.map_shared_rank(Op, (unsigned)(2 * j + half));
+    for (int idx = tid; idx < HPS * (DH / 4); idx += AM_NT) {
+      const int hl = idx / (DH / 4), c = 4 * (idx % (DH / 4));
+      const int h = hb + hl;
+      if (h >= hv) continue;
+      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int j = 0; j < AM_KS; ++j) {
+        const float wj = Wt[hl * (AM_KS + 1) + j];
+        if (wj == 0.0f) continue;  // an empty split (or one outweighed to 0): its O is 0
+        const float4 v = *reinterpret_cast<const float4*>(opr[j] + h * DH + c);
+        a.x = fmaf(v.x, wj, a.x), a.y = fmaf(v.y, wj, a.y), a.z = fmaf(v.z, wj, a.z), a.w = fmaf(v.w, wj, a.w);
+      }
+      const float inv = Wt[hl * (AM_KS + 1) + AM_KS];
+      float* orow = out + m * ldo + (int64_t)(g0 + h) * D + c0 + c;
+      orow[0] = __fmul_rn(a.x, inv), orow[1] = __fmul_rn(a.y, inv), orow[2] = __fmul_rn(a.z, inv),
+      orow[3] = __fmul_rn(a.w, inv);
+    }
+  }
+  cluster.sync();  // no CTA leaves while another still reads its shared memory
+}
+
+template <int D>
+cudaError_t am_launch(const float* q, int64_t M, int64_t ldq, int H, const float* win, const int32_t* win_lo,
+                      const int32_t* win_hi, const float* ent, const int32_t* ent_idx, const int64_t* ent_off,
+                      const float* sinks, float scale, float* out, int64_t ldo, cudaStream_t s) {
+  constexpr AmLayout L(D / 2);
+  // set on every launch (no process-global "configured" flag); cheap next to the kernel
+  cudaError_t e = cudaFuncSetAttribute(sink_attn_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total);
+  if (e != cudaSuccess) return e;
+  // the largest shared-memory carveout, so that two CTAs (2 × 106.5 KB at d = 512) fit an SM
+  e = cudaFuncSetAttribute(sink_attn_mma_kernel<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           (int)cudaSharedmemCarveoutMaxShared);
+  if (e != cudaSuccess) return e;
+  const int64_t bx = M * AM_CS;
+  if (bx > INT_MAX) return cudaErrorInvalidConfiguration;
+  const dim3 grid((unsigned)bx, (unsigned)((H + AM_HB - 1) / AM_HB));
+  sink_attn_mma_kernel<D><<<grid, AM_NT, L.total, s>>>(q, ldq, H, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks,
+                                                      scale, out, ldo);
+  return cudaGetLastError();
+}
+
+template <int D>
+int am_max_clusters() {
+  constexpr AmLayout L(D / 2);
+  if (cudaFuncSetAttribute(sink_attn_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total) !=
+          cudaSuccess ||
+      cudaFuncSetAttribute(sink_attn_mma_kernel<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           (int)cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+    return -1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(AM_CS * 1024, 1, 1);
+  cfg.blockDim = dim3(AM_NT, 1, 1);
+  cfg.dynamicSmemBytes = (size_t)L.total;
+  int n = -1;
+  if (cudaOccupancyMaxActiveClusters(&n, sink_attn_mma_kernel<D>, &cfg) != cudaSuccess) return -1;
+  return n;
+}
+
+}  // namespace
+
+int sink_attention_mma_max_clusters(int d) {
+  switch (d) {
+    case 64: return am_max_clusters<64>();
+    case 128: return am_max_clusters<128>();
+    case 256: return am_max_clusters<256>();
+    case 512: return am_max_clusters<512>();
+    default: return -1;
+  }
+}
+
+bool sink_attention_mma_supported(int H, int d, const float* win, const float* ent) {
+  const bool dok = d == 64 || d == 128 || d == 256 || d == 512;
+  return dok && H > 0 && ((uintptr_t)win % 16) == 0 && ((uintptr_t)ent % 16) == 0;
+}
+
+cudaError_t sink_attention_mma(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                               const int32_t* win_lo, const int32_t* win_hi, const float* ent, const int32_t* ent_idx,
+                               const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo,
+                               cudaStream_t s) {
+  if (!sink_attention_mma_supported(H, d, win, ent)) return cudaErrorNotSupported;
+  if (M <= 0) return cudaSuccess;
+  switch (d) {
+    case 64: return am_launch<64>(q, M, ldq, H, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
+    case 128: return am_launch<128>(q, M, ldq, H, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
+    case 256: return am_launch<256>(q, M, ldq, H, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
+    default: return am_launch<512>(q, M, ldq, H, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
+  }
+}
+
+}  // namespace deepinfer::cuda
