@@ -112,7 +112,6 @@ __global__ void __launch_bounds__(IM_THREADS, 1)
                        const bf16* __restrict__ Kb, int64_t n_keys, const int32_t* __restrict__ n_vis,
                        float qk_scale, float* __restrict__ score, int tiles_per_split) {
   extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ int64_t s_nv[IM_BQ];
   const int LD = dI + 8;  // bf16 per shared row: 16 B of padding, ldmatrix phases hit 8 distinct bank groups
   bf16* qs = reinterpret_cast<bf16*>(smem);                    // [BQ·hI][LD]
   bf16* ks = qs + (size_t)IM_BQ * hI * LD;                     // [2][BN][LD]
@@ -122,12 +121,51 @@ __global__ void __launch_bounds__(IM_THREADS, 1)
   const int nq = (int)min((int64_t)IM_BQ, M - m0);
   const int64_t n_kt = (n_keys + IM_BN - 1) / IM_BN;
   const int64_t kt0 = (int64_t)blockIdx.y * tiles_per_split, kt1 = min(n_kt, kt0 + tiles_per_split);
+  const int wq = warp >> 1, wkey = (warp & 1) * IM_WK;
+  const bool wvalid = wq < nq;
+  // visible keys per query, clamped to [0, n_keys]; every thread reads the ≤ 4 counts (no barrier needed)
+  int64_t vis_max = 0, nv_w = 0;
+#pragma unroll
+  for (int i = 0; i < IM_BQ; ++i) {
+    const int64_t v = i < nq ? min(max((int64_t)__ldg(n_vis + m0 + i), (int64_t)0), n_keys) : 0;
+    vis_max = max(vis_max, v);
+    if (i == wq) nv_w = v;
+  }
+  const int64_t lim = vis_max;  // key rows ≥ lim are multiplied by no warp: not read
+  float* srow = score + (m0 + (wvalid ? wq : 0)) * n_keys;
 
-  if (tid < IM_BQ) s_nv[tid] = tid < nq ? min(max((int64_t)n_vis[m0 + tid], (int64_t)0), n_keys) : 0;
+  // f32 keys (decode path): batch `base` of tile kt's float4 elements into registers (rows ≥ lim: zero),
+  // then converted into buffer 0. The first batch is in flight while the q prologue runs.
+  const int c4 = dI >> 2;
+  float4 kv[KF32 ? IM_KBATCH : 1];
+  auto fetch_f32 = [&](int64_t kt, int base) {
+    const int64_t k0 = kt * IM_BN;
+#pragma unroll
+    for (int u = 0; u < (KF32 ? IM_KBATCH : 1); ++u) {
+      const int e = base + u * IM_THREADS + tid, r = e / c4, c = e - r * c4;
+      kv[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (r < IM_BN && k0 + r < lim) {
+        const int64_t w = k0 + r;
+        const int64_t row = key_rows ? (int64_t)__ldg(key_rows + w) : w;
+        kv[u] = __ldg(reinterpret_cast<const float4*>(Kf + row * dI) + c);
+      }
+    }
+  };
+  auto store_f32 = [&](int base) {
+#pragma unroll
+    for (int u = 0; u < (KF32 ? IM_KBATCH : 1); ++u) {
+      const int e = base + u * IM_THREADS + tid, r = e / c4, c = e - r * c4;
+      if (r < IM_BN) *reinterpret_cast<uint2*>(ks + (size_t)r * LD + 4 * c) = pack_bf16x4(kv[u]);
+    }
+  };
+  if constexpr (KF32) {
+    if (kt0 < kt1) fetch_f32(kt0, 0);
+  }
+
   for (int i = tid; i < nq * hI; i += IM_THREADS) gs[i] = gamma[m0 * hI + i];
   // q rows of this tile's queries → bf16 in shared memory
   {
-    const int c4 = dI >> 2, total = nq * hI * c4;
+    const int total = nq * hI * c4;
     const float4* src = reinterpret_cast<const float4*>(qI + m0 * hI * dI);
     Walk wk(tid, c4);
     for (int base = 0; base < total; base += IM_THREADS * IM_QBATCH) {
@@ -145,55 +183,20 @@ __global__ void __launch_bounds__(IM_THREADS, 1)
       }
     }
   }
-  __syncthreads();
-  int64_t vis_max = 0;
-#pragma unroll
-  for (int i = 0; i < IM_BQ; ++i) vis_max = max(vis_max, s_nv[i]);
 
-  const int wq = warp >> 1, wkey = (warp & 1) * IM_WK;
-  const bool wvalid = wq < nq;
-  const int64_t nv_w = s_nv[wq];
-  float* srow = score + (m0 + (wvalid ? wq : 0)) * n_keys;
-
-  // Key tile kt → buffer b (rows k0 + r < min(n_keys, vis_max) read, the others zero).
+  // bf16 keys (prefill path): tile kt → buffer b by cp.async (rows ≥ lim: zero-filled, nothing read).
   auto load_tile = [&](int64_t kt, int b) {
-    const int64_t k0 = kt * IM_BN, lim = min(n_keys, vis_max);
+    const int64_t k0 = kt * IM_BN;
     if (k0 >= lim) return;  // no warp multiplies this tile
     bf16* dst = ks + (size_t)b * IM_BN * LD;
-    if constexpr (KF32) {
-      const int c4 = dI >> 2, total = IM_BN * c4;
-      Walk wk(tid, c4);
-      for (int base = 0; base < total; base += IM_THREADS * IM_KBATCH) {
-        float4 v[IM_KBATCH];
-        Walk w2 = wk;
-#pragma unroll
-        for (int u = 0; u < IM_KBATCH; ++u) {
-          const int e = base + u * IM_THREADS + tid;
-          v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-          if (e < total && k0 + w2.r < lim) {
-            const int64_t w = k0 + w2.r;
-            const int64_t row = key_rows ? (int64_t)key_rows[w] : w;
-            v[u] = __ldg(reinterpret_cast<const float4*>(Kf + row * dI) + w2.c);
-          }
-          w2.next();
-        }
-#pragma unroll
-        for (int u = 0; u < IM_KBATCH; ++u) {
-          const int e = base + u * IM_THREADS + tid;
-          if (e < total) *reinterpret_cast<uint2*>(dst + (size_t)wk.r * LD + 4 * wk.c) = pack_bf16x4(v[u]);
-          wk.next();
-        }
-      }
-    } else {
-      const int c8 = dI >> 3, total = IM_BN * c8;
-      const bf16* src = Kb + k0 * dI;  // the tile is contiguous in Kb
-      Walk wk(tid, c8);
-      for (int e = tid; e < total; e += IM_THREADS) {
-        const bool ok = k0 + wk.r < lim;
-        cp_async16(smem_u32(dst + (size_t)wk.r * LD + 8 * wk.c), ok ? (const void*)(src + (size_t)e * 8) : (const void*)Kb,
-                   ok ? 16 : 0);
-        wk.next();
-      }
+    const int c8 = dI >> 3, total = IM_BN * c8;
+    const bf16* src = Kb + k0 * dI;  // the tile is contiguous in Kb
+    Walk wk(tid, c8);
+    for (int e = tid; e < total; e += IM_THREADS) {
+      const bool ok = k0 + wk.r < lim;
+      cp_async16(smem_u32(dst + (size_t)wk.r * LD + 8 * wk.c), ok ? (const void*)(src + (size_t)e * 8) : (const void*)Kb,
+                 ok ? 16 : 0);
+      wk.next();
     }
   };
 
@@ -206,7 +209,12 @@ __global__ void __launch_bounds__(IM_THREADS, 1)
     const int b = KF32 ? 0 : (int)((kt - kt0) & 1);
     if constexpr (KF32) {
       __syncthreads();  // every warp is done with the previous tile
-      load_tile(kt, 0);
+      if (kt * IM_BN < lim) {
+        for (int base = 0; base < IM_BN * c4; base += IM_THREADS * IM_KBATCH) {
+          if (kt != kt0 || base != 0) fetch_f32(kt, base);
+          store_f32(base);
+        }
+      }
     } else {
       cp_async_wait_all();
     }
@@ -306,8 +314,7 @@ cudaError_t indexer_scores_mma(const float* qI, const float* gamma, int64_t M, i
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   if (e != cudaSuccess) return e;
   const size_t smem = indexer_mma_smem(hI, dI);
-  if (smem + 256 > (size_t)max_smem)  // + the static shared memory (s_nv)
-    return cudaErrorNotSupported;
+  if (smem > (size_t)max_smem) return cudaErrorNotSupported;
   const bool kf32 = M <= IM_KF32_MAXM;
   bf16* Kb = static_cast<bf16*>(workspace);
   if (!kf32) {
