@@ -35,7 +35,8 @@ constexpr int IM_BN = 128;        // keys per tile
 constexpr int IM_WK = 64;         // keys per warp
 constexpr int IM_THREADS = 256;   // 8 warps: warp w → query w/2, keys (w%2)·64
 constexpr int IM_KF32_MAXM = 8;   // M ≤ this: keys converted inside the kernel (decode), else pre-pass
-constexpr int IM_QBATCH = 8;      // float4 loads in flight per thread (q prologue)
+constexpr int IM_QBATCH_F32K = 8;  // float4 loads in flight per thread in the q prologue (decode path:
+constexpr int IM_QBATCH_BF16K = 16; //   its first key batch is in flight too; prefill path: q alone)
 constexpr int IM_KBATCH = 16;     // float4 loads in flight per thread (f32 key tiles)
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -48,7 +49,7 @@ __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r
 
 // d += a·b, m16n8k16, bf16 in, f32 accumulate.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
+  asm(  // no side effects: the compiler may move it among the fragment loads
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -168,15 +169,16 @@ __global__ void __launch_bounds__(IM_THREADS, 1)
     const int total = nq * hI * c4;
     const float4* src = reinterpret_cast<const float4*>(qI + m0 * hI * dI);
     Walk wk(tid, c4);
-    for (int base = 0; base < total; base += IM_THREADS * IM_QBATCH) {
-      float4 v[IM_QBATCH];
+    constexpr int QB = KF32 ? IM_QBATCH_F32K : IM_QBATCH_BF16K;
+    for (int base = 0; base < total; base += IM_THREADS * QB) {
+      float4 v[QB];
 #pragma unroll
-      for (int u = 0; u < IM_QBATCH; ++u) {
+      for (int u = 0; u < QB; ++u) {
         const int e = base + u * IM_THREADS + tid;
         if (e < total) v[u] = __ldg(src + e);
       }
 #pragma unroll
-      for (int u = 0; u < IM_QBATCH; ++u) {
+      for (int u = 0; u < QB; ++u) {
         const int e = base + u * IM_THREADS + tid;
         if (e < total) *reinterpret_cast<uint2*>(qs + (size_t)wk.r * LD + 4 * wk.c) = pack_bf16x4(v[u]);
         wk.next();
@@ -249,13 +251,14 @@ __global__ void __launch_bounds__(IM_THREADS, 1)
 #pragma unroll
         for (int j = 0; j < NT; j += 2)
           ldsm_x4(bbase + (uint32_t)((j * 8 * LD + kk) * 2), bf[j][0], bf[j][1], bf[j + 1][0], bf[j + 1][1]);
+        uint32_t af[4][4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          uint32_t af[4];
-          ldsm_x4(abase + (uint32_t)((i * 16 * LD + kk) * 2), af[0], af[1], af[2], af[3]);
+        for (int i = 0; i < 4; ++i)
+          ldsm_x4(abase + (uint32_t)((i * 16 * LD + kk) * 2), af[i][0], af[i][1], af[i][2], af[i][3]);
 #pragma unroll
-          for (int j = 0; j < NT; ++j) mma_bf16(acc[i][j], af, bf[j][0], bf[j][1]);
-        }
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < NT; ++j) mma_bf16(acc[i][j], af[i], bf[j][0], bf[j][1]);
       }
       // Σ_h γ_h · ReLU(s_h) over this thread's heads ch + 8j + 2q, +1 (qk_scale after the sum)
       const float* gq = gs + wq * hI + ch + 2 * q;
