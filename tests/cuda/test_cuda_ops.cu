@@ -1009,6 +1009,133 @@ Result indexer_case(int64_t M, int hI, int dI, int64_t nk, bool paged, const std
   return res;
 }
 
+// indexer_scores_mma (the Backend::indexer_scores contract on tensor cores) against CpuBackend with q
+// and K rounded to bf16 before the reference; the kernel gets the raw f32 and rounds them itself.
+// vis: 0 = random n_vis per row (row 0 all keys, row 1 none, row 2 one key short), 1 = causal prefill
+// (query m at position P0 + m, n_vis = (pos+1)/4, the last query sees every key), 2 = every key.
+// paged: key_rows scattered over a pool of 2·nk+7 rows (else null: key w is row w). check: 0 = every
+// row against the CPU, k > 0 = k sampled rows (perf sizes). Batch invariance (bitwise): rows 0, M/2
+// and M−1 alone (M = 1: the in-kernel key conversion) and the batch without its first query (M−1
+// queries, every query in another tile slot, another key split) must equal their rows of the batch,
+// and a second run must equal the first.
+Result indexer_mma_case(int64_t M, int hI, int dI, int64_t nk, int vis, bool paged, const std::string& name,
+                        int check = 0) {
+  Rng r = rng_for(name);
+  Result res;
+  const int64_t pool = paged ? 2 * nk + 7 : nk;
+  auto fast = [&](size_t n, float a) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = (r.uni() * 2.0f - 1.0f) * a;
+    return v;
+  };
+  std::vector<float> q = fast(M * hI * dI, 1.7f), K = fast(pool * dI, 1.7f), g = randn(r, M * hI);
+  std::vector<int32_t> nv(M), rows(nk);
+  for (int64_t w = 0; w < nk; ++w) rows[w] = paged ? r.range(0, (int)pool) : (int32_t)w;
+  const int64_t P0 = 4 * nk - M;  // causal: the last query's position is 4·nk − 1
+  for (int64_t m = 0; m < M; ++m) {
+    if (vis == 2) nv[m] = (int32_t)nk;
+    else if (vis == 1) nv[m] = (int32_t)std::min<int64_t>(nk, std::max<int64_t>(0, (P0 + m + 1) / 4));
+    else nv[m] = m == 0 ? (int32_t)nk : m == 1 ? 0 : m == 2 ? (int32_t)(nk - 1) : r.range(0, (int)nk + 1);
+  }
+  const float qs = 1.0f / std::sqrt((float)dI);
+  DBuf dq = dup(q, "qI"), dk = dup(K, "K"), dg = dup(g, "gamma"), dn = dup(nv, "n_vis"), dr = dup(rows, "key_rows");
+  DBuf ds = dalloc(M * nk * 4, "score"), ds1 = dalloc(std::max<int64_t>(M - 1, 1) * nk * 4, "score_shifted");
+  const size_t wsb = std::max(dc::indexer_mma_workspace(M, nk, dI), dc::indexer_mma_workspace(M - 1, nk, dI));
+  DBuf dws = dalloc(std::max<size_t>(wsb, 16), "workspace");
+  poison(ds);
+  auto run = [&](int64_t m0, int64_t Mx, float* out) {
+    return dc::indexer_scores_mma(dq.as<float>() + m0 * hI * dI, dg.as<float>() + m0 * hI, Mx, hI, dI, dk.as<float>(),
+                                  paged ? dr.as<int32_t>() : nullptr, nk, dn.as<int32_t>() + m0, qs, out,
+                                  wsb ? dws.p() : nullptr, 0);
+  };
+  CK(run(0, M, ds.as<float>()));
+  auto s = down<float>(ds, M * nk);
+  // reference rows
+  std::vector<int64_t> chk;
+  if (check == 0)
+    for (int64_t m = 0; m < M; ++m) chk.push_back(m);
+  else
+    for (int k = 0; k < check; ++k) chk.push_back(k == 0 ? 0 : k == 1 ? M - 1 : r.range(0, (int)M));
+  const std::vector<float> qr = round_bf16(q), Kr = round_bf16(K);
+  std::vector<float> got, ref;
+  if (check == 0) {
+    ref.resize(M * nk);
+    cpu().indexer_scores(qr.data(), g.data(), M, hI, dI, Kr.data(), rows.data(), nk, nv.data(), qs, ref.data());
+    got = s;
+  } else {
+    std::vector<float> one(nk);
+    for (int64_t m : chk) {
+      cpu().indexer_scores(qr.data() + m * hI * dI, g.data() + m * hI, 1, hI, dI, Kr.data(), rows.data(), nk,
+                           nv.data() + m, qs, one.data());
+      ref.insert(ref.end(), one.begin(), one.end());
+      got.insert(got.end(), s.begin() + m * nk, s.begin() + (m + 1) * nk);
+    }
+  }
+  int64_t inf_bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) inf_bad += std::isinf(ref[i]) != std::isinf(got[i]) || std::isnan(got[i]);
+  expect_true(res, inf_bad == 0, std::to_string(inf_bad) + " entries with the wrong -inf pattern or NaN");
+  expect_nmse(res, "score", got, ref, 1e-10);
+  // batch invariance
+  for (int64_t m : {(int64_t)0, M / 2, M - 1}) {
+    poison(ds1);
+    CK(run(m, 1, ds1.as<float>()));
+    auto a = down<float>(ds1, nk);
+    expect_true(res, memcmp(a.data(), s.data() + m * nk, nk * 4) == 0,
+                "query " + std::to_string(m) + " alone differs from its row in the batch");
+  }
+  if (M > 1) {
+    poison(ds1);
+    CK(run(1, M - 1, ds1.as<float>()));
+    auto a = down<float>(ds1, (M - 1) * nk);
+    int64_t bad = 0;
+    for (int64_t m = 1; m < M; ++m) bad += memcmp(a.data() + (m - 1) * nk, s.data() + m * nk, nk * 4) != 0;
+    expect_true(res, bad == 0, std::to_string(bad) + " rows differ when the batch starts one query later");
+  }
+  CK(run(0, M, ds.as<float>()));
+  auto s2 = down<float>(ds, M * nk);
+  expect_true(res, memcmp(s2.data(), s.data(), s.size() * 4) == 0, "second run differs");
+  res.detail += "bitwise: alone==batch, shifted==batch, run==run ";
+  if (g_perf) {
+    res.us = time_us([&] { run(0, M, ds.as<float>()); });
+    double vis_keys = 0;
+    for (int64_t m = 0; m < M; ++m) vis_keys += nv[m];
+    // bytes: q, γ (f32), the keys (f32, read once), the scores
+    res.bytes = M * hI * dI * 4.0 + M * hI * 4.0 + nk * dI * 4.0 + M * nk * 4.0;
+    res.flops = 2.0 * hI * dI * vis_keys;
+    char buf[128];
+    snprintf(buf, sizeof buf, "key bytes %.1f MB at %.0f GB/s (%.1f%% HBM) ", nk * dI * 4.0 / 1e6,
+             nk * dI * 4.0 / res.us / 1e3, 100.0 * nk * dI * 4.0 / res.us / 1e3 / g_hbm_gbs);
+    res.detail += buf;
+  }
+  return res;
+}
+
+// Shapes indexer_scores_mma does not take: cudaErrorNotSupported, nothing launched, the output untouched.
+Result indexer_mma_unsupported_case() {
+  Result res;
+  const int64_t M = 3, nk = 40;
+  for (auto [hI, dI] : {std::pair<int, int>{24, 32}, {16, 40}, {16, 8}}) {
+    DBuf dq = dalloc(M * hI * dI * 4, "qI"), dk = dalloc(nk * dI * 4, "K"), dg = dalloc(M * hI * 4, "gamma"),
+         dn = dalloc(M * 4, "n_vis"), ds = dalloc(M * nk * 4, "score");
+    poison(ds);
+    const cudaError_t e = dc::indexer_scores_mma(dq.as<float>(), dg.as<float>(), M, hI, dI, dk.as<float>(), nullptr,
+                                                 nk, dn.as<int32_t>(), 1.0f, ds.as<float>(), nullptr, 0);
+    expect_true(res, e == cudaErrorNotSupported, "hI=" + std::to_string(hI) + " dI=" + std::to_string(dI) +
+                                                     " returned " + cudaGetErrorString(e));
+    auto s = down<float>(ds, M * nk);
+    bool untouched = true;
+    for (float v : s) {
+      uint32_t b;
+      memcpy(&b, &v, 4);
+      untouched &= b == 0xFFFFFFFFu;
+    }
+    expect_true(res, untouched, "output written for an unsupported shape");
+  }
+  CK(cudaGetLastError());
+  res.detail += "NotSupported, output untouched ";
+  return res;
+}
+
 Result topk_case(int64_t M, int64_t n, int topk, bool ties, const std::string& name) {
   Rng r = rng_for(name);
   Result res;
@@ -1818,6 +1945,31 @@ void register_cases() {
   add("indexer_scores M=64 hI=64 dI=128 n=4096 paged rows", [] { return indexer_case(64, 64, 128, 4096, true, "ix2"); });
   add("indexer_scores M=512 hI=64 dI=128 n=2048", [] { return indexer_case(512, 64, 128, 2048, false, "ix3"); });
   add("indexer_scores M=9 hI=16 dI=32 n=1000 (small)", [] { return indexer_case(9, 16, 32, 1000, true, "ix4"); });
+  // indexer_scores_mma: M ∈ {1, 5, 64, 1000}, n_keys ∈ {1, 37, 1024, 16384}, hI ∈ {16, 64}, dI ∈ {32, 128}
+  struct IM { int64_t M; int hI, dI; int64_t nk; int vis; bool paged; };
+  const IM ims[] = {{1, 64, 128, 16384, 0, true},  {5, 64, 128, 37, 0, true},     {64, 64, 128, 16384, 0, true},
+                    {1000, 64, 128, 1024, 1, true}, {1000, 16, 32, 1024, 0, true}, {5, 16, 32, 1, 0, true},
+                    {64, 16, 128, 37, 0, false},    {64, 64, 32, 1024, 1, true},   {1, 16, 32, 37, 0, false},
+                    {5, 64, 32, 1024, 0, true},     {1000, 64, 128, 37, 0, true},  {9, 128, 64, 1024, 0, true},
+                    {64, 48, 128, 1024, 0, true},   {8, 64, 128, 16384, 0, true}};
+  for (auto c : ims) {
+    auto n = nm("indexer_mma M=%ld hI=%d dI=%d n=%ld %s%s", c.M, c.hI, c.dI, c.nk,
+                c.vis == 1 ? "causal" : "n_vis random", c.paged ? " paged" : "");
+    add(n, [=] { return indexer_mma_case(c.M, c.hI, c.dI, c.nk, c.vis, c.paged, n); });
+  }
+  add("indexer_mma unsupported shapes (hI=24, dI=40, dI=8)", [] { return indexer_mma_unsupported_case(); });
+  if (g_perf) {
+    add("indexer_mma perf M=4096 hI=64 dI=128 n=1024 all visible (prefill chunk)",
+        [] { return indexer_mma_case(4096, 64, 128, 1024, 2, true, "im_p1", 4); });
+    add("indexer_mma perf M=4096 hI=64 dI=128 n=1024 causal (first 4k chunk)",
+        [] { return indexer_mma_case(4096, 64, 128, 1024, 1, true, "im_p2", 4); });
+    add("indexer_mma perf M=4096 hI=64 dI=128 n=4096 causal (chunk ending at 16k)",
+        [] { return indexer_mma_case(4096, 64, 128, 4096, 1, true, "im_p3", 4); });
+    add("indexer_mma perf M=1 hI=64 dI=128 n=16384 (decode at 64k)",
+        [] { return indexer_mma_case(1, 64, 128, 16384, 2, true, "im_p4", 1); });
+    add("indexer_mma perf M=64 hI=64 dI=128 n=16384 (batch decode)",
+        [] { return indexer_mma_case(64, 64, 128, 16384, 2, true, "im_p5", 3); });
+  }
   add("topk_rows M=64 n=16384 k=512", [] { return topk_case(64, 16384, 512, false, "tk1"); });
   add("topk_rows M=64 n=16384 k=512 ties", [] { return topk_case(64, 16384, 512, true, "tk2"); });
   add("topk_rows M=512 n=2048 k=512 ties", [] { return topk_case(512, 2048, 512, true, "tk3"); });

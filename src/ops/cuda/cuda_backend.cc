@@ -534,6 +534,17 @@ void CudaBackend::indexer_scores(const float* qI, const float* gamma, int64_t M,
                                  const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis, float qk_scale,
                                  float* score) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  // Stored weights: tensor cores (q, K rounded to bf16; near-tie top-k choices may differ from f32).
+  // Float32 mode keeps the f32 kernel, which reproduces the CPU oracle. Unsupported shapes fall back.
+  if (impl_->weights == CudaWeights::Stored && !impl_->off("indexer_mma")) {
+    const size_t ws = cuda::indexer_mma_workspace(M, n_keys, dI);
+    void* w = ws ? alloc((int64_t)ws) : nullptr;
+    const cudaError_t e = cuda::indexer_scores_mma(qI, gamma, M, hI, dI, K, key_rows, n_keys, n_vis, qk_scale, score,
+                                                   w, impl_->stream);
+    if (w) release(w);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotSupported) check(e, "indexer_scores (mma)");
+  }
   check(cuda::indexer_scores_f32(qI, gamma, M, hI, dI, K, key_rows, n_keys, n_vis, qk_scale, score, impl_->stream),
         "indexer_scores");
 }

@@ -247,6 +247,19 @@ cudaError_t sink_attention_f32_v1(const float* q, int64_t M, int64_t ldq, int H,
 cudaError_t indexer_scores_f32(const float* qI, const float* gamma, int64_t M, int hI, int dI, const float* K,
                                const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis, float qk_scale,
                                float* score, cudaStream_t s);
+// The Backend::indexer_scores contract on tensor cores (indexer_mma.cu): q and K are rounded to bf16
+// (round to nearest even) inside, products accumulate in f32 (mma.sync m16n8k16), the γ-weighted ReLU
+// head sum and qk_scale in f32. score[m, w] = qk_scale · Σ_h γ[m, h]·ReLU(bf16(qI[m, h])·bf16(K[key_rows[w]]))
+// for w < n_vis[m], else −inf. Batch invariant: a score's bits depend only on its query's q, γ and
+// the key (not on M, the tile or the path). hI % 16 == 0, dI % 16 == 0, qI and K 16-byte aligned, the
+// shared-memory tile (4 queries' q + two 128-key tiles, bf16) within the device limit (hI = 64, dI = 128:
+// 137 KB); otherwise cudaErrorNotSupported without a launch. workspace: indexer_mma_workspace bytes
+// (the keys converted once to bf16 when M > 8; 0 bytes, may be null, for M ≤ 8, where the kernel
+// converts the keys it reads). Ties near the top-k boundary may resolve differently than in f32.
+size_t indexer_mma_workspace(int64_t M, int64_t n_keys, int dI);
+cudaError_t indexer_scores_mma(const float* qI, const float* gamma, int64_t M, int hI, int dI, const float* K,
+                               const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis, float qk_scale,
+                               float* score, void* workspace, cudaStream_t s);
 // Row movement (Backend::copy_rows / ring_write / ring_read / add_rows / compress_windows contracts).
 // Row i of src is src_row(i) = (src_rows ? src_rows[i] : s0 + i) mod sR (sR = 0: no modulus), dst likewise.
 cudaError_t copy_rows(const float* src, int64_t lds, const int32_t* src_rows, int64_t s0, int64_t sR, float* dst,
