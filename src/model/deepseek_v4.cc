@@ -124,7 +124,39 @@ struct DeepseekV4Model::Step {
   Buffer<int32_t> tok_d;               // [T] token ids in backend memory (hash routing)
   Buffer<float> h;                     // [T, D] normed sub-block input
   Buffer<float> y;                     // [T, D] sub-block output
+  // Where compressed entry w of sequence b lives, per (compress rate, row width) that the layers use:
+  // rows[b·ld + w] = its row within one layer's region of the page pool, counted in rows of `width`
+  // floats from that region's start in page 0. page_floats and every layer's page offset are multiples
+  // of the width, so one table serves every layer of that kind (the layer's offset goes into the base
+  // pointer) and is uploaded once a step. ld = the most entries any sequence has after the step.
+  struct EntryTable {
+    int64_t ld = 0;
+    std::vector<int32_t> host;  // [B, ld]
+    Buffer<int32_t> rows;       // the same in backend memory
+  };
+  EntryTable csa_keys, csa_entries, hca_entries;
 };
+
+namespace {
+template <class Table>  // Step::EntryTable (private to the model)
+void build_entry_table(Backend& be, std::span<const V4SeqChunk> batch, const V4CacheLayout& lay, int m, int64_t width,
+                       Table& t) {
+  const size_t B = batch.size();
+  const int64_t TP = lay.tokens_per_page;
+  t.ld = 1;
+  for (const auto& c : batch) t.ld = std::max<int64_t>(t.ld, (c.state->pos + (int64_t)c.tokens.size()) / m);
+  t.host.assign(B * t.ld, 0);
+  for (size_t b = 0; b < B; ++b) {
+    const V4SeqState& S = *batch[b].state;
+    const int64_t nk = (S.pos + (int64_t)batch[b].tokens.size()) / m;
+    for (int64_t w = 0; w < nk; ++w) {
+      const int64_t first = w * m;
+      t.host[b * t.ld + w] = (int32_t)((int64_t)S.pages[first / TP] * lay.page_floats / width + (first % TP) / m);
+    }
+  }
+  t.rows = Buffer<int32_t>(be, t.host);
+}
+}  // namespace
 
 void DeepseekV4Model::compressor_update(const V4Compressor& w, float* ring_kv, float* ring_gate, V4Cache& cache,
                                         const V4SeqState& s, int64_t page_off, const float* kv, const float* gate,
@@ -210,7 +242,6 @@ void DeepseekV4Model::attention(int l, Step& st) {
   // counted from the page pool's start); sliding keys are gathered into one buffer for the step.
   V4Cache& cache = *st.cache;
   const V4CacheLayout& lay = cache.layout();
-  const int64_t TP = lay.tokens_per_page;
   const size_t B = st.batch.size();
   int64_t win_rows = 0;
   for (size_t b = 0; b < B; ++b)
@@ -288,7 +319,13 @@ void DeepseekV4Model::attention(int l, Step& st) {
     ent_off_d = Buffer<int64_t>(be_, ent_off);
     ent_idx_d = Buffer<int32_t>(be_, ent_off[T]);
   }
-  Buffer<float> score_d(be_, score_at[B]);
+  // A step of single tokens (decode) scores every sequence's keys in one call (a key list per query);
+  // chunks take one call each (their queries share the sequence's keys).
+  bool decode = B > 1 && (int64_t)B == T;
+  const float* ent_base = comp ? cache.pages_base() + lay.page_entries_off[l] : nullptr;  // this layer's entries
+  const float* key_base = csa ? cache.pages_base() + lay.page_idx_off[l] : nullptr;      // and indexer keys
+  const int64_t kld = csa ? st.csa_keys.ld : 0;
+  Buffer<float> score_d(be_, csa && decode ? (int64_t)B * kld : score_at[B]);
   std::vector<Buffer<int32_t>> score_args;  // index arrays of the step's calls
   for (size_t b = 0; b < B; ++b) {
     const V4SeqState& S = *st.batch[b].state;
@@ -309,15 +346,11 @@ void DeepseekV4Model::attention(int l, Step& st) {
                       ckv.data() + r0 * cw, cgate.data() + r0 * cw, cw, p0, n);
     ckv_push.add(r0, n, p0, R, slot_row(S, lay.slot_comp_off[l], cw, 0));
     cgate_push.add(r0, n, p0, R, slot_row(S, lay.slot_comp_off[l], cw, R));
-    // Physical row (in units of d) of entry w of this layer.
-    auto entry_row = [&](int64_t w, int64_t off, int64_t width) {
-      const int64_t first = w * m;
-      return (int32_t)(((int64_t)S.pages[first / TP] * lay.page_floats + off) / width + (first % TP) / m);
-    };
     if (!csa) {
+      const int32_t* rows = st.hca_entries.host.data() + b * st.hca_entries.ld;
       for (int64_t i = 0; i < n; ++i) {
         int64_t nvis = (p0 + i + 1) / m;
-        for (int64_t w = 0; w < nvis; ++w) ent_idx.push_back(entry_row(w, lay.page_entries_off[l], d));
+        ent_idx.insert(ent_idx.end(), rows, rows + nvis);
         ent_off[r0 + i + 1] = (int64_t)ent_idx.size();
       }
       continue;
@@ -328,21 +361,25 @@ void DeepseekV4Model::attention(int l, Step& st) {
     ikv_push.add(r0, n, p0, R, slot_row(S, lay.slot_idx_off[l], icw, 0));
     igate_push.add(r0, n, p0, R, slot_row(S, lay.slot_idx_off[l], icw, R));
     const int64_t nk = n_keys[b];
-    if (nk == 0) continue;
-    // key_rows: where indexer key w lives; ent_rows: where compressed entry w lives (rows of d floats).
-    std::vector<int32_t> key_rows(nk), ent_rows(nk), nvis(n);
-    for (int64_t w = 0; w < nk; ++w) {
-      key_rows[w] = entry_row(w, lay.page_idx_off[l], dI);
-      ent_rows[w] = entry_row(w, lay.page_entries_off[l], d);
-    }
+    if (nk == 0 || decode) continue;
+    // Chunk: its queries against the sequence's keys (rows from the step's tables).
+    std::vector<int32_t> nvis(n);
     for (int64_t i = 0; i < n; ++i) nvis[i] = (int32_t)((p0 + i + 1) / m);
-    const int32_t* key_rows_d = score_args.emplace_back(be_, key_rows).data();
-    const int32_t* ent_rows_d = score_args.emplace_back(be_, ent_rows).data();
     const int32_t* nvis_d = score_args.emplace_back(be_, nvis).data();
     float* score = score_d.data() + score_at[b];  // [n, nk]
-    be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, cache.pages_base(),
-                       key_rows_d, nk, nvis_d, 1.0f / std::sqrt((float)dI), score);
-    be_.select_topk(score, n, nk, nvis_d, (int)cfg_.index_topk, ent_rows_d, ent_off_d.data() + r0, ent_idx_d.data());
+    be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, key_base,
+                       st.csa_keys.rows.data() + b * kld, 0, nk, nvis_d, 1.0f / std::sqrt((float)dI), score);
+    be_.select_topk(score, n, nk, nvis_d, (int)cfg_.index_topk, st.csa_entries.rows.data() + b * kld, 0,
+                    ent_off_d.data() + r0, ent_idx_d.data());
+  }
+  if (csa && decode) {  // every sequence's query against its own keys, after every closing wrote its key
+    std::vector<int32_t> nvis(B);
+    for (size_t b = 0; b < B; ++b) nvis[b] = (int32_t)n_keys[b];
+    Buffer<int32_t> nvis_d(be_, nvis);
+    be_.indexer_scores(iq.data(), gamma.data(), (int64_t)B, (int)hI, (int)dI, key_base, st.csa_keys.rows.data(), kld,
+                       kld, nvis_d.data(), 1.0f / std::sqrt((float)dI), score_d.data());
+    be_.select_topk(score_d.data(), (int64_t)B, kld, nvis_d.data(), (int)cfg_.index_topk, st.csa_entries.rows.data(),
+                    kld, ent_off_d.data(), ent_idx_d.data());
   }
   if (comp) {  // the chunk into the compressor rings, after every closing has read them
     push(ckv_push, ckv.data(), cw);
@@ -359,7 +396,7 @@ void DeepseekV4Model::attention(int l, Step& st) {
   }
   Buffer<float> o(be_, T * H * d);  // [T, H, d]
   be_.sink_attention(q.data(), T, H * d, (int)H, (int)d, win.data(), win_lo_d.data(), win_hi_d.data(),
-                     cache.pages_base(), ent_idx_d.data(), comp ? ent_off_d.data() : nullptr, L.sinks.data(),
+                     comp ? ent_base : cache.pages_base(), ent_idx_d.data(), comp ? ent_off_d.data() : nullptr, L.sinks.data(),
                      1.0f / std::sqrt((float)d), o.data(), H * d);
   be_.rope(o.data(), T, H * d, (int)H, (int)d, (int)r, pos, inv_freq, true);
 
@@ -433,6 +470,16 @@ std::vector<float> DeepseekV4Model::forward(std::span<const V4SeqChunk> batch, V
     for (int64_t i = 0; i < T * hc; ++i) src[i] = st.tokens[i / hc];
     Buffer<int32_t> src_d(be_, src);
     be_.copy_rows(embed_.data(), D, src_d.data(), X.data(), D, nullptr, T * hc, D);
+  }
+  {
+    const V4CacheLayout& lay = cache.layout();
+    bool has_csa = false, has_hca = false;
+    for (AttnType t : cfg_.layer_types) has_csa |= t == AttnType::CSA, has_hca |= t == AttnType::HCA;
+    if (has_csa) {
+      build_entry_table(be_, batch, lay, cfg_.compress_rate_csa, cfg_.index_head_dim, st.csa_keys);
+      build_entry_table(be_, batch, lay, cfg_.compress_rate_csa, cfg_.head_dim, st.csa_entries);
+    }
+    if (has_hca) build_entry_table(be_, batch, lay, cfg_.compress_rate_hca, cfg_.head_dim, st.hca_entries);
   }
   Buffer<float> u(be_, T * D), post(be_, T * hc), comb(be_, T * hc * hc);
   st.h = Buffer<float>(be_, T * D);

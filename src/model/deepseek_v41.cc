@@ -812,7 +812,7 @@ void DeepseekV41Model::attention(int l, Step& st) {
       const V41Rows& K = st.batch[b].state->keys[L.kv_src];
       const int64_t r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
       if (K.n > 0)
-        be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, K.data(), nullptr,
+        be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, K.data(), nullptr, 0,
                            K.n, nvis_d.data() + r0, 1.0f / std::sqrt((float)dI), score_d.data() + score_at[b]);
     }
     const std::vector<float> scores = score_d.to_host();

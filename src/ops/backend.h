@@ -162,10 +162,11 @@ class Backend {
                        float limit, float* out) = 0;
 
   // Per row m of score[M, n] (row stride n): the k = min(topk, n_vis[m]) largest of score[m, 0 .. n_vis[m])
-  // (ties to the lower index), in ascending index order, mapped through rowmap[n] and written to
+  // (ties to the lower index), in ascending index order, mapped through rowmap (rowmap[j] when
+  // rowmap_ld = 0, else rowmap[m·rowmap_ld + j]: a map per row) and written to
   // out[out_off[m] .. out_off[m] + k) (out_off[M] host-known offsets in backend memory, int64).
   virtual void select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk,
-                           const int32_t* rowmap, const int64_t* out_off, int32_t* out) = 0;
+                           const int32_t* rowmap, int64_t rowmap_ld, const int64_t* out_off, int32_t* out) = 0;
 
   // y[M, D] = x / sqrt(mean(x²) + eps) (* w[D] if w). In place allowed (y == x).
   virtual void rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps,
@@ -205,12 +206,14 @@ class Backend {
                               const int32_t* ent_idx, const int64_t* ent_off, const float* sinks,
                               float scale, float* out, int64_t ldo) = 0;
 
-  // Lightning-indexer scores: score[m, w] = Σ_h γ[m, h] · ReLU(qI[m, h]·K[key_rows[w]]) · qk_scale
-  // for w < n_vis[m] (others −inf). qI[M, hI, dI]; K: rows of dI floats; key_rows[n_keys] (null:
-  // key w is row w); γ[M, hI]; score[M, n_keys].
+  // Lightning-indexer scores: score[m, w] = Σ_h γ[m, h] · ReLU(qI[m, h]·K[row(m, w)]) · qk_scale
+  // for w < n_vis[m] (others −inf). qI[M, hI, dI]; K: rows of dI floats; row(m, w) = key_rows[w]
+  // (key_ld = 0: one key list [n_keys] for every query) or key_rows[m·key_ld + w] (a list per query,
+  // [M, key_ld], key_ld ≥ n_keys: the decode sequences of a batch in one call); key_rows null: row w.
+  // γ[M, hI]; score[M, n_keys].
   virtual void indexer_scores(const float* qI, const float* gamma, int64_t M, int hI, int dI,
-                              const float* K, const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis,
-                              float qk_scale, float* score) = 0;
+                              const float* K, const int32_t* key_rows, int64_t key_ld, int64_t n_keys,
+                              const int32_t* n_vis, float qk_scale, float* score) = 0;
 
   // Softmax-gated pooling of compressor slots: out[W, d] with
   // out[w, c] = Σ_s softmax_s(gate[w, s, c]) · kv[w, s, c]; kv/gate [W, S, d]; gate −inf = absent slot.

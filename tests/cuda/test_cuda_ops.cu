@@ -997,7 +997,7 @@ Result indexer_case(int64_t M, int hI, int dI, int64_t nk, bool paged, const std
   CK(launch());
   auto s = down<float>(ds, M * nk);
   std::vector<float> sr(M * nk);
-  cpu().indexer_scores(q.data(), g.data(), M, hI, dI, K.data(), rows.data(), nk, nv.data(), qs, sr.data());
+  cpu().indexer_scores(q.data(), g.data(), M, hI, dI, K.data(), rows.data(), 0, nk, nv.data(), qs, sr.data());
   expect_nmse(res, "score", s, sr, 1e-9);
   if (g_perf) {
     for (auto& v : nv) v = (int32_t)nk;  // time the full key range
@@ -1060,12 +1060,12 @@ Result indexer_mma_case(int64_t M, int hI, int dI, int64_t nk, int vis, bool pag
   std::vector<float> got, ref;
   if (check == 0) {
     ref.resize(M * nk);
-    cpu().indexer_scores(qr.data(), g.data(), M, hI, dI, Kr.data(), rows.data(), nk, nv.data(), qs, ref.data());
+    cpu().indexer_scores(qr.data(), g.data(), M, hI, dI, Kr.data(), rows.data(), 0, nk, nv.data(), qs, ref.data());
     got = s;
   } else {
     std::vector<float> one(nk);
     for (int64_t m : chk) {
-      cpu().indexer_scores(qr.data() + m * hI * dI, g.data() + m * hI, 1, hI, dI, Kr.data(), rows.data(), nk,
+      cpu().indexer_scores(qr.data() + m * hI * dI, g.data() + m * hI, 1, hI, dI, Kr.data(), rows.data(), 0, nk,
                            nv.data() + m, qs, one.data());
       ref.insert(ref.end(), one.begin(), one.end());
       got.insert(got.end(), s.begin() + m * nk, s.begin() + (m + 1) * nk);

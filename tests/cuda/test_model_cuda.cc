@@ -159,7 +159,7 @@ void op_checks(CpuBackend& cpu, CudaBackend& gpu) {
     cases.push_back({"indexer_scores", [=](Backend& be) {
                        Buffer<float> Q(be, q), G(be, gm), Kb(be, K), S(be, M * nk);
                        Buffer<int32_t> R(be, kr), N(be, nv);
-                       be.indexer_scores(Q.data(), G.data(), M, (int)hI, (int)dI, Kb.data(), R.data(), nk, N.data(),
+                       be.indexer_scores(Q.data(), G.data(), M, (int)hI, (int)dI, Kb.data(), R.data(), 0, nk, N.data(),
                                          0.25f, S.data());
                        return S.to_host();
                      }, 1e-5});
@@ -828,7 +828,7 @@ void v41_op_checks(CpuBackend& cpu, CudaBackend& gpu) {
     cases.push_back({"indexer_scores (key_rows null)", [=](Backend& be) {
                        Buffer<float> Q(be, q), G(be, gm), Kb(be, K), S(be, M * nk);
                        Buffer<int32_t> N(be, nv);
-                       be.indexer_scores(Q.data(), G.data(), M, (int)hI, (int)dI, Kb.data(), nullptr, nk, N.data(),
+                       be.indexer_scores(Q.data(), G.data(), M, (int)hI, (int)dI, Kb.data(), nullptr, 0, nk, N.data(),
                                          1.0f / std::sqrt(32.0f), S.data());
                        return S.to_host();
                      }, 1e-5});

@@ -369,11 +369,12 @@ void CpuBackend::sink_attention(const float* q, int64_t M, int64_t ldq, int H, i
 }
 
 void CpuBackend::indexer_scores(const float* qI, const float* gamma, int64_t M, int hI, int dI, const float* K,
-                                const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis, float qk_scale,
-                                float* score) {
+                                const int32_t* key_rows, int64_t key_ld, int64_t n_keys, const int32_t* n_vis,
+                                float qk_scale, float* score) {
   pool_.parallel_for(M, [&](int64_t b, int64_t e) {
     for (int64_t m = b; m < e; ++m) {
       float* sr = score + m * n_keys;
+      const int32_t* kr = key_rows ? key_rows + m * key_ld : nullptr;
       for (int64_t w = 0; w < n_keys; ++w) {
         if (w >= n_vis[m]) {
           sr[w] = -std::numeric_limits<float>::infinity();
@@ -381,7 +382,7 @@ void CpuBackend::indexer_scores(const float* qI, const float* gamma, int64_t M, 
         }
         float acc = 0;
         for (int h = 0; h < hI; ++h) {
-          float v = dot(qI + (m * hI + h) * (int64_t)dI, K + (int64_t)(key_rows ? key_rows[w] : w) * dI, dI);
+          float v = dot(qI + (m * hI + h) * (int64_t)dI, K + (int64_t)(kr ? kr[w] : w) * dI, dI);
           acc += gamma[m * hI + h] * (std::max(v, 0.0f) * qk_scale);
         }
         sr[w] = acc;
@@ -506,7 +507,7 @@ void CpuBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const in
 }
 
 void CpuBackend::select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk,
-                             const int32_t* rowmap, const int64_t* out_off, int32_t* out) {
+                             const int32_t* rowmap, int64_t rowmap_ld, const int64_t* out_off, int32_t* out) {
   std::vector<int32_t> cand;
   for (int64_t i = 0; i < M; ++i) {
     const int64_t nv = n_vis[i], k = std::min<int64_t>(topk, nv);
@@ -517,7 +518,8 @@ void CpuBackend::select_topk(const float* score, int64_t M, int64_t n, const int
     std::partial_sort(cand.begin(), cand.begin() + k, cand.end(),
                       [&](int32_t a, int32_t c) { return sc[a] > sc[c] || (sc[a] == sc[c] && a < c); });
     std::sort(cand.begin(), cand.begin() + k);
-    for (int64_t j = 0; j < k; ++j) out[out_off[i] + j] = rowmap[cand[j]];
+    const int32_t* map = rowmap + i * rowmap_ld;
+    for (int64_t j = 0; j < k; ++j) out[out_off[i] + j] = map[cand[j]];
   }
 }
 

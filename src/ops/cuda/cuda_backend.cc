@@ -531,12 +531,13 @@ void CudaBackend::sink_attention(const float* q, int64_t M, int64_t ldq, int H, 
         "sink_attention");
 }
 void CudaBackend::indexer_scores(const float* qI, const float* gamma, int64_t M, int hI, int dI, const float* K,
-                                 const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis, float qk_scale,
-                                 float* score) {
+                                 const int32_t* key_rows, int64_t key_ld, int64_t n_keys, const int32_t* n_vis,
+                                 float qk_scale, float* score) {
   HostTimer ht_(impl_.get(), Impl::kOp);
   // Stored weights: tensor cores (q, K rounded to bf16; near-tie top-k choices may differ from f32).
   // Float32 mode keeps the f32 kernel, which reproduces the CPU oracle. Unsupported shapes fall back.
-  if (impl_->weights == CudaWeights::Stored && !impl_->off("indexer_mma")) {
+  // (The tensor-core kernel shares key tiles between queries: one key list for all, key_ld = 0.)
+  if (impl_->weights == CudaWeights::Stored && !impl_->off("indexer_mma") && (key_ld == 0 || M == 1)) {
     const size_t ws = cuda::indexer_mma_workspace(M, n_keys, dI);
     void* w = ws ? alloc((int64_t)ws) : nullptr;
     const cudaError_t e = cuda::indexer_scores_mma(qI, gamma, M, hI, dI, K, key_rows, n_keys, n_vis, qk_scale, score,
@@ -545,7 +546,8 @@ void CudaBackend::indexer_scores(const float* qI, const float* gamma, int64_t M,
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotSupported) check(e, "indexer_scores (mma)");
   }
-  check(cuda::indexer_scores_f32(qI, gamma, M, hI, dI, K, key_rows, n_keys, n_vis, qk_scale, score, impl_->stream),
+  check(cuda::indexer_scores_f32(qI, gamma, M, hI, dI, K, key_rows, key_ld, n_keys, n_vis, qk_scale, score,
+                                 impl_->stream),
         "indexer_scores");
 }
 void CudaBackend::compress_windows(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
@@ -786,12 +788,12 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
 }
 
 void CudaBackend::select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk,
-                              const int32_t* rowmap, const int64_t* out_off, int32_t* out) {
+                              const int32_t* rowmap, int64_t rowmap_ld, const int64_t* out_off, int32_t* out) {
   HostTimer ht_(impl_.get(), Impl::kOp);
   if (M <= 0) return;
   Buffer<int32_t> idx(*this, M * topk), count(*this, M);
   cudaError_t e = cuda::topk_rows(score, M, n, n, n_vis, topk, idx.data(), count.data(), impl_->stream);
-  if (e == cudaSuccess) e = cuda::map_topk(idx.data(), count.data(), M, topk, rowmap, out_off, out, impl_->stream);
+  if (e == cudaSuccess) e = cuda::map_topk(idx.data(), count.data(), M, topk, rowmap, rowmap_ld, out_off, out, impl_->stream);
   check(e, "select_topk");
 }
 

@@ -58,7 +58,7 @@ class CudaBackend final : public Backend {
                  float* wsel) override;
   void moe_ffn(const float* h, int64_t T, const Experts& ex, const int32_t* sel, const float* wsel, int K, float limit,
                float* out) override;
-  void select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk, const int32_t* rowmap,
+  void select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk, const int32_t* rowmap, int64_t rowmap_ld,
                    const int64_t* out_off, int32_t* out) override;
   void rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y) override;
   void rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim, const int32_t* pos,
@@ -77,7 +77,7 @@ class CudaBackend final : public Backend {
                       const int32_t* win_lo, const int32_t* win_hi, const float* ent, const int32_t* ent_idx,
                       const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo) override;
   void indexer_scores(const float* qI, const float* gamma, int64_t M, int hI, int dI, const float* K,
-                      const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis, float qk_scale,
+                      const int32_t* key_rows, int64_t key_ld, int64_t n_keys, const int32_t* n_vis, float qk_scale,
                       float* score) override;
   void compress_windows(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
                         int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,

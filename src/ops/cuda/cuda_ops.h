@@ -172,9 +172,10 @@ cudaError_t indexer_scores(const bf16* qI, const float* gamma, int64_t M, int hI
 cudaError_t topk_rows(const float* score, int64_t M, int64_t n, int64_t ld, const int32_t* n_valid, int topk,
                       int32_t* idx, int32_t* count, cudaStream_t s);
 
-// out[out_off[m] + j] = rowmap[idx[m, j]] for j < count[m] (idx[M, topk], count[M] from topk_rows).
+// out[out_off[m] + j] = rowmap[m·rowmap_ld + idx[m, j]] for j < count[m] (idx[M, topk], count[M] from
+// topk_rows; rowmap_ld = 0: one map for every row).
 cudaError_t map_topk(const int32_t* idx, const int32_t* count, int64_t M, int topk, const int32_t* rowmap,
-                     const int64_t* out_off, int32_t* out, cudaStream_t s);
+                     int64_t rowmap_ld, const int64_t* out_off, int32_t* out, cudaStream_t s);
 
 // ------------------------------------------------------------------------------------------------
 // MoE
@@ -243,9 +244,9 @@ cudaError_t sink_attention_f32_v1(const float* q, int64_t M, int64_t ldq, int H,
                                   const int32_t* win_lo, const int32_t* win_hi, const float* ent,
                                   const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
                                   float* out, int64_t ldo, cudaStream_t s);
-// The Backend::indexer_scores contract in f32 (any hI, dI): a warp per (query, key).
+// The Backend::indexer_scores contract in f32 (any hI, dI): a warp per (query, key); key_ld as there.
 cudaError_t indexer_scores_f32(const float* qI, const float* gamma, int64_t M, int hI, int dI, const float* K,
-                               const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis, float qk_scale,
+                               const int32_t* key_rows, int64_t key_ld, int64_t n_keys, const int32_t* n_vis, float qk_scale,
                                float* score, cudaStream_t s);
 // The Backend::indexer_scores contract on tensor cores (indexer_mma.cu): q and K are rounded to bf16
 // (round to nearest even) inside, products accumulate in f32 (mma.sync m16n8k16), the γ-weighted ReLU

@@ -398,7 +398,7 @@ cudaError_t sa2_launch(const float* q, int64_t M, int64_t ldq, int H, int d, con
 // ---- indexer: a warp per (query, key) ----
 __global__ void indexer_f32_kernel(const float* __restrict__ qI, const float* __restrict__ gamma, int64_t M, int hI,
                                    int dI, const float* __restrict__ K, const int32_t* __restrict__ key_rows,
-                                   int64_t n_keys, const int32_t* __restrict__ n_vis, float qk_scale,
+                                   int64_t key_ld, int64_t n_keys, const int32_t* __restrict__ n_vis, float qk_scale,
                                    float* __restrict__ score) {
   const int64_t gw = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
@@ -408,7 +408,7 @@ __global__ void indexer_f32_kernel(const float* __restrict__ qI, const float* __
     if (lane == 0) score[m * n_keys + w] = -INFINITY;
     return;
   }
-  const float* k = K + (int64_t)(key_rows ? key_rows[w] : w) * dI;
+  const float* k = K + (int64_t)(key_rows ? key_rows[m * key_ld + w] : w) * dI;
   float acc = 0.0f;
   for (int h = 0; h < hI; ++h) {
     const float* qv = qI + (m * hI + h) * (int64_t)dI;
@@ -527,11 +527,11 @@ cudaError_t sink_attention_f32_v1(const float* q, int64_t M, int64_t ldq, int H,
 }
 
 cudaError_t indexer_scores_f32(const float* qI, const float* gamma, int64_t M, int hI, int dI, const float* K,
-                               const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis, float qk_scale,
-                               float* score, cudaStream_t s) {
+                               const int32_t* key_rows, int64_t key_ld, int64_t n_keys, const int32_t* n_vis,
+                               float qk_scale, float* score, cudaStream_t s) {
   if (M <= 0 || n_keys <= 0) return cudaSuccess;
-  indexer_f32_kernel<<<(unsigned)cdiv(M * n_keys * 32, 256), 256, 0, s>>>(qI, gamma, M, hI, dI, K, key_rows, n_keys,
-                                                                        n_vis, qk_scale, score);
+  indexer_f32_kernel<<<(unsigned)cdiv(M * n_keys * 32, 256), 256, 0, s>>>(qI, gamma, M, hI, dI, K, key_rows, key_ld,
+                                                                        n_keys, n_vis, qk_scale, score);
   return cudaGetLastError();
 }
 

@@ -5,18 +5,19 @@
 namespace deepinfer::cuda {
 namespace {
 __global__ void map_topk_kernel(const int32_t* __restrict__ idx, const int32_t* __restrict__ count, int topk,
-                                const int32_t* __restrict__ rowmap, const int64_t* __restrict__ out_off,
-                                int32_t* __restrict__ out) {
+                                const int32_t* __restrict__ rowmap, int64_t rowmap_ld,
+                                const int64_t* __restrict__ out_off, int32_t* __restrict__ out) {
   const int64_t m = blockIdx.x;
   const int k = count[m];
-  for (int j = threadIdx.x; j < k; j += blockDim.x) out[out_off[m] + j] = rowmap[idx[m * topk + j]];
+  const int32_t* map = rowmap + m * rowmap_ld;
+  for (int j = threadIdx.x; j < k; j += blockDim.x) out[out_off[m] + j] = map[idx[m * topk + j]];
 }
 }  // namespace
 
 cudaError_t map_topk(const int32_t* idx, const int32_t* count, int64_t M, int topk, const int32_t* rowmap,
-                     const int64_t* out_off, int32_t* out, cudaStream_t s) {
+                     int64_t rowmap_ld, const int64_t* out_off, int32_t* out, cudaStream_t s) {
   if (M <= 0) return cudaSuccess;
-  map_topk_kernel<<<(unsigned)M, 256, 0, s>>>(idx, count, topk, rowmap, out_off, out);
+  map_topk_kernel<<<(unsigned)M, 256, 0, s>>>(idx, count, topk, rowmap, rowmap_ld, out_off, out);
   return cudaGetLastError();
 }
 
