@@ -719,8 +719,10 @@ void DeepseekV41Model::publish(int l, Step& st, size_t b, const float* ca, const
   be_.linear(lat, nw, d, *L.idx_wk, key, dI);
   be_.rms_norm(key, nw, dI, dI, L.idx_k_norm.data(), eps, key);
   be_.rope(key, nw, dI, 1, (int)dI, (int)r, wpos, inv_freq_compress_.data(), false);
+  if (g_v41_qat_hook) g_v41_qat_hook(l, "index keys", key, nw, dI);  // test-only (v41_debug.h)
   be_.kv_qdq(key, nw * dI, KvQdq::Fp4Pow2x32);
   be_.rope(lat, nw, d, 1, (int)d, (int)r, wpos, inv_freq_compress_.data(), false);
+  if (g_v41_qat_hook) g_v41_qat_hook(l, "compressed kv", lat, nw, d);
   be_.kv_qdq(lat, nw * d, KvQdq::Fp4E4m3x16);
   S.entries[l].n += nw;
   S.keys[l].n += nw;

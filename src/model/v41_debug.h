@@ -9,10 +9,11 @@
 
 namespace deepinfer {
 
-// Called with the sliding-KV input (site "sliding kv", [rows, d]) and the index-q input (site
-// "index q", [rows, hI·dI]) of every layer right before their kv_qdq, in the backend's memory (host
-// memory on the CPU backend); rows = the step's tokens in batch order (a full forward of one
-// sequence from position 0: row = position).
+// Called with every QAT input right before its kv_qdq, in the backend's memory (host memory on the
+// CPU backend): sites "sliding kv" ([rows, d], rows = the step's tokens in batch order) and
+// "index q" ([rows, hI·dI]) of every layer, "index keys" ([rows, dI]) and "compressed kv"
+// ([rows, d], rows = the entries one sequence closes in the step) of the KV sources. For a full
+// forward of one sequence from position 0, row = position (sliding kv, index q) or entry number.
 using V41QatHook = void (*)(int layer, const char* site, float* x, int64_t rows, int64_t cols);
 extern V41QatHook g_v41_qat_hook;
 

@@ -22,6 +22,7 @@
 #include "util/error.h"
 #include "util/json.h"
 #include "reference_fixtures.h"
+#include "v41_flips.h"
 
 using namespace deepinfer;
 namespace fs = std::filesystem;
@@ -139,23 +140,9 @@ TEST(V41Reference, BatchedSequencesAreBitwiseEqualToAlone) {
 // (relative) of its rounding midpoint ("fragile") with what flipping it alone does to the
 // reference's logits. Nudging the engine's input at the same place across the midpoint (test-only
 // hook, model/v41_debug.h) must do the same to the CPU's logits: a sliding-KV FP8 flip leaves every
-// position before it bitwise alone and jumps at the recorded first position by about the recorded
-// amount; an index-q FP4 flip changes nothing (it moves index scores by far less than the top-k
-// gaps). Nudging away from the midpoint changes nothing.
-namespace {
-struct Nudge {
-  int layer = -1;
-  std::string site;
-  int64_t row = 0, col = 0;
-  double factor = 1;
-} g_nudge;
-void nudge_hook(int layer, const char* site, float* x, int64_t rows, int64_t cols) {
-  if (layer != g_nudge.layer || g_nudge.site != site || g_nudge.row >= rows || g_nudge.col >= cols) return;
-  float& v = x[g_nudge.row * cols + g_nudge.col];  // host memory: CPU backend
-  v = (float)((double)v * g_nudge.factor);
-}
-}  // namespace
-
+// position before it bitwise alone and jumps at the recorded first position by the recorded
+// amount; an index-q FP4 flip changes nothing here (it moves index scores by far less than the
+// top-k gaps). The nudge the other way changes nothing.
 TEST(V41Reference, FragileRoundingsFlipLikeTheReference) {
   int checked = 0;
   for (const auto& dir : fixture_dirs()) {
@@ -171,21 +158,7 @@ TEST(V41Reference, FragileRoundingsFlipLikeTheReference) {
     auto refs = read_refs(dir);
     for (size_t k = 0; k < refs.size(); ++k) {
       const auto& ids = refs[k].ids;
-      const int64_t T = (int64_t)ids.size();
-      const auto base = sequence_logits(m, ids, T, T);
-      auto nudged = [&](double factor) {
-        g_nudge.factor = factor;
-        g_v41_qat_hook = nudge_hook;
-        std::vector<float> out;
-        try {
-          out = sequence_logits(m, ids, T, T);
-        } catch (...) {
-          g_v41_qat_hook = nullptr;
-          throw;
-        }
-        g_v41_qat_hook = nullptr;
-        return out;
-      };
+      const auto base = testref::v41_logits_nudged(m, ids, {});
       int taken_kv = 0, taken_iq = 0;
       for (const auto& f : report["fragile"]) {  // per kind, closest first
         if (f["seq"].get<size_t>() != k) continue;
@@ -193,66 +166,86 @@ TEST(V41Reference, FragileRoundingsFlipLikeTheReference) {
         const bool kv = kind == "sliding_kv_fp8", iq = kind == "index_fp4" && f["site"] == "index q";
         if (!(kv && taken_kv < 4) && !(iq && taken_iq < 2)) continue;
         (kv ? taken_kv : taken_iq)++;
-        const double margin = f["relative_margin"];
+        ++checked;
         const auto& flip = f["flip"];
         const int64_t pos = f["pos"];
-        g_nudge = {f["layer"].get<int>(), f["site"].get<std::string>(), f["row"].get<int64_t>(),
-                   f["channel"].get<int64_t>(), 1};
-        // 2.5 × the reference's margin crosses the midpoint in one direction, unless the engine's
-        // float32 input differs from the reference's by more than 1.5 margins (a value much smaller
-        // than its block: float32 error is relative to the block, not to the value); then larger
-        // nudges (all far below a quantum, ≥ 6 % of the value). Nudges away change nothing.
-        int flips = 0;
-        for (double mult : {2.5, 10.0, 40.0, 160.0}) {
-          for (double sign : {1.0, -1.0}) {
-            const auto out = nudged(1 + sign * mult * margin);
-            ASSERT_EQ(out.size(), base.size());
-            if (std::memcmp(out.data(), base.data(), out.size() * sizeof(float)) == 0) continue;
-            ++flips;
-            const auto rel = [&](int64_t t) {
-              double num = 0, den = 0;
-              for (int64_t v = 0; v < V; ++v) {
-                const double d = (double)out[t * V + v] - base[t * V + v];
-                num += d * d;
-                den += (double)base[t * V + v] * base[t * V + v];
-              }
-              return std::sqrt(num / std::max(den, 1e-30));
-            };
-            int64_t first = -1;
-            double mx = 0;
-            for (int64_t t = 0; t < T; ++t) {
-              const double r = rel(t);
-              if (first < 0 && r > 1e-4) first = t;
-              mx = std::max(mx, r);
-              if (t < pos) {
-                EXPECT_EQ(r, 0.0) << kind << " layer " << g_nudge.layer << " pos " << pos << ": position " << t
-                                  << " changed";
-              }
-            }
-            std::printf("[v41] %s seq %zu %s layer %d pos %lld ch %lld (margin %.3g rel, nudged by %.3g): CPU flip "
-                        "first >1e-4 at %lld, max %.3g; reference flip %s, max %.3g\n",
-                        fs::path(dir).filename().c_str(), k, kind.c_str(), g_nudge.layer, (long long)pos,
-                        (long long)g_nudge.col, margin, mult * margin, (long long)first, mx,
-                        flip["first_pos_above_1e-4"].dump().c_str(), flip["max_rel"].get<double>());
-            const double ref_max = flip["max_rel"];
-            if (ref_max > 1e-3) {  // a jump: at the same place and of the same size as in the reference
-              EXPECT_EQ(flip["first_pos_above_1e-4"].get<int64_t>(), first);
-              EXPECT_GT(mx, 0.5 * ref_max);
-              EXPECT_LT(mx, 2.0 * ref_max);
-            }
-          }
-          if (kv && flips) break;  // the smallest nudge that crosses
+        testref::V41Nudge n;
+        std::vector<float> out;
+        ASSERT_TRUE(testref::v41_flip_entry(m, ids, f, {}, base, n, out));
+        if (iq && flip["max_rel"].get<double>() == 0) {
+          EXPECT_TRUE(out.empty()) << "an index-q flip at layer " << n.layer << " pos " << pos << " changed the logits";
+          continue;
         }
-        if (kv) {
-          EXPECT_EQ(flips, 1) << "layer " << g_nudge.layer << " pos " << pos << ": exactly one direction flips";
-        } else if (flip["max_rel"].get<double>() == 0) {
-          EXPECT_EQ(flips, 0) << "layer " << g_nudge.layer << " pos " << pos << ": an index-q flip changed the logits";
+        ASSERT_FALSE(out.empty()) << kind << " layer " << n.layer << " pos " << pos << ": no nudge flips it";
+        auto away = n;
+        away.factor = 2 - n.factor;
+        const auto same = testref::v41_logits_nudged(m, ids, {away});
+        EXPECT_EQ(0, std::memcmp(same.data(), base.data(), base.size() * sizeof(float)))
+            << "the nudge away from the midpoint changed the logits";
+        const auto rel = testref::v41_rel_per_position(out, base, V);
+        for (int64_t t = 0; t < pos; ++t) EXPECT_EQ(rel[t], 0.0) << "position " << t << " before the flip changed";
+        const int64_t first = testref::v41_first_above(rel, 1e-4);
+        const double mx = *std::max_element(rel.begin(), rel.end());
+        std::printf("[v41] %s seq %zu %s layer %d pos %lld ch %lld (margin %.3g rel, nudged by %.3g): CPU flip first "
+                    ">1e-4 at %lld, max %.3g; reference flip %s, max %.3g\n",
+                    fs::path(dir).filename().c_str(), k, kind.c_str(), n.layer, (long long)pos, (long long)n.col,
+                    f["relative_margin"].get<double>(), std::fabs(n.factor - 1), (long long)first, mx,
+                    flip["first_pos_above_1e-4"].dump().c_str(), flip["max_rel"].get<double>());
+        const double ref_max = flip["max_rel"];
+        if (ref_max > 1e-3) {  // a jump: at the same place and of the same size as in the reference
+          EXPECT_EQ(flip["first_pos_above_1e-4"].get<int64_t>(), first);
+          EXPECT_GT(mx, 0.5 * ref_max);
+          EXPECT_LT(mx, 2.0 * ref_max);
         }
-        ++checked;
       }
     }
   }
   std::printf("[v41] %d fragile roundings nudged\n", checked);
+}
+
+// The GPU parity check's fallback (tests/cuda/test_model_cuda.cc): a difference made of listed
+// flips is explained flip by flip, and anything else is not. Simulated on the CPU: "other
+// backend" = the CPU with two listed tiny_hf seq-1 flips (layer 2 at positions 67 and 115), then
+// the same with an unrelated error at position 30.
+TEST(V41Reference, ExplainsListedFlipsAndNothingElse) {
+  std::string dir;
+  for (const auto& d : fixture_dirs())
+    if (d.find("tiny_hf") != std::string::npos) dir = d;
+  ASSERT_FALSE(dir.empty());
+  std::ifstream rf(dir + "/report.json");
+  const auto report = nlohmann::json::parse(rf);
+  if (!report.contains("fragile")) GTEST_SKIP() << "report.json without a fragile list";
+  CpuBackend be(2);
+  LoadedModel m = load_model(dir + "/model", be);
+  ASSERT_TRUE(m.v41);
+  const int64_t V = m.vocab_size();
+  auto refs = read_refs(dir);
+  ASSERT_GE(refs.size(), 2u);
+  const auto& ids = refs[1].ids;
+  const auto plain = testref::v41_logits_nudged(m, ids, {});
+  std::vector<testref::V41Nudge> sim;
+  for (const auto& f : report["fragile"]) {
+    if (f["seq"] != 1 || f["kind"] != "sliding_kv_fp8" || f["layer"] != 2) continue;
+    if (f["pos"] != 67 && f["pos"] != 115) continue;
+    testref::V41Nudge n;
+    std::vector<float> o;
+    ASSERT_TRUE(testref::v41_flip_entry(m, ids, f, {}, plain, n, o));
+    ASSERT_FALSE(o.empty());
+    sim.push_back(n);
+  }
+  if (sim.size() != 2) GTEST_SKIP() << "the regenerated fixture has other fragile roundings";
+  const auto other = testref::v41_logits_nudged(m, ids, sim);
+  auto ex = testref::v41_explain(m, report, 1, ids, other, plain);
+  for (const auto& s : ex.flips) std::printf("[v41] explained: %s\n", s.c_str());
+  EXPECT_EQ(ex.unexplained_from, -1);
+  EXPECT_EQ(ex.flips.size(), 2u);
+  EXPECT_EQ(0, std::memcmp(ex.cpu.data(), other.data(), other.size() * sizeof(float)));
+
+  auto bug = other;  // an error that no listed flip makes: 1e-3 relative at position 30
+  for (int64_t v = 0; v < V; ++v) bug[30 * V + v] *= 1.001f;
+  ex = testref::v41_explain(m, report, 1, ids, bug, plain);
+  EXPECT_EQ(ex.unexplained_from, 30);
+  EXPECT_TRUE(ex.flips.empty());
 }
 
 TEST(V41Reference, ForwardRejectsBadInputAndImages) {
