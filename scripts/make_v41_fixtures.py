@@ -177,9 +177,15 @@ def _round(kind, v, mbits, emin):
         x = flat[nz] / q
         m = np.abs(np.abs(x - np.floor(x)) - 0.5)
         rel = m * q / np.abs(flat[nz])  # relative change of v that reaches the midpoint
+        # the same distance relative to the block's largest |value|: float32 errors scale with the
+        # block (the row), not with a small value, so small values can flip at larger relative margins
+        amax = np.broadcast_to(np.abs(np.asarray(v, dtype=np.float64)).max(axis=-1, keepdims=True), np.shape(v))
+        brel = m * q / amax.reshape(-1)[nz]
         REL_MARGINS[kind] = min(REL_MARGINS.get(kind, 1.0), float(rel.min()))
-        for j in np.nonzero(m < 1e-4)[0]:
-            NEARLIST.append((kind, call, int(nz[j]), float(m[j]), float(rel[j]), _where(int(nz[j]))))
+        for j in np.nonzero((m < 1e-4) | (rel < 1e-4) | (brel < 1e-5))[0]:
+            w = _where(int(nz[j]))
+            w["block_relative_margin"] = float(f"{brel[j]:.3g}")
+            NEARLIST.append((kind, call, int(nz[j]), float(m[j]), float(rel[j]), w))
     rf = r.reshape(-1)
     for (k, c, i) in FLIPS:
         if k == kind and c == call:
@@ -790,7 +796,8 @@ def build(spec, seed):
 
 
 VALUE_KINDS = ("sliding_kv_fp8", "compressed_fp4", "compressed_scale_e4m3")
-FRAGILE_REL = 1e-5
+FRAGILE_REL = 1e-5  # "fragile": relative margin below this, or
+FRAGILE_BLOCK_REL = 1e-6  # margin relative to the block's largest |value| below this
 
 
 def robust_margin(gaps, rel_margins):
@@ -871,7 +878,9 @@ def flip_effects(ref, ids, base, near, rel_limit, per_kind=None):
              list(NEARLIST))
     out_list = []
     for kind in DECISION_KINDS:
-        cand = sorted([x for x in near if x[0] == kind and x[4] < rel_limit], key=lambda x: x[4])[:per_kind]
+        cand = sorted([x for x in near if x[0] == kind and
+                       (x[4] < rel_limit or x[5].get("block_relative_margin", 1.0) < FRAGILE_BLOCK_REL)],
+                      key=lambda x: x[4])[:per_kind]
         for (kd, call, i, marg, rel, where) in cand:
             FLIPS.clear()
             FLIPS.add((kd, call, i))
@@ -1005,9 +1014,10 @@ def make_fixture(name, spec, outdir):
     report["relative_margins"] = {"robust_margin": float(f"{robust_margin(all_gaps, REL_MARGINS):.3g}"),
                                   **{f"rel_{k}": float(f"{v:.3g}") for k, v in REL_MARGINS.items()}, **per_seq}
     report["qdq_counts"] = {k: {"n": v["n"], **{t: v[t] for t in v if t != "n"}} for k, v in COUNTS.items()}
-    # Every decision within FRAGILE_REL (relative) of flipping, and what flipping it alone in this
-    # reference does to the logits (first position with relative L2 > 1e-4, max, median).
+    # Every QAT rounding within FRAGILE_REL (relative to the value) or FRAGILE_BLOCK_REL (relative to its
+    # block) of its midpoint, and what flipping it alone does to the logits (first position > 1e-4, max, median).
     report["fragile_rel_limit"] = FRAGILE_REL
+    report["fragile_block_rel_limit"] = FRAGILE_BLOCK_REL
     report["fragile"] = fragile
     report["engram_multipliers"] = {str(l): ref.mult[l] for l in cfg["engram_layer_ids"]}
     report["engram_primes"] = {str(l): ref.primes[l] for l in cfg["engram_layer_ids"]}

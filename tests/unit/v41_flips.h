@@ -84,8 +84,9 @@ inline int64_t v41_first_above(const std::vector<double>& rel, double thr) {
 }
 
 // The nudge of a report.json "fragile" entry that makes the CPU round it the other way: the
-// smallest multiple (2.5, 10, 40, 160) of its relative margin, in the direction that changes the
-// logits (the other direction moves away from the midpoint and changes nothing). With `extra`
+// smallest multiple (2.5, 10, 40, 160; below half a quantum) of its relative margin, in the
+// direction that changes the logits (the other direction moves away from the midpoint and changes
+// nothing). With `extra`
 // nudges already applied (base = the logits with those). Empty `out` if no nudge changes anything
 // (an index-q / index-key flip that leaves every top-k choice alone). Sites without a hook
 // (compressed scales, top-k and block boundaries) return false.
@@ -97,7 +98,9 @@ inline bool v41_flip_entry(LoadedModel& m, const std::vector<int32_t>& ids, cons
   const std::string site = f["site"];
   if (site != "sliding kv" && site != "index q" && site != "index keys" && site != "compressed kv") return false;
   const double margin = f["relative_margin"];
+  const double quanta = f.value("margin_quanta", 0.0);  // the margin in quanta of the grid
   for (double mult : {2.5, 10.0, 40.0, 160.0}) {
+    if (mult * quanta >= 0.5) break;  // would reach past the next midpoint
     for (double sign : {1.0, -1.0}) {
       nudge = {f["layer"].get<int>(), site, f["row"].get<int64_t>(), f["channel"].get<int64_t>(),
                1 + sign * mult * margin};
