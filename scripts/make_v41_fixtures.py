@@ -89,16 +89,21 @@ def round_grid(v, mbits, emin):
     return out
 
 
-def grid_margin(v, mbits, emin):
-    """Distance of v to the nearest rounding midpoint, in units of the local quantum (0.5 = safe)."""
+def grid_margins(v, mbits, emin):
+    """Distance of each nonzero v to its nearest rounding midpoint, in units of the local quantum
+    (0.5 = safe)."""
     v = np.asarray(v, dtype=np.float64)
     nz = v != 0
     if not nz.any():
-        return 0.5
+        return np.full(1, 0.5)
     _, e = np.frexp(v[nz])
     q = np.maximum(e - 1, emin) - mbits
     x = np.ldexp(v[nz], -q)
-    return float(np.min(np.abs(np.abs(x - np.floor(x)) - 0.5)))
+    return np.abs(np.abs(x - np.floor(x)) - 0.5)
+
+
+def grid_margin(v, mbits, emin):
+    return float(np.min(grid_margins(v, mbits, emin)))
 
 
 def pow2_ceil(x):
@@ -107,39 +112,118 @@ def pow2_ceil(x):
 
 
 MARGINS = {}
+# Per QAT kind: how many values were rounded and how many lie within NEAR quanta of a rounding
+# midpoint (a float32 engine, whose QAT inputs differ from this float64 reference by ~1e-7
+# relative, i.e. up to ~2e-6 quanta for FP8 and ~5e-7 for FP4, can round those differently).
+COUNTS = {}
+NEAR = (1e-6, 1e-5, 1e-4)
+# --perturb: kind -> (relative amplitude, rng). Multiplies the QAT input (or the index scores, kind
+# "index_scores") by 1 + eps·u, u uniform in [-1, 1]: a float32-sized nudge of the reference.
+PERTURB = {}
+
+
+def _nudge(kind, x):
+    if kind not in PERTURB:
+        return x
+    eps, g = PERTURB[kind]
+    return x * (1.0 + eps * g.uniform(-1.0, 1.0, np.shape(x)))
+
+
+# --flips: every discrete decision of a forward gets an id (kind, call number in the forward, index);
+# NEARLIST collects the close ones (QAT values within 1e-4 quanta of a midpoint, top-k / block
+# boundaries), FLIPS makes the listed ones go the other way.
+CALLS = {}
+NEARLIST = []
+SITE = {}  # where the reference is: layer, site, values per row, query position (set by Reference)
+FLIPS = set()
+REL_MARGINS = {}
+
+
+def _call(kind):
+    c = CALLS.get(kind, 0)
+    CALLS[kind] = c + 1
+    return c
 
 
 def _track(name, v, mbits, emin):
-    MARGINS[name] = min(MARGINS.get(name, 0.5), grid_margin(v, mbits, emin))
+    m = grid_margins(v, mbits, emin)
+    MARGINS[name] = min(MARGINS.get(name, 0.5), float(m.min()))
+    c = COUNTS.setdefault(name, {"n": 0, **{f"<{t:g}": 0 for t in NEAR}})
+    c["n"] += int(np.size(v))
+    for t in NEAR:
+        c[f"<{t:g}"] += int((m < t).sum())
+
+
+def _where(i):
+    """Layer, site, row and the first query position that uses flat value i of the current QAT call."""
+    w = {"layer": SITE.get("layer"), "site": SITE.get("site")}
+    if "row" in SITE:
+        r = i // SITE["row"]
+        m = SITE.get("ratio", 0)
+        w.update(row=r, channel=i % SITE["row"], pos=(r + 1) * m - 1 if m else r)
+    return w
+
+
+def _round(kind, v, mbits, emin):
+    """round_grid with the margin bookkeeping of _track and the --flips hook."""
+    call = _call(kind)
+    _track(kind, v, mbits, emin)
+    r = round_grid(v, mbits, emin)
+    flat = np.asarray(v, dtype=np.float64).reshape(-1)
+    nz = np.nonzero(flat)[0]
+    if len(nz):
+        _, e = np.frexp(flat[nz])
+        q = np.ldexp(1.0, np.maximum(e - 1, emin) - mbits)
+        x = flat[nz] / q
+        m = np.abs(np.abs(x - np.floor(x)) - 0.5)
+        rel = m * q / np.abs(flat[nz])  # relative change of v that reaches the midpoint
+        # the same distance relative to the block's largest |value|: float32 errors scale with the
+        # block (the row), not with a small value, so small values can flip at larger relative margins
+        amax = np.broadcast_to(np.abs(np.asarray(v, dtype=np.float64)).max(axis=-1, keepdims=True), np.shape(v))
+        brel = m * q / amax.reshape(-1)[nz]
+        REL_MARGINS[kind] = min(REL_MARGINS.get(kind, 1.0), float(rel.min()))
+        for j in np.nonzero((m < 1e-4) | (rel < 1e-4) | (brel < 1e-5))[0]:
+            w = _where(int(nz[j]))
+            w["block_relative_margin"] = float(f"{brel[j]:.3g}")
+            NEARLIST.append((kind, call, int(nz[j]), float(m[j]), float(rel[j]), w))
+    rf = r.reshape(-1)
+    for (k, c, i) in FLIPS:
+        if k == kind and c == call:
+            _, e = np.frexp(flat[i])
+            q = np.ldexp(1.0, max(e - 1, emin) - mbits)
+            xs = flat[i] / q
+            rf[i] = (2 * np.floor(xs) + 1 - np.round(xs)) * q  # the grid point across the midpoint
+    return rf.reshape(r.shape)
 
 
 def qdq_fp8_pow2(x):  # sliding KV: E4M3, power-of-two scale per 32
     sh = x.shape
-    b = x.reshape(-1, 32)
+    b = _nudge("sliding_kv_fp8", x.reshape(-1, 32))
     s = pow2_ceil(np.maximum(np.abs(b).max(axis=1, keepdims=True), 1e-4) / 448.0)
     v = np.clip(b / s, -448, 448)
-    _track("sliding_kv_fp8", v, 3, -6)
-    return (round_grid(v, 3, -6) * s).reshape(sh)
+    return (_round("sliding_kv_fp8", v, 3, -6) * s).reshape(sh)
 
 
 def qdq_fp4_pow2(x):  # index q / k: E2M1, power-of-two scale per 32
     sh = x.shape
-    b = x.reshape(-1, 32)
+    b = _nudge("index_fp4", x.reshape(-1, 32))
     s = pow2_ceil(np.maximum(np.abs(b).max(axis=1, keepdims=True), 6.0 * 2.0**-126) / 6.0)
     v = np.clip(b / s, -6, 6)
-    _track("index_fp4", v, 1, 0)
-    return (round_grid(v, 1, 0) * s).reshape(sh)
+    return (_round("index_fp4", v, 1, 0) * s).reshape(sh)
 
 
 def qdq_fp4_e4m3(x):  # compressed KV: E2M1, E4M3 scale (RNE cast of amax/6) per 16
     sh = x.shape
-    b = x.reshape(-1, 16)
+    b = _nudge("compressed_fp4", x.reshape(-1, 16))
     sraw = np.minimum(np.maximum(np.abs(b).max(axis=1, keepdims=True), 6.0 * 2.0**-9) / 6.0, 448.0)
-    _track("compressed_scale_e4m3", sraw, 3, -6)
-    s = round_grid(sraw, 3, -6)
+    row = SITE.get("row")
+    if row:
+        SITE["row"] = row // 16  # one scale per 16 values
+    s = _round("compressed_scale_e4m3", sraw, 3, -6)
+    if row:
+        SITE["row"] = row
     v = np.clip(b / s, -6, 6)
-    _track("compressed_fp4", v, 1, 0)
-    return (round_grid(v, 1, 0) * s).reshape(sh)
+    return (_round("compressed_fp4", v, 1, 0) * s).reshape(sh)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -348,6 +432,7 @@ class Reference:
             return idx
         order = idx[np.lexsort((idx, -scores[idx]))]
         if len(order) > k:
+            call = _call("topk")
             gap = scores[order[k - 1]] - scores[order[k]]
             if gap == 0:
                 self.gaps["topk_boundary_ties"] += 1
@@ -355,6 +440,12 @@ class Reference:
                 self.gaps["topk_min_gap"] = min(self.gaps["topk_min_gap"], float(gap))
                 rel = float(gap / max(np.abs(scores[idx]).max(), 1e-30))
                 self.gaps["topk_min_rel_gap"] = min(self.gaps.get("topk_min_rel_gap", float("inf")), rel)
+                if rel < 1e-3:
+                    NEARLIST.append(("topk", call, k, float(gap), rel,
+                                     {"layer": SITE.get("layer"), "site": "index top-k", "pos": SITE.get("t")}))
+            if ("topk", call, k) in FLIPS:
+                order = order.copy()
+                order[k - 1], order[k] = order[k], order[k - 1]
         return np.sort(order[:k])
 
     def attention(self, l, h, pos, st):
@@ -368,6 +459,8 @@ class Reference:
         qr = rms(h @ self.w(p + "attn.wq_a.weight").T, self.w(p + "attn.q_norm.weight"), eps)
         q = rope((qr @ self.w(p + "attn.wq_b.weight").T).reshape(T, H, d), pos, inv)
         kv = rms(h @ self.w(p + "attn.wkv.weight").T, self.w(p + "attn.kv_norm.weight"), eps)
+        SITE.clear()
+        SITE.update(layer=l, site="sliding kv", row=d)
         kv = qdq_fp8_pow2(rope(kv, pos, inv))
         if l in c["kv_source_layer_ids"]:
             a = h @ self.w(p + "attn.compressor.wkv.weight").T
@@ -383,8 +476,11 @@ class Reference:
             lat = rms(lat, self.w(p + "attn.compressor.norm.weight"), eps)
             wpos = np.arange(nw) * m
             K = rms(lat @ self.w(p + "attn.indexer.wk.weight").T, self.w(p + "attn.indexer.k_norm.weight"), eps)
+            SITE.update(site="index keys", row=dI, ratio=m)
             K = qdq_fp4_pow2(rope(K, wpos, self.inv_comp))
+            SITE.update(site="compressed kv", row=d, ratio=m)
             C = qdq_fp4_e4m3(rope(lat, wpos, self.inv_comp))
+            SITE.pop("ratio")
             st["cache"][l] = (C, K)
         sel = None
         if m:
@@ -393,9 +489,11 @@ class Reference:
             nvis = (np.arange(T) + 1) // m
             if l in c["index_source_layer_ids"]:
                 iq = (qr @ self.w(p + "attn.indexer.wq_b.weight").T).reshape(T, hI, dI)
+                SITE.update(site="index q", row=hI * dI)
                 iq = qdq_fp4_pow2(rope(iq, pos, self.inv_comp))
                 gamma = (h @ self.w(p + "attn.indexer.weights_proj.weight").T) / math.sqrt(dI) / math.sqrt(hI)
                 score = np.einsum("th,thw->tw", gamma, np.maximum(np.einsum("thc,wc->thw", iq, K), 0))
+                score = _nudge("index_scores", score)
                 cand_src = c.get("candidate_source_layer_id", -1)
                 restricted = (l not in c["kv_source_layer_ids"] and cand_src >= 0 and l > cand_src and
                               src == max(s for s in c["kv_source_layer_ids"] if s <= cand_src))
@@ -412,6 +510,7 @@ class Reference:
                             bsc[nb - 1] = np.inf
                         border = np.lexsort((np.arange(nb), -bsc))
                         if nb > kb:
+                            call = _call("block")
                             gap = bsc[border[kb - 1]] - bsc[border[kb]]
                             if gap == 0:
                                 self.gaps["block_boundary_ties"] += 1
@@ -419,12 +518,19 @@ class Reference:
                                 self.gaps["block_min_gap"] = min(self.gaps["block_min_gap"], float(gap))
                                 rel = float(gap / max(np.abs(bsc[np.isfinite(bsc)]).max(), 1e-30))
                                 self.gaps["block_min_rel_gap"] = min(self.gaps.get("block_min_rel_gap", float("inf")), rel)
+                                if rel < 1e-3:
+                                    NEARLIST.append(("block", call, kb, float(gap), rel,
+                                                     {"layer": l, "site": "candidate blocks", "pos": t}))
+                            if ("block", call, kb) in FLIPS:
+                                border = border.copy()
+                                border[kb - 1], border[kb] = border[kb], border[kb - 1]
                         mask = np.zeros(len(K), dtype=bool)
                         for b in border[:kb]:
                             mask[b * bs:min(nv, (b + 1) * bs)] = True
                         st["cand"][t] = mask
                     if restricted:
                         allowed &= st["cand"][t]
+                    SITE["t"] = t
                     lists.append(self.select(score[t], allowed, c["index_topk"]))
                 st["list"] = lists
             sel = st["list"]
@@ -473,6 +579,7 @@ class Reference:
         return out
 
     def forward(self, ids):
+        CALLS.clear()
         c = self.c
         T = len(ids)
         hc, eps = c["hc_mult"], c["rms_norm_eps"]
@@ -688,19 +795,126 @@ def build(spec, seed):
     return cfg, files, ref, tmap, rng
 
 
-def scan(name, n):
+VALUE_KINDS = ("sliding_kv_fp8", "compressed_fp4", "compressed_scale_e4m3")
+FRAGILE_REL = 1e-5  # "fragile": relative margin below this, or
+FRAGILE_BLOCK_REL = 1e-6  # margin relative to the block's largest |value| below this
+
+
+def robust_margin(gaps, rel_margins):
+    """The fixture's float32 safety margin: the smallest RELATIVE change of a float64 value that
+    flips a decision which changes the logits by itself: a sliding-KV FP8 or compressed-KV FP4 /
+    E4M3-scale rounding (relative distance of the QAT input to its rounding midpoint) or a top-k /
+    candidate-block boundary (gap over the row's largest |score|). Index-FP4 roundings are left
+    out: they only move index scores (by far less than the top-k gaps, see --flips), so they act
+    through the top-k gaps, which are in."""
+    return min([gaps.get("topk_min_rel_gap", 1.0), gaps.get("block_min_rel_gap", 1.0)] +
+               [rel_margins.get(k, 1.0) for k in VALUE_KINDS])
+
+
+def scan(name, n, start=0):
     """Prints, per candidate seed, the smallest top-k / block boundary gaps (relative to the row's
-    largest |score|) and the smallest distance of a QAT-rounded value to a rounding midpoint: near
-    ties and near midpoints flip between a float32 engine and this float64 reference."""
+    largest |score|) and the smallest relative distance of a QAT input to a rounding midpoint:
+    near ties and near midpoints flip between a float32 engine and this float64 reference (and
+    between two float32 engines that sum in different orders). score = robust_margin."""
     spec = FIXTURES[name]
-    for seed in range(n):
+    for seed in range(start, start + n):
         cfg, files, ref, tmap, rng = build(spec, seed)
         MARGINS.clear()
+        REL_MARGINS.clear()
         for T in spec["seq_lens"]:
             ref.forward(np.concatenate([[0], rng.integers(3, IMAGE_TOKEN, T - 1)]).astype(np.int64))
         g = ref.gaps
-        worst = min([g.get("topk_min_rel_gap", 1.0) * 0.1, g.get("block_min_rel_gap", 1.0) * 0.1] + list(MARGINS.values()))
-        print(seed, f"score={worst:.3g}", json.dumps({k: float(f"{v:.3g}") for k, v in {**g, **MARGINS}.items()}), flush=True)
+        worst = robust_margin(g, REL_MARGINS)
+        rel = {f"rel_{k}": v for k, v in REL_MARGINS.items()}
+        print(seed, f"score={worst:.3g}", json.dumps({k: float(f"{v:.3g}") for k, v in {**g, **rel}.items()
+                                                     if "rel" in k}), flush=True)
+
+
+def rel_l2(a, b):
+    """Per-position relative L2 of a against b ([T, V])."""
+    return np.linalg.norm(a - b, axis=1) / np.maximum(np.linalg.norm(b, axis=1), 1e-30)
+
+
+def perturb(name, spec, eps, kinds, reps):
+    """Evidence for the float32 sensitivity of a fixture: reruns the reference with the QAT inputs
+    (or the index scores) of one kind nudged by a relative eps (float32-sized: 2^-23 is one ulp)
+    and prints, per sequence, how far the logits move: median / max relative L2 over positions and
+    the first position above 1e-4. A fixture whose discrete decisions have margins well above
+    float32 noise stays at ~eps; one that sits on a rounding midpoint or a top-k tie jumps."""
+    cfg, files, ref, tmap, rng = build(spec, spec["seed"])
+    seqs = [np.concatenate([[0], rng.integers(3, IMAGE_TOKEN, T - 1)]).astype(np.int64) for T in spec["seq_lens"]]
+    base = []
+    for k, ids in enumerate(seqs):
+        MARGINS.clear()
+        COUNTS.clear()
+        base.append(ref.forward(ids))
+        print(f"{name} seq {k} (T={len(ids)}) margins", json.dumps({k2: float(f"{v:.3g}") for k2, v in MARGINS.items()}),
+              "counts", json.dumps(COUNTS), flush=True)
+    for kind in kinds:
+        for r in range(reps):
+            for k, ids in enumerate(seqs):
+                PERTURB.clear()
+                PERTURB[kind] = (eps, np.random.default_rng(1000 * r + k))
+                out = ref.forward(ids)
+                PERTURB.clear()
+                e = rel_l2(out, base[k])
+                big = np.nonzero(e > 1e-4)[0]
+                first = f"first >1e-4 at {big[0]} ({e[big[0]]:.3g})" if len(big) else "none >1e-4"
+                print(f"{name} nudge {kind} eps {eps:.3g} rep {r} seq {k}: median {np.median(e):.3g} max {e.max():.3g} "
+                      f"at {int(e.argmax())}, {first}, argmax agree {np.mean(out.argmax(1) == base[k].argmax(1)):.4f}",
+                      flush=True)
+
+
+DECISION_KINDS = ("sliding_kv_fp8", "compressed_fp4", "compressed_scale_e4m3", "index_fp4", "topk", "block")
+
+
+def flip_effects(ref, ids, base, near, rel_limit, per_kind=None):
+    """Flips each listed decision alone (a QAT value rounded to the grid point across its midpoint,
+    a top-k / candidate-block boundary swapped) and measures what it does to the logits against
+    base: the "fragile" list of report.json. near: NEARLIST entries; takes those whose relative
+    margin is below rel_limit (at most per_kind of each kind, closest first)."""
+    import copy
+    saved = (copy.deepcopy(MARGINS), copy.deepcopy(REL_MARGINS), copy.deepcopy(COUNTS), copy.deepcopy(ref.gaps),
+             list(NEARLIST))
+    out_list = []
+    for kind in DECISION_KINDS:
+        cand = sorted([x for x in near if x[0] == kind and
+                       (x[4] < rel_limit or x[5].get("block_relative_margin", 1.0) < FRAGILE_BLOCK_REL)],
+                      key=lambda x: x[4])[:per_kind]
+        for (kd, call, i, marg, rel, where) in cand:
+            FLIPS.clear()
+            FLIPS.add((kd, call, i))
+            out = ref.forward(ids)
+            FLIPS.clear()
+            e = rel_l2(out, base)
+            big = np.nonzero(e > 1e-4)[0]
+            d = {"kind": kd, **where, "relative_margin": float(f"{rel:.3g}")}
+            if kd not in ("topk", "block"):
+                d["margin_quanta"] = float(f"{marg:.3g}")
+            d["flip"] = {"first_pos_above_1e-4": int(big[0]) if len(big) else None,
+                         "max_rel": float(f"{e.max():.3g}"), "max_pos": int(e.argmax()),
+                         "median_rel": float(f"{np.median(e):.3g}"),
+                         "argmax_agree": float(f"{np.mean(out.argmax(1) == base.argmax(1)):.4f}")}
+            out_list.append(d)
+    for dst, src in zip((MARGINS, REL_MARGINS, COUNTS, ref.gaps), saved[:4]):  # the flipped runs don't count
+        dst.clear()
+        dst.update(src)
+    NEARLIST[:] = saved[4]
+    return out_list
+
+
+def flips(name, spec, n):
+    """Evidence mode: for each sequence, flips the n closest decisions of each kind one at a time
+    and prints what each single flip does to the logits. Compare with a GPU-CPU difference: a
+    flip's signature (first position, median, max) identifies it."""
+    cfg, files, ref, tmap, rng = build(spec, spec["seed"])
+    seqs = [np.concatenate([[0], rng.integers(3, IMAGE_TOKEN, T - 1)]).astype(np.int64) for T in spec["seq_lens"]]
+    for k, ids in enumerate(seqs):
+        NEARLIST.clear()
+        FLIPS.clear()
+        base = ref.forward(ids)
+        for d in flip_effects(ref, ids, base, list(NEARLIST), 1.0, n):
+            print(f"{name} seq {k}", json.dumps(d), flush=True)
 
 
 def make_fixture(name, spec, outdir):
@@ -762,17 +976,49 @@ def make_fixture(name, spec, outdir):
     refs, meta = {}, {}
     report = {"fixture": name, "storage": spec["storage"], "seq_lens": spec["seq_lens"]}
     MARGINS.clear()
+    REL_MARGINS.clear()
+    COUNTS.clear()
+    all_gaps, per_seq, fragile = None, {}, []
     for k, T in enumerate(spec["seq_lens"]):
         ids = np.concatenate([[0], rng.integers(3, IMAGE_TOKEN, T - 1)]).astype(np.int64)
+        saved_rel = dict(REL_MARGINS)
+        REL_MARGINS.clear()
+        NEARLIST.clear()
+        ref.gaps = {"topk_min_gap": float("inf"), "topk_boundary_ties": 0, "block_min_gap": float("inf"),
+                    "block_boundary_ties": 0}
         logits = ref.forward(ids)
+        near, g = list(NEARLIST), dict(ref.gaps)
+        per_seq[f"seq_{k}"] = {"robust_margin": float(f"{robust_margin(g, REL_MARGINS):.3g}"),
+                               **{f"rel_{kk}": float(f"{v:.3g}") for kk, v in REL_MARGINS.items()},
+                               **{kk: float(f"{g[kk]:.3g}") for kk in ("topk_min_rel_gap", "block_min_rel_gap") if kk in g}}
+        for kk, v in saved_rel.items():
+            REL_MARGINS[kk] = min(v, REL_MARGINS.get(kk, 1.0))
+        if all_gaps is None:
+            all_gaps = g
+        else:
+            for kk, v in g.items():
+                all_gaps[kk] = all_gaps[kk] + v if kk.endswith("ties") else min(all_gaps.get(kk, v), v)
+        for d in flip_effects(ref, ids, logits, near, FRAGILE_REL):
+            fragile.append({"seq": k, **d})
         refs[f"ids_{k}"] = t_i64(ids)
         refs[f"logits_{k}"] = t_f32(logits)
         report[f"logits_{k}"] = {"std": float(logits.std()), "absmax": float(np.abs(logits).max()),
                                  "distinct_argmax": int(len(set(logits.argmax(axis=1).tolist())))}
         # float32 storage of the float64 logits
         report[f"logits_{k}"]["f32_cast_max_abs"] = float(np.abs(logits - logits.astype(np.float32)).max())
-    report["indexer"] = {k: (None if v == float("inf") else v) for k, v in ref.gaps.items()}  # None: never pruned
+    report["indexer"] = {k: (None if v == float("inf") else v) for k, v in all_gaps.items()}  # None: never pruned
     report["qdq_min_margin_to_rounding_midpoint_in_quanta"] = dict(MARGINS)
+    # Relative margins: the relative change of a QAT input that reaches its rounding midpoint (the
+    # measure that float32 noise, ~1e-7..1e-6 relative, is compared with); robust_margin: the
+    # smallest over the decisions that change the logits by themselves (robust_margin()).
+    report["relative_margins"] = {"robust_margin": float(f"{robust_margin(all_gaps, REL_MARGINS):.3g}"),
+                                  **{f"rel_{k}": float(f"{v:.3g}") for k, v in REL_MARGINS.items()}, **per_seq}
+    report["qdq_counts"] = {k: {"n": v["n"], **{t: v[t] for t in v if t != "n"}} for k, v in COUNTS.items()}
+    # Every QAT rounding within FRAGILE_REL (relative to the value) or FRAGILE_BLOCK_REL (relative to its
+    # block) of its midpoint, and what flipping it alone does to the logits (first position > 1e-4, max, median).
+    report["fragile_rel_limit"] = FRAGILE_REL
+    report["fragile_block_rel_limit"] = FRAGILE_BLOCK_REL
+    report["fragile"] = fragile
     report["engram_multipliers"] = {str(l): ref.mult[l] for l in cfg["engram_layer_ids"]}
     report["engram_primes"] = {str(l): ref.primes[l] for l in cfg["engram_layer_ids"]}
     meta = {"fixture": name, "reference": "independent float64 numpy implementation of shared/docs/deepseek-v4.1.md "
@@ -789,9 +1035,28 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--only", default=None)
     ap.add_argument("--scan", type=int, default=0, help="only print boundary margins for seeds 0..N-1 of --only")
+    ap.add_argument("--seed", type=int, default=None, help="override the seed of --only (--scan: first seed)")
+    ap.add_argument("--seq-lens", default=None, help="override the sequence lengths of --only, e.g. 70,150")
+    ap.add_argument("--perturb", type=float, default=0.0,
+                    help="evidence mode: nudge QAT inputs / index scores of --only by this relative amount")
+    ap.add_argument("--kinds", default="index_fp4,sliding_kv_fp8,compressed_fp4,index_scores")
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--flips", type=int, default=0, help="evidence mode: flip the N closest decisions of each kind")
     a = ap.parse_args()
+    if a.only and (a.seed is not None or a.seq_lens):
+        FIXTURES[a.only] = dict(FIXTURES[a.only])
+        if a.seed is not None:
+            FIXTURES[a.only]["seed"] = a.seed
+        if a.seq_lens:
+            FIXTURES[a.only]["seq_lens"] = [int(x) for x in a.seq_lens.split(",")]
+    if a.flips:
+        flips(a.only, FIXTURES[a.only], a.flips)
+        return
+    if a.perturb:
+        perturb(a.only, FIXTURES[a.only], a.perturb, a.kinds.split(","), a.reps)
+        return
     if a.scan:
-        scan(a.only, a.scan)
+        scan(a.only, a.scan, a.seed or 0)
         return
     for name, spec in FIXTURES.items():
         if a.only and name != a.only:

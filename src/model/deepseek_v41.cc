@@ -10,12 +10,16 @@
 
 #include "io/checkpoint.h"
 #include "io/dequant.h"
+#include "model/v41_debug.h"
 #include "model/weight_reader.h"
 #include "ops/expert_loop.h"
 #include "util/error.h"
 #include "util/numeric.h"
 
 namespace deepinfer {
+
+V41QatHook g_v41_qat_hook = nullptr;
+
 namespace {
 
 using nlohmann::json;
@@ -715,8 +719,10 @@ void DeepseekV41Model::publish(int l, Step& st, size_t b, const float* ca, const
   be_.linear(lat, nw, d, *L.idx_wk, key, dI);
   be_.rms_norm(key, nw, dI, dI, L.idx_k_norm.data(), eps, key);
   be_.rope(key, nw, dI, 1, (int)dI, (int)r, wpos, inv_freq_compress_.data(), false);
+  if (g_v41_qat_hook) g_v41_qat_hook(l, "index keys", key, nw, dI);  // test-only (v41_debug.h)
   be_.kv_qdq(key, nw * dI, KvQdq::Fp4Pow2x32);
   be_.rope(lat, nw, d, 1, (int)d, (int)r, wpos, inv_freq_compress_.data(), false);
+  if (g_v41_qat_hook) g_v41_qat_hook(l, "compressed kv", lat, nw, d);
   be_.kv_qdq(lat, nw * d, KvQdq::Fp4E4m3x16);
   S.entries[l].n += nw;
   S.keys[l].n += nw;
@@ -739,6 +745,7 @@ void DeepseekV41Model::attention(int l, Step& st) {
   be_.linear(h, T, D, *L.wkv, kv.data(), d);
   be_.rms_norm(kv.data(), T, d, d, L.kv_norm.data(), eps, kv.data());
   be_.rope(kv.data(), T, d, 1, (int)d, (int)r, pos, inv_freq, false);
+  if (g_v41_qat_hook) g_v41_qat_hook(l, "sliding kv", kv.data(), T, d);  // test-only (v41_debug.h)
   be_.kv_qdq(kv.data(), T * d, KvQdq::Fp8Pow2x32);  // all d channels, RoPE tail included
 
   Buffer<float> ca, cz;  // compressor projections [T, d] (cz: ratio 2)
@@ -756,6 +763,7 @@ void DeepseekV41Model::attention(int l, Step& st) {
     gamma = Buffer<float>(be_, T * hI);
     be_.linear(qr.data(), T, ql, *L.idx_wq_b, iq.data(), hI * dI);
     be_.rope(iq.data(), T, hI * dI, (int)hI, (int)dI, (int)r, pos, inv_freq_compress_.data(), false);
+    if (g_v41_qat_hook) g_v41_qat_hook(l, "index q", iq.data(), T, hI * dI);  // test-only
     be_.kv_qdq(iq.data(), T * hI * dI, KvQdq::Fp4Pow2x32);
     be_.linear(h, T, D, *L.idx_weights_proj, gamma.data(), hI);
     be_.scale(gamma.data(), T * hI, 1.0f / std::sqrt((float)hI));

