@@ -95,6 +95,8 @@ cudaError_t gemm_dq(AFmt afmt, const void* x, const float* xs_t, int64_t M, int6
 // and every position in the batch.
 cudaError_t gemv_q(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
                    cudaStream_t s);
+// Rows one gemv_q / gemv_q_grouped launch covers for this weight and K: 32 where v4 runs, else 8 (v3).
+int gemv_q_rows(WeightRef W, int64_t K);
 // GEMV v3 (launches of 8 rows, short-lived blocks), same contract: kept for the op test's side by side.
 cudaError_t gemv_q_v3(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
                       int64_t ldy, cudaStream_t s);

@@ -861,20 +861,20 @@ __global__ void __launch_bounds__(G4_NT, 2) gemv4_kernel(const G4Params p) {
       if (rank == 0) {
         __syncthreads();
         // entry e of [RT][ncg][4][32]: lane (gg, tt), register r → row gg + 8·(r / 2), column 8j + 2·tt + r % 2
-        const int half = ncg * 128;
+        const int hsz = ncg * 128;  // entries of one tile
         if (!p.fuse) {
           for (int e = tid; e < REDN; e += G4_NT) {
-            const int rt = e / half, j = (e >> 7) % ncg, r = (e >> 5) & 3, ln = e & 31;
+            const int rt = e / hsz, j = (e >> 7) % ncg, r = (e >> 5) & 3, ln = e & 31;
             const int row = (ln >> 2) + 8 * (r >> 1), col = 8 * j + 2 * (ln & 3) + (r & 1);
             const int64_t n = tile_row(rg, rt) + row;
             if (col < rows && n < N) p.y[s_yoff[col] + n] = pp[e];
           }
         } else {  // tile 0 = gate rows, tile 1 = the matching up rows
-          for (int e = tid; e < half; e += G4_NT) {
+          for (int e = tid; e < hsz; e += G4_NT) {
             const int j = e >> 7, r = (e >> 5) & 3, ln = e & 31;
             const int row = (ln >> 2) + 8 * (r >> 1), col = 8 * j + 2 * (ln & 3) + (r & 1);
             const int64_t i = (int64_t)rg * 16 + row;
-            if (col < rows && i < p.I) p.y[s_yoff[col] + i] = detail::swiglu_clamp_one(pp[e], pp[half + e], p.lim, 1.0f);
+            if (col < rows && i < p.I) p.y[s_yoff[col] + i] = detail::swiglu_clamp_one(pp[e], pp[hsz + e], p.lim, 1.0f);
           }
         }
       }
@@ -930,7 +930,8 @@ cudaError_t g4_launch(G4Params p, int64_t z, int64_t z_est, cudaStream_t s) {
   p.stages = stages;
   const size_t smem = base + (size_t)stages * G4_STAGE_BYTES;
   auto kern = gemv4_kernel<WF, GROUPED>;
-  e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  // (always the same value: the limit, not this launch's size, so no launch in flight depends on it)
+  e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G4_SMEM_1);
   if (e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg = {};
   cfg.blockDim = dim3(G4_NT, 1, 1);
@@ -969,6 +970,8 @@ int pow2_ceil(int64_t m) {
   return r;
 }
 }  // namespace
+
+int gemv_q_rows(WeightRef W, int64_t K) { return g4_ok(W, K) ? G4_MAXM : 8; }
 
 cudaError_t gemv_q(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
                    cudaStream_t s) {
