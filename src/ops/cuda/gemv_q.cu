@@ -580,33 +580,45 @@ __device__ __forceinline__ void cp_wait_dyn(int n) {
   }
 }
 
-// x rows → shared memory as in fill_x (same unit order), rows flattened with k for more loads in flight.
+// x rows → shared memory as in fill_x (same unit order), rows flattened with k; eight units a thread
+// loaded before any is converted (64 KiB of x in flight a block: M = 32 stages 256 KiB in 4 round trips).
 template <WFmt WF>
 __device__ __forceinline__ void fill_x4(uint4* xs, const float* __restrict__ x, const int64_t* xoff, int rows, int mmr,
                                         int64_t kbase, int kpad, int64_t K) {
-  constexpr int NQ = GqFmt<WF>::NQ;
+  constexpr int NQ = GqFmt<WF>::NQ, B = 8;
   const int units = kpad / 8, total = rows * units;
-#pragma unroll 4
-  for (int idx = threadIdx.x; idx < total; idx += G4_NT) {
-    const int m = idx / units, u = idx - m * units;
-    const int64_t k = kbase + (int64_t)u * 8;
-    float v[8];
-    if (k < K) {
-      const float* xr = x + xoff[m] + k;
-      const float4 a = *reinterpret_cast<const float4*>(xr), b = *reinterpret_cast<const float4*>(xr + 4);
-      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-    } else {
+  for (int i0 = threadIdx.x; i0 < total; i0 += B * G4_NT) {
+    float4 a[B], b[B];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+    for (int i = 0; i < B; ++i) {
+      const int idx = i0 + i * G4_NT;
+      a[i] = b[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (idx < total) {
+        const int m = idx / units, u = idx - m * units;
+        const int64_t k = kbase + (int64_t)u * 8;
+        if (k < K) {
+          const float* xr = x + xoff[m] + k;
+          a[i] = *reinterpret_cast<const float4*>(xr), b[i] = *reinterpret_cast<const float4*>(xr + 4);
+        }
+      }
     }
-    uint4 o;
-    if constexpr (WF == WFmt::FP4_B32) {
-      o = make_uint4(pack_bf16(v[0], v[4]), pack_bf16(v[1], v[5]), pack_bf16(v[2], v[6]), pack_bf16(v[3], v[7]));
-    } else {
-      o = make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]), pack_bf16(v[6], v[7]));
+#pragma unroll
+    for (int i = 0; i < B; ++i) {
+      const int idx = i0 + i * G4_NT;
+      if (idx < total) {
+        const int m = idx / units, u = idx - m * units;
+        uint4 o;
+        if constexpr (WF == WFmt::FP4_B32) {
+          o = make_uint4(pack_bf16(a[i].x, b[i].x), pack_bf16(a[i].y, b[i].y), pack_bf16(a[i].z, b[i].z),
+                         pack_bf16(a[i].w, b[i].w));
+        } else {
+          o = make_uint4(pack_bf16(a[i].x, a[i].y), pack_bf16(a[i].z, a[i].w), pack_bf16(b[i].x, b[i].y),
+                         pack_bf16(b[i].z, b[i].w));
+        }
+        const int c = u / (4 * NQ), rem = u % (4 * NQ), t = rem / NQ, q = rem % NQ;
+        xs[((c * NQ + q) * mmr + m) * 4 + t] = o;
+      }
     }
-    const int c = u / (4 * NQ), rem = u % (4 * NQ), t = rem / NQ, q = rem % NQ;
-    xs[((c * NQ + q) * mmr + m) * 4 + t] = o;
   }
 }
 
