@@ -511,7 +511,8 @@ cudaError_t gemv_q_grouped_v3(const float* x, int64_t ldx, bool x_per_slot, cons
 //   itself (the scale words, copied by one lane each, are shared within the warp: __syncwarp after the
 //   wait). No block barrier in the stream of loads; the loads of later row groups stay in flight across
 //   a row group's reduction.
-// * The grid is one resident wave (cudaOccupancyMaxActiveClusters, queried each call): each block loops
+// * The grid is one resident wave (SMs · blocks an SM / cluster size, the SM count queried each call;
+//   cudaOccupancyMaxActiveClusters where a GPC's slots may not divide into clusters): each block loops
 //   over row groups rg = blockIdx.x + i·gridDim.x.
 // * M ≤ 32: up to four n8 column groups (x rows 8j..8j+7) share each dequantized A fragment.
 // * K-slice ≤ 2048 a cluster rank (x of 32 rows = 128 KiB), cluster ≤ 8 ranks: K ≤ 16384. fp4 needs
@@ -944,6 +945,8 @@ cudaError_t g4_launch(G4Params p, int64_t z, int64_t z_est, cudaStream_t s) {
   auto kern = gemv4_kernel<WF, GROUPED>;
   // (always the same value: the limit, not this launch's size, so no launch in flight depends on it)
   e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G4_SMEM_1);
+  // all of the unified L1 as shared memory (two blocks of ≤ 112 KiB an SM need it; the weights bypass L1)
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
   if (e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg = {};
   cfg.blockDim = dim3(G4_NT, 1, 1);
@@ -956,12 +959,16 @@ cudaError_t g4_launch(G4Params p, int64_t z, int64_t z_est, cudaStream_t s) {
   at[0].val.clusterDim.z = 1;
   cfg.attrs = at;
   cfg.numAttrs = 1;
-  // one resident wave: the clusters that fit at once, shared among the (estimated) active z slices
-  int clusters = 0;
-  cfg.gridDim = dim3(1, (unsigned)pl.cs, 1);
-  if (cudaOccupancyMaxActiveClusters(&clusters, kern, &cfg) != cudaSuccess || clusters <= 0) {
-    cudaGetLastError();
-    clusters = std::max(1, bps * sms / pl.cs);
+  // One resident wave: the clusters that fit at once, shared among the (estimated) active z slices.
+  // A GPC has an even number of SMs, so its block slots are a multiple of CS for CS ≤ 2 and for CS = 4
+  // with two blocks an SM: then SMs·blocks/CS is exact. Otherwise (CS = 8, or 4 with one block an SM)
+  // some slots cannot hold a whole cluster: ask the runtime (host cost only on those shapes).
+  int clusters = std::max(1, bps * sms / pl.cs);
+  if (pl.cs > 2 && !(pl.cs == 4 && bps == 2)) {
+    int q = 0;
+    cfg.gridDim = dim3(1, (unsigned)pl.cs, 1);
+    if (cudaOccupancyMaxActiveClusters(&q, kern, &cfg) == cudaSuccess && q > 0) clusters = std::min(clusters, q);
+    else cudaGetLastError();
   }
   const int64_t gx = std::min<int64_t>(p.row_groups, std::max<int64_t>(1, clusters / std::max<int64_t>(1, z_est)));
   cfg.gridDim = dim3((unsigned)gx, (unsigned)pl.cs, (unsigned)z);
