@@ -547,7 +547,8 @@ void CudaBackend::linear_groups(const float* x, int64_t M, int64_t ldx, const We
   const int64_t K = g.K, N = g.N;
   const int64_t kmul = g.packed ? (g.r.fmt == cuda::WFmt::BF16 ? 8 : g.r.fmt == cuda::WFmt::FP8_B128 ? 128 : 32) : 0;
   if (g.packed && !impl_->off("gemv_q") && M <= cuda::gemv_q_rows(g.r, K) && M <= kGroupsMaxT && ldx == g.G * K &&
-      ldy == g.G * N && K % kmul == 0 && K % 4 == 0 && (uintptr_t)x % 16 == 0 && g.w_stride % 16 == 0 && g.s_stride % 16 == 0) {
+      ldy == g.G * N && K % kmul == 0 && K % 4 == 0 && (uintptr_t)x % 16 == 0 && g.w_stride % 16 == 0 &&
+      g.s_stride % 16 == 0) {
     // Decode: one launch; group g of token t is "slot" t·G + g, whose input row is x[t, g·K ..] (row stride K).
     HostTimer ht_(impl_.get(), Impl::kOp);
     check(cuda::gemv_q_grouped(x, K, true, g.sel, M, (int)g.G, K, g.r, g.w_stride, g.s_stride, N, false, 0.0f, y, N,

@@ -106,8 +106,8 @@ cudaError_t gemv_q_v3(const float* x, int64_t M, int64_t K, int64_t ldx, WeightR
 // (w13: x_per_slot = false, the token's hidden x[T, K]; w2: true, the slot's activation x[T·topk, K]).
 // W_e = W.w + e·w_stride bytes (w_stride % 16 == 0), scales W.scale + e·s_stride bytes (gemm_grouped's
 // layout); y[T·topk, N] f32 (row stride ldy). One launch covers every slot; the slots that pick the same
-// expert are computed together (≤ min(32, T) at a time (v4; v3: 8), the weight read once for them). swiglu (w13 only):
-// N = 2·I with gu = [gate | up] rows, and y[T·topk, I] (ldy) receives swiglu_clamp's act instead
+// expert are computed together (≤ min(32, T) at a time on v4, 8 on v3; the weight read once for them).
+// swiglu (w13 only): N = 2·I with gu = [gate | up] rows, and y[T·topk, I] (ldy) receives swiglu_clamp's act instead
 // (silu(min(g, limit)) · clamp(u, ±limit), the same bits as swiglu_clamp on the f32 gu); N % 32 == 0.
 // Each slot's result is bitwise gemv_q of its row alone with W_e (same schedule: depends on fmt, N, K).
 cudaError_t gemv_q_grouped(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,

@@ -666,7 +666,8 @@ __global__ void __launch_bounds__(G4_NT, 2) gemv4_kernel(const G4Params p) {
   const int klen = (int)max((int64_t)0, min((int64_t)p.kslice, K - kbase));
   const int nch = (klen + CK - 1) / CK;
   const int nbat = max(1, (nch + G4_WARPS - 1) / G4_WARPS);  // jobs a row group (same for all warps)
-  const int nrg = (int)blockIdx.x < p.row_groups ? (p.row_groups - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x : 0;
+  const int gx = (int)gridDim.x, bx = (int)blockIdx.x;
+  const int nrg = bx < p.row_groups ? (p.row_groups - bx + gx - 1) / gx : 0;  // row groups bx, bx + gx, …
   const int njobs = nrg * nbat;
   auto tile_row = [&](int rg, int rt) -> int64_t {
     return p.fuse ? rt * p.I + (int64_t)rg * 16 : (int64_t)rg * (16 * G4_RT) + rt * 16;
@@ -783,7 +784,8 @@ __global__ void __launch_bounds__(G4_NT, 2) gemv4_kernel(const G4Params p) {
               e4m3x4_raw(u4get(wv[rt][0], i), a0, a2);
               e4m3x4_raw(u4get(wv[rt][1], i), a1, a3);
               a0 = bmul2(a0, m1[rt]), a1 = bmul2(a1, m1[rt]), a2 = bmul2(a2, m1[rt]), a3 = bmul2(a3, m1[rt]);
-              if (big[rt]) a0 = bmul2(a0, m2[rt]), a1 = bmul2(a1, m2[rt]), a2 = bmul2(a2, m2[rt]), a3 = bmul2(a3, m2[rt]);
+              if (big[rt])
+                a0 = bmul2(a0, m2[rt]), a1 = bmul2(a1, m2[rt]), a2 = bmul2(a2, m2[rt]), a3 = bmul2(a3, m2[rt]);
               A[rt][ii][0] = a0, A[rt][ii][1] = a1, A[rt][ii][2] = a2, A[rt][ii][3] = a3;
             }
 #pragma unroll
@@ -809,7 +811,8 @@ __global__ void __launch_bounds__(G4_NT, 2) gemv4_kernel(const G4Params p) {
           for (int h = 0; h < 2; ++h) e[h] = (int)((ssrc[rt * 16 + g + 8 * h] >> (8 * t)) & 0xFFu) - 1;
           big[rt] = __any_sync(0xffffffffu, max(e[0], e[1]) > 127);
 #pragma unroll
-          for (int h = 0; h < 2; ++h) m1[rt][h] = pow2_bf16x2(min(e[h], 127)), m2[rt][h] = pow2_bf16x2(max(e[h] - 127, 0));
+          for (int h = 0; h < 2; ++h)
+            m1[rt][h] = pow2_bf16x2(min(e[h], 127)), m2[rt][h] = pow2_bf16x2(max(e[h] - 127, 0));
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -819,7 +822,8 @@ __global__ void __launch_bounds__(G4_NT, 2) gemv4_kernel(const G4Params p) {
             e2m1x8_raw(u4get(wv[rt][0], i), r0[rt]);
             e2m1x8_raw(u4get(wv[rt][1], i), r1[rt]);
 #pragma unroll
-            for (int jj = 0; jj < 4; ++jj) r0[rt][jj] = bmul2(r0[rt][jj], m1[rt][0]), r1[rt][jj] = bmul2(r1[rt][jj], m1[rt][1]);
+            for (int jj = 0; jj < 4; ++jj)
+              r0[rt][jj] = bmul2(r0[rt][jj], m1[rt][0]), r1[rt][jj] = bmul2(r1[rt][jj], m1[rt][1]);
             if (big[rt]) {
 #pragma unroll
               for (int jj = 0; jj < 4; ++jj)
