@@ -1,6 +1,9 @@
-// Decode-time GEMV (M ≤ 8 rows) on tensor cores, weights read once in their stored format
-// (bf16 / e4m3 with 128×128 f32 block scales / e2m1 with 1×32 e8m0 scales), f32 activations rounded to
-// bf16 on the way into shared memory. Design notes and predictions: docs/cuda-notes.md, "GEMV v3".
+// Decode-time GEMV on tensor cores, weights read once in their stored format (bf16 / e4m3 with 128×128
+// f32 block scales / e2m1 with 1×32 e8m0 scales), f32 activations rounded to bf16 on the way into shared
+// memory. Two kernels: v3 (below, M ≤ 8 a launch, short-lived blocks; `gemv_q_v3`, and the shapes v4
+// does not take) and v4 (at the end of the file: long-lived blocks with a cp.async ring, M ≤ 32 a
+// launch; `gemv_q`, `gemv_q_grouped`). Design notes and predictions: docs/cuda-notes.md, "GEMV v3" and
+// "GEMV v4". The notes below are v3's; v4 keeps its fragment mapping and dequantization.
 //
 // Shape of the work: y[m, n] = Σ_k bf16(x[m, k]) · W[n, k] is an [N, K] × [K, ≤ 8] product, i.e. one
 // mma.sync.m16n8k16 per 16 weight rows × 16 k with the batch as the n8 side. CUDA-core FMAs could not
