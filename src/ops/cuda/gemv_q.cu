@@ -515,7 +515,7 @@ cudaError_t gemv_q_grouped_v3(const float* x, int64_t ldx, bool x_per_slot, cons
 //   wait). No block barrier in the stream of loads; the loads of later row groups stay in flight across
 //   a row group's reduction.
 // * The grid is one resident wave (SMs · blocks an SM / cluster size, the SM count queried each call;
-//   cudaOccupancyMaxActiveClusters where a GPC's slots may not divide into clusters): each block loops
+//   cudaOccupancyMaxActiveClusters for clusters of ≥ 4 when residency caps the grid): each block loops
 //   over row groups rg = blockIdx.x + i·gridDim.x.
 // * M ≤ 32: up to four n8 column groups (x rows 8j..8j+7) share each dequantized A fragment.
 // * K-slice ≤ 2048 a cluster rank (x of 32 rows = 128 KiB), cluster ≤ 8 ranks: K ≤ 16384. fp4 needs
@@ -967,11 +967,11 @@ cudaError_t g4_launch(G4Params p, int64_t z, int64_t z_est, cudaStream_t s) {
   cfg.attrs = at;
   cfg.numAttrs = 1;
   // One resident wave: the clusters that fit at once, shared among the (estimated) active z slices.
-  // A GPC has an even number of SMs, so its block slots are a multiple of CS for CS ≤ 2 and for CS = 4
-  // with two blocks an SM: then SMs·blocks/CS is exact. Otherwise (CS = 8, or 4 with one block an SM)
-  // some slots cannot hold a whole cluster: ask the runtime (host cost only on those shapes).
+  // A GPC has an even number of SMs, so SMs·blocks/CS is exact for CS ≤ 2. For CS ≥ 4 some block slots
+  // of a GPC may hold no whole cluster: ask the runtime, but only when the grid would be capped by
+  // residency (large N; small N launches one cluster a row group anyway).
   int clusters = std::max(1, bps * sms / pl.cs);
-  if (pl.cs > 2 && !(pl.cs == 4 && bps == 2)) {
+  if (pl.cs > 2 && (int64_t)p.row_groups * std::max<int64_t>(1, z_est) > clusters) {
     int q = 0;
     cfg.gridDim = dim3(1, (unsigned)pl.cs, 1);
     if (cudaOccupancyMaxActiveClusters(&q, kern, &cfg) == cudaSuccess && q > 0) clusters = std::min(clusters, q);
