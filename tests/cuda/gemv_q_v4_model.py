@@ -100,11 +100,27 @@ def run(fmt, M, N, K, gx_override=None, S=3, fuse=False, seed=0):
                 if b == nbat - 1:
                     i_rg = q // nbat; rg = bx + i_rg * gx
                     ncg = (M + 7) // 8; REDN = RT * ncg * 128
-                    red = np.zeros(WARPS * REDN)
-                    for (warp, rt, j, r, ln), v in acc.items():
-                        red[warp * REDN + ((rt * ncg + j) * 4 + r) * 32 + ln] = v
+                    halves = 2 if ncg > 2 else 1; cgh = 2 if ncg > 2 else ncg; REDH = RT * cgh * 128
+                    pp = np.full(REDN, np.nan)
+                    red = np.full(WARPS * REDH, np.nan)  # stale between halves, as in shared memory
+                    for hf in range(halves):
+                        for warp in range(WARPS):
+                            for rt in range(RT):
+                                for j in range(4):
+                                    if j >= ncg: break
+                                    jl = j - hf * cgh
+                                    if jl < 0 or jl >= cgh: continue
+                                    for r in range(4):
+                                        for ln in range(32):
+                                            red[warp * REDH + ((rt * cgh + jl) * 4 + r) * 32 + ln] = acc.get((warp, rt, j, r, ln), 0.0)
+                        for el in range(REDH):
+                            rt = el // (cgh * 128); j = (el >> 7) % cgh + hf * cgh
+                            if j >= ncg: continue
+                            v = sum(red[w * REDH + el] for w in range(WARPS))
+                            e = ((rt * ncg + j) << 7) + (el & 127)
+                            assert np.isnan(pp[e]); pp[e] = v
+                    assert not np.isnan(pp).any()
                     acc = {}
-                    pp = red.reshape(WARPS, REDN).sum(0)
                     ranks.append(None)
                     parts.setdefault((bx, rg), []).append(pp)
         # rank 0 output
@@ -136,5 +152,7 @@ for args in [('bf16', 1, 40, 256, 3), ('bf16', 9, 97, 520, 2), ('bf16', 32, 70, 
              ('fp4', 5, 40, 512, 2), ('fp4', 17, 64, 4096, 3), ('fp8', 31, 50, 1152, 4)]:
     fmt, M, N, K, gxo = args
     run(fmt, M, N, K, gx_override=gxo)
+run('bf16', 17, 40, 256, gx_override=1)
 run('fp4', 2, 64, 512, gx_override=1, fuse=True)
+run('fp4', 25, 64, 512, gx_override=2, fuse=True)
 run('bf16', 12, 96, 264, gx_override=2, fuse=True, S=2)

@@ -722,7 +722,8 @@ __global__ void __launch_bounds__(G4_NT, 2) gemv4_kernel(const G4Params p) {
   __syncthreads();                           // s_xoff, s_rows
   const int rows = s_rows, ncg = (rows + 7) / 8;
   const int REDN = G4_RT * ncg * 128;  // a block's outputs of one row group: [RT][ncg][4][32]
-  float* part = red + G4_WARPS * REDN;  // [2][REDN] (double buffered: read remotely)
+  // [2][REDN] block sums (double buffered: read remotely), after the warps' buffer [8][RT][≤ 2][128]
+  float* part = red + G4_WARPS * G4_RT * (ncg > 2 ? 2 : ncg) * 128;
   fill_x4<WF>(xs, p.x, s_xoff, rows, mmr, kbase, nch * CK, K);
   __syncthreads();
 
@@ -849,25 +850,34 @@ __global__ void __launch_bounds__(G4_NT, 2) gemv4_kernel(const G4Params p) {
     if (b == nbat - 1) {
       // Row group done: fixed-order reduction (warps 0..7, then cluster ranks 0..CS−1 on rank 0).
       const int i_rg = q / nbat, rg = (int)blockIdx.x + i_rg * (int)gridDim.x;
+      // M > 16: the column groups go through the warps' buffer in two halves (it holds two groups).
       float* pp = part + (i_rg & 1) * REDN;
-      float* rw = red + warp * REDN;
+      const int halves = ncg > 2 ? 2 : 1, cgh = ncg > 2 ? 2 : ncg, REDH = G4_RT * cgh * 128;
+      float* rw = red + warp * REDH;
+      for (int hf = 0; hf < halves; ++hf) {
+        if (hf) __syncthreads();  // the first half's sums have read the buffer
 #pragma unroll
-      for (int rt = 0; rt < G4_RT; ++rt)
+        for (int rt = 0; rt < G4_RT; ++rt)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          if (j >= ncg) break;
+          for (int j = 0; j < 4; ++j) {
+            if (j >= ncg) break;
+            const int jl = j - hf * cgh;  // this half's groups: jl ∈ [0, cgh)
+            if (jl < 0 || jl >= cgh) continue;
 #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            rw[((rt * ncg + j) * 4 + r) * 32 + lane] = acc[rt][j][r];
-            acc[rt][j][r] = 0.0f;
+            for (int r = 0; r < 4; ++r) {
+              rw[((rt * cgh + jl) * 4 + r) * 32 + lane] = acc[rt][j][r];
+              acc[rt][j][r] = 0.0f;
+            }
           }
-        }
-      __syncthreads();
-      for (int e = tid; e < REDN; e += G4_NT) {
-        float v = red[e];
+        __syncthreads();
+        for (int el = tid; el < REDH; el += G4_NT) {
+          const int rt = el / (cgh * 128), j = (el >> 7) % cgh + hf * cgh;
+          if (j >= ncg) continue;  // (ncg = 3: the second half has one group)
+          float v = red[el];
 #pragma unroll
-        for (int w = 1; w < G4_WARPS; ++w) v += red[w * REDN + e];
-        pp[e] = v;
+          for (int w = 1; w < G4_WARPS; ++w) v += red[w * REDH + el];
+          pp[((rt * ncg + j) << 7) + (el & 127)] = v;  // entry of [RT][ncg][4][32]
+        }
       }
       if (CS > 1) {
         cluster.sync();
@@ -918,9 +928,10 @@ G4Plan g4_plan(int64_t row_groups, int64_t K, int sms) {
   return {cs, (int)(cdiv(cdiv(K, cs), CK) * CK)};
 }
 
+// x staging + the warps' reduction buffer (≤ 2 column groups) + the double-buffered block sums
 constexpr size_t g4_base_bytes(int kslice, int mmr) {
-  const int ncg = (mmr + 7) / 8;
-  return (size_t)kslice * 2 * mmr + (size_t)(G4_WARPS + 2) * G4_RT * 128 * ncg * sizeof(float);
+  const int ncg = (mmr + 7) / 8, cgh = ncg > 2 ? 2 : ncg;
+  return (size_t)kslice * 2 * mmr + (size_t)(G4_WARPS * cgh + 2 * ncg) * G4_RT * 128 * sizeof(float);
 }
 constexpr size_t G4_SMEM_2 = 114688;  // dynamic shared memory of a block when two share an SM
 constexpr size_t G4_SMEM_1 = 231424;  // one block an SM (227 KiB opt-in, less the static part)
