@@ -1460,14 +1460,22 @@ Result gemv_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int variant, con
   poison(dy);
   CK(dc::gemv_q(dx.as<float>(), M, K, ldx, dq.ref(), N, dy.as<float>(), ldy, 0));
   auto yg = down<float>(dy, M * ldy);
-  std::vector<int64_t> all(N);
-  std::iota(all.begin(), all.end(), 0);
-  std::vector<float> yc(M * N), yr(M * N);
+  // the f64 reference on every output row, or on 256 rows spread over N (both ends included) when the
+  // shape is large; batch invariance and the padding are checked on all of them
+  std::vector<int64_t> all;
+  if (N * K <= (4ll << 20)) {
+    all.resize(N);
+    std::iota(all.begin(), all.end(), 0);
+  } else {
+    for (int i = 0; i < 256; ++i) all.push_back(std::min<int64_t>(N - 1, (N * i) / 255 + (i % 5) * (i < 255)));
+  }
+  const int64_t nr = (int64_t)all.size();
+  std::vector<float> yc(M * nr), yr(M * nr);
   bool pad_ok = true, inv_ok = true;
   std::vector<double> yd;
   for (int64_t m = 0; m < M; ++m) {
     gemv_ref_rows(q, x.data() + m * ldx, all, yd);
-    for (int64_t n = 0; n < N; ++n) yc[m * N + n] = yg[m * ldy + n], yr[m * N + n] = (float)yd[n];
+    for (int64_t i = 0; i < nr; ++i) yc[m * nr + i] = yg[m * ldy + all[i]], yr[m * nr + i] = (float)yd[i];
     for (int64_t n = N; n < ldy && m + 1 < M; ++n) {
       uint32_t u;
       memcpy(&u, &yg[m * ldy + n], 4);
@@ -1485,9 +1493,52 @@ Result gemv_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int variant, con
   return res;
 }
 
+// Batch invariance over M = 1..32: one M = 32 launch, then every window x[s .. s + M) (s = 0 and
+// s = 32 − M) launched as an M-row batch; each row bitwise equal to the same row of the M = 32 launch.
+// (Crosses the v4 column-group counts 1..4 and the x staging sizes 1..32 rows.)
+Result gemv_inv_case(dc::WFmt fmt, int64_t N, int64_t K, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const int64_t MM = 32;
+  const HostQ q = make_hostq(r, fmt, N, K, 0);
+  const int64_t ldx = K + 8, ldy = N + 3;
+  std::vector<float> x = randn(r, MM * ldx);
+  DevQ dq = upload_q(q);
+  DBuf dx = dup(x, "x"), dy = dalloc(MM * ldy * 4, "y32"), dyw = dalloc(MM * ldy * 4, "y_window");
+  poison(dy);
+  CK(dc::gemv_q(dx.as<float>(), MM, K, ldx, dq.ref(), N, dy.as<float>(), ldy, 0));
+  auto y32 = down<float>(dy, MM * ldy);
+  bool finite = true;
+  for (int64_t m = 0; m < MM; ++m)
+    for (int64_t n = 0; n < N; ++n) finite &= std::isfinite(y32[m * ldy + n]);
+  expect_true(res, finite, "M=32 output not finite (unwritten?)");
+  int bad = 0;
+  for (int64_t M = 1; M <= MM; ++M)
+    for (int64_t s0 : {(int64_t)0, MM - M}) {
+      poison(dyw);
+      CK(dc::gemv_q(dx.as<float>() + s0 * ldx, M, K, ldx, dq.ref(), N, dyw.as<float>(), ldy, 0));
+      auto yw = down<float>(dyw, M * ldy);
+      for (int64_t m = 0; m < M; ++m) bad += !rows_bitwise_equal(yw.data() + m * ldy, y32.data() + (s0 + m) * ldy, N);
+    }
+  expect_true(res, bad == 0, "batch invariance: " + std::to_string(bad) + " rows differ from the M=32 launch");
+  if (!bad) res.detail += "every window M=1..32 == M=32 rows (bitwise) ";
+  // and a sampled f64 check of the M = 32 launch
+  std::vector<int64_t> rows;
+  for (int i = 0; i < 32; ++i) rows.push_back(std::min<int64_t>(N - 1, (N * i) / 31));
+  std::vector<float> yc, yr;
+  std::vector<double> yd;
+  for (int64_t m = 0; m < MM; ++m) {
+    gemv_ref_rows(q, x.data() + m * ldx, rows, yd);
+    for (size_t i = 0; i < rows.size(); ++i) yc.push_back(y32[m * ldy + rows[i]]), yr.push_back((float)yd[i]);
+  }
+  expect_nmse(res, "y(32 rows)", yc, yr, 1e-6);
+  return res;
+}
+
 // Perf (and a sampled check): the weight is rotated among ⌈256 MB / bytes⌉ copies so that every timed
 // launch reads it from HBM (the H200's L2 is 60 MB).
-Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, const std::string& name) {
+Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, bool v3, const std::string& name) {
+  auto gemv = v3 ? dc::gemv_q_v3 : dc::gemv_q;
   Rng r = rng_for(name);
   Result res;
   const int64_t ldws = fmt == dc::WFmt::FP8_B128 ? ((K / 128 + 3) / 4) * 4 : 0;
@@ -1518,7 +1569,7 @@ Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, const std::
   auto W = [&](int c) {
     return dc::WeightRef{fmt, dw.as<uint8_t>() + c * wstr, ds.base ? ds.as<uint8_t>() + c * sstr : nullptr, ldws};
   };
-  CK(dc::gemv_q(dx.as<float>(), M, K, ldx, W(0), N, dy.as<float>(), ldy, 0));
+  CK(gemv(dx.as<float>(), M, K, ldx, W(0), N, dy.as<float>(), ldy, 0));
   // sampled check of copy 0: 64 rows spread over N
   HostQ q{fmt, N, K, ldws};
   q.w = down<uint8_t>(dw, wb);
@@ -1534,11 +1585,17 @@ Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, const std::
   }
   expect_nmse(res, "y(64 rows)", yc, yr, 1e-6);
   int it = 0;
-  res.us = time_us([&] { dc::gemv_q(dx.as<float>(), M, K, ldx, W(it++ % copies), N, dy.as<float>(), ldy, 0); });
+  res.us = time_us([&] { gemv(dx.as<float>(), M, K, ldx, W(it++ % copies), N, dy.as<float>(), ldy, 0); });
   res.bytes = (double)(wb + sb) + M * K * 4.0 + M * N * 4.0;
   res.flops = 2.0 * M * N * K;
-  char buf[64];
-  snprintf(buf, sizeof buf, "(%d weight copies rotated) ", copies);
+  // host cost of one call (argument checks, plan, attribute and occupancy queries, launch)
+  CK(cudaDeviceSynchronize());
+  const auto h0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) gemv(dx.as<float>(), M, K, ldx, W(i % copies), N, dy.as<float>(), ldy, 0);
+  const double host_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count() / 20;
+  CK(cudaDeviceSynchronize());
+  char buf[96];
+  snprintf(buf, sizeof buf, "(%d weight copies rotated; %.1f MB; host %.1f us/call) ", copies, (wb + sb) / 1e6, host_us);
   res.detail += buf;
   return res;
 }
@@ -1994,24 +2051,54 @@ void register_cases() {
   {
     using F = dc::WFmt;
     struct GQ { F f; int64_t M, N, K; int variant; const char* what; };
-    const GQ gq[] = {{F::BF16, 1, 1000, 4096, 0, ""},
-                     {F::BF16, 3, 520, 1032, 0, " (K%32!=0: partial chunk)"},
-                     {F::BF16, 8, 264, 16384, 0, " (cluster split-K)"},
-                     {F::BF16, 13, 97, 256, 0, " (M>8: launches of 8; odd N)"},
-                     {F::FP8_B128, 1, 1024, 4096, 0, ""},
-                     {F::FP8_B128, 3, 1000, 1152, 0, " (ragged scale grid)"},
-                     {F::FP8_B128, 8, 520, 16384, 0, " (cluster split-K)"},
-                     {F::FP8_B128, 5, 44, 128, 0, " (tiny)"},
-                     {F::FP8_B128, 2, 264, 512, 1, " subnormal e4m3 (exact dequant)"},
-                     {F::FP8_B128, 7, 136, 256, 2, " scales 2^8..2^10 (two-step scale)"},
-                     {F::FP4_B32, 1, 4096, 4096, 0, ""},
-                     {F::FP4_B32, 3, 1000, 2080, 0, " (K%128!=0)"},
-                     {F::FP4_B32, 8, 512, 16384, 0, " (cluster split-K)"},
-                     {F::FP4_B32, 2, 24, 32, 0, " (tiny)"},
-                     {F::FP4_B32, 4, 128, 1024, 2, " e8m0 126..135 (two-step scale)"}};
+    // M ∈ {1, 3, 8, 9, 16, 31, 32} on small shapes and odd N (full f64 reference); the V4-Flash shapes
+    // (q_lora 1024, heads·head_dim 32768, o_lora·groups 8192, hidden 4096, moe_inter 2048, vocab 129280
+    // with a short K) at M ∈ {1, 9, 32} (256 sampled rows). Every case: each row bitwise equal to it alone.
+    std::vector<GQ> gq = {{F::BF16, 3, 520, 1032, 0, " (K%32!=0: partial chunk)"},
+                          {F::BF16, 8, 264, 16384, 0, " (cluster split-K 8)"},
+                          {F::BF16, 13, 97, 256, 0, " (odd N)"},
+                          {F::BF16, 40, 97, 256, 0, " (M>32: launches of 32)"},
+                          {F::BF16, 5, 136, 24576, 0, " (K>16384: v3 path)"},
+                          {F::FP8_B128, 3, 1000, 1152, 0, " (ragged scale grid)"},
+                          {F::FP8_B128, 8, 520, 16384, 0, " (cluster split-K 8)"},
+                          {F::FP8_B128, 5, 44, 128, 0, " (tiny)"},
+                          {F::FP8_B128, 2, 264, 512, 1, " subnormal e4m3 (exact dequant)"},
+                          {F::FP8_B128, 20, 264, 512, 1, " subnormal e4m3 (exact dequant)"},
+                          {F::FP8_B128, 7, 136, 256, 2, " scales 2^8..2^10 (two-step scale)"},
+                          {F::FP8_B128, 27, 136, 256, 2, " scales 2^8..2^10 (two-step scale)"},
+                          {F::FP4_B32, 3, 1000, 2080, 0, " (K%128!=0: v3 path)"},
+                          {F::FP4_B32, 12, 1000, 2080, 0, " (K%128!=0: v3 path, launches of 8)"},
+                          {F::FP4_B32, 8, 512, 16384, 0, " (cluster split-K 8)"},
+                          {F::FP4_B32, 2, 24, 32, 0, " (tiny, v3 path)"},
+                          {F::FP4_B32, 4, 128, 1024, 2, " e8m0 126..135 (two-step scale)"},
+                          {F::FP4_B32, 29, 128, 1024, 2, " e8m0 126..135 (two-step scale)"}};
+    for (int64_t M : {1, 3, 8, 9, 16, 31, 32}) {
+      gq.push_back({F::BF16, M, 1000, 4096, 0, " (odd N)"});
+      gq.push_back({F::FP8_B128, M, 1000, 4096, 0, " (odd N)"});
+      gq.push_back({F::FP8_B128, M, ql, D, 0, " (wq_a)"});
+      gq.push_back({F::FP4_B32, M, 1000, 4096, 0, " (odd N)"});
+      gq.push_back({F::FP4_B32, M, 200, 2048, 0, " (odd N, w2 K)"});
+    }
+    for (int64_t M : {1, 9, 32}) {
+      gq.push_back({F::FP8_B128, M, H * d, ql, 0, " (wq_b)"});
+      gq.push_back({F::FP8_B128, M, D, G * ol, 0, " (wo_b)"});
+      gq.push_back({F::FP8_B128, M, D, I, 0, " (shared w2)"});
+      gq.push_back({F::FP4_B32, M, 2 * I, D, 0, " (routed w13)"});
+      gq.push_back({F::FP4_B32, M, D, I, 0, " (routed w2)"});
+      gq.push_back({F::BF16, M, 2 * d, D, 0, " (compressor)"});
+      gq.push_back({F::BF16, M, Vv, 256, 0, " (vocab rows, short K)"});
+      gq.push_back({F::BF16, M, 4095, 4096, 0, " (odd N)"});
+    }
     for (auto c : gq) {
       auto n = nm("gemv_q %s M=%ld N=%ld K=%ld%s", wfmt_name(c.f), c.M, c.N, c.K, c.what);
       add(n, [=] { return gemv_case(c.f, c.M, c.N, c.K, c.variant, n); });
+    }
+    struct GI { F f; int64_t N, K; };
+    const GI gi[] = {{F::BF16, 1000, 4096}, {F::BF16, 97, 16384}, {F::FP8_B128, 1000, 4096}, {F::FP8_B128, 4096, 2048},
+                     {F::FP8_B128, 264, 16384}, {F::FP4_B32, 1000, 4096}, {F::FP4_B32, 4096, 2048}};
+    for (auto c : gi) {
+      auto n = nm("gemv_q invariance M=1..32 %s N=%ld K=%ld", wfmt_name(c.f), c.N, c.K);
+      add(n, [=] { return gemv_inv_case(c.f, c.N, c.K, n); });
     }
     struct GG { F f; int64_t T; int topk, E; int64_t N, K; bool per_slot, swiglu; const char* what; };
     const GG gg[] = {{F::FP4_B32, 3, 6, 16, 256, 512, false, false, "x[t] (w13 mode)"},
@@ -2019,7 +2106,12 @@ void register_cases() {
                      {F::FP4_B32, 12, 3, 4, 96, 256, true, false, "x[slot], experts repeated > 8 times"},
                      {F::FP4_B32, 4, 6, 16, 512, 1024, false, true, "x[t], fused swiglu"},
                      {F::FP8_B128, 4, 8, 8, 1024, 4096, true, false, "x[slot] (wo_a as 8 groups)"},
-                     {F::BF16, 2, 2, 3, 264, 520, false, false, "x[t]"}};
+                     {F::BF16, 2, 2, 3, 264, 520, false, false, "x[t]"},
+                     {F::FP8_B128, 32, 8, 8, 256, 4096, true, false, "x[slot] (wo_a as 8 groups, runs of 32)"},
+                     {F::FP8_B128, 9, 8, 8, 1000, 1024, true, false, "x[slot] (runs of 9, odd N)"},
+                     {F::FP4_B32, 16, 6, 16, 512, 1024, false, true, "x[t], fused swiglu, runs ≤ 16"},
+                     {F::FP4_B32, 40, 2, 2, 256, 512, true, false, "x[slot], 2 experts x 40 slots: runs of 32 + 8"},
+                     {F::BF16, 31, 2, 3, 97 * 2, 264, false, false, "x[t], odd N"}};
     for (auto c : gg) {
       auto n = nm("gemv_q_grouped %s T=%ld topk=%d E=%d N=%ld K=%ld %s", wfmt_name(c.f), c.T, c.topk, c.E, c.N, c.K, c.what);
       add(n, [=] { return gemv_grouped_case(c.f, c.T, c.topk, c.E, c.N, c.K, c.per_slot, c.swiglu, n); });
@@ -2031,13 +2123,20 @@ void register_cases() {
                        {F::BF16, 2 * d, D, "compressor wkv/wgate"}, {F::BF16, 256, D, "router gate"},
                        {F::FP8_B128, 2 * I, D, "shared w13"}, {F::FP8_B128, D, I, "shared w2"},
                        {F::FP4_B32, 2 * I, D, "routed w13, one expert"}, {F::FP4_B32, D, I, "routed w2, one expert"},
+                       {F::FP8_B128, 512, D, "2 MB"}, {F::FP8_B128, 2048, D, "8 MB"}, {F::FP8_B128, 8192, D, "32 MB"},
                        {F::BF16, Vv, D, "head"}};
-      for (auto c : gp)
-        for (int64_t M : {1, 4, 8}) {
+      // v4 at M = 1..32; v3 (gemv_q_v3, launches of 8) side by side at M = 1 and 8
+      for (auto c : gp) {
+        for (int64_t M : {1, 4, 8, 16, 32}) {
           auto n = nm("gemv_q perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
-          add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, n); });
+          add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, false, n); });
         }
-      for (int64_t T : {1, 4, 8}) {
+        for (int64_t M : {1, 8}) {
+          auto n = nm("gemv_q_v3 perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
+          add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, true, n); });
+        }
+      }
+      for (int64_t T : {1, 4, 8, 16, 32}) {
         auto n = nm("gemv_q_grouped perf fp8 T=%ld x 8 groups N=%ld K=%ld (wo_a, sel=0..7)", T, ol, H * d / G);
         add(n, [=] { return gemv_grouped_perf_case(F::FP8_B128, T, 8, 8, ol, H * d / G, true, false, true, n); });
       }

@@ -441,9 +441,11 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
   }
   if (M <= 0) return;
   const int64_t K = w.K, N = w.N;
-  // Decode sizes: the tensor-core GEMV reads x in float32 and the weight once (batch invariant for M ≤ 8).
+  // Decode sizes: the tensor-core GEMV reads x in float32 and the weight once (batch invariant for
+  // M ≤ gemv_q_rows: 32 for v4's shapes, 8 for the rest).
   const int64_t kmul = w.fmt == WeightFormat::BF16 ? 8 : w.fmt == WeightFormat::FP8 ? 128 : 32;
-  if (!impl_->off("gemv_q") && M <= 8 && K % kmul == 0 && K <= 32768 && ldx % 4 == 0 && (uintptr_t)x % 16 == 0) {
+  if (!impl_->off("gemv_q") && M <= cuda::gemv_q_rows(w.ref(), K) && K % kmul == 0 && K <= 32768 && ldx % 4 == 0 &&
+      (uintptr_t)x % 16 == 0) {
     check(cuda::gemv_q(x, M, K, ldx, w.ref(), N, y, ldy, s), "linear (gemv)");
     return;
   }
@@ -632,12 +634,13 @@ void pack_weights(const std::vector<WeightPtr>& ws, cuda::WeightRef* r, int64_t*
 
 // Block-diagonal groups: packed (one allocation, per-group views for the general path) when they are
 // stored-format weights of one layout, else the weights as given.
+constexpr int64_t kGroupsMaxT = 32;  // tokens of linear_groups' one-launch decode path
 struct CudaGroups final : WeightGroups {
   std::vector<WeightPtr> w;  // per group (views into the pack when packed)
   bool packed = false;
   cuda::WeightRef r{};
   int64_t w_stride = 0, s_stride = 0;
-  int32_t* sel = nullptr;  // [8, G]: sel[t, g] = g, gemv_q_grouped's "expert" ids
+  int32_t* sel = nullptr;  // [kGroupsMaxT, G]: sel[t, g] = g, gemv_q_grouped's "expert" ids
   ~CudaGroups() override {
     w.clear();
     if (!packed) return;
@@ -672,7 +675,7 @@ WeightGroupsPtr CudaBackend::make_groups(std::vector<WeightPtr> ws) {
     g->w.push_back(std::move(v));
   }
   ws.clear();
-  std::vector<int32_t> sel(8 * g->G);
+  std::vector<int32_t> sel(kGroupsMaxT * g->G);
   for (size_t i = 0; i < sel.size(); ++i) sel[i] = (int32_t)(i % g->G);
   check(cudaMalloc(&g->sel, sel.size() * sizeof(int32_t)), "groups allocation");
   check(cudaMemcpy(g->sel, sel.data(), sel.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "groups upload");
@@ -685,8 +688,9 @@ void CudaBackend::linear_groups(const float* x, int64_t M, int64_t ldx, const We
   const auto& g = static_cast<const CudaGroups&>(wg);
   const int64_t K = g.K, N = g.N;
   const int64_t kmul = g.packed ? (g.r.fmt == cuda::WFmt::BF16 ? 8 : g.r.fmt == cuda::WFmt::FP8_B128 ? 128 : 32) : 0;
-  if (g.packed && M <= 8 && ldx == g.G * K && ldy == g.G * N && K % kmul == 0 && K % 4 == 0 &&
-      (uintptr_t)x % 16 == 0 && g.w_stride % 16 == 0 && g.s_stride % 16 == 0) {
+  if (g.packed && !impl_->off("gemv_q") && M <= cuda::gemv_q_rows(g.r, K) && M <= kGroupsMaxT && ldx == g.G * K &&
+      ldy == g.G * N && K % kmul == 0 && K % 4 == 0 && (uintptr_t)x % 16 == 0 && g.w_stride % 16 == 0 &&
+      g.s_stride % 16 == 0) {
     // Decode: one launch; group g of token t is "slot" t·G + g, whose input row is x[t, g·K ..] (row stride K).
     HostTimer ht_(impl_.get(), Impl::kOp);
     check(cuda::gemv_q_grouped(x, K, true, g.sel, M, (int)g.G, K, g.r, g.w_stride, g.s_stride, N, false, 0.0f, y, N,

@@ -88,19 +88,26 @@ cudaError_t gemm_dq(AFmt afmt, const void* x, const float* xs_t, int64_t M, int6
 // x[M, K] f32 (row stride ldx, ldx % 4 == 0, x 16-byte aligned) is rounded to bf16 (nearest even) as it
 // is staged, so the products are those of gemm_dq with a bf16 x; W (16-byte aligned) dequantizes
 // exactly: FP8_B128 with power-of-two scales (other scales are rounded to bf16 first), FP4_B32 with any
-// e8m0 byte but 255 (NaN). K % 8 (BF16), K % 128 (FP8), K % 32 (FP4), K ≤ 32768; any N. M ≤ 8 is one
-// launch; larger M runs in launches of 8 rows. Batch invariant: each output's summation order depends
-// only on (W.fmt, N, K), so row m is bitwise the same for every M and every position in the batch.
+// e8m0 byte but 255 (NaN). K % 8 (BF16), K % 128 (FP8), K % 32 (FP4), K ≤ 32768; any N.
+// v4 (K ≤ 16384, fp4 K % 128 == 0, scale 4-byte aligned): M ≤ 32 is one launch (larger M in launches
+// of 32); other shapes run v3 (launches of 8 rows). Batch invariant: each output's summation order
+// depends only on (W.fmt, N, K) (and the device's SM count), so row m is bitwise the same for every M
+// and every position in the batch.
 cudaError_t gemv_q(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
                    cudaStream_t s);
+// Rows one gemv_q / gemv_q_grouped launch covers for this weight and K: 32 where v4 runs, else 8 (v3).
+int gemv_q_rows(WeightRef W, int64_t K);
+// GEMV v3 (launches of 8 rows, short-lived blocks), same contract: kept for the op test's side by side.
+cudaError_t gemv_q_v3(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
+                      int64_t ldy, cudaStream_t s);
 // Routed experts at decode, routing read on the device (no host sync). For slot j = t·topk + k of
 // sel[T, topk] (int32 expert ids, from moe_route), with e = sel[j]:
 //   y[j, N] = bf16(x[r]) · dequant(W_e)[N, K]ᵀ, r = x_per_slot ? j : t   (x[*, K] f32, row stride ldx)
 // (w13: x_per_slot = false, the token's hidden x[T, K]; w2: true, the slot's activation x[T·topk, K]).
 // W_e = W.w + e·w_stride bytes (w_stride % 16 == 0), scales W.scale + e·s_stride bytes (gemm_grouped's
 // layout); y[T·topk, N] f32 (row stride ldy). One launch covers every slot; the slots that pick the same
-// expert are computed together (≤ 8 at a time, the weight read once for them). swiglu (w13 only):
-// N = 2·I with gu = [gate | up] rows, and y[T·topk, I] (ldy) receives swiglu_clamp's act instead
+// expert are computed together (≤ min(32, T) at a time on v4, 8 on v3; the weight read once for them).
+// swiglu (w13 only): N = 2·I with gu = [gate | up] rows, and y[T·topk, I] (ldy) receives swiglu_clamp's act instead
 // (silu(min(g, limit)) · clamp(u, ±limit), the same bits as swiglu_clamp on the f32 gu); N % 32 == 0.
 // Each slot's result is bitwise gemv_q of its row alone with W_e (same schedule: depends on fmt, N, K).
 cudaError_t gemv_q_grouped(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
