@@ -393,8 +393,7 @@ __global__ void __launch_bounds__(MG_NT, 1) moe_expert_gemm_kernel(const MgParam
           const int ea = (int)base[SOFF + ra * SROW + c * 2 + (t >> 1)] - 1;
           const int eb = (int)base[SOFF + rb * SROW + c * 2 + (t >> 1)] - 1;
           const uint32_t ca = pow2_bf16x2(min(ea, 127)), cb = pow2_bf16x2(min(eb, 127));
-          const bool big = __any_sync(0xffffffffu, max(ea, eb) > 127);
-          const uint32_t ca2 = pow2_bf16x2(max(ea - 127, 0)), cb2 = pow2_bf16x2(max(eb - 127, 0));
+          const bool big = __any_sync(0xffffffffu, max(ea, eb) > 127);  // rare: scale > 2
           const uint32_t sa0 = va.x << 4, sa1 = va.y << 4, sb0 = vb.x << 4, sb1 = vb.y << 4;
           uint32_t r[4][4];
           r[0][0] = e2m1x2_raw<0>(va.x, sa0), r[0][2] = e2m1x2_raw<1>(va.x, sa0);
@@ -409,7 +408,11 @@ __global__ void __launch_bounds__(MG_NT, 1) moe_expert_gemm_kernel(const MgParam
           for (int i = 0; i < 4; ++i) {
             A[mt][i][0] = bmul2(r[i][0], ca), A[mt][i][2] = bmul2(r[i][2], ca);
             A[mt][i][1] = bmul2(r[i][1], cb), A[mt][i][3] = bmul2(r[i][3], cb);
-            if (big) {
+          }
+          if (big) {  // warp-uniform; the second factors only here
+            const uint32_t ca2 = pow2_bf16x2(max(ea - 127, 0)), cb2 = pow2_bf16x2(max(eb - 127, 0));
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
               A[mt][i][0] = bmul2(A[mt][i][0], ca2), A[mt][i][2] = bmul2(A[mt][i][2], ca2);
               A[mt][i][1] = bmul2(A[mt][i][1], cb2), A[mt][i][3] = bmul2(A[mt][i][3], cb2);
             }
