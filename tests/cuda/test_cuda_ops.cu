@@ -2056,10 +2056,10 @@ void register_cases() {
                     skew ? "skewed" : "uniform");
         add(n, [=] { return moe_grouped_case(f, T, 64, 6, 512, 256, skew, 0, 0, true, n); });
       }
-    add("moe_grouped fp4 T=40 E=16 K=4 D=1024 I=384 e8m0 126..135 (two-step scale, checked)",
-        [] { return moe_grouped_case(F::FP4_B32, 40, 16, 4, 1024, 384, 0, 2, 0, true, "mg_fp4_big"); });
-    add("moe_grouped fp8 T=40 E=16 K=4 D=1024 I=384 scales 2^8..2^10 (two-step scale, checked)",
-        [] { return moe_grouped_case(F::FP8_B128, 40, 16, 4, 1024, 384, 0, 2, 0, true, "mg_fp8_big"); });
+    add("moe_grouped fp4 T=40 E=16 K=4 D=1024 I=768 e8m0 126..135 (two-step scale, checked)",
+        [] { return moe_grouped_case(F::FP4_B32, 40, 16, 4, 1024, 768, 0, 2, 0, true, "mg_fp4_big"); });
+    add("moe_grouped fp8 T=40 E=16 K=4 D=1024 I=768 scales 2^8..2^10 (two-step scale, checked)",
+        [] { return moe_grouped_case(F::FP8_B128, 40, 16, 4, 1024, 768, 0, 2, 0, true, "mg_fp8_big"); });
     for (int64_t T : {9, 32, 256})
       for (F f : {F::FP4_B32, F::FP8_B128}) {
         auto n = nm("moe_grouped %s T=%ld E=256 K=6 D=4096 I=2048 (V4-Flash shapes, 6 tokens checked)", wfmt_name(f), T);
