@@ -1681,6 +1681,57 @@ std::vector<float> grouped_ref(const std::vector<float>& hb, const std::vector<i
   return ref;
 }
 
+// moe_expert_gemm alone (diagnoses a moe_grouped failure: grouping, w13 gather mode or w2 mode): z for
+// every grouped row against the f64 reference (x[row] · dequant(W_e) over the routed rows), and the fused
+// SwiGLU bitwise equal to swiglu_clamp (bf16 out) applied to the unfused z (same k order per element).
+Result expert_gemm_case(dc::WFmt fmt, int64_t T, int K, int E, int64_t N, int64_t Kd, int tm, bool gather,
+                        const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const int64_t S = T * K, I = N / 2, maxt = dc::moe_max_tiles(S, E, tm), nx = gather ? T : S, ldx = Kd + 8;
+  const DevExperts W = make_dev_experts(r, fmt, E, N, Kd, 0);
+  auto sel = make_sel(r, T, K, E, 1);
+  std::vector<float> x = randn(r, nx * ldx);
+  std::vector<bf16> xb = to_bf16(x);
+  DBuf dx = dup(xb, "x_bf16"), dsel = dup(sel, "sel"), doff = dalloc((E + 1) * 4, "offsets"), dperm = dalloc(S * 4, "perm"),
+       dslot = dalloc(S * 4, "slot_row"), dtile = dalloc(maxt * 8, "tiles"), dnt = dalloc(4, "n_tiles"),
+       dscr = dalloc(dc::moe_group_scratch_ints(S, E) * 4, "scratch"), dz = dalloc(S * N * 4, "z"),
+       da = dalloc(S * I * 2, "act_fused"), dref = dalloc(S * I * 2, "act_unfused");
+  poison(dz), poison(da), poison(dref);
+  CK(dc::moe_group_par(dsel.as<int32_t>(), T, K, E, tm, doff.as<int32_t>(), dperm.as<int32_t>(), dslot.as<int32_t>(),
+                       dtile.as<int2>(), dnt.as<int32_t>(), dscr.as<int32_t>(), 0));
+  const int32_t* g = gather ? dperm.as<int32_t>() : nullptr;
+  CK(dc::moe_expert_gemm(dx.as<bf16>(), ldx, g, Kd, W.ref(), W.wstr, W.sstr, N, false, 0.0f, dtile.as<int2>(),
+                         dnt.as<int32_t>(), maxt, doff.as<int32_t>(), tm, dz.p(), N, 0));
+  CK(dc::moe_expert_gemm(dx.as<bf16>(), ldx, g, Kd, W.ref(), W.wstr, W.sstr, N, true, 1.0f, dtile.as<int2>(),
+                         dnt.as<int32_t>(), maxt, doff.as<int32_t>(), tm, da.p(), I, 0));
+  CK(dc::swiglu_clamp(dz.as<float>(), S, I, 1.0f, nullptr, nullptr, dref.as<bf16>(), 0));
+  const HostGroup h = host_group(sel, T, K, E, tm);
+  auto z = down<float>(dz, S * N);
+  std::vector<float> zr(S * N), xr(Kd);
+  std::vector<int64_t> all(N);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<double> yd;
+  for (int e = 0; e < E; ++e) {
+    if (h.offsets[e + 1] == h.offsets[e]) continue;
+    const HostQ q = W.host(e);
+    for (int32_t row = h.offsets[e]; row < h.offsets[e + 1]; ++row) {
+      const int64_t src = gather ? h.perm[row] : row;
+      gemv_ref_rows(q, x.data() + src * ldx, all, yd);  // rounds x to bf16 like the upload
+      for (int64_t n = 0; n < N; ++n) zr[row * N + n] = (float)yd[n];
+    }
+  }
+  expect_nmse(res, "z", z, zr, 1e-10);
+  auto a = down<bf16>(da, S * I), ar = down<bf16>(dref, S * I);
+  const bool eq = memcmp(a.data(), ar.data(), S * I * 2) == 0;
+  int64_t clamped = 0;
+  for (float v : z) clamped += std::fabs(v) > 1.0f;
+  expect_true(res, eq, "fused swiglu != swiglu_clamp(z)");
+  expect_true(res, clamped > 0, "no value reached the clamp (test too weak)");
+  if (eq) res.detail += "fused swiglu == swiglu_clamp (bitwise) ";
+  return res;
+}
+
 // Checked: the moe_ffn path for T > 8 against the reference (all tokens, or `sample` tokens spread over T),
 // the grouping against the host, the CPU twin CpuBackend::moe_ffn (all tokens, when cpu_twin: it keeps the
 // act in f32, hence the looser tolerance), and batch invariance (the first 9 tokens alone, with another
@@ -2049,6 +2100,13 @@ void register_cases() {
       }
     add("moe_group_par T=1000 K=8 E=1024 tile=64 uniform (exact)", [] { return group_par_case(1000, 8, 1024, 64, 0, "mgp_e1024"); });
     add("moe_group_par T=3 K=2 E=5 tile=8 uniform (exact)", [] { return group_par_case(3, 2, 5, 8, 0, "mgp_tiny"); });
+    for (F f : {F::FP4_B32, F::FP8_B128, F::BF16})
+      for (int tm : {8, 16, 64}) {
+        auto n = nm("moe_expert_gemm %s T=40 K=4 E=8 N=768 K=512 tile=%d x gathered (w13 mode)", wfmt_name(f), tm);
+        add(n, [=] { return expert_gemm_case(f, 40, 4, 8, 768, 512, tm, true, n); });
+        n = nm("moe_expert_gemm %s T=40 K=4 E=8 N=768 K=512 tile=%d x per grouped row (w2 mode)", wfmt_name(f), tm);
+        add(n, [=] { return expert_gemm_case(f, 40, 4, 8, 768, 512, tm, false, n); });
+      }
     for (F f : {F::FP4_B32, F::FP8_B128, F::BF16})
       for (int64_t T : {9, 32, 256, 4096}) {
         const int skew = T >= 256 ? 1 : 0;
