@@ -18,7 +18,7 @@
 // * The MMA is mma.sync.m16n8k16 bf16 → f32 with the weights as A (16 weight rows an MMA) and the
 //   expert's rows as B (8 rows an n8 tile): a row tile of ≤ 8 rows costs one n8 tile, so decode (1..8
 //   rows an expert) wastes nothing and prefill (64-row tiles) runs 8 n8 tiles per A fragment.
-// * Weights and x both travel global → shared memory with cp.async in a 3-stage pipeline (a stage =
+// * Weights and x both travel global → shared memory with cp.async in a 2- or 3-stage pipeline (a stage =
 //   128 bytes of each of the 256 weight rows, i.e. 64 / 128 / 256 k for bf16 / fp8 / fp4, plus the
 //   x rows' matching k range and, fp4, the e8m0 bytes). Warp w owns 32 weight rows (two m16 tiles; with
 //   the fused SwiGLU: 16 gate rows and the matching 16 up rows) over the whole K, so no cross-warp
@@ -161,7 +161,17 @@ __global__ void __launch_bounds__(1024) group_scan_kernel(int64_t S, int E, int 
 // ---------------------------------------------------------------------------------------------------------
 constexpr int MG_WARPS = 8, MG_NT = MG_WARPS * 32;
 constexpr int MG_BN = 256;        // weight rows a block
-constexpr int MG_NST = 3;         // pipeline stages
+// Pipeline stages and blocks an SM by tile height: tiles of ≤ 32 rows (decode) run 2 stages and 2 blocks
+// an SM (≤ 128 registers, ≤ 109 KiB of shared memory each), so one block's start and end overlap the
+// other's stream; 64-row tiles (prefill) run 3 stages and one block an SM.
+template <int NT8>
+constexpr int mg_nst() {
+  return NT8 <= 4 ? 2 : 3;
+}
+template <int NT8>
+constexpr int mg_min_blocks() {
+  return NT8 <= 4 ? 2 : 1;
+}
 constexpr int MG_WB = 128;        // weight bytes of one row a stage
 constexpr int MG_WROW = MG_WB + 16;  // shared-memory bytes a weight row (16 of padding: no bank conflicts)
 
@@ -177,7 +187,7 @@ constexpr int mg_stage_bytes() {
 }
 template <WFmt WF, int NT8>
 constexpr int mg_smem_bytes() {
-  return MG_NST * mg_stage_bytes<WF, NT8>();
+  return mg_nst<NT8>() * mg_stage_bytes<WF, NT8>();
 }
 
 struct MgParams {
@@ -250,9 +260,10 @@ __device__ __forceinline__ uint32_t u4get(const uint4& v, int i) {
 }
 
 template <WFmt WF, int NT8>
-__global__ void __launch_bounds__(MG_NT, 1) moe_expert_gemm_kernel(const MgParams p) {
+__global__ void __launch_bounds__(MG_NT, mg_min_blocks<NT8>()) moe_expert_gemm_kernel(const MgParams p) {
   constexpr int KC = MgFmt<WF>::KC, XROW = MgFmt<WF>::XROW, SROW = MgFmt<WF>::SROW;
   constexpr int MR = 8 * NT8;  // rows a tile
+  constexpr int MG_NST = mg_nst<NT8>();
   constexpr int STAGE = mg_stage_bytes<WF, NT8>();
   constexpr int XOFF = MG_BN * MG_WROW, SOFF = XOFF + MR * XROW;
   extern __shared__ __align__(16) uint8_t mg_smem[];
@@ -508,7 +519,7 @@ cudaError_t moe_group_par(const int32_t* sel, int64_t T, int K, int E, int tile_
   return cudaGetLastError();
 }
 
-int moe_grouped_tile_m(int64_t T) { return T <= 8 ? 8 : T <= 16 ? 16 : T <= 32 ? 32 : 64; }
+int moe_grouped_tile_m(int64_t T) { return T <= 8 ? 8 : T <= 16 ? 16 : T <= 256 ? 32 : 64; }
 
 bool moe_expert_gemm_ok(WFmt f, int64_t N, int64_t K, bool swiglu) {
   const int64_t kc = f == WFmt::BF16 ? 64 : f == WFmt::FP8_B128 ? 128 : 256;

@@ -18,8 +18,9 @@ cudaError_t moe_group_par(const int32_t* sel, int64_t T, int K, int E, int tile_
                           int32_t* perm_tok, int32_t* slot_row, int2* tile_info, int32_t* n_tiles, int32_t* scratch,
                           cudaStream_t s);
 
-// The tile height (rows of one expert a work item) moe_expert_gemm wants for T tokens: 16 / 32 / 64
-// (8 for T ≤ 8). Any tile_m ∈ {8, 16, 32, 64} works; an expert's rows beyond it take more tiles.
+// The tile height (rows of one expert a work item) moe_expert_gemm wants for T tokens: 8 (T ≤ 8), 16
+// (T ≤ 16), 32 (T ≤ 256: decode, 2 blocks an SM), 64 (prefill). Any tile_m ∈ {8, 16, 32, 64} works; an
+// expert's rows beyond it take more tiles (its weights are then read once per tile, mostly from L2).
 int moe_grouped_tile_m(int64_t T);
 // Shapes moe_expert_gemm takes: K % 64 (bf16), % 128 (fp8), % 256 (fp4); N % 256 (swiglu: I = N/2 % 128).
 bool moe_expert_gemm_ok(WFmt f, int64_t N, int64_t K, bool swiglu);
