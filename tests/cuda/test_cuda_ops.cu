@@ -1635,21 +1635,22 @@ GroupedRun grouped_alloc(int64_t T, int K, int E, int64_t D, int64_t I, int tm) 
   poison(g.act), poison(g.ye), poison(g.out), poison(g.perm), poison(g.slot);
   return g;
 }
-cudaError_t grouped_w13(GroupedRun& g, const DevExperts& w13, float lim) {
+// fp4 weights take x in e2m1 pair order: h is converted so, and w13's epilogue writes act so for fp4 w2
+cudaError_t grouped_w13(GroupedRun& g, const DevExperts& w13, const DevExperts& w2, float lim) {
   return dc::moe_expert_gemm(g.hb.as<bf16>(), g.D, g.perm.as<int32_t>(), g.D, w13.ref(), w13.wstr, w13.sstr, 2 * g.I,
-                             true, lim, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt, g.off.as<int32_t>(), g.tm,
-                             g.act.p(), g.I, 0);
+                             true, lim, w2.fmt == dc::WFmt::FP4_B32, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt,
+                             g.off.as<int32_t>(), g.tm, g.act.p(), g.I, 0);
 }
 cudaError_t grouped_w2(GroupedRun& g, const DevExperts& w2) {
-  return dc::moe_expert_gemm(g.act.as<bf16>(), g.I, nullptr, g.I, w2.ref(), w2.wstr, w2.sstr, g.D, false, 0.0f,
+  return dc::moe_expert_gemm(g.act.as<bf16>(), g.I, nullptr, g.I, w2.ref(), w2.wstr, w2.sstr, g.D, false, 0.0f, false,
                              g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt, g.off.as<int32_t>(), g.tm, g.ye.p(), g.D, 0);
 }
 void grouped_run(GroupedRun& g, const DBuf& h, const DBuf& sel, const DBuf& wsel, const DevExperts& w13,
                  const DevExperts& w2, float lim) {
   CK(dc::moe_group_par(sel.as<int32_t>(), g.T, g.K, (int)g.E, g.tm, g.off.as<int32_t>(), g.perm.as<int32_t>(),
                        g.slot.as<int32_t>(), g.tiles.as<int2>(), g.nt.as<int32_t>(), g.scr.as<int32_t>(), 0));
-  CK(dc::f32_to_bf16_rows(h.as<float>(), g.T, g.D, g.D, g.hb.as<bf16>(), 0));
-  CK(grouped_w13(g, w13, lim));
+  CK(dc::moe_x_to_bf16(h.as<float>(), g.T, g.D, g.D, w13.fmt == dc::WFmt::FP4_B32, g.hb.as<bf16>(), 0));
+  CK(grouped_w13(g, w13, w2, lim));
   CK(grouped_w2(g, w2));
   CK(dc::moe_combine(g.ye.as<float>(), sel.as<int32_t>(), wsel.as<float>(), g.slot.as<int32_t>(), g.T, g.K, g.D, nullptr,
                      g.out.as<float>(), 0));
@@ -1681,6 +1682,30 @@ std::vector<float> grouped_ref(const std::vector<float>& hb, const std::vector<i
   return ref;
 }
 
+// moe_x_to_bf16: natural and e2m1 pair order, bitwise against the host (round to nearest even).
+Result x_pair_case(int64_t M, int64_t K, int64_t ldx, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  std::vector<float> x = randn(r, M * ldx);
+  DBuf dx = dup(x, "x"), dn = dalloc(M * K * 2, "y_natural"), dp = dalloc(M * K * 2, "y_pair");
+  poison(dn), poison(dp);
+  CK(dc::moe_x_to_bf16(dx.as<float>(), M, K, ldx, false, dn.as<bf16>(), 0));
+  CK(dc::moe_x_to_bf16(dx.as<float>(), M, K, ldx, true, dp.as<bf16>(), 0));
+  auto yn = down<uint16_t>(dn, M * K), yp = down<uint16_t>(dp, M * K);
+  bool okn = true, okp = true;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) {
+      bf16 b = __float2bfloat16_rn(x[m * ldx + k]);
+      uint16_t u;
+      memcpy(&u, &b, 2);
+      okn &= yn[m * K + k] == u;
+      okp &= yp[m * K + (k & ~7) + ((k & 7) < 4 ? 2 * (k & 7) : 2 * ((k & 7) - 4) + 1)] == u;
+    }
+  expect_true(res, okn, "natural order");
+  expect_true(res, okp, "pair order");
+  return res;
+}
+
 // moe_expert_gemm alone (diagnoses a moe_grouped failure: grouping, w13 gather mode or w2 mode): z for
 // every grouped row against the f64 reference (x[row] · dequant(W_e) over the routed rows), and the fused
 // SwiGLU bitwise equal to swiglu_clamp (bf16 out) applied to the unfused z (same k order per element).
@@ -1693,6 +1718,10 @@ Result expert_gemm_case(dc::WFmt fmt, int64_t T, int K, int E, int64_t N, int64_
   auto sel = make_sel(r, T, K, E, 1);
   std::vector<float> x = randn(r, nx * ldx);
   std::vector<bf16> xb = to_bf16(x);
+  if (fmt == dc::WFmt::FP4_B32)  // fp4 wants x in e2m1 pair order (k0 k4 k1 k5 k2 k6 k3 k7 in each 8 k)
+    for (int64_t m = 0; m < nx; ++m)
+      for (int64_t k = 0; k < Kd; ++k) xb[m * ldx + (k & ~7) + ((k & 7) < 4 ? 2 * (k & 7) : 2 * ((k & 7) - 4) + 1)] =
+          __float2bfloat16_rn(x[m * ldx + k]);
   DBuf dx = dup(xb, "x_bf16"), dsel = dup(sel, "sel"), doff = dalloc((E + 1) * 4, "offsets"), dperm = dalloc(S * 4, "perm"),
        dslot = dalloc(S * 4, "slot_row"), dtile = dalloc(maxt * 8, "tiles"), dnt = dalloc(4, "n_tiles"),
        dscr = dalloc(dc::moe_group_scratch_ints(S, E) * 4, "scratch"), dz = dalloc(S * N * 4, "z"),
@@ -1701,9 +1730,9 @@ Result expert_gemm_case(dc::WFmt fmt, int64_t T, int K, int E, int64_t N, int64_
   CK(dc::moe_group_par(dsel.as<int32_t>(), T, K, E, tm, doff.as<int32_t>(), dperm.as<int32_t>(), dslot.as<int32_t>(),
                        dtile.as<int2>(), dnt.as<int32_t>(), dscr.as<int32_t>(), 0));
   const int32_t* g = gather ? dperm.as<int32_t>() : nullptr;
-  CK(dc::moe_expert_gemm(dx.as<bf16>(), ldx, g, Kd, W.ref(), W.wstr, W.sstr, N, false, 0.0f, dtile.as<int2>(),
+  CK(dc::moe_expert_gemm(dx.as<bf16>(), ldx, g, Kd, W.ref(), W.wstr, W.sstr, N, false, 0.0f, false, dtile.as<int2>(),
                          dnt.as<int32_t>(), maxt, doff.as<int32_t>(), tm, dz.p(), N, 0));
-  CK(dc::moe_expert_gemm(dx.as<bf16>(), ldx, g, Kd, W.ref(), W.wstr, W.sstr, N, true, 1.0f, dtile.as<int2>(),
+  CK(dc::moe_expert_gemm(dx.as<bf16>(), ldx, g, Kd, W.ref(), W.wstr, W.sstr, N, true, 1.0f, false, dtile.as<int2>(),
                          dnt.as<int32_t>(), maxt, doff.as<int32_t>(), tm, da.p(), I, 0));
   CK(dc::swiglu_clamp(dz.as<float>(), S, I, 1.0f, nullptr, nullptr, dref.as<bf16>(), 0));
   const HostGroup h = host_group(sel, T, K, E, tm);
@@ -1825,19 +1854,20 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
   const double nhit = std::count(hit.begin(), hit.end(), 1);
   const double wb13 = nhit * (w13.wb + w13.sb), wb2 = nhit * (w2.wb + w2.sb);
   res.us = time_us([&] { grouped_run(g, dh, dsel, dw, w13, w2, lim); });
-  const double us13 = time_us([&] { CK(grouped_w13(g, w13, lim)); }), us2 = time_us([&] { CK(grouped_w2(g, w2)); });
+  const double us13 = time_us([&] { CK(grouped_w13(g, w13, w2, lim)); }), us2 = time_us([&] { CK(grouped_w2(g, w2)); });
   res.bytes = wb13 + wb2 + T * D * 4.0 + T * D * 2.0 + S * D * 2.0 + S * I * 2.0 * 2 + S * D * 4.0 * 2 + T * D * 4.0;
   res.flops = 2.0 * S * (2 * I * D + D * I);
   // old path on the same routing: moe_group (tile 64) + gemm_grouped ×2 + swiglu_clamp + combine
   const int64_t maxt64 = dc::moe_max_tiles(S, E, 64);
   DBuf ooff = dalloc((E + 1) * 4, "old_offsets"), operm = dalloc(S * 4, "old_perm"), oslot = dalloc(S * 4, "old_slot"),
        otile = dalloc(maxt64 * 8, "old_tiles"), ont = dalloc(4, "old_nt"), ogu = dalloc(S * 2 * I * 4, "old_gu"),
-       oact = dalloc(S * I * 2, "old_act"), oye = dalloc(S * D * 4, "old_ye"), oout = dalloc(T * D * 4, "old_out");
+       oact = dalloc(S * I * 2, "old_act"), oye = dalloc(S * D * 4, "old_ye"), oout = dalloc(T * D * 4, "old_out"),
+       ohb = dalloc(T * D * 2, "old_h_bf16");
   auto old = [&] {
     CK(dc::moe_group(dsel.as<int32_t>(), T, K, E, 64, ooff.as<int32_t>(), operm.as<int32_t>(), oslot.as<int32_t>(),
                      otile.as<int2>(), ont.as<int32_t>(), 0));
-    CK(dc::f32_to_bf16_rows(dh.as<float>(), T, D, D, g.hb.as<bf16>(), 0));
-    CK(dc::gemm_grouped(g.hb.as<bf16>(), D, operm.as<int32_t>(), D, w13.ref(), w13.wstr, w13.sstr, 2 * I, otile.as<int2>(),
+    CK(dc::f32_to_bf16_rows(dh.as<float>(), T, D, D, ohb.as<bf16>(), 0));
+    CK(dc::gemm_grouped(ohb.as<bf16>(), D, operm.as<int32_t>(), D, w13.ref(), w13.wstr, w13.sstr, 2 * I, otile.as<int2>(),
                         ont.as<int32_t>(), maxt64, ooff.as<int32_t>(), ogu.as<float>(), 2 * I, 0));
     CK(dc::swiglu_clamp(ogu.as<float>(), S, I, lim, nullptr, nullptr, oact.as<bf16>(), 0));
     CK(dc::gemm_grouped(oact.as<bf16>(), I, nullptr, I, w2.ref(), w2.wstr, w2.sstr, D, otile.as<int2>(), ont.as<int32_t>(),
@@ -2100,6 +2130,7 @@ void register_cases() {
       }
     add("moe_group_par T=1000 K=8 E=1024 tile=64 uniform (exact)", [] { return group_par_case(1000, 8, 1024, 64, 0, "mgp_e1024"); });
     add("moe_group_par T=3 K=2 E=5 tile=8 uniform (exact)", [] { return group_par_case(3, 2, 5, 8, 0, "mgp_tiny"); });
+    add("moe_x_to_bf16 M=5 K=1024 ldx=1032 natural and e2m1 pair order (exact)", [] { return x_pair_case(5, 1024, 1032, "xpair"); });
     for (F f : {F::FP4_B32, F::FP8_B128, F::BF16})
       for (int tm : {8, 16, 64}) {
         auto n = nm("moe_expert_gemm %s T=40 K=4 E=8 N=768 K=512 tile=%d x gathered (w13 mode)", wfmt_name(f), tm);

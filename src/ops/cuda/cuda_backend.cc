@@ -628,13 +628,15 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
     Buffer<float> ye(*this, S * D);
     cudaError_t e = cuda::moe_group_par(sel, T, K, (int)E, tm, offsets.data(), perm.data(), slot.data(),
                                         reinterpret_cast<int2*>(tiles.data()), n_tiles.data(), scratch.data(), s);
-    if (e == cudaSuccess) e = cuda::f32_to_bf16_rows(h, T, D, D, hb.data(), s);
+    // fp4 weights take their x in e2m1 pair order (moe_grouped.h): h converted so, act written so
+    const bool p13 = ex.r13.fmt == cuda::WFmt::FP4_B32, p2 = ex.r2.fmt == cuda::WFmt::FP4_B32;
+    if (e == cudaSuccess) e = cuda::moe_x_to_bf16(h, T, D, D, p13, hb.data(), s);
     if (e == cudaSuccess)
       e = cuda::moe_expert_gemm(hb.data(), D, perm.data(), D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true, limit,
-                                reinterpret_cast<const int2*>(tiles.data()), n_tiles.data(), maxt, offsets.data(), tm,
-                                act.data(), I, s);
+                                p2, reinterpret_cast<const int2*>(tiles.data()), n_tiles.data(), maxt, offsets.data(),
+                                tm, act.data(), I, s);
     if (e == cudaSuccess)
-      e = cuda::moe_expert_gemm(act.data(), I, nullptr, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f,
+      e = cuda::moe_expert_gemm(act.data(), I, nullptr, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, false,
                                 reinterpret_cast<const int2*>(tiles.data()), n_tiles.data(), maxt, offsets.data(), tm,
                                 ye.data(), D, s);
     if (e == cudaSuccess) e = cuda::moe_combine(ye.data(), sel, wsel, slot.data(), T, K, D, nullptr, out, s);

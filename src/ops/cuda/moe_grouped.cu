@@ -28,7 +28,9 @@
 //   natural order in shared memory (cp.async, two 16-byte loads give 4 MMAs' B) and the weight row
 //   slice a lane needs is one 16-byte (bf16: two) or 8-byte (fp4) shared load.
 // * Dequantization is exact and in registers: e4m3 byte → bf16 bits (value·2^-120) × bf16(2^120·scale)
-//   (as gemv_q); e2m1 byte (two k) → bf16x2 {low nibble, high nibble} (value·2^-126) × 2^(e8m0 − 1).
+//   (as gemv_q); e2m1 nibbles → bf16x2 pairs {n_j, n_j+4} of each 8-k group (value·2^-126, gemv_q's
+//   3-op decode) × 2^(e8m0 − 1), so fp4's x is stored in that pair order (k0 k4 k1 k5 k2 k6 k3 k7 in each
+//   8 k): moe_x_to_bf16(pair_order) writes h so, and w13's epilogue writes act so when w2 is fp4.
 // * Epilogue: f32 y[grouped row, N], or with the SwiGLU fused (gate and up accumulators of one lane hold
 //   the same (row, column)) the bf16 act[grouped row, I] = bf16(swiglu_clamp_one(g, u)).
 //
@@ -199,6 +201,7 @@ struct MgParams {
   int64_t ldws, w_stride, s_stride;
   int64_t N, K, I;
   int swiglu;
+  int act_pair;  // swiglu: write act in e2m1 pair order (the next GEMM has fp4 weights)
   float lim;
   const int2* tiles;
   const int32_t* n_tiles;
@@ -246,15 +249,18 @@ __device__ __forceinline__ void e4m3x4_raw(uint32_t w, uint32_t& lo, uint32_t& h
   lo = (p & 0x80008000u) | ((p >> 4) & 0x07F007F0u);
   hi = (q & 0x80008000u) | ((q >> 4) & 0x07F007F0u);
 }
-// Byte J of w (two e2m1: k even = low nibble, k odd = high nibble) → bf16x2 {low, high}, value·2^-126.
-// s = w << 4 holds byte J's low nibble at bits 4..7 of its byte J; the permute puts it at bits 4..7 of
-// the low half and w's byte J (high nibble at bits 4..7) in the high half; ×0x104 moves nibble bits 0..2
-// to bf16 bits 6..8 and bit 3 (sign) to bit 15 of each half.
-template <int J>
-__device__ __forceinline__ uint32_t e2m1x2_raw(uint32_t w, uint32_t s) {
-  constexpr uint32_t sel = J | (J << 4) | ((4 + J) << 8) | ((4 + J) << 12);
-  return ((__byte_perm(s, w, sel) & 0x00F000F0u) * 0x104u) & 0x81C081C0u;
+// Eight e2m1 nibbles n0..n7 of w (k = 0..7, n0 = low nibble of byte 0) → bf16x2 {n0, n4}, {n1, n5},
+// {n2, n6}, {n3, n7}, each value·2^-126 (as gemv_q: one multiply places the nibble's bits 0..2 at bf16
+// bits 6..8 and bit 3 at bit 15 in both halves; the mask keeps them). x is stored in the same pair order.
+__device__ __forceinline__ void e2m1x8_raw(uint32_t w, uint32_t (&r)[4]) {
+  const uint32_t w2 = w >> 8;
+  r[0] = ((w & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
+  r[1] = ((w & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
+  r[2] = ((w2 & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
+  r[3] = ((w2 & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
 }
+// Position of k (within its group of 8) in e2m1 pair order: k0 k4 k1 k5 k2 k6 k3 k7.
+__host__ __device__ __forceinline__ int pair_pos(int k8) { return k8 < 4 ? 2 * k8 : 2 * (k8 - 4) + 1; }
 __device__ __forceinline__ uint32_t u4get(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
@@ -405,20 +411,14 @@ __global__ void __launch_bounds__(MG_NT, mg_min_blocks<NT8>()) moe_expert_gemm_k
           const int eb = (int)base[SOFF + rb * SROW + c * 2 + (t >> 1)] - 1;
           const uint32_t ca = pow2_bf16x2(min(ea, 127)), cb = pow2_bf16x2(min(eb, 127));
           const bool big = __any_sync(0xffffffffu, max(ea, eb) > 127);  // rare: scale > 2
-          const uint32_t sa0 = va.x << 4, sa1 = va.y << 4, sb0 = vb.x << 4, sb1 = vb.y << 4;
-          uint32_t r[4][4];
-          r[0][0] = e2m1x2_raw<0>(va.x, sa0), r[0][2] = e2m1x2_raw<1>(va.x, sa0);
-          r[1][0] = e2m1x2_raw<2>(va.x, sa0), r[1][2] = e2m1x2_raw<3>(va.x, sa0);
-          r[2][0] = e2m1x2_raw<0>(va.y, sa1), r[2][2] = e2m1x2_raw<1>(va.y, sa1);
-          r[3][0] = e2m1x2_raw<2>(va.y, sa1), r[3][2] = e2m1x2_raw<3>(va.y, sa1);
-          r[0][1] = e2m1x2_raw<0>(vb.x, sb0), r[0][3] = e2m1x2_raw<1>(vb.x, sb0);
-          r[1][1] = e2m1x2_raw<2>(vb.x, sb0), r[1][3] = e2m1x2_raw<3>(vb.x, sb0);
-          r[2][1] = e2m1x2_raw<0>(vb.y, sb1), r[2][3] = e2m1x2_raw<1>(vb.y, sb1);
-          r[3][1] = e2m1x2_raw<2>(vb.y, sb1), r[3][3] = e2m1x2_raw<3>(vb.y, sb1);
+          // x in pair order: the lane's stored positions 16t+4i+{0,1} hold k {w, w+4} of the 8-k group
+          // i / 2 with w = 2(i % 2), +{2,3} hold w + 1: exactly the pairs e2m1x8_raw makes.
+          uint32_t ra[2][4], rb[2][4];
+          e2m1x8_raw(va.x, ra[0]), e2m1x8_raw(va.y, ra[1]), e2m1x8_raw(vb.x, rb[0]), e2m1x8_raw(vb.y, rb[1]);
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            A[mt][i][0] = bmul2(r[i][0], ca), A[mt][i][2] = bmul2(r[i][2], ca);
-            A[mt][i][1] = bmul2(r[i][1], cb), A[mt][i][3] = bmul2(r[i][3], cb);
+            A[mt][i][0] = bmul2(ra[i >> 1][2 * (i & 1)], ca), A[mt][i][2] = bmul2(ra[i >> 1][2 * (i & 1) + 1], ca);
+            A[mt][i][1] = bmul2(rb[i >> 1][2 * (i & 1)], cb), A[mt][i][3] = bmul2(rb[i >> 1][2 * (i & 1) + 1], cb);
           }
           if (big) {  // warp-uniform; the second factors only here
             const uint32_t ca2 = pow2_bf16x2(max(ea - 127, 0)), cb2 = pow2_bf16x2(max(eb - 127, 0));
@@ -459,7 +459,8 @@ __global__ void __launch_bounds__(MG_NT, mg_min_blocks<NT8>()) moe_expert_gemm_k
       const int64_t yrow = (int64_t)(r0 + col) * p.ldy;
       const int rr = g + 8 * (r >> 1);
       if (sw) {
-        const int64_t i = (int64_t)nb * (MG_BN / 2) + warp * 16 + rr;
+        int64_t i = (int64_t)nb * (MG_BN / 2) + warp * 16 + rr;
+        if (p.act_pair) i = (i & ~(int64_t)7) | pair_pos((int)(i & 7));
         reinterpret_cast<bf16*>(p.y)[yrow + i] =
             __float2bfloat16_rn(detail::swiglu_clamp_one(acc[0][j][r], acc[1][j][r], p.lim, 1.0f));
       } else {
@@ -469,6 +470,21 @@ __global__ void __launch_bounds__(MG_NT, mg_min_blocks<NT8>()) moe_expert_gemm_k
       }
     }
   }
+}
+
+// y[M, K] bf16 (row stride K) = x[M, K] f32 (row stride ldx), each group of 8 k in pair order. K % 8 == 0.
+__global__ void bf16_pair_rows_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t ldx,
+                                      bf16* __restrict__ y) {
+  const int64_t g8 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, per = K / 8;
+  if (g8 >= M * per) return;
+  const int64_t m = g8 / per, k = (g8 % per) * 8;
+  const float* xr = x + m * ldx + k;
+  float v[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = xr[i];
+  uint4 o;
+  o.x = pack_bf16(v[0], v[4]), o.y = pack_bf16(v[1], v[5]), o.z = pack_bf16(v[2], v[6]), o.w = pack_bf16(v[3], v[7]);
+  *reinterpret_cast<uint4*>(y + m * K + k) = o;
 }
 
 template <WFmt WF, int NT8>
@@ -519,6 +535,15 @@ cudaError_t moe_group_par(const int32_t* sel, int64_t T, int K, int E, int tile_
   return cudaGetLastError();
 }
 
+cudaError_t moe_x_to_bf16(const float* x, int64_t M, int64_t K, int64_t ldx, bool pair_order, bf16* y,
+                          cudaStream_t s) {
+  if (!pair_order) return f32_to_bf16_rows(x, M, K, ldx, y, s);
+  if (K % 8 || reinterpret_cast<uintptr_t>(y) % 16) return cudaErrorInvalidValue;
+  if (M <= 0) return cudaSuccess;
+  bf16_pair_rows_kernel<<<(unsigned)cdiv(M * (K / 8), 256), 256, 0, s>>>(x, M, K, ldx, y);
+  return cudaGetLastError();
+}
+
 int moe_grouped_tile_m(int64_t T) { return T <= 8 ? 8 : T <= 16 ? 16 : T <= 256 ? 32 : 64; }
 
 bool moe_expert_gemm_ok(WFmt f, int64_t N, int64_t K, bool swiglu) {
@@ -530,8 +555,8 @@ bool moe_expert_gemm_ok(WFmt f, int64_t N, int64_t K, bool swiglu) {
 
 cudaError_t moe_expert_gemm(const bf16* x, int64_t ldx, const int32_t* gather, int64_t K, WeightRef W,
                             int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit,
-                            const int2* tile_info, const int32_t* n_tiles, int64_t max_tiles, const int32_t* offsets,
-                            int tile_m, void* y, int64_t ldy, cudaStream_t s) {
+                            bool act_pair_order, const int2* tile_info, const int32_t* n_tiles, int64_t max_tiles,
+                            const int32_t* offsets, int tile_m, void* y, int64_t ldy, cudaStream_t s) {
   if (!moe_expert_gemm_ok(W.fmt, N, K, swiglu) || ldx % 8 || reinterpret_cast<uintptr_t>(x) % 16 ||
       reinterpret_cast<uintptr_t>(W.w) % 16 || w_stride % 16)
     return cudaErrorInvalidValue;
@@ -545,7 +570,7 @@ cudaError_t moe_expert_gemm(const bf16* x, int64_t ldx, const int32_t* gather, i
   p.w = static_cast<const uint8_t*>(W.w), p.ws = static_cast<const uint8_t*>(W.scale), p.ldws = W.ldws;
   p.w_stride = w_stride, p.s_stride = s_stride;
   p.N = N, p.K = K, p.I = N / 2;
-  p.swiglu = swiglu ? 1 : 0, p.lim = limit;
+  p.swiglu = swiglu ? 1 : 0, p.lim = limit, p.act_pair = swiglu && act_pair_order ? 1 : 0;
   p.tiles = tile_info, p.n_tiles = n_tiles, p.offsets = offsets;
   p.y = y, p.ldy = ldy;
   switch (W.fmt) {
