@@ -1790,6 +1790,7 @@ Result moe_grouped_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, int64_
     for (int64_t t = 0; t < T; ++t) chk.push_back(t);
   } else {
     for (int64_t i = 0; i < sample; ++i) chk.push_back(std::min<int64_t>(T - 1, T * i / sample + (i % 3)));
+    std::sort(chk.begin(), chk.end());
     chk.erase(std::unique(chk.begin(), chk.end()), chk.end());
   }
   const auto ref = grouped_ref(hb, sel, wsel, chk, K, E, D, I, lim, w13, w2);
