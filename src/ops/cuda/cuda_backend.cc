@@ -613,7 +613,8 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
     check(e, "moe_ffn (decode)");
     return;
   }
-  if (ex.packed && !impl_->off("moe_grouped") && E <= 1024 && cuda::moe_expert_gemm_ok(ex.r13.fmt, 2 * I, D, true) &&
+  if (ex.packed && !impl_->off("moe_grouped") && E <= 1024 && limit > 0.0f &&
+      cuda::moe_expert_gemm_ok(ex.r13.fmt, 2 * I, D, true) &&
       cuda::moe_expert_gemm_ok(ex.r2.fmt, D, I, false) && ex.w13_stride % 16 == 0 && ex.w2_stride % 16 == 0 &&
       ex.s13_stride % 16 == 0 && ex.s2_stride % 16 == 0) {
     // T > 8 (decode batches, prefill): parallel grouping → bf16 h → grouped w13 with the SwiGLU fused (bf16
