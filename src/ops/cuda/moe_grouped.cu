@@ -24,9 +24,9 @@
 //   the fused SwiGLU: 16 gate rows and the matching 16 up rows) over the whole K, so no cross-warp
 //   reduction; the x stage is shared by the 8 warps.
 // * k order inside one MMA is free as long as A and B agree: in each 64-k chunk lane (g, t) owns k
-//   [16t, 16t + 16); MMA i takes k 16t + 4i + {0, 1} (a0/a2 … b0) and + {2, 3} (b1). So x stays in its
-//   natural order in shared memory (cp.async, two 16-byte loads give 4 MMAs' B) and the weight row
-//   slice a lane needs is one 16-byte (bf16: two) or 8-byte (fp4) shared load.
+//   [16t, 16t + 16) (stored positions); MMA i takes positions 16t + 4i + {0, 1} (a0 … b0) and + {2, 3}
+//   (a2 … b1). So x is used as stored (cp.async, two 16-byte shared loads give 4 MMAs' B) and the weight
+//   row slice a lane needs is one 16-byte (bf16: two) or 8-byte (fp4) shared load.
 // * Dequantization is exact and in registers: e4m3 byte → bf16 bits (value·2^-120) × bf16(2^120·scale)
 //   (as gemv_q); e2m1 nibbles → bf16x2 pairs {n_j, n_j+4} of each 8-k group (value·2^-126, gemv_q's
 //   3-op decode) × 2^(e8m0 − 1), so fp4's x is stored in that pair order (k0 k4 k1 k5 k2 k6 k3 k7 in each
