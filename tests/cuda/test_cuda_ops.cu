@@ -28,6 +28,7 @@
 
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/moe_grouped.h"
 
 using namespace deepinfer;
 namespace dc = deepinfer::cuda;
@@ -1760,6 +1761,432 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
 }
 
 // =================================================================================================
+// Routed experts for T > 8 (moe_grouped.cu): parallel grouping, grouped expert GEMM, the moe_ffn path
+// =================================================================================================
+// Routing on the host: K distinct experts a token. skew 0: uniform over E. skew 1: expert E/3 in ~90 % of
+// the tokens (at a random position of the token's K), the others from experts [0, E/8) only, so one
+// expert has many rows (several tiles) and ≥ 3/4 of the experts have none.
+std::vector<int32_t> make_sel(Rng& r, int64_t T, int K, int E, int skew) {
+  std::vector<int32_t> sel(T * K);
+  const int pool = skew ? std::max(E / 8, K) : E, hot = E / 3;
+  std::vector<int32_t> ids(pool);
+  for (int64_t t = 0; t < T; ++t) {
+    std::iota(ids.begin(), ids.end(), 0);
+    for (int k = 0; k < K; ++k) {
+      std::swap(ids[k], ids[k + r.range(0, pool - k)]);
+      sel[t * K + k] = ids[k];
+    }
+    if (skew && r.uni() < 0.9f && hot >= pool) sel[t * K + r.range(0, K)] = hot;
+  }
+  return sel;
+}
+
+// Host reference of moe_group's outputs.
+struct HostGroup {
+  std::vector<int32_t> offsets, perm, slot, tiles;  // tiles: {e, r0} pairs
+};
+HostGroup host_group(const std::vector<int32_t>& sel, int64_t T, int K, int E, int tile_m) {
+  HostGroup h;
+  const int64_t S = T * K;
+  h.offsets.assign(E + 1, 0);
+  for (int64_t i = 0; i < S; ++i) h.offsets[sel[i] + 1]++;
+  for (int e = 0; e < E; ++e) h.offsets[e + 1] += h.offsets[e];
+  h.perm.assign(S, -1), h.slot.assign(S, -1);
+  std::vector<int32_t> fill(h.offsets.begin(), h.offsets.end() - 1);
+  for (int64_t i = 0; i < S; ++i) {
+    const int32_t r = fill[sel[i]]++;
+    h.slot[i] = r, h.perm[r] = (int32_t)(i / K);
+  }
+  for (int e = 0; e < E; ++e)
+    for (int32_t r = h.offsets[e]; r < h.offsets[e + 1]; r += tile_m) h.tiles.push_back(e), h.tiles.push_back(r);
+  return h;
+}
+
+// moe_group_par against the host reference and against the single-block moe_group, exactly.
+Result group_par_case(int64_t T, int K, int E, int tile_m, int skew, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const int64_t S = T * K, maxt = dc::moe_max_tiles(S, E, tile_m);
+  auto sel = make_sel(r, T, K, E, skew);
+  const HostGroup h = host_group(sel, T, K, E, tile_m);
+  DBuf dsel = dup(sel, "sel"), doff = dalloc((E + 1) * 4, "offsets"), dperm = dalloc(S * 4, "perm"),
+       dslot = dalloc(S * 4, "slot_row"), dtile = dalloc(maxt * 8, "tiles"), dnt = dalloc(4, "n_tiles"),
+       dscr = dalloc(dc::moe_group_scratch_ints(S, E) * 4, "scratch"), doff1 = dalloc((E + 1) * 4, "offsets_1blk"),
+       dperm1 = dalloc(S * 4, "perm_1blk"), dslot1 = dalloc(S * 4, "slot_1blk"), dtile1 = dalloc(maxt * 8, "tiles_1blk"),
+       dnt1 = dalloc(4, "n_tiles_1blk");
+  for (auto* b : {&doff, &dperm, &dslot, &dtile, &dnt, &dscr}) poison(*b);
+  auto launch = [&] {
+    return dc::moe_group_par(dsel.as<int32_t>(), T, K, E, tile_m, doff.as<int32_t>(), dperm.as<int32_t>(),
+                             dslot.as<int32_t>(), dtile.as<int2>(), dnt.as<int32_t>(), dscr.as<int32_t>(), 0);
+  };
+  CK(launch());
+  const int nt = down<int32_t>(dnt, 1)[0];
+  expect_true(res, nt == (int)h.tiles.size() / 2, "n_tiles " + std::to_string(nt) + " != " + std::to_string(h.tiles.size() / 2));
+  expect_true(res, down<int32_t>(doff, E + 1) == h.offsets, "offsets");
+  expect_true(res, down<int32_t>(dperm, S) == h.perm, "perm_tok");
+  expect_true(res, down<int32_t>(dslot, S) == h.slot, "slot_row");
+  if (nt == (int)h.tiles.size() / 2) {
+    auto tl = down<int32_t>(dtile, 2 * (size_t)nt);
+    expect_true(res, tl == h.tiles, "tile_info");
+  }
+  // the single-block moe_group gives the same bits
+  if (E <= 1024) {
+    CK(dc::moe_group(dsel.as<int32_t>(), T, K, E, tile_m, doff1.as<int32_t>(), dperm1.as<int32_t>(),
+                     dslot1.as<int32_t>(), dtile1.as<int2>(), dnt1.as<int32_t>(), 0));
+    bool same = down<int32_t>(doff1, E + 1) == down<int32_t>(doff, E + 1) && down<int32_t>(dperm1, S) == down<int32_t>(dperm, S) &&
+                down<int32_t>(dslot1, S) == down<int32_t>(dslot, S) && down<int32_t>(dnt1, 1) == down<int32_t>(dnt, 1);
+    if (same && nt > 0) same = down<int32_t>(dtile1, 2 * (size_t)nt) == down<int32_t>(dtile, 2 * (size_t)nt);
+    expect_true(res, same, "differs from moe_group");
+    if (same) res.detail += "== moe_group (bitwise) ";
+  }
+  int mx = 0, empty = 0;
+  for (int e = 0; e < E; ++e) mx = std::max(mx, h.offsets[e + 1] - h.offsets[e]), empty += h.offsets[e + 1] == h.offsets[e];
+  char buf[96];
+  snprintf(buf, sizeof buf, "(max rows %d, %d empty experts, %d tiles) ", mx, empty, nt);
+  res.detail += buf;
+  if (g_perf) {
+    res.us = time_us([&] { launch(); });
+    res.bytes = S * 4.0 * 4 + (E + 1) * 4.0;
+  }
+  return res;
+}
+
+// Stored-format expert weights on the device: E experts of [N, K] at wstr (scales at sstr) bytes.
+__global__ void fill_wq(uint8_t* p, int64_t n, uint64_t seed, int fmt) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    if (fmt == 0) {  // bf16 element i (n = elements): ~ U(-1, 1)·0.05
+      const float u = (float)(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+      reinterpret_cast<bf16*>(p)[i] = __float2bfloat16_rn(u * 0.05f);
+    } else if (fmt == 1) {  // e4m3 byte, no NaN
+      uint8_t b = (uint8_t)z;
+      if ((b & 0x7f) == 0x7f) b ^= 1;
+      p[i] = b;
+    } else {
+      p[i] = (uint8_t)z;  // two e2m1
+    }
+  }
+}
+struct DevExperts {
+  dc::WFmt fmt;
+  int64_t N, K, ldws, wb, sb, wstr, sstr;
+  DBuf w, s;
+  dc::WeightRef ref() const { return {fmt, w.p(), sb ? s.p() : nullptr, ldws}; }
+  HostQ host(int e) const {  // expert e in HostQ form (the unpadded layout)
+    HostQ q{fmt, N, K, ldws};
+    q.w.resize(wb);
+    CK(cudaMemcpy(q.w.data(), w.as<uint8_t>() + e * wstr, wb, cudaMemcpyDeviceToHost));
+    if (sb) {
+      q.s.resize(sb);
+      CK(cudaMemcpy(q.s.data(), s.as<uint8_t>() + e * sstr, sb, cudaMemcpyDeviceToHost));
+    }
+    return q;
+  }
+};
+// variant 2: large scales (fp8 2^8..2^10, fp4 e8m0 126..135) that take the two-multiply dequantization.
+DevExperts make_dev_experts(Rng& r, dc::WFmt fmt, int E, int64_t N, int64_t K, int variant) {
+  DevExperts d{fmt, N, K};
+  d.ldws = fmt == dc::WFmt::FP8_B128 ? ((K / 128 + 3) / 4) * 4 : 0;
+  d.wb = fmt == dc::WFmt::BF16 ? N * K * 2 : fmt == dc::WFmt::FP8_B128 ? N * K : N * K / 2;
+  d.sb = fmt == dc::WFmt::FP8_B128 ? ((N + 127) / 128) * d.ldws * 4 : fmt == dc::WFmt::FP4_B32 ? N * K / 32 : 0;
+  d.wstr = (d.wb + 255) / 256 * 256, d.sstr = (d.sb + 255) / 256 * 256;
+  d.w = dalloc(E * d.wstr, "w_experts");
+  const uint64_t sd = r.next();
+  if (fmt == dc::WFmt::BF16) fill_wq<<<4096, 256>>>(d.w.as<uint8_t>(), E * d.wstr / 2, sd, 0);
+  else fill_wq<<<4096, 256>>>(d.w.as<uint8_t>(), E * d.wstr, sd, fmt == dc::WFmt::FP8_B128 ? 1 : 2);
+  if (fmt == dc::WFmt::FP8_B128) {
+    std::vector<float> sc(E * d.sstr / 4);
+    for (auto& v : sc) v = variant == 2 ? std::ldexp(1.0f, r.range(8, 11)) : std::ldexp(1.0f, r.range(-12, -7));
+    d.s = dup(sc, "s_experts");
+  } else if (fmt == dc::WFmt::FP4_B32) {
+    d.s = dalloc(E * d.sstr, "s_experts");
+    fill_bytes<<<4096, 256>>>(d.s.as<uint8_t>(), E * d.sstr, sd + 5, variant == 2 ? 126 : 119, variant == 2 ? 10 : 4);
+  }
+  CK(cudaGetLastError());
+  return d;
+}
+std::vector<float> dequant_all(const HostQ& q) {
+  std::vector<float> o(q.N * q.K);
+  for (int64_t n = 0; n < q.N; ++n) hostq_row(q, n, o.data() + n * q.K);
+  return o;
+}
+
+// The CudaBackend::moe_ffn path for T > 8 (moe_group_par → bf16 h → w13 + fused SwiGLU → w2 → combine), on
+// device buffers that the case owns (guarded, poisoned).
+struct GroupedRun {
+  int64_t T, S, E, D, I, maxt;
+  int K, tm;
+  DBuf off, perm, slot, tiles, nt, scr, hb, act, ye, out;
+};
+GroupedRun grouped_alloc(int64_t T, int K, int E, int64_t D, int64_t I, int tm) {
+  GroupedRun g{T, T * K, E, D, I, 0, K, tm};
+  g.maxt = dc::moe_max_tiles(g.S, E, tm);
+  g.off = dalloc((E + 1) * 4, "offsets"), g.perm = dalloc(g.S * 4, "perm"), g.slot = dalloc(g.S * 4, "slot_row");
+  g.tiles = dalloc(g.maxt * 8, "tiles"), g.nt = dalloc(4, "n_tiles");
+  g.scr = dalloc(dc::moe_group_scratch_ints(g.S, E) * 4, "group_scratch");
+  g.hb = dalloc(T * D * 2, "h_bf16"), g.act = dalloc(g.S * I * 2, "act_bf16"), g.ye = dalloc(g.S * D * 4, "ye");
+  g.out = dalloc(T * D * 4, "out");
+  poison(g.act), poison(g.ye), poison(g.out), poison(g.perm), poison(g.slot);
+  return g;
+}
+// fp4 weights take x in e2m1 pair order: h is converted so, and w13's epilogue writes act so for fp4 w2
+cudaError_t grouped_w13(GroupedRun& g, const DevExperts& w13, const DevExperts& w2, float lim) {
+  return dc::moe_expert_gemm(g.hb.as<bf16>(), g.D, g.perm.as<int32_t>(), g.D, w13.ref(), w13.wstr, w13.sstr, 2 * g.I,
+                             true, lim, w2.fmt == dc::WFmt::FP4_B32, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt,
+                             g.off.as<int32_t>(), g.tm, g.act.p(), g.I, 0);
+}
+cudaError_t grouped_w2(GroupedRun& g, const DevExperts& w2) {
+  return dc::moe_expert_gemm(g.act.as<bf16>(), g.I, nullptr, g.I, w2.ref(), w2.wstr, w2.sstr, g.D, false, 0.0f, false,
+                             g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt, g.off.as<int32_t>(), g.tm, g.ye.p(), g.D, 0);
+}
+void grouped_run(GroupedRun& g, const DBuf& h, const DBuf& sel, const DBuf& wsel, const DevExperts& w13,
+                 const DevExperts& w2, float lim) {
+  CK(dc::moe_group_par(sel.as<int32_t>(), g.T, g.K, (int)g.E, g.tm, g.off.as<int32_t>(), g.perm.as<int32_t>(),
+                       g.slot.as<int32_t>(), g.tiles.as<int2>(), g.nt.as<int32_t>(), g.scr.as<int32_t>(), 0));
+  CK(dc::moe_x_to_bf16(h.as<float>(), g.T, g.D, g.D, w13.fmt == dc::WFmt::FP4_B32, g.hb.as<bf16>(), 0));
+  CK(grouped_w13(g, w13, w2, lim));
+  CK(grouped_w2(g, w2));
+  CK(dc::moe_combine(g.ye.as<float>(), sel.as<int32_t>(), wsel.as<float>(), g.slot.as<int32_t>(), g.T, g.K, g.D, nullptr,
+                     g.out.as<float>(), 0));
+}
+
+// Reference for the tokens `chk` (ascending): experts ascending, per expert the CPU twin's linear on the
+// dequantized weights with x = bf16(h) and the act rounded to bf16 like the device.
+std::vector<float> grouped_ref(const std::vector<float>& hb, const std::vector<int32_t>& sel, const std::vector<float>& wsel,
+                               const std::vector<int64_t>& chk, int K, int E, int64_t D, int64_t I, float lim,
+                               const DevExperts& w13, const DevExperts& w2) {
+  std::vector<float> ref(chk.size() * D, 0.0f), xe, gu, act, ye;
+  for (int e = 0; e < E; ++e) {
+    std::vector<std::pair<size_t, float>> rows;
+    for (size_t c = 0; c < chk.size(); ++c)
+      for (int k = 0; k < K; ++k)
+        if (sel[chk[c] * K + k] == e) rows.push_back({c, wsel[chk[c] * K + k]});
+    if (rows.empty()) continue;
+    const int64_t n = rows.size();
+    const std::vector<float> wd13 = dequant_all(w13.host(e)), wd2 = dequant_all(w2.host(e));
+    xe.resize(n * D), gu.resize(n * 2 * I), act.resize(n * I), ye.resize(n * D);
+    for (int64_t i = 0; i < n; ++i) memcpy(xe.data() + i * D, hb.data() + chk[rows[i].first] * D, D * 4);
+    cpu_linear(xe.data(), n, D, wd13.data(), 2 * I, gu.data());
+    cpu().swiglu_clamp(gu.data(), n, I, lim, nullptr, act.data());
+    for (auto& a : act) a = bf16r(a);
+    cpu_linear(act.data(), n, I, wd2.data(), D, ye.data());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t c = 0; c < D; ++c) ref[rows[i].first * D + c] += ye[i * D + c] * rows[i].second;
+  }
+  return ref;
+}
+
+// moe_x_to_bf16: natural and e2m1 pair order, bitwise against the host (round to nearest even).
+Result x_pair_case(int64_t M, int64_t K, int64_t ldx, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  std::vector<float> x = randn(r, M * ldx);
+  DBuf dx = dup(x, "x"), dn = dalloc(M * K * 2, "y_natural"), dp = dalloc(M * K * 2, "y_pair");
+  poison(dn), poison(dp);
+  CK(dc::moe_x_to_bf16(dx.as<float>(), M, K, ldx, false, dn.as<bf16>(), 0));
+  CK(dc::moe_x_to_bf16(dx.as<float>(), M, K, ldx, true, dp.as<bf16>(), 0));
+  auto yn = down<uint16_t>(dn, M * K), yp = down<uint16_t>(dp, M * K);
+  bool okn = true, okp = true;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) {
+      bf16 b = __float2bfloat16_rn(x[m * ldx + k]);
+      uint16_t u;
+      memcpy(&u, &b, 2);
+      okn &= yn[m * K + k] == u;
+      okp &= yp[m * K + (k & ~7) + ((k & 7) < 4 ? 2 * (k & 7) : 2 * ((k & 7) - 4) + 1)] == u;
+    }
+  expect_true(res, okn, "natural order");
+  expect_true(res, okp, "pair order");
+  return res;
+}
+
+// moe_expert_gemm alone (diagnoses a moe_grouped failure: grouping, w13 gather mode or w2 mode): z for
+// every grouped row against the f64 reference (x[row] · dequant(W_e) over the routed rows), and the fused
+// SwiGLU bitwise equal to swiglu_clamp (bf16 out) applied to the unfused z (same k order per element).
+Result expert_gemm_case(dc::WFmt fmt, int64_t T, int K, int E, int64_t N, int64_t Kd, int tm, bool gather,
+                        const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const int64_t S = T * K, I = N / 2, maxt = dc::moe_max_tiles(S, E, tm), nx = gather ? T : S, ldx = Kd + 8;
+  const DevExperts W = make_dev_experts(r, fmt, E, N, Kd, 0);
+  auto sel = make_sel(r, T, K, E, 1);
+  std::vector<float> x = randn(r, nx * ldx);
+  std::vector<bf16> xb = to_bf16(x);
+  if (fmt == dc::WFmt::FP4_B32)  // fp4 wants x in e2m1 pair order (k0 k4 k1 k5 k2 k6 k3 k7 in each 8 k)
+    for (int64_t m = 0; m < nx; ++m)
+      for (int64_t k = 0; k < Kd; ++k) xb[m * ldx + (k & ~7) + ((k & 7) < 4 ? 2 * (k & 7) : 2 * ((k & 7) - 4) + 1)] =
+          __float2bfloat16_rn(x[m * ldx + k]);
+  DBuf dx = dup(xb, "x_bf16"), dsel = dup(sel, "sel"), doff = dalloc((E + 1) * 4, "offsets"), dperm = dalloc(S * 4, "perm"),
+       dslot = dalloc(S * 4, "slot_row"), dtile = dalloc(maxt * 8, "tiles"), dnt = dalloc(4, "n_tiles"),
+       dscr = dalloc(dc::moe_group_scratch_ints(S, E) * 4, "scratch"), dz = dalloc(S * N * 4, "z"),
+       da = dalloc(S * I * 2, "act_fused"), dref = dalloc(S * I * 2, "act_unfused");
+  poison(dz), poison(da), poison(dref);
+  CK(dc::moe_group_par(dsel.as<int32_t>(), T, K, E, tm, doff.as<int32_t>(), dperm.as<int32_t>(), dslot.as<int32_t>(),
+                       dtile.as<int2>(), dnt.as<int32_t>(), dscr.as<int32_t>(), 0));
+  const int32_t* g = gather ? dperm.as<int32_t>() : nullptr;
+  CK(dc::moe_expert_gemm(dx.as<bf16>(), ldx, g, Kd, W.ref(), W.wstr, W.sstr, N, false, 0.0f, false, dtile.as<int2>(),
+                         dnt.as<int32_t>(), maxt, doff.as<int32_t>(), tm, dz.p(), N, 0));
+  CK(dc::moe_expert_gemm(dx.as<bf16>(), ldx, g, Kd, W.ref(), W.wstr, W.sstr, N, true, 1.0f, false, dtile.as<int2>(),
+                         dnt.as<int32_t>(), maxt, doff.as<int32_t>(), tm, da.p(), I, 0));
+  CK(dc::swiglu_clamp(dz.as<float>(), S, I, 1.0f, nullptr, nullptr, dref.as<bf16>(), 0));
+  const HostGroup h = host_group(sel, T, K, E, tm);
+  auto z = down<float>(dz, S * N);
+  std::vector<float> zr(S * N), xr(Kd);
+  std::vector<int64_t> all(N);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<double> yd;
+  for (int e = 0; e < E; ++e) {
+    if (h.offsets[e + 1] == h.offsets[e]) continue;
+    const HostQ q = W.host(e);
+    for (int32_t row = h.offsets[e]; row < h.offsets[e + 1]; ++row) {
+      const int64_t src = gather ? h.perm[row] : row;
+      gemv_ref_rows(q, x.data() + src * ldx, all, yd);  // rounds x to bf16 like the upload
+      for (int64_t n = 0; n < N; ++n) zr[row * N + n] = (float)yd[n];
+    }
+  }
+  expect_nmse(res, "z", z, zr, 1e-10);
+  auto a = down<bf16>(da, S * I), ar = down<bf16>(dref, S * I);
+  const bool eq = memcmp(a.data(), ar.data(), S * I * 2) == 0;
+  int64_t clamped = 0;
+  for (float v : z) clamped += std::fabs(v) > 1.0f;
+  expect_true(res, eq, "fused swiglu != swiglu_clamp(z)");
+  expect_true(res, clamped > 0, "no value reached the clamp (test too weak)");
+  if (eq) res.detail += "fused swiglu == swiglu_clamp (bitwise) ";
+  return res;
+}
+
+// Checked: the moe_ffn path for T > 8 against the reference (all tokens, or `sample` tokens spread over T),
+// the grouping against the host, the CPU twin CpuBackend::moe_ffn (all tokens, when cpu_twin: it keeps the
+// act in f32, hence the looser tolerance), and batch invariance (the first 9 tokens alone, with another
+// tile height, give bitwise the same rows).
+Result moe_grouped_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, int64_t I, int skew, int variant,
+                        int64_t sample, bool cpu_twin, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const float lim = variant == 2 ? 1e30f : 7.0f;
+  const DevExperts w13 = make_dev_experts(r, fmt, E, 2 * I, D, variant), w2 = make_dev_experts(r, fmt, E, D, I, variant);
+  std::vector<float> h = randn(r, T * D), wsel(T * K);
+  for (auto& v : wsel) v = 0.1f + r.uni();
+  auto sel = make_sel(r, T, K, E, skew);
+  DBuf dh = dup(h, "h"), dsel = dup(sel, "sel"), dw = dup(wsel, "wsel");
+  const int tm = dc::moe_grouped_tile_m(T);
+  GroupedRun g = grouped_alloc(T, K, E, D, I, tm);
+  grouped_run(g, dh, dsel, dw, w13, w2, lim);
+  auto out = down<float>(g.out, T * D);
+  const HostGroup hg = host_group(sel, T, K, E, tm);
+  expect_true(res, down<int32_t>(g.off, E + 1) == hg.offsets && down<int32_t>(g.slot, T * K) == hg.slot &&
+                       down<int32_t>(g.nt, 1)[0] == (int)hg.tiles.size() / 2,
+              "grouping");
+  std::vector<float> hb(h.size());
+  for (size_t i = 0; i < h.size(); ++i) hb[i] = bf16r(h[i]);
+  std::vector<int64_t> chk;
+  if (sample <= 0 || sample >= T) {
+    for (int64_t t = 0; t < T; ++t) chk.push_back(t);
+  } else {
+    for (int64_t i = 0; i < sample; ++i) chk.push_back(std::min<int64_t>(T - 1, T * i / sample + (i % 3)));
+    std::sort(chk.begin(), chk.end());
+    chk.erase(std::unique(chk.begin(), chk.end()), chk.end());
+  }
+  const auto ref = grouped_ref(hb, sel, wsel, chk, K, E, D, I, lim, w13, w2);
+  std::vector<float> got(chk.size() * D);
+  for (size_t c = 0; c < chk.size(); ++c) memcpy(got.data() + c * D, out.data() + chk[c] * D, D * 4);
+  expect_nmse(res, "out", got, ref, 1e-6);
+  if (cpu_twin) {  // CpuBackend::moe_ffn on the dequantized experts, x = bf16(h)
+    std::vector<WeightPtr> c13, c2;
+    for (int e = 0; e < E; ++e) {
+      c13.push_back(cpu().make_weight(dequant_all(w13.host(e)).data(), 2 * I, D));
+      c2.push_back(cpu().make_weight(dequant_all(w2.host(e)).data(), D, I));
+    }
+    ExpertsPtr ex = cpu().make_experts(std::move(c13), std::move(c2));
+    std::vector<float> oc(T * D);
+    cpu().moe_ffn(hb.data(), T, *ex, sel.data(), wsel.data(), K, lim, oc.data());
+    expect_nmse(res, "vs CpuBackend::moe_ffn (f32 act)", out, oc, 1e-4);
+  }
+  if (T > 9) {  // the first 9 tokens alone (tile height 16): the same bits
+    const int64_t T2 = 9;
+    GroupedRun g2 = grouped_alloc(T2, K, E, D, I, dc::moe_grouped_tile_m(T2));
+    grouped_run(g2, dh, dsel, dw, w13, w2, lim);
+    auto o2 = down<float>(g2.out, T2 * D);
+    const bool inv = rows_bitwise_equal(o2.data(), out.data(), T2 * D);
+    expect_true(res, inv, "batch invariance: the first 9 tokens alone differ");
+    if (inv) res.detail += "9 tokens alone == in batch (bitwise) ";
+  }
+  int mx = 0;
+  for (int e = 0; e < E; ++e) mx = std::max(mx, hg.offsets[e + 1] - hg.offsets[e]);
+  char buf[96];
+  snprintf(buf, sizeof buf, "(%zu tokens checked, max rows/expert %d, tile %d) ", chk.size(), mx, tm);
+  res.detail += buf;
+  return res;
+}
+
+// Perf at V4-Flash shapes: the whole T > 8 path, and each expert GEMM alone; bytes = the distinct experts'
+// weights (+ scales) once + activations (h f32, bf16 h, gathered bf16 rows, act bf16 written and read,
+// ye f32 written and read, out); FLOPs = 2·S·(2I·D + D·I). The old path (moe_group + gemm_grouped) is
+// timed on the same routing for comparison. Sampled check of 2 tokens.
+Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, int64_t I, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const float lim = 7.0f;
+  const DevExperts w13 = make_dev_experts(r, fmt, E, 2 * I, D, 0), w2 = make_dev_experts(r, fmt, E, D, I, 0);
+  std::vector<float> h = randn(r, T * D), wsel(T * K);
+  for (auto& v : wsel) v = 0.1f + r.uni();
+  auto sel = make_sel(r, T, K, E, 0);
+  DBuf dh = dup(h, "h"), dsel = dup(sel, "sel"), dw = dup(wsel, "wsel");
+  const int tm = dc::moe_grouped_tile_m(T);
+  GroupedRun g = grouped_alloc(T, K, E, D, I, tm);
+  grouped_run(g, dh, dsel, dw, w13, w2, lim);
+  auto out = down<float>(g.out, T * D);
+  std::vector<float> hb(h.size());
+  for (size_t i = 0; i < h.size(); ++i) hb[i] = bf16r(h[i]);
+  const std::vector<int64_t> chk = {0, T - 1};
+  const auto ref = grouped_ref(hb, sel, wsel, chk, K, E, D, I, lim, w13, w2);
+  std::vector<float> got(chk.size() * D);
+  for (size_t c = 0; c < chk.size(); ++c) memcpy(got.data() + c * D, out.data() + chk[c] * D, D * 4);
+  expect_nmse(res, "out(2 tokens)", got, ref, 1e-6);
+  const int64_t S = T * K;
+  std::vector<char> hit(E, 0);
+  for (auto e : sel) hit[e] = 1;
+  const double nhit = std::count(hit.begin(), hit.end(), 1);
+  const double wb13 = nhit * (w13.wb + w13.sb), wb2 = nhit * (w2.wb + w2.sb);
+  res.us = time_us([&] { grouped_run(g, dh, dsel, dw, w13, w2, lim); });
+  const double us13 = time_us([&] { CK(grouped_w13(g, w13, w2, lim)); }), us2 = time_us([&] { CK(grouped_w2(g, w2)); });
+  res.bytes = wb13 + wb2 + T * D * 4.0 + T * D * 2.0 + S * D * 2.0 + S * I * 2.0 * 2 + S * D * 4.0 * 2 + T * D * 4.0;
+  res.flops = 2.0 * S * (2 * I * D + D * I);
+  // old path on the same routing: moe_group (tile 64) + gemm_grouped ×2 + swiglu_clamp + combine
+  const int64_t maxt64 = dc::moe_max_tiles(S, E, 64);
+  DBuf ooff = dalloc((E + 1) * 4, "old_offsets"), operm = dalloc(S * 4, "old_perm"), oslot = dalloc(S * 4, "old_slot"),
+       otile = dalloc(maxt64 * 8, "old_tiles"), ont = dalloc(4, "old_nt"), ogu = dalloc(S * 2 * I * 4, "old_gu"),
+       oact = dalloc(S * I * 2, "old_act"), oye = dalloc(S * D * 4, "old_ye"), oout = dalloc(T * D * 4, "old_out"),
+       ohb = dalloc(T * D * 2, "old_h_bf16");
+  auto old = [&] {
+    CK(dc::moe_group(dsel.as<int32_t>(), T, K, E, 64, ooff.as<int32_t>(), operm.as<int32_t>(), oslot.as<int32_t>(),
+                     otile.as<int2>(), ont.as<int32_t>(), 0));
+    CK(dc::f32_to_bf16_rows(dh.as<float>(), T, D, D, ohb.as<bf16>(), 0));
+    CK(dc::gemm_grouped(ohb.as<bf16>(), D, operm.as<int32_t>(), D, w13.ref(), w13.wstr, w13.sstr, 2 * I, otile.as<int2>(),
+                        ont.as<int32_t>(), maxt64, ooff.as<int32_t>(), ogu.as<float>(), 2 * I, 0));
+    CK(dc::swiglu_clamp(ogu.as<float>(), S, I, lim, nullptr, nullptr, oact.as<bf16>(), 0));
+    CK(dc::gemm_grouped(oact.as<bf16>(), I, nullptr, I, w2.ref(), w2.wstr, w2.sstr, D, otile.as<int2>(), ont.as<int32_t>(),
+                        maxt64, ooff.as<int32_t>(), oye.as<float>(), D, 0));
+    CK(dc::moe_combine(oye.as<float>(), dsel.as<int32_t>(), dw.as<float>(), oslot.as<int32_t>(), T, K, D, nullptr,
+                       oout.as<float>(), 0));
+  };
+  old();
+  const double us_old = time_us(old);
+  const double pk = g_bf16_tflops * 1e6, bw = g_hbm_gbs * 1e3;  // FLOP/us, B/us
+  char buf[400];
+  snprintf(buf, sizeof buf,
+           "(%.0f distinct experts, tile %d) w13+swiglu %.1f us (%.0f%% HBM on its weights, %.1f%% bf16) | w2 %.1f us "
+           "(%.0f%% HBM, %.1f%% bf16) | old path %.1f us (%.2fx) ",
+           nhit, tm, us13, 100.0 * wb13 / us13 / bw, 100.0 * 2.0 * S * 2 * I * D / us13 / pk, us2,
+           100.0 * wb2 / us2 / bw, 100.0 * 2.0 * S * D * I / us2 / pk, us_old, us_old / res.us);
+  res.detail += buf;
+  return res;
+}
+
+// =================================================================================================
 // Sampler
 // =================================================================================================
 int host_sample(const float* row, int64_t V, float T, int tk, float tp, uint64_t seed, uint64_t ctr, std::vector<int>* order_out) {
@@ -2045,6 +2472,58 @@ void register_cases() {
     for (int64_t T : {1, 64, 1024}) {
       auto n = nm("moe_ffn fp4 T=%ld E=256 K=6 D=4096 I=2048 (perf only)", T);
       add(n, [=] { return moe_case(T, 256, 6, 4096, 2048, false, n); });
+    }
+  }
+  // routed experts for T > 8 (moe_grouped.cu)
+  {
+    using F = dc::WFmt;
+    for (int64_t T : {9, 32, 256, 4096})
+      for (int skew : {0, 1}) {
+        const int tm = dc::moe_grouped_tile_m(T);
+        auto n = nm("moe_group_par T=%ld K=6 E=256 tile=%d %s (exact)", T, tm, skew ? "skewed" : "uniform");
+        add(n, [=] { return group_par_case(T, 6, 256, tm, skew, n); });
+      }
+    add("moe_group_par T=1000 K=8 E=1024 tile=64 uniform (exact)", [] { return group_par_case(1000, 8, 1024, 64, 0, "mgp_e1024"); });
+    add("moe_group_par T=3 K=2 E=5 tile=8 uniform (exact)", [] { return group_par_case(3, 2, 5, 8, 0, "mgp_tiny"); });
+    add("moe_x_to_bf16 M=5 K=1024 ldx=1032 natural and e2m1 pair order (exact)", [] { return x_pair_case(5, 1024, 1032, "xpair"); });
+    for (F f : {F::FP4_B32, F::FP8_B128, F::BF16})
+      for (int tm : {8, 16, 64}) {
+        auto n = nm("moe_expert_gemm %s T=40 K=4 E=8 N=768 K=512 tile=%d x gathered (w13 mode)", wfmt_name(f), tm);
+        add(n, [=] { return expert_gemm_case(f, 40, 4, 8, 768, 512, tm, true, n); });
+        n = nm("moe_expert_gemm %s T=40 K=4 E=8 N=768 K=512 tile=%d x per grouped row (w2 mode)", wfmt_name(f), tm);
+        add(n, [=] { return expert_gemm_case(f, 40, 4, 8, 768, 512, tm, false, n); });
+      }
+    for (F f : {F::FP4_B32, F::FP8_B128, F::BF16})
+      for (int64_t T : {9, 32, 256, 4096}) {
+        const int skew = T >= 256 ? 1 : 0;
+        auto n = nm("moe_grouped %s T=%ld E=64 K=6 D=512 I=256 %s (checked, CPU twin)", wfmt_name(f), T,
+                    skew ? "skewed" : "uniform");
+        add(n, [=] { return moe_grouped_case(f, T, 64, 6, 512, 256, skew, 0, 0, true, n); });
+      }
+    add("moe_grouped fp4 T=40 E=16 K=4 D=1024 I=768 e8m0 126..135 (two-step scale, checked)",
+        [] { return moe_grouped_case(F::FP4_B32, 40, 16, 4, 1024, 768, 0, 2, 0, true, "mg_fp4_big"); });
+    add("moe_grouped fp8 T=40 E=16 K=4 D=1024 I=768 scales 2^8..2^10 (two-step scale, checked)",
+        [] { return moe_grouped_case(F::FP8_B128, 40, 16, 4, 1024, 768, 0, 2, 0, true, "mg_fp8_big"); });
+    for (int64_t T : {9, 32, 256})
+      for (F f : {F::FP4_B32, F::FP8_B128}) {
+        auto n = nm("moe_grouped %s T=%ld E=256 K=6 D=4096 I=2048 (V4-Flash shapes, 6 tokens checked)", wfmt_name(f), T);
+        add(n, [=] { return moe_grouped_case(f, T, 256, 6, D, I, 0, 0, 6, false, n); });
+      }
+    add("moe_grouped fp4 T=4096 E=256 K=6 D=4096 I=2048 skewed (V4-Flash shapes, 4 tokens checked)",
+        [=] { return moe_grouped_case(F::FP4_B32, 4096, 256, 6, D, I, 1, 0, 4, false, "mg_v4_4096"); });
+    if (g_perf) {
+      for (int64_t T : {16, 32, 64, 128, 256, 4096}) {
+        auto n = nm("moe_grouped perf fp4 T=%ld E=256 K=6 D=4096 I=2048 (group + w13/swiglu + w2 + combine)", T);
+        add(n, [=] { return moe_grouped_perf_case(F::FP4_B32, T, 256, 6, D, I, n); });
+      }
+      for (int64_t T : {64, 256, 4096}) {
+        auto n = nm("moe_grouped perf fp8 T=%ld E=256 K=6 D=4096 I=2048 (group + w13/swiglu + w2 + combine)", T);
+        add(n, [=] { return moe_grouped_perf_case(F::FP8_B128, T, 256, 6, D, I, n); });
+      }
+      for (int64_t T : {256, 4096}) {
+        auto n = nm("moe_grouped perf bf16 T=%ld E=128 K=6 D=4096 I=2048 (group + w13/swiglu + w2 + combine)", T);
+        add(n, [=] { return moe_grouped_perf_case(F::BF16, T, 128, 6, D, I, n); });
+      }
     }
   }
   // gemv_q / gemv_q_grouped (decode GEMV on tensor cores, f32 x)

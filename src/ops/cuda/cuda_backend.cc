@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/moe_grouped.h"
 #include "ops/expert_loop.h"
 #include "util/error.h"
 
@@ -758,7 +759,39 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
     check(e, "moe_ffn (decode)");
     return;
   }
+  if (ex.packed && !impl_->off("moe_grouped") && E <= 1024 && limit > 0.0f &&
+      cuda::moe_expert_gemm_ok(ex.r13.fmt, 2 * I, D, true) &&
+      cuda::moe_expert_gemm_ok(ex.r2.fmt, D, I, false) && ex.w13_stride % 16 == 0 && ex.w2_stride % 16 == 0 &&
+      ex.s13_stride % 16 == 0 && ex.s2_stride % 16 == 0) {
+    // T > 8 (decode batches, prefill): parallel grouping → bf16 h → grouped w13 with the SwiGLU fused (bf16
+    // act in grouped order) → grouped w2 → combine (a token's experts in ascending id). Each expert's
+    // weights are read once per row tile (moe_grouped.cu). DEEPINFER_CUDA_OFF=moe_grouped: the path below.
+    HostTimer ht_(impl_.get(), Impl::kOp);
+    const int tm = cuda::moe_grouped_tile_m(T);
+    const int64_t maxt = cuda::moe_max_tiles(S, (int)E, tm);
+    Buffer<int32_t> offsets(*this, E + 1), perm(*this, S), slot(*this, S), n_tiles(*this, 1), tiles(*this, 2 * maxt),
+        scratch(*this, cuda::moe_group_scratch_ints(S, (int)E));
+    Buffer<cuda::bf16> hb(*this, T * D), act(*this, S * I);
+    Buffer<float> ye(*this, S * D);
+    cudaError_t e = cuda::moe_group_par(sel, T, K, (int)E, tm, offsets.data(), perm.data(), slot.data(),
+                                        reinterpret_cast<int2*>(tiles.data()), n_tiles.data(), scratch.data(), s);
+    // fp4 weights take their x in e2m1 pair order (moe_grouped.h): h converted so, act written so
+    const bool p13 = ex.r13.fmt == cuda::WFmt::FP4_B32, p2 = ex.r2.fmt == cuda::WFmt::FP4_B32;
+    if (e == cudaSuccess) e = cuda::moe_x_to_bf16(h, T, D, D, p13, hb.data(), s);
+    if (e == cudaSuccess)
+      e = cuda::moe_expert_gemm(hb.data(), D, perm.data(), D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true, limit,
+                                p2, reinterpret_cast<const int2*>(tiles.data()), n_tiles.data(), maxt, offsets.data(),
+                                tm, act.data(), I, s);
+    if (e == cudaSuccess)
+      e = cuda::moe_expert_gemm(act.data(), I, nullptr, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, false,
+                                reinterpret_cast<const int2*>(tiles.data()), n_tiles.data(), maxt, offsets.data(), tm,
+                                ye.data(), D, s);
+    if (e == cudaSuccess) e = cuda::moe_combine(ye.data(), sel, wsel, slot.data(), T, K, D, nullptr, out, s);
+    check(e, "moe_ffn (grouped experts)");
+    return;
+  }
   if (ex.packed) {
+    // Fallback (DEEPINFER_CUDA_OFF=moe_grouped, or shapes moe_expert_gemm does not take):
     // route groups → bf16 h → grouped w13 (gathered rows) → SwiGLU (bf16 act) → grouped w2 → combine
     // (a token's experts summed in ascending id). No host round trip.
     HostTimer ht_(impl_.get(), Impl::kOp);

@@ -1,0 +1,51 @@
+#pragma once
+// Routed experts for T > 8 tokens (moe_grouped.cu): a parallel deterministic grouping and the grouped
+// expert GEMM that reads each expert's weights once per row tile in their stored format. Same conventions
+// as cuda_ops.h (device pointers, row-major, launchers never synchronize). Kept in its own header so that
+// adding it does not rebuild every kernel that includes cuda_ops.h; it may move there.
+#include "ops/cuda/cuda_ops.h"
+
+namespace deepinfer::cuda {
+
+// Grouping of the T·K routed slots of sel[T, K] (expert ids in [0, E), E ≤ 1024) by expert, in parallel
+// (count per 256-slot chunk → scan → place), with the outputs of moe_group, bitwise: offsets[E+1];
+// perm_tok[T·K] (token of each grouped row); slot_row[T·K] (grouped row of slot t·K+k); an expert's rows
+// are its slots in ascending slot (token) order; tile_info[max_tiles] int2 {expert, first grouped row}
+// (experts ascending, tile_m rows a tile, max_tiles = moe_max_tiles(T·K, E, tile_m)), n_tiles[1].
+// scratch: moe_group_scratch_ints(T·K, E) int32 of device memory (contents not needed afterwards).
+int64_t moe_group_scratch_ints(int64_t slots, int E);
+cudaError_t moe_group_par(const int32_t* sel, int64_t T, int K, int E, int tile_m, int32_t* offsets,
+                          int32_t* perm_tok, int32_t* slot_row, int2* tile_info, int32_t* n_tiles, int32_t* scratch,
+                          cudaStream_t s);
+
+// The tile height (rows of one expert a work item) moe_expert_gemm wants for T tokens: 8 (T ≤ 8), 16
+// (T ≤ 16), 32 (T ≤ 256: decode, 2 blocks an SM), 64 (prefill). Any tile_m ∈ {8, 16, 32, 64} works; an
+// expert's rows beyond it take more tiles (its weights are then read once per tile, mostly from L2).
+int moe_grouped_tile_m(int64_t T);
+// Shapes moe_expert_gemm takes: K % 64 (bf16), % 128 (fp8), % 256 (fp4); N % 256 (swiglu: I = N/2 % 128).
+bool moe_expert_gemm_ok(WFmt f, int64_t N, int64_t K, bool swiglu);
+
+// x[M, K] f32 (row stride ldx) → bf16 [M, K] (row stride K), round to nearest even; pair_order: each group
+// of 8 k stored as k0 k4 k1 k5 k2 k6 k3 k7 (the order moe_expert_gemm wants for fp4 weights). K % 8 == 0.
+cudaError_t moe_x_to_bf16(const float* x, int64_t M, int64_t K, int64_t ldx, bool pair_order, bf16* y,
+                          cudaStream_t s);
+
+// Grouped expert GEMM over the tiles of moe_group_par (same tile_m): for grouped row r of expert e,
+//   z[r, N] = bf16 x[row(r), K] · dequant(W_e)[N, K]ᵀ, f32 accumulate, row(r) = gather ? gather[r] : r,
+// W_e = W.w + e·w_stride bytes (w_stride % 16 == 0), scales W.scale + e·s_stride bytes (fp4: 8-byte
+// aligned); x[*, K] bf16 (ldx % 8 == 0, 16-byte aligned), for FP4_B32 weights in pair order (each 8 k
+// stored k0 k4 k1 k5 k2 k6 k3 k7: moe_x_to_bf16 with pair_order, or a previous swiglu launch with
+// act_pair_order), for BF16 / FP8 in natural order.
+// swiglu = false: y is f32 [rows, N] (row stride ldy) = z.
+// swiglu = true (w13, N = 2I with gu = [gate | up] rows): y is bf16 [rows, I] (row stride ldy) =
+//   bf16(silu(min(g, limit)) · clamp(u, ±limit)), the formula (and f32 bits before the rounding) of
+//   swiglu_clamp on z; act_pair_order: act's columns written in pair order (when the GEMM that reads act
+//   has fp4 weights).
+// Each (tile, 256 weight rows) reads its weight slice once from memory; a row's result does not depend on
+// the other rows (batch invariant for a fixed fmt, N, K).
+cudaError_t moe_expert_gemm(const bf16* x, int64_t ldx, const int32_t* gather, int64_t K, WeightRef W,
+                            int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit,
+                            bool act_pair_order, const int2* tile_info, const int32_t* n_tiles, int64_t max_tiles,
+                            const int32_t* offsets, int tile_m, void* y, int64_t ldy, cudaStream_t s);
+
+}  // namespace deepinfer::cuda
