@@ -162,36 +162,49 @@ void DeepseekV4Model::compressor_update(const V4Compressor& w, float* ring_kv, f
                                         const V4SeqState& s, int64_t page_off, const float* kv, const float* gate,
                                         int64_t ld, int64_t p0, int64_t n) {
   const int m = w.rate, width = w.width;
-  const int S = w.overlap ? 2 * m : m;  // pooled slots per entry
   // Windows that close inside this chunk; their rows come from the ring (earlier positions, still
   // intact: a window spans at most R positions) or from this chunk's projections.
   std::vector<int32_t> closed;  // window ids
   for (int64_t i = 0; i < n; ++i)
     if ((p0 + i + 1) % m == 0) closed.push_back((int32_t)((p0 + i) / m));
-  if (!closed.empty()) {
-    const int64_t nw = (int64_t)closed.size();
-    Buffer<int32_t> ids(be_, closed);
-    Buffer<float> skv(be_, nw * S * width), sg(be_, nw * S * width), out(be_, nw * width);
-    be_.compress_windows(ring_kv, ring_gate, kv, gate, ld, p0, w.ape.data(), m, width, w.overlap, ids.data(), nw,
-                         skv.data(), sg.data());
-    be_.compress_pool(skv.data(), sg.data(), nw, S, width, out.data());
-    be_.rms_norm(out.data(), nw, width, width, w.norm.data(), (float)cfg_.rms_norm_eps, out.data());
-    std::vector<int32_t> wpos(nw);
-    for (int64_t i = 0; i < nw; ++i) wpos[i] = closed[i] * m;
-    Buffer<int32_t> wpos_d(be_, wpos);
-    be_.rope(out.data(), nw, width, 1, width, cfg_.rope_dim, wpos_d.data(), inv_freq_compress_.data(), false);
-    // One scatter into the pages: entry i goes to row (page·page_floats + page_off)/width + slot of the
-    // pool (page_floats and the offsets are multiples of width; a prefill chunk closes hundreds).
-    const V4CacheLayout& lay = cache.layout();
-    const int64_t T = lay.tokens_per_page;
-    std::vector<int32_t> rows(nw);
-    for (int64_t i = 0; i < nw; ++i) {
-      const int64_t first = (int64_t)closed[i] * m;
-      rows[i] = (int32_t)(((int64_t)s.pages[first / T] * lay.page_floats + page_off) / width + (first % T) / m);
-    }
-    Buffer<int32_t> rows_d(be_, rows);
-    be_.copy_rows(out.data(), width, nullptr, cache.pages_base(), width, rows_d.data(), nw, width);
+  if (closed.empty()) return;
+  // Entry i goes to row (page·page_floats + page_off)/width + its slot in the page (page_floats and the
+  // offsets are multiples of width).
+  const V4CacheLayout& lay = cache.layout();
+  const int64_t T = lay.tokens_per_page;
+  std::vector<int32_t> rows(closed.size());
+  for (size_t i = 0; i < closed.size(); ++i) {
+    const int64_t first = (int64_t)closed[i] * m;
+    rows[i] = (int32_t)(((int64_t)s.pages[first / T] * lay.page_floats + page_off) / width + (first % T) / m);
   }
+  emit_entries(w, ring_kv, ring_gate, kv, gate, ld, p0, closed, nullptr, rows, cache);
+}
+
+void DeepseekV4Model::emit_entries(const V4Compressor& w, const float* ring_kv, const float* ring_gate, const float* kv,
+                                   const float* gate, int64_t ld, int64_t p0, const std::vector<int32_t>& wins,
+                                   const std::vector<int32_t>* ring_rows, const std::vector<int32_t>& page_rows,
+                                   V4Cache& cache) {
+  const int m = w.rate, width = w.width;
+  const int S = w.overlap ? 2 * m : m;  // pooled slots per entry
+  const int64_t nw = (int64_t)wins.size();
+  if (nw == 0) return;
+  // One upload for the step's index arrays: window ids, ring rows, positions, page rows.
+  std::vector<int32_t> idx(wins);
+  if (ring_rows) idx.insert(idx.end(), ring_rows->begin(), ring_rows->end());
+  for (int32_t win : wins) idx.push_back(win * m);
+  idx.insert(idx.end(), page_rows.begin(), page_rows.end());
+  Buffer<int32_t> idx_d(be_, idx);
+  const int32_t* ids = idx_d.data();
+  const int32_t* rr = ring_rows ? ids + nw : nullptr;
+  const int32_t* wpos = ids + (ring_rows ? 2 : 1) * nw;
+  const int32_t* prow = wpos + nw;
+  Buffer<float> skv(be_, nw * S * width), sg(be_, nw * S * width), out(be_, nw * width);
+  be_.compress_windows(ring_kv, ring_gate, kv, gate, ld, p0, w.ape.data(), m, width, w.overlap, ids, rr, nw,
+                       skv.data(), sg.data());
+  be_.compress_pool(skv.data(), sg.data(), nw, S, width, out.data());
+  be_.rms_norm(out.data(), nw, width, width, w.norm.data(), (float)cfg_.rms_norm_eps, out.data());
+  be_.rope(out.data(), nw, width, 1, width, cfg_.rope_dim, wpos, inv_freq_compress_.data(), false);
+  be_.copy_rows(out.data(), width, nullptr, cache.pages_base(), width, prow, nw, width);  // one scatter
 }
 
 void DeepseekV4Model::attention(int l, Step& st) {
@@ -299,6 +312,10 @@ void DeepseekV4Model::attention(int l, Step& st) {
     push(kv_push, kv.data(), d);  // after the gather: the pushes overwrite the oldest rows
   }
   RingPush ckv_push, cgate_push, ikv_push, igate_push;  // compressor rings, pushed after the closings
+  struct Closings {
+    std::vector<int32_t> wins, ring, page;  // window id, its ring's first row (of cw), its entry's page row
+  } comp_closings, idx_closings;
+  const int64_t TP = lay.tokens_per_page;
   std::vector<int64_t> ent_off(T + 1, 0);
   int64_t base = 0;  // first row of this sequence's keys in win
   // CSA: every sequence's indexer scores go into one buffer (sequence b's [n, nk] at score_at[b]) and
@@ -321,7 +338,7 @@ void DeepseekV4Model::attention(int l, Step& st) {
   }
   // A step of single tokens (decode) scores every sequence's keys in one call (a key list per query);
   // chunks take one call each (their queries share the sequence's keys).
-  bool decode = B > 1 && (int64_t)B == T;
+  const bool decode = (int64_t)B == T;
   const float* ent_base = comp ? cache.pages_base() + lay.page_entries_off[l] : nullptr;  // this layer's entries
   const float* key_base = csa ? cache.pages_base() + lay.page_idx_off[l] : nullptr;      // and indexer keys
   const int64_t kld = csa ? st.csa_keys.ld : 0;
@@ -342,8 +359,19 @@ void DeepseekV4Model::attention(int l, Step& st) {
     const int m = L.comp.rate;
     const int64_t R = csa ? 2 * m : m;
     float* comp_ring = slot + lay.slot_comp_off[l];
-    compressor_update(L.comp, comp_ring, comp_ring + R * cw, cache, S, lay.page_entries_off[l],
-                      ckv.data() + r0 * cw, cgate.data() + r0 * cw, cw, p0, n);
+    // Decode: a closing window is gathered here and every sequence's closes in one call after the
+    // pushes (each then reads its whole window from its ring). Chunks close theirs now.
+    auto closing = [&](Closings& c, int64_t ring_off, int64_t ring_width, int64_t width, int64_t page_off) {
+      const int32_t win = (int32_t)(p0 / m);
+      const int64_t first = (int64_t)win * m;
+      c.wins.push_back(win);
+      c.ring.push_back(slot_row(S, ring_off, ring_width, 0));
+      c.page.push_back((int32_t)(((int64_t)S.pages[first / TP] * lay.page_floats + page_off) / width + (first % TP) / m));
+    };
+    if (decode && (p0 + 1) % m == 0) closing(comp_closings, lay.slot_comp_off[l], cw, d, lay.page_entries_off[l]);
+    if (!decode)
+      compressor_update(L.comp, comp_ring, comp_ring + R * cw, cache, S, lay.page_entries_off[l],
+                        ckv.data() + r0 * cw, cgate.data() + r0 * cw, cw, p0, n);
     ckv_push.add(r0, n, p0, R, slot_row(S, lay.slot_comp_off[l], cw, 0));
     cgate_push.add(r0, n, p0, R, slot_row(S, lay.slot_comp_off[l], cw, R));
     if (!csa) {
@@ -356,8 +384,10 @@ void DeepseekV4Model::attention(int l, Step& st) {
       continue;
     }
     float* idx_ring = slot + lay.slot_idx_off[l];
-    compressor_update(L.idx_comp, idx_ring, idx_ring + R * icw, cache, S, lay.page_idx_off[l],
-                      ikv.data() + r0 * icw, igate.data() + r0 * icw, icw, p0, n);
+    if (decode && (p0 + 1) % m == 0) closing(idx_closings, lay.slot_idx_off[l], icw, dI, lay.page_idx_off[l]);
+    if (!decode)
+      compressor_update(L.idx_comp, idx_ring, idx_ring + R * icw, cache, S, lay.page_idx_off[l],
+                        ikv.data() + r0 * icw, igate.data() + r0 * icw, icw, p0, n);
     ikv_push.add(r0, n, p0, R, slot_row(S, lay.slot_idx_off[l], icw, 0));
     igate_push.add(r0, n, p0, R, slot_row(S, lay.slot_idx_off[l], icw, R));
     const int64_t nk = n_keys[b];
@@ -372,6 +402,24 @@ void DeepseekV4Model::attention(int l, Step& st) {
     be_.select_topk(score, n, nk, nvis_d, (int)cfg_.index_topk, st.csa_entries.rows.data() + b * kld, 0,
                     ent_off_d.data() + r0, ent_idx_d.data());
   }
+  // The step's tokens into the compressor rings: after every chunk's closings read the rings, before
+  // the decode closings (which read their whole window from the rings).
+  if (comp) {
+    push(ckv_push, ckv.data(), cw);
+    push(cgate_push, cgate.data(), cw);
+  }
+  if (csa) {
+    push(ikv_push, ikv.data(), icw);
+    push(igate_push, igate.data(), icw);
+  }
+  if (decode && comp) {
+    const int64_t R = csa ? 2 * L.comp.rate : L.comp.rate, all_ring = std::numeric_limits<int64_t>::max();
+    emit_entries(L.comp, slots, slots + R * cw, ckv.data(), cgate.data(), cw, all_ring, comp_closings.wins,
+                 &comp_closings.ring, comp_closings.page, cache);
+    if (csa)
+      emit_entries(L.idx_comp, slots, slots + R * icw, ikv.data(), igate.data(), icw, all_ring, idx_closings.wins,
+                   &idx_closings.ring, idx_closings.page, cache);
+  }
   if (csa && decode) {  // every sequence's query against its own keys, after every closing wrote its key
     std::vector<int32_t> nvis(B);
     for (size_t b = 0; b < B; ++b) nvis[b] = (int32_t)n_keys[b];
@@ -380,14 +428,6 @@ void DeepseekV4Model::attention(int l, Step& st) {
                        kld, nvis_d.data(), 1.0f / std::sqrt((float)dI), score_d.data());
     be_.select_topk(score_d.data(), (int64_t)B, kld, nvis_d.data(), (int)cfg_.index_topk, st.csa_entries.rows.data(),
                     kld, ent_off_d.data(), ent_idx_d.data());
-  }
-  if (comp) {  // the chunk into the compressor rings, after every closing has read them
-    push(ckv_push, ckv.data(), cw);
-    push(cgate_push, cgate.data(), cw);
-  }
-  if (csa) {
-    push(ikv_push, ikv.data(), icw);
-    push(igate_push, igate.data(), icw);
   }
   Buffer<int32_t> win_lo_d(be_, win_lo), win_hi_d(be_, win_hi);
   if (comp && !csa) {  // HCA: every visible entry

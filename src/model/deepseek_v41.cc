@@ -705,7 +705,7 @@ void DeepseekV41Model::publish(int l, Step& st, size_t b, const float* ca, const
     // even token of an earlier step is in the open-group ring (row = position mod 2).
     Buffer<float> skv(be_, nw * 2 * d), sg(be_, nw * 2 * d);  // [nw, 2, d]
     be_.compress_windows(S.open_kv[l].data(), S.open_gate[l].data(), ca, cz, d, p0, nullptr, 2, (int)d, false,
-                         idx_d.data(), nw, skv.data(), sg.data());
+                         idx_d.data(), nullptr, nw, skv.data(), sg.data());
     be_.compress_pool(skv.data(), sg.data(), nw, 2, (int)d, lat);
   }
   if (m == 2) {

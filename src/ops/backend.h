@@ -226,10 +226,14 @@ class Backend {
   // S = overlap ? 2m : m. Slot j (< m) of window w: position w·m + j (HCA; CSA: its B half, at slot
   // m + j, cols [width, 2·width)); CSA slot j: the A half (cols [0, width)) of position (w−1)·m + j,
   // absent for w = 0 (kv 0, gate −inf). Gates get ape[j, col] (ape [m, cw]) added; ape may be null
-  // (no position bias: DeepSeek-V4.1's ratio-2 compressor).
+  // (no position bias: DeepSeek-V4.1's ratio-2 compressor). ring_rows[nw] (may be null = 0): window i's
+  // ring starts ring_rows[i] rows (of cw) into ring_kv / ring_gate, so that the windows of several
+  // sequences (each its own slot's ring) close in one call (then every position comes from the rings:
+  // p0 beyond them all).
   virtual void compress_windows(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
                                 int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
-                                const int32_t* win_ids, int64_t nw, float* skv, float* sg) = 0;
+                                const int32_t* win_ids, const int32_t* ring_rows, int64_t nw, float* skv,
+                                float* sg) = 0;
 
   // ---- DeepSeek-V4.1 ----
   // KV QAT simulation in place (quantize, then dequantize to float32): x[n] in blocks of consecutive

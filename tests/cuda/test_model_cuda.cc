@@ -180,7 +180,7 @@ void op_checks(CpuBackend& cpu, CudaBackend& gpu) {
                        const int64_t nw = (int64_t)wins.size();
                        Buffer<float> skv(be, nw * S * width), sg(be, nw * S * width), out(be, nw * width);
                        be.compress_windows(RK.data(), RG.data(), KV.data(), GT.data(), ld, p0, A.data(), m, width,
-                                           overlap, Wd.data(), nw, skv.data(), sg.data());
+                                           overlap, Wd.data(), nullptr, nw, skv.data(), sg.data());
                        be.compress_pool(skv.data(), sg.data(), nw, S, width, out.data());
                        be.ring_write(KV.data(), ld, n, cw, p0, RK.data(), R);
                        auto a = out.to_host(), b = RK.to_host(), c = skv.to_host();
@@ -816,7 +816,7 @@ void v41_op_checks(CpuBackend& cpu, CudaBackend& gpu) {
                        const int64_t nw = (int64_t)wins.size();
                        Buffer<float> skv(be, nw * 2 * width), sg(be, nw * 2 * width), out(be, nw * width);
                        be.compress_windows(RK.data(), RG.data(), KV.data(), GT.data(), ld, p0, nullptr, m, width,
-                                           false, Wd.data(), nw, skv.data(), sg.data());
+                                           false, Wd.data(), nullptr, nw, skv.data(), sg.data());
                        be.compress_pool(skv.data(), sg.data(), nw, 2, width, out.data());
                        auto a = out.to_host(), b = sg.to_host();
                        a.insert(a.end(), b.begin(), b.end());

@@ -100,16 +100,18 @@ void CpuBackend::add_rows(const float* src, int64_t n, int64_t width, const floa
 }
 void CpuBackend::compress_windows(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
                                   int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
-                                  const int32_t* win_ids, int64_t nw, float* skv, float* sg) {
+                                  const int32_t* win_ids, const int32_t* ring_rows, int64_t nw, float* skv, float* sg) {
   const int64_t cw = (overlap ? 2 : 1) * (int64_t)width, R = overlap ? 2 * m : m;
   const int S = overlap ? 2 * m : m;
   const float ninf = -std::numeric_limits<float>::infinity();
   // Row of position p (in the step's projections when p ≥ p0, else in the ring), from column col.
+  int64_t r0 = 0;  // the current window's ring row offset
   auto src = [&](const float* step, const float* ring, int64_t p, int64_t col) {
-    return p >= p0 ? step + (p - p0) * ld + col : ring + (p % R) * cw + col;
+    return p >= p0 ? step + (p - p0) * ld + col : ring + (r0 + p % R) * cw + col;
   };
   for (int64_t i = 0; i < nw; ++i) {
     const int64_t win = win_ids[i];
+    r0 = ring_rows ? ring_rows[i] : 0;
     float* wk = skv + i * S * width;
     float* wg = sg + i * S * width;
     for (int j = 0; j < m; ++j) {

@@ -36,7 +36,7 @@ class CpuBackend final : public Backend {
                 float* dst) override;
   void compress_windows(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
                         int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
-                        const int32_t* win_ids, int64_t nw, float* skv, float* sg) override;
+                        const int32_t* win_ids, const int32_t* ring_rows, int64_t nw, float* skv, float* sg) override;
 
   using Backend::make_weight;
   WeightPtr make_weight(const float* w, int64_t N, int64_t K) override;

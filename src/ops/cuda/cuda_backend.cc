@@ -555,9 +555,10 @@ void CudaBackend::indexer_scores(const float* qI, const float* gamma, int64_t M,
 }
 void CudaBackend::compress_windows(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
                                    int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
-                                   const int32_t* win_ids, int64_t nw, float* skv, float* sg) {
+                                   const int32_t* win_ids, const int32_t* ring_rows, int64_t nw, float* skv, float* sg) {
   HostTimer ht_(impl_.get(), Impl::kOp);
-  check(cuda::compress_windows(ring_kv, ring_gate, kv, gate, ld, p0, ape, m, width, overlap, win_ids, nw, skv, sg,
+  check(cuda::compress_windows(ring_kv, ring_gate, kv, gate, ld, p0, ape, m, width, overlap, win_ids, ring_rows, nw,
+                               skv, sg,
                                impl_->stream),
         "compress_windows");
 }

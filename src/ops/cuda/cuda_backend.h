@@ -81,7 +81,7 @@ class CudaBackend final : public Backend {
                       float* score) override;
   void compress_windows(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
                         int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
-                        const int32_t* win_ids, int64_t nw, float* skv, float* sg) override;
+                        const int32_t* win_ids, const int32_t* ring_rows, int64_t nw, float* skv, float* sg) override;
   void compress_pool(const float* kv, const float* gate, int64_t W, int S, int d, float* out) override;
   void swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, const float* row_scale,
                     float* act) override;

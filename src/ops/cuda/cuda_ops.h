@@ -283,7 +283,7 @@ cudaError_t wait_host_flag(const int* flag, int gen, cudaStream_t s);
 cudaError_t scale_f32(float* x, int64_t n, float a, cudaStream_t s);
 cudaError_t compress_windows(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
                              int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
-                             const int32_t* win_ids, int64_t nw, float* skv, float* sg, cudaStream_t s);
+                             const int32_t* win_ids, const int32_t* ring_rows, int64_t nw, float* skv, float* sg, cudaStream_t s);
 
 // ------------------------------------------------------------------------------------------------
 // DeepSeek-V4.1 (v41_ops.cu; float32, any shape; the Backend contracts of the same names)

@@ -457,14 +457,15 @@ __global__ void scale_kernel(float* x, int64_t n, float a) {
 __global__ void compress_windows_kernel(const float* __restrict__ ring_kv, const float* __restrict__ ring_gate,
                                         const float* __restrict__ kv, const float* __restrict__ gate, int64_t ld,
                                         int64_t p0, const float* __restrict__ ape, int m, int width, bool overlap,
-                                        const int32_t* __restrict__ win_ids, int64_t nw, float* __restrict__ skv,
-                                        float* __restrict__ sg) {
+                                        const int32_t* __restrict__ win_ids, const int32_t* __restrict__ ring_rows,
+                                        int64_t nw, float* __restrict__ skv, float* __restrict__ sg) {
   const int S = overlap ? 2 * m : m;
   const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= nw * S * width) return;
   const int c = (int)(t % width);
   const int s = (int)((t / width) % S);
-  const int64_t win = win_ids[t / ((int64_t)S * width)];
+  const int64_t wi = t / ((int64_t)S * width);
+  const int64_t win = win_ids[wi], r0 = ring_rows ? ring_rows[wi] : 0;
   const int64_t cw = (overlap ? 2 : 1) * (int64_t)width, R = overlap ? 2 * m : m;
   int64_t p;  // source position
   int col;    // column inside cw
@@ -486,8 +487,8 @@ __global__ void compress_windows_kernel(const float* __restrict__ ring_kv, const
     k = kv[(p - p0) * ld + col];
     g = gate[(p - p0) * ld + col];
   } else {
-    k = ring_kv[(p % R) * cw + col];
-    g = ring_gate[(p % R) * cw + col];
+    k = ring_kv[(r0 + p % R) * cw + col];
+    g = ring_gate[(r0 + p % R) * cw + col];
   }
   skv[t] = k;
   sg[t] = ape ? g + ape[(int64_t)j * cw + col] : g;
@@ -565,11 +566,11 @@ cudaError_t scale_f32(float* x, int64_t n, float a, cudaStream_t s) {
 
 cudaError_t compress_windows(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
                              int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
-                             const int32_t* win_ids, int64_t nw, float* skv, float* sg, cudaStream_t s) {
+                             const int32_t* win_ids, const int32_t* ring_rows, int64_t nw, float* skv, float* sg, cudaStream_t s) {
   const int64_t n = nw * (overlap ? 2 * m : m) * width;
   if (n <= 0) return cudaSuccess;
   compress_windows_kernel<<<(unsigned)cdiv(n, 256), 256, 0, s>>>(ring_kv, ring_gate, kv, gate, ld, p0, ape, m, width,
-                                                                  overlap, win_ids, nw, skv, sg);
+                                                                  overlap, win_ids, ring_rows, nw, skv, sg);
   return cudaGetLastError();
 }
 
