@@ -17,7 +17,7 @@ DI_TIMEOUT=${DI_TIMEOUT:-180} HF_TIMEOUT=${HF_TIMEOUT:-3} \
   bash bench/run_bench_h200.sh "$PKG" "$OUT/bench" > "$OUT/bench_run.log" 2>&1
 grep -E "^\| |^profile|^  [a-z_]+ " "$OUT/bench/bench.log" | head -120
 echo "== held profile, decode b1 ($(date +%T))"
-DEEPINFER_PROFILE_HOLD=300 timeout 120 /tmp/tb/deepinfer bench --backend cuda --config flash --layers 6 --batch 1 \
+DEEPINFER_PROFILE_HOLD=300 LD_LIBRARY_PATH=/tmp/tb/lib:${LD_LIBRARY_PATH:-} timeout 120 /tmp/tb/deepinfer bench --backend cuda --config flash --layers 6 --batch 1 \
   --prefill 0 --steps 8 --profile 3 --json "$OUT/bench/held_b1.json" > "$OUT/bench/held_b1.log" 2>&1
 echo "rc=$?"; grep -A14 "^profile" "$OUT/bench/held_b1.log"
 if [ "${SKIP_MODEL:-0}" != 1 ]; then
@@ -25,6 +25,7 @@ if [ "${SKIP_MODEL:-0}" != 1 ]; then
   TM_TIMEOUT=${TM_TIMEOUT:-240} bash tests/cuda/run_model_h200.sh "$PKG" "$OUT/model" > "$OUT/model_run.log" 2>&1
   grep -E "rc |PASS|FAIL|passed|failed|NOT explained|flip|generate" "$OUT/model_run.log" | head -60
   grep -E "FAIL" "$OUT/model/cuda_ops.txt" | head -40
+  echo "op cases: $(grep -c '^\[PASS\]' "$OUT/model/cuda_ops.txt") passed, $(grep -c '^\[FAIL\]' "$OUT/model/cuda_ops.txt") failed; last: $(tail -1 "$OUT/model/cuda_ops.txt" | cut -c1-120)"
 fi
 if [ -n "${PERF_FILTERS:-}" ]; then
   echo "== op perf ($(date +%T))"

@@ -304,7 +304,8 @@ struct CaseResult {
       const double P = (double)profile_steps;
       json ops = json::array();
       for (const auto& op : profile.ops)
-        ops.push_back({{"op", op.op}, {"calls_per_step", op.calls / P}, {"us_per_step", 1e3 * op.ms / P}});
+        ops.push_back({{"op", op.op}, {"calls_per_step", op.calls / P}, {"us_per_step", 1e3 * op.ms / P},
+                       {"gap_before_us_per_step", 1e3 * op.gap_ms / P}});
       j["profile"] = {{"steps", profile_steps},
                       {"busy_ms_per_step", profile.busy_ms / P},
                       {"gap_ms_per_step", profile.gap_ms / P},
@@ -354,7 +355,7 @@ CaseResult run_decode(DeepseekV4Model& model, Backend& be, const CostModel& cm, 
   auto one_step = [&] {
     toks = random_tokens(g, B, c.vocab_size);  // sampling is not part of the measurement
     for (int64_t b = 0; b < B; ++b) step[b] = {&st[b], std::span<const int32_t>(&toks[b], 1), false};
-    logits = model.forward(step, cache);  // returns the logits on the host: synchronous
+    model.forward(step, cache, logits);  // the logits on the host (reused vector): synchronous
   };
   for (int64_t i = 0; i < o.warmup; ++i) one_step();
   be.synchronize();
@@ -613,8 +614,9 @@ void print_profiles(const std::vector<json>& cases) {
     int shown = 0;
     for (const auto& op : p["ops"]) {
       if (shown++ == 12) break;
-      std::printf("  %-18s %8.1f us/step %6.1f calls/step %5.1f %%\n", op["op"].get<std::string>().c_str(),
-                  op["us_per_step"].get<double>(), op["calls_per_step"].get<double>(),
+      std::printf("  %-18s %8.1f us/step %6.1f calls/step %8.1f us idle before %5.1f %%\n",
+                  op["op"].get<std::string>().c_str(), op["us_per_step"].get<double>(), op["calls_per_step"].get<double>(),
+                  op.value("gap_before_us_per_step", 0.0),
                   100.0 * op["us_per_step"].get<double>() / 1e3 / std::max(1e-9, p["busy_ms_per_step"].get<double>()));
     }
   }

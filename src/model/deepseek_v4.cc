@@ -279,10 +279,18 @@ void DeepseekV4Model::attention(int l, Step& st) {
       }
     }
   };
-  auto push = [&](const RingPush& rp, const float* src, int64_t width) {
-    if (rp.src.empty()) return;
-    Buffer<int32_t> s_d(be_, rp.src), d_d(be_, rp.dst);
-    be_.copy_rows(src, width, s_d.data(), slots, width, d_d.data(), (int64_t)rp.src.size(), width);
+  // Several index arrays in one upload (each upload is a host copy and a device copy of its own).
+  auto pack = [&](std::initializer_list<const std::vector<int32_t>*> arrays, std::vector<const int32_t*>& at) {
+    std::vector<int32_t> all;
+    for (const auto* a : arrays) all.insert(all.end(), a->begin(), a->end());
+    Buffer<int32_t> buf(be_, all);
+    at.clear();
+    size_t off = 0;
+    for (const auto* a : arrays) at.push_back(buf.data() + off), off += a->size();
+    return buf;
+  };
+  auto push = [&](const RingPush& rp, const int32_t* src_d, const int32_t* dst_d, const float* src, int64_t width) {
+    if (!rp.src.empty()) be_.copy_rows(src, width, src_d, slots, width, dst_d, (int64_t)rp.src.size(), width);
   };
   {
     std::vector<int32_t> from_ring, to_win_r, from_kv, to_win_k;
@@ -303,13 +311,11 @@ void DeepseekV4Model::attention(int l, Step& st) {
       kv_push.add(r0, n, p0, W, slot_row(S, lay.slot_ring_off[l], d, 0));  // the ring keeps the last W
       b0 += np + n;
     }
-    if (!from_ring.empty()) {
-      Buffer<int32_t> s_d(be_, from_ring), d_d(be_, to_win_r);
-      be_.copy_rows(slots, d, s_d.data(), win.data(), d, d_d.data(), (int64_t)from_ring.size(), d);
-    }
-    Buffer<int32_t> s_d(be_, from_kv), d_d(be_, to_win_k);
-    be_.copy_rows(kv.data(), d, s_d.data(), win.data(), d, d_d.data(), T, d);
-    push(kv_push, kv.data(), d);  // after the gather: the pushes overwrite the oldest rows
+    std::vector<const int32_t*> at;
+    Buffer<int32_t> idx = pack({&from_ring, &to_win_r, &from_kv, &to_win_k, &kv_push.src, &kv_push.dst}, at);
+    if (!from_ring.empty()) be_.copy_rows(slots, d, at[0], win.data(), d, at[1], (int64_t)from_ring.size(), d);
+    be_.copy_rows(kv.data(), d, at[2], win.data(), d, at[3], T, d);
+    push(kv_push, at[4], at[5], kv.data(), d);  // after the gather: the pushes overwrite the oldest rows
   }
   RingPush ckv_push, cgate_push, ikv_push, igate_push;  // compressor rings, pushed after the closings
   struct Closings {
@@ -405,12 +411,16 @@ void DeepseekV4Model::attention(int l, Step& st) {
   // The step's tokens into the compressor rings: after every chunk's closings read the rings, before
   // the decode closings (which read their whole window from the rings).
   if (comp) {
-    push(ckv_push, ckv.data(), cw);
-    push(cgate_push, cgate.data(), cw);
-  }
-  if (csa) {
-    push(ikv_push, ikv.data(), icw);
-    push(igate_push, igate.data(), icw);
+    std::vector<const int32_t*> at;
+    Buffer<int32_t> idx = pack({&ckv_push.src, &ckv_push.dst, &cgate_push.src, &cgate_push.dst, &ikv_push.src,
+                                &ikv_push.dst, &igate_push.src, &igate_push.dst},
+                               at);
+    push(ckv_push, at[0], at[1], ckv.data(), cw);
+    push(cgate_push, at[2], at[3], cgate.data(), cw);
+    if (csa) {
+      push(ikv_push, at[4], at[5], ikv.data(), icw);
+      push(igate_push, at[6], at[7], igate.data(), icw);
+    }
   }
   if (decode && comp) {
     const int64_t R = csa ? 2 * L.comp.rate : L.comp.rate, all_ring = std::numeric_limits<int64_t>::max();
@@ -472,6 +482,12 @@ void DeepseekV4Model::moe(const V4Layer& L, const float* h, const int32_t* token
 }
 
 std::vector<float> DeepseekV4Model::forward(std::span<const V4SeqChunk> batch, V4Cache& cache) {
+  std::vector<float> logits;
+  forward(batch, cache, logits);
+  return logits;
+}
+
+void DeepseekV4Model::forward(std::span<const V4SeqChunk> batch, V4Cache& cache, std::vector<float>& out) {
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult, V = cfg_.vocab_size;
   const float eps = (float)cfg_.rms_norm_eps, hc_eps = (float)cfg_.hc_eps;
   Step st;
@@ -558,7 +574,8 @@ std::vector<float> DeepseekV4Model::forward(std::span<const V4SeqChunk> batch, V
               ur.data());
   be_.rms_norm(ur.data(), R, D, D, norm_.data(), eps, ur.data());
   be_.linear(ur.data(), R, D, *head_, logits.data(), V);
-  return logits.to_host();
+  out.resize(R * V);
+  be_.download(out.data(), logits.data(), R * V * (int64_t)sizeof(float));
 }
 
 }  // namespace deepinfer

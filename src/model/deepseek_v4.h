@@ -98,6 +98,9 @@ class DeepseekV4Model {
   // live in this model's backend memory (V4Cache built with the same backend, or host memory for a
   // host-memory backend).
   std::vector<float> forward(std::span<const V4SeqChunk> batch, V4Cache& cache);
+  // The same into `logits` (resized; its memory is reused from step to step: a fresh vector of a large
+  // batch's logits costs more host time to zero and fault in than the step's copy itself).
+  void forward(std::span<const V4SeqChunk> batch, V4Cache& cache, std::vector<float>& logits);
 
  private:
   struct Step;  // activations of one forward step

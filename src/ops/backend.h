@@ -99,6 +99,7 @@ class Backend {
     std::string op;
     int64_t calls = 0;
     double ms = 0;
+    double gap_ms = 0;  // device idle just before this op's calls (what the host did before launching it)
   };
   struct Profile {
     std::vector<OpTime> ops;

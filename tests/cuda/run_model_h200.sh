@@ -27,7 +27,7 @@ timeout ${TM_TIMEOUT:-360} /tmp/tm/test_model_cuda --root . --tokens ${TM_TOKENS
   --out "$OUT/summary.json" 2>&1 | tee "$OUT/test_model.txt"
 echo "rc test_model=$?"
 if [ -x /tmp/tm/test_cuda_ops ]; then  # the table-driven op test (97 cases vs the CPU twins)
-  timeout 240 /tmp/tm/test_cuda_ops > "$OUT/cuda_ops.txt" 2>&1
+  timeout ${OPS_TIMEOUT:-240} /tmp/tm/test_cuda_ops > "$OUT/cuda_ops.txt" 2>&1
   echo "rc test_cuda_ops=$? $(tail -1 "$OUT/cuda_ops.txt")"
 fi
 if [ -x /tmp/tm/deepinfer ]; then

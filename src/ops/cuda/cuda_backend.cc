@@ -155,9 +155,10 @@ struct CudaBackend::Impl {
       gap_ms += gap;
       ++n_calls;
       auto it = std::find_if(acc.begin(), acc.end(), [&](const Backend::OpTime& o) { return o.op == ev_op[i]; });
-      if (it == acc.end()) it = acc.insert(acc.end(), Backend::OpTime{ev_op[i], 0, 0.0});
+      if (it == acc.end()) it = acc.insert(acc.end(), Backend::OpTime{ev_op[i], 0, 0.0, 0.0});
       ++it->calls;
       it->ms += ms;
+      it->gap_ms += gap;
     }
     // The last end event opens the next fold's first gap: it moves out of the pool (a spare takes its slot).
     if (!spare) check(cudaEventCreate(&spare), "cudaEventCreate (profile)");
@@ -447,7 +448,8 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
   const int64_t kmul = w.fmt == WeightFormat::BF16 ? 8 : w.fmt == WeightFormat::FP8 ? 128 : 32;
   if (!impl_->off("gemv_q") && M <= cuda::gemv_q_rows(w.ref(), K) && K % kmul == 0 && K <= 32768 && ldx % 4 == 0 &&
       (uintptr_t)x % 16 == 0) {
-    check(cuda::gemv_q(x, M, K, ldx, w.ref(), N, y, ldy, s), "linear (gemv)");
+    check(M <= 8 ? cuda::gemv_q_v3(x, M, K, ldx, w.ref(), N, y, ldy, s) : cuda::gemv_q(x, M, K, ldx, w.ref(), N, y, ldy, s),
+          "linear (gemv)");
     return;
   }
   // Large fp8 GEMMs: activations to e4m3 with 1×128 power-of-two scales, cuBLASLt's block-scaled kernel.
@@ -695,7 +697,7 @@ void CudaBackend::linear_groups(const float* x, int64_t M, int64_t ldx, const We
       g.s_stride % 16 == 0) {
     // Decode: one launch; group g of token t is "slot" t·G + g, whose input row is x[t, g·K ..] (row stride K).
     HostTimer ht_(impl_.get(), Impl::kOp);
-    check(cuda::gemv_q_grouped(x, K, true, g.sel, M, (int)g.G, K, g.r, g.w_stride, g.s_stride, N, false, 0.0f, y, N,
+    check((M <= 8 ? cuda::gemv_q_grouped_v3 : cuda::gemv_q_grouped)(x, K, true, g.sel, M, (int)g.G, K, g.r, g.w_stride, g.s_stride, N, false, 0.0f, y, N,
                                impl_->stream),
           "linear_groups");
     return;
@@ -751,10 +753,10 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
     // Decode: one grouped GEMV per matrix kind reads the expert ids on the device; w13's SwiGLU is fused.
     HostTimer ht_(impl_.get(), Impl::kOp);
     Buffer<float> act(*this, S * I), ye(*this, S * D);  // slot order
-    cudaError_t e = cuda::gemv_q_grouped(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true,
+    cudaError_t e = cuda::gemv_q_grouped_v3(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true,
                                          limit, act.data(), I, s);
     if (e == cudaSuccess)
-      e = cuda::gemv_q_grouped(act.data(), I, true, sel, T, K, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f,
+      e = cuda::gemv_q_grouped_v3(act.data(), I, true, sel, T, K, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f,
                                ye.data(), D, s);
     if (e == cudaSuccess) e = cuda::moe_combine(ye.data(), sel, wsel, nullptr, T, K, D, nullptr, out, s);
     check(e, "moe_ffn (decode)");

@@ -476,7 +476,6 @@ cudaError_t gemv_q_v3(const float* x, int64_t M, int64_t K, int64_t ldx, WeightR
   return cudaSuccess;
 }
 
-namespace {
 cudaError_t gemv_q_grouped_v3(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
                               int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
                               float limit, float* y, int64_t ldy, cudaStream_t s) {
@@ -500,7 +499,6 @@ cudaError_t gemv_q_grouped_v3(const float* x, int64_t ldx, bool x_per_slot, cons
   p.mmr = 8;  // rows per expert are known on the device only
   return gq_dispatch<true>(W.fmt, p, slots, s);
 }
-}  // namespace
 
 // =================================================================================================
 // GEMV v4 (docs/cuda-notes.md, "GEMV v4: design and predictions"): long-lived blocks with a cp.async
