@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # One device call that builds nothing and does everything a session needs (each step time-boxed, every
-# output under OUT, tarred by the caller): the V4-Flash slice bench with --profile, a held-profile b1
-# decode (device time without launch starvation), the model checks (run_model_h200.sh), and the op
+# output under OUT, tarred by the caller): the V4-Flash slice bench with --profile, the model checks (run_model_h200.sh), and the op
 # test's perf cases for FILTERS. Knobs: BENCH_ARGS, HF_TIMEOUT (0: no transformers), PERF_FILTERS
 # ("a|b|c"), OFF (DEEPINFER_CUDA_OFF for the bench), SKIP_MODEL=1.
 # Usage (repo root on the GPU machine): bash bench/run_session_h200.sh PKG OUT
@@ -16,10 +15,6 @@ DI_TIMEOUT=${DI_TIMEOUT:-180} HF_TIMEOUT=${HF_TIMEOUT:-3} \
   BENCH_ARGS="${BENCH_ARGS:---layers 6 --chunk 4096 --steps 8 --case-seconds 10 --profile 2}" \
   bash bench/run_bench_h200.sh "$PKG" "$OUT/bench" > "$OUT/bench_run.log" 2>&1
 grep -E "^\| |^profile|^  [a-z_]+ " "$OUT/bench/bench.log" | head -120
-echo "== held profile, decode b1 ($(date +%T))"
-DEEPINFER_PROFILE_HOLD=300 LD_LIBRARY_PATH=/tmp/tb/lib:${LD_LIBRARY_PATH:-} timeout 120 /tmp/tb/deepinfer bench --backend cuda --config flash --layers 6 --batch 1 \
-  --prefill 0 --steps 8 --profile 3 --json "$OUT/bench/held_b1.json" > "$OUT/bench/held_b1.log" 2>&1
-echo "rc=$?"; grep -A14 "^profile" "$OUT/bench/held_b1.log"
 if [ "${SKIP_MODEL:-0}" != 1 ]; then
   echo "== model checks ($(date +%T))"
   TM_TIMEOUT=${TM_TIMEOUT:-240} bash tests/cuda/run_model_h200.sh "$PKG" "$OUT/model" > "$OUT/model_run.log" 2>&1

@@ -310,7 +310,6 @@ struct CaseResult {
                       {"busy_ms_per_step", profile.busy_ms / P},
                       {"gap_ms_per_step", profile.gap_ms / P},
                       {"calls_per_step", profile.calls / P},
-                      {"hold_calls", profile.hold},
                       {"idle_est_ms_per_step", 1e3 * seconds / S - profile.busy_ms / P},
                       {"ops", ops}};
     }
@@ -605,11 +604,10 @@ void print_profiles(const std::vector<json>& cases) {
     if (!c.contains("profile")) continue;
     const json& p = c["profile"];
     const std::string kind = c["kind"];
-    std::printf("\nprofile %s batch %lld: %.3f ms/step timed, device busy %.3f ms, gaps %.3f ms (profiled%s), "
+    std::printf("\nprofile %s batch %lld: %.3f ms/step timed, device busy %.3f ms, gaps %.3f ms (profiled), "
                 "idle est. %.3f ms, %.0f calls/step\n",
                 kind.c_str(), (long long)c["batch"].get<int64_t>(), c["ms_per_step"].get<double>(),
                 p["busy_ms_per_step"].get<double>(), p["gap_ms_per_step"].get<double>(),
-                p.value("hold_calls", 0) > 0 ? (", held for " + std::to_string(p.value("hold_calls", 0)) + " calls").c_str() : "",
                 p["idle_est_ms_per_step"].get<double>(), p["calls_per_step"].get<double>());
     int shown = 0;
     for (const auto& op : p["ops"]) {

@@ -105,7 +105,6 @@ class Backend {
     std::vector<OpTime> ops;
     double busy_ms = 0, gap_ms = 0;
     int64_t calls = 0;
-    int64_t hold = 0;  // > 0: the device was held until this many calls were queued (DEEPINFER_PROFILE_HOLD)
   };
   virtual void set_profiling(bool) {}
   virtual Profile take_profile() { return {}; }

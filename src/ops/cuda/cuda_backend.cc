@@ -100,22 +100,6 @@ struct CudaBackend::Impl {
   std::vector<Backend::OpTime> acc; // totals since the last take
   double busy_ms = 0, gap_ms = 0;
   int64_t n_calls = 0;
-  // DEEPINFER_PROFILE_HOLD=N: while profiling, the device waits at the first call after a sync until
-  // N calls are queued (or the next download/synchronize): a step of up to N calls then runs back to
-  // back, so its per-op times and gaps are the device's own (what a CUDA graph of it would approach).
-  // N must stay below the driver's queue depth (a few hundred calls), or the launches block.
-  int hold_calls = [] {
-    const char* v = std::getenv("DEEPINFER_PROFILE_HOLD");
-    return v ? std::atoi(v) : 0;
-  }();
-  int* hold_h = nullptr;  // mapped pinned flag
-  int* hold_d = nullptr;
-  int hold_gen = 0, held = 0;  // held: calls queued behind the wait (0: not holding)
-  void hold_release() {
-    if (!held) return;
-    *reinterpret_cast<volatile int*>(hold_h) = hold_gen;
-    held = 0;
-  }
   cudaEvent_t event(size_t i) {
     while (ev.size() <= i) {
       cudaEvent_t e;
@@ -126,24 +110,12 @@ struct CudaBackend::Impl {
   }
   void prof_begin(const char* op) {
     if (used >= (1u << 15)) fold();  // bounded event pool
-    if (hold_calls > 0) {
-      if (!held) {
-        if (!hold_h) {
-          check(cudaHostAlloc(reinterpret_cast<void**>(&hold_h), sizeof(int), cudaHostAllocMapped), "hold flag");
-          check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&hold_d), hold_h, 0), "hold flag");
-          *hold_h = 0;
-        }
-        check(cuda::wait_host_flag(hold_d, ++hold_gen, stream), "wait_host_flag");
-      }
-      if (++held >= hold_calls) hold_release();
-    }
     check(cudaEventRecord(event(2 * used), stream), "cudaEventRecord (profile)");
     if (ev_op.size() <= used) ev_op.resize(used + 1);
     ev_op[used] = op;
   }
   void prof_end() { check(cudaEventRecord(event(2 * used + 1), stream), "cudaEventRecord (profile)"), ++used; }
   void fold() {
-    hold_release();
     if (used == 0) return;
     check(cudaStreamSynchronize(stream), "profile");
     for (size_t i = 0; i < used; ++i) {
@@ -222,7 +194,6 @@ CudaBackend::CudaBackend(int device, CudaWeights weights) : impl_(std::make_uniq
 }
 
 CudaBackend::~CudaBackend() {
-  impl_->hold_release();  // a held stream would never drain
   if (impl_->timing) {
     static const char* names[] = {"alloc", "release", "upload", "download (incl. wait)", "copy", "op launches"};
     for (int c = 0; c < Impl::kCats; ++c)
@@ -237,7 +208,6 @@ CudaBackend::~CudaBackend() {
   for (auto& e : impl_->seg_done)
     if (e) cudaEventDestroy(e);
   for (auto& e : impl_->ev) cudaEventDestroy(e);
-  if (impl_->hold_h) cudaFreeHost(impl_->hold_h);
   if (impl_->spare) cudaEventDestroy(impl_->spare);
   cuda::gemm_context_destroy(impl_->gemm);
   if (impl_->arena) cudaFree(impl_->arena);
@@ -302,7 +272,6 @@ void CudaBackend::upload(void* dst, const void* src, int64_t bytes) {
     m.seg_used[m.seg] = true;
     m.seg = (m.seg + 1) % Impl::kSegs;
     m.seg_off = 0;
-    m.hold_release();
     if (m.seg_used[m.seg]) check(cudaEventSynchronize(m.seg_done[m.seg]), "staging reuse");
   }
   char* p = m.staging + (size_t)m.seg * Impl::kSegBytes + m.seg_off;
@@ -313,7 +282,6 @@ void CudaBackend::upload(void* dst, const void* src, int64_t bytes) {
 void CudaBackend::download(void* dst, const void* src, int64_t bytes) {
   HostTimer ht_(impl_.get(), Impl::kDownload);
   if (bytes > 0) check(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToHost, impl_->stream), "download");
-  impl_->hold_release();
   check(cudaStreamSynchronize(impl_->stream), "download (a kernel before it failed)");
 }
 void CudaBackend::copy(void* dst, const void* src, int64_t bytes) {
@@ -322,16 +290,13 @@ void CudaBackend::copy(void* dst, const void* src, int64_t bytes) {
 }
 int64_t CudaBackend::free_memory() const {
   size_t fr = 0, tot = 0;
-  impl_->hold_release();
   cudaStreamSynchronize(impl_->stream);
   if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) return 0;
   return (int64_t)fr;
 }
 void CudaBackend::synchronize() {
-  impl_->hold_release();
   check(cudaStreamSynchronize(impl_->stream), "synchronize"); }
 void CudaBackend::set_profiling(bool on) {
-  impl_->hold_release();
   if (impl_->profiling && !on) impl_->fold();
   impl_->profiling = on;
   impl_->depth = 0;
@@ -345,7 +310,6 @@ Backend::Profile CudaBackend::take_profile() {
   p.busy_ms = m.busy_ms;
   p.gap_ms = m.gap_ms;
   p.calls = m.n_calls;
-  p.hold = m.hold_calls;
   m.acc.clear();
   m.busy_ms = m.gap_ms = 0;
   m.n_calls = 0;

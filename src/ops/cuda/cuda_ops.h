@@ -281,10 +281,6 @@ cudaError_t copy_rows(const float* src, int64_t lds, const int32_t* src_rows, in
 cudaError_t add_rows(const float* src, int64_t n, int64_t width, const float* w, const int32_t* dst_rows, float* dst,
                      cudaStream_t s);
 cudaError_t fill_f32(float* x, int64_t n, float v, cudaStream_t s);
-// Profiling aid: the stream waits (one thread spinning) until the host writes a value ≥ gen to the
-// mapped pinned int `flag` (device address of cudaHostAllocMapped memory). Lets the host queue a
-// whole step before the device starts, so that per-op device times exclude launch starvation.
-cudaError_t wait_host_flag(const int* flag, int gen, cudaStream_t s);
 cudaError_t scale_f32(float* x, int64_t n, float a, cudaStream_t s);
 cudaError_t compress_windows(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
                              int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,

@@ -575,15 +575,3 @@ cudaError_t compress_windows(const float* ring_kv, const float* ring_gate, const
 }
 
 }  // namespace deepinfer::cuda
-
-namespace deepinfer::cuda {
-namespace {
-__global__ void wait_host_flag_kernel(const volatile int* flag, int gen) {
-  while (*flag < gen) __nanosleep(2000);
-}
-}  // namespace
-cudaError_t wait_host_flag(const int* flag, int gen, cudaStream_t s) {
-  wait_host_flag_kernel<<<1, 1, 0, s>>>(flag, gen);
-  return cudaGetLastError();
-}
-}  // namespace deepinfer::cuda
