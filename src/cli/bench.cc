@@ -326,7 +326,7 @@ std::vector<int32_t> random_tokens(std::mt19937_64& g, int64_t n, int vocab) {
   return t;
 }
 
-bool all_finite(const std::vector<float>& v) {
+bool all_finite(std::span<const float> v) {
   for (float x : v)
     if (!std::isfinite(x)) return false;
   return true;
@@ -350,11 +350,11 @@ CaseResult run_decode(DeepseekV4Model& model, Backend& be, const CostModel& cm, 
       throw Error("cache: cannot hold " + std::to_string(B) + " sequences");
   std::vector<int32_t> toks(B);
   std::vector<V4SeqChunk> step(B);
-  std::vector<float> logits;
+  std::span<const float> logits;
   auto one_step = [&] {
     toks = random_tokens(g, B, c.vocab_size);  // sampling is not part of the measurement
     for (int64_t b = 0; b < B; ++b) step[b] = {&st[b], std::span<const int32_t>(&toks[b], 1), false};
-    model.forward(step, cache, logits);  // the logits on the host (reused vector): synchronous
+    logits = model.forward_view(step, cache);  // the logits on the host (the backend's buffer): synchronous
   };
   for (int64_t i = 0; i < o.warmup; ++i) one_step();
   be.synchronize();
@@ -413,7 +413,7 @@ CaseResult run_prefill(DeepseekV4Model& model, Backend& be, const CostModel& cm,
     const int64_t n = std::min(chunk, P - done);
     auto cost = cm.step({CostModel::Chunk{done, n}}, 1);
     V4SeqChunk pc{&s, std::span<const int32_t>(ids.data() + done, n), false};
-    r.logits_finite = all_finite(model.forward(std::span<const V4SeqChunk>(&pc, 1), cache));
+    r.logits_finite = all_finite(model.forward_view(std::span<const V4SeqChunk>(&pc, 1), cache));
     r.cost.bytes_weights += cost.bytes_weights;
     r.cost.bytes_experts += cost.bytes_experts;
     r.cost.bytes_cache += cost.bytes_cache;

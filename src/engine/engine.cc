@@ -78,7 +78,7 @@ struct Engine::Impl {
   LoadedModel model;
   std::optional<tokenizer::Tokenizer> tok;
   std::optional<V4Cache> cache;
-  std::vector<float> logits_buf;  // the step's logits (V4), reused: see DeepseekV4Model::forward
+  std::vector<float> logits_v41;  // the step's logits (V4.1; V4's stay in the backend's view)
   // DeepSeek-V4.1: each sequence's state is its own object (V41SeqState); the scheduler admits
   // against block managers sized from the budget with V4.1's per-token and per-sequence bytes.
   std::optional<BlockManager> v41_slots, v41_pages;
@@ -280,10 +280,10 @@ struct Engine::Impl {
       chunks.push_back({&states[i], std::span<const int32_t>(ch.tokens.data() + c.start, c.len), false});
       who.push_back(&ch);
     }
-    std::vector<float>& logits = logits_buf;
+    std::span<const float> logits;  // valid until the next forward
     try {
-      if (model.v41) logits = forward_v41(plan, chunks);
-      else model.v4->forward(chunks, *cache, logits);
+      if (model.v41) logits = logits_v41 = forward_v41(plan, chunks);
+      else logits = model.v4->forward_view(chunks, *cache);
     } catch (const std::exception& e) {
       // A failed step fails the requests in it, never the engine.
       for (size_t i = 0; i < who.size(); ++i) {

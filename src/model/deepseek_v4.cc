@@ -482,12 +482,11 @@ void DeepseekV4Model::moe(const V4Layer& L, const float* h, const int32_t* token
 }
 
 std::vector<float> DeepseekV4Model::forward(std::span<const V4SeqChunk> batch, V4Cache& cache) {
-  std::vector<float> logits;
-  forward(batch, cache, logits);
-  return logits;
+  std::span<const float> v = forward_view(batch, cache);
+  return std::vector<float>(v.begin(), v.end());
 }
 
-void DeepseekV4Model::forward(std::span<const V4SeqChunk> batch, V4Cache& cache, std::vector<float>& out) {
+std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk> batch, V4Cache& cache) {
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult, V = cfg_.vocab_size;
   const float eps = (float)cfg_.rms_norm_eps, hc_eps = (float)cfg_.hc_eps;
   Step st;
@@ -574,8 +573,8 @@ void DeepseekV4Model::forward(std::span<const V4SeqChunk> batch, V4Cache& cache,
               ur.data());
   be_.rms_norm(ur.data(), R, D, D, norm_.data(), eps, ur.data());
   be_.linear(ur.data(), R, D, *head_, logits.data(), V);
-  out.resize(R * V);
-  be_.download(out.data(), logits.data(), R * V * (int64_t)sizeof(float));
+  const int64_t n = R * V;
+  return {static_cast<const float*>(be_.download_view(logits.data(), n * (int64_t)sizeof(float))), (size_t)n};
 }
 
 }  // namespace deepinfer

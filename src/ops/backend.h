@@ -83,6 +83,14 @@ class Backend {
   virtual void release(void* p) = 0;
   virtual void upload(void* dst, const void* host_src, int64_t bytes) = 0;    // host → backend
   virtual void download(void* host_dst, const void* src, int64_t bytes) = 0;  // backend → host, synchronous
+  // The same into host memory the backend owns (reused; valid until the next download_view): for large
+  // results read once on the host (a step's logits). CUDA: page-locked memory, so the copy runs at the
+  // link's speed instead of a pageable copy's.
+  virtual const void* download_view(const void* src, int64_t bytes) {
+    if ((int64_t)view_.size() < bytes) view_.resize((size_t)bytes);
+    download(view_.data(), src, bytes);
+    return view_.data();
+  }
   virtual void copy(void* dst, const void* src, int64_t bytes) = 0;           // backend → backend
   // Bytes of backend memory still free (−1: host memory, no separate budget).
   virtual int64_t free_memory() const { return -1; }
@@ -251,6 +259,9 @@ class Backend {
   // (* row_scale[m] if row_scale).
   virtual void swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, const float* row_scale,
                             float* act) = 0;
+
+ private:
+  std::vector<char> view_;  // download_view's buffer (host backends)
 };
 
 // An owned array in a backend's memory (moves, never copies).

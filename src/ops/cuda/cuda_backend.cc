@@ -69,6 +69,8 @@ struct CudaBackend::Impl {
   static constexpr int kSegs = 4;
   static constexpr size_t kSegBytes = 4 << 20;
   char* staging = nullptr;
+  void* view = nullptr;  // download_view's page-locked buffer
+  size_t view_bytes = 0;
   cudaEvent_t seg_done[kSegs] = {};
   bool seg_used[kSegs] = {};
   int seg = 0;
@@ -212,6 +214,7 @@ CudaBackend::~CudaBackend() {
   cuda::gemm_context_destroy(impl_->gemm);
   if (impl_->arena) cudaFree(impl_->arena);
   if (impl_->staging) cudaFreeHost(impl_->staging);
+  if (impl_->view) cudaFreeHost(impl_->view);
 }
 
 void* CudaBackend::alloc(int64_t bytes) {
@@ -283,6 +286,22 @@ void CudaBackend::download(void* dst, const void* src, int64_t bytes) {
   HostTimer ht_(impl_.get(), Impl::kDownload);
   if (bytes > 0) check(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToHost, impl_->stream), "download");
   check(cudaStreamSynchronize(impl_->stream), "download (a kernel before it failed)");
+}
+const void* CudaBackend::download_view(const void* src, int64_t bytes) {
+  HostTimer ht_(impl_.get(), Impl::kDownload);
+  Impl& m = *impl_;
+  if (bytes <= 0) return m.view;
+  if ((size_t)bytes > m.view_bytes) {  // grow (page-locked; freeing waits for the device: rare)
+    check(cudaStreamSynchronize(m.stream), "download_view");
+    if (m.view) cudaFreeHost(m.view);
+    m.view = nullptr;
+    m.view_bytes = 0;
+    check(cudaHostAlloc(&m.view, (size_t)bytes, cudaHostAllocDefault), "cudaHostAlloc (download_view)");
+    m.view_bytes = (size_t)bytes;
+  }
+  check(cudaMemcpyAsync(m.view, src, (size_t)bytes, cudaMemcpyDeviceToHost, m.stream), "download_view");
+  check(cudaStreamSynchronize(m.stream), "download_view (a kernel before it failed)");
+  return m.view;
 }
 void CudaBackend::copy(void* dst, const void* src, int64_t bytes) {
   HostTimer ht_(impl_.get(), Impl::kCopy);

@@ -29,6 +29,7 @@ class CudaBackend final : public Backend {
   void release(void* p) override;
   void upload(void* dst, const void* host_src, int64_t bytes) override;
   void download(void* host_dst, const void* src, int64_t bytes) override;
+  const void* download_view(const void* src, int64_t bytes) override;
   void copy(void* dst, const void* src, int64_t bytes) override;
   int64_t free_memory() const override;
   void synchronize() override;
