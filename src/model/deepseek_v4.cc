@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <numeric>
 
@@ -156,6 +157,38 @@ void build_entry_table(Backend& be, std::span<const V4SeqChunk> batch, const V4C
   }
   t.rows = Buffer<int32_t>(be, t.host);
 }
+
+// Pushes of rows r0 + i (i < n, positions p0 + i) of a step buffer into a ring of R rows at ring_row0 (of
+// the slot pool, in rows of the buffer's width): the last min(n, R) rows land. Collected for every
+// sequence, then one copy_rows.
+struct RingPush {
+  std::vector<int32_t> src, dst;
+  void add(int64_t r0, int64_t n, int64_t p0, int64_t R, int32_t ring_row0) {
+    for (int64_t i = std::max<int64_t>(0, n - R); i < n; ++i) {
+      src.push_back((int32_t)(r0 + i));
+      dst.push_back((int32_t)(ring_row0 + (p0 + i) % R));
+    }
+  }
+};
+
+// Compressor windows closing in a decode step: window id, its ring's first row (of the ring width, from
+// the slot pool), its entry's row in the pages (of the entry width, from the page pool).
+struct Closings {
+  std::vector<int32_t> wins, ring, page;
+};
+
+// Several index arrays in one upload (each upload is a host copy and a device copy of its own); at[i]
+// points at array i in the returned buffer.
+Buffer<int32_t> upload_packed(Backend& be, std::initializer_list<const std::vector<int32_t>*> arrays,
+                              std::vector<const int32_t*>& at) {
+  std::vector<int32_t> all;
+  for (const auto* a : arrays) all.insert(all.end(), a->begin(), a->end());
+  Buffer<int32_t> buf(be, all);
+  at.clear();
+  size_t off = 0;
+  for (const auto* a : arrays) at.push_back(buf.data() + off), off += a->size();
+  return buf;
+}
 }  // namespace
 
 void DeepseekV4Model::compressor_update(const V4Compressor& w, float* ring_kv, float* ring_gate, V4Cache& cache,
@@ -250,9 +283,10 @@ void DeepseekV4Model::attention(int l, Step& st) {
     be_.scale(gamma.data(), T * hI, 1.0f / std::sqrt((float)hI));
   }
 
-  // Per sequence: gather the sliding keys (ring tail + chunk), update the compressors, choose each
-  // query's compressed entries. Entries are read in place from the cache pages (rows of d floats
-  // counted from the page pool's start); sliding keys are gathered into one buffer for the step.
+  // Sliding keys (ring tail + chunk) are gathered into one buffer for the step; the compressors close
+  // their windows into the pages and take the step's tokens into their rings; each query's compressed
+  // entries are chosen (CSA) or all taken (HCA) and read in place from the pages (rows of d floats
+  // from this layer's region of the page pool).
   V4Cache& cache = *st.cache;
   const V4CacheLayout& lay = cache.layout();
   const size_t B = st.batch.size();
@@ -267,27 +301,6 @@ void DeepseekV4Model::attention(int l, Step& st) {
   float* slots = cache.slots_base();
   auto slot_row = [&](const V4SeqState& S, int64_t off, int64_t width, int64_t i) {
     return (int32_t)(((int64_t)S.slot * lay.slot_floats + off) / width + i);
-  };
-  // Pushes rows r0 + i (i < n, positions p0 + i) of a [T, width] buffer into a ring of R rows (the
-  // last min(n, R) rows land).
-  struct RingPush {
-    std::vector<int32_t> src, dst;
-    void add(int64_t r0, int64_t n, int64_t p0, int64_t R, int32_t ring_row0) {
-      for (int64_t i = std::max<int64_t>(0, n - R); i < n; ++i) {
-        src.push_back((int32_t)(r0 + i));
-        dst.push_back((int32_t)(ring_row0 + (p0 + i) % R));
-      }
-    }
-  };
-  // Several index arrays in one upload (each upload is a host copy and a device copy of its own).
-  auto pack = [&](std::initializer_list<const std::vector<int32_t>*> arrays, std::vector<const int32_t*>& at) {
-    std::vector<int32_t> all;
-    for (const auto* a : arrays) all.insert(all.end(), a->begin(), a->end());
-    Buffer<int32_t> buf(be_, all);
-    at.clear();
-    size_t off = 0;
-    for (const auto* a : arrays) at.push_back(buf.data() + off), off += a->size();
-    return buf;
   };
   auto push = [&](const RingPush& rp, const int32_t* src_d, const int32_t* dst_d, const float* src, int64_t width) {
     if (!rp.src.empty()) be_.copy_rows(src, width, src_d, slots, width, dst_d, (int64_t)rp.src.size(), width);
@@ -312,22 +325,19 @@ void DeepseekV4Model::attention(int l, Step& st) {
       b0 += np + n;
     }
     std::vector<const int32_t*> at;
-    Buffer<int32_t> idx = pack({&from_ring, &to_win_r, &from_kv, &to_win_k, &kv_push.src, &kv_push.dst}, at);
+    Buffer<int32_t> idx = upload_packed(be_, {&from_ring, &to_win_r, &from_kv, &to_win_k, &kv_push.src, &kv_push.dst}, at);
     if (!from_ring.empty()) be_.copy_rows(slots, d, at[0], win.data(), d, at[1], (int64_t)from_ring.size(), d);
     be_.copy_rows(kv.data(), d, at[2], win.data(), d, at[3], T, d);
     push(kv_push, at[4], at[5], kv.data(), d);  // after the gather: the pushes overwrite the oldest rows
   }
   RingPush ckv_push, cgate_push, ikv_push, igate_push;  // compressor rings, pushed after the closings
-  struct Closings {
-    std::vector<int32_t> wins, ring, page;  // window id, its ring's first row (of cw), its entry's page row
-  } comp_closings, idx_closings;
+  Closings comp_closings, idx_closings;  // decode: closed after the pushes, in one call each
   const int64_t TP = lay.tokens_per_page;
   std::vector<int64_t> ent_off(T + 1, 0);
   int64_t base = 0;  // first row of this sequence's keys in win
-  // CSA: every sequence's indexer scores go into one buffer (sequence b's [n, nk] at score_at[b]) and
-  // come back to the host in one download for the top-k choice, after this loop.
   // CSA: each query keeps min(index_topk, visible entries) entries, so the offsets of its entries are
-  // known on the host; which entries is chosen on the backend (select_topk) from the indexer scores.
+  // known on the host; which entries is chosen on the backend (indexer_scores, then select_topk; a
+  // chunk's scores [n, nk] at score_at[b] of one buffer, a decode step's [B, ld]).
   std::vector<int64_t> score_at(B + 1, 0), n_keys(B, 0);
   Buffer<int32_t> ent_idx_d;
   Buffer<int64_t> ent_off_d;
@@ -412,7 +422,7 @@ void DeepseekV4Model::attention(int l, Step& st) {
   // the decode closings (which read their whole window from the rings).
   if (comp) {
     std::vector<const int32_t*> at;
-    Buffer<int32_t> idx = pack({&ckv_push.src, &ckv_push.dst, &cgate_push.src, &cgate_push.dst, &ikv_push.src,
+    Buffer<int32_t> idx = upload_packed(be_, {&ckv_push.src, &ckv_push.dst, &cgate_push.src, &cgate_push.dst, &ikv_push.src,
                                 &ikv_push.dst, &igate_push.src, &igate_push.dst},
                                at);
     push(ckv_push, at[0], at[1], ckv.data(), cw);
