@@ -136,6 +136,16 @@ struct DeepseekV4Model::Step {
     Buffer<int32_t> rows;       // the same in backend memory
   };
   EntryTable csa_keys, csa_entries, hca_entries;
+  // The sliding window of every layer, planned once a step (ring rows count from a layer's ring region
+  // in slot 0, in rows of d: the layer's offset goes into the base pointer). Key buffer win [rows, d]:
+  // per sequence its earlier tokens still in the window (from the ring), then its chunk (from kv).
+  struct WindowPlan {
+    int64_t rows = 0, n_ring = 0, n_push = 0;
+    Buffer<int32_t> idx;  // from_ring, to_win_r [n_ring]; from_kv, to_win_k [T]; push_src, push_dst [n_push]
+    Buffer<int32_t> lo, hi;  // [T] each query's window rows [lo, hi) of win
+    const int32_t *from_ring = nullptr, *to_win_r = nullptr, *from_kv = nullptr, *to_win_k = nullptr;
+    const int32_t *push_src = nullptr, *push_dst = nullptr;
+  } window;
 };
 
 namespace {
@@ -243,7 +253,7 @@ void DeepseekV4Model::emit_entries(const V4Compressor& w, const float* ring_kv, 
 void DeepseekV4Model::attention(int l, Step& st) {
   const V4Layer& L = layers_[l];
   const int64_t T = st.T, D = cfg_.hidden_size, H = cfg_.num_heads, d = cfg_.head_dim, r = cfg_.rope_dim;
-  const int64_t ql = cfg_.q_lora_rank, W = cfg_.sliding_window;
+  const int64_t ql = cfg_.q_lora_rank;
   const float eps = (float)cfg_.rms_norm_eps;
   const float* inv_freq = L.type == AttnType::Sliding ? inv_freq_main_.data() : inv_freq_compress_.data();
   const float* h = st.h.data();
@@ -290,11 +300,9 @@ void DeepseekV4Model::attention(int l, Step& st) {
   V4Cache& cache = *st.cache;
   const V4CacheLayout& lay = cache.layout();
   const size_t B = st.batch.size();
-  int64_t win_rows = 0;
-  for (size_t b = 0; b < B; ++b)
-    win_rows += std::min<int64_t>(W - 1, st.batch[b].state->pos) + (st.seq_begin[b + 1] - st.seq_begin[b]);
-  Buffer<float> win(be_, win_rows * d);
-  std::vector<int32_t> win_lo(T), win_hi(T), ent_idx;
+  const Step::WindowPlan& wp = st.window;
+  Buffer<float> win(be_, wp.rows * d);
+  std::vector<int32_t> ent_idx;
   // Ring rows of every slot are addressed from the slot pool's start in units of the ring's row width
   // (the layout aligns every region to it), so each kind of ring traffic is one copy_rows for the step:
   // window keys (ring part, chunk part), then the pushes of the chunk into the rings.
@@ -306,35 +314,16 @@ void DeepseekV4Model::attention(int l, Step& st) {
     if (!rp.src.empty()) be_.copy_rows(src, width, src_d, slots, width, dst_d, (int64_t)rp.src.size(), width);
   };
   {
-    std::vector<int32_t> from_ring, to_win_r, from_kv, to_win_k;
-    RingPush kv_push;
-    int64_t b0 = 0;
-    for (size_t b = 0; b < B; ++b) {
-      const V4SeqState& S = *st.batch[b].state;
-      const int64_t p0 = S.pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
-      const int64_t np = std::min<int64_t>(W - 1, p0);  // earlier tokens still inside the window
-      for (int64_t i = 0; i < np; ++i) {
-        from_ring.push_back(slot_row(S, lay.slot_ring_off[l], d, (p0 - np + i) % W));
-        to_win_r.push_back((int32_t)(b0 + i));
-      }
-      for (int64_t i = 0; i < n; ++i) {
-        from_kv.push_back((int32_t)(r0 + i));
-        to_win_k.push_back((int32_t)(b0 + np + i));
-      }
-      kv_push.add(r0, n, p0, W, slot_row(S, lay.slot_ring_off[l], d, 0));  // the ring keeps the last W
-      b0 += np + n;
-    }
-    std::vector<const int32_t*> at;
-    Buffer<int32_t> idx = upload_packed(be_, {&from_ring, &to_win_r, &from_kv, &to_win_k, &kv_push.src, &kv_push.dst}, at);
-    if (!from_ring.empty()) be_.copy_rows(slots, d, at[0], win.data(), d, at[1], (int64_t)from_ring.size(), d);
-    be_.copy_rows(kv.data(), d, at[2], win.data(), d, at[3], T, d);
-    push(kv_push, at[4], at[5], kv.data(), d);  // after the gather: the pushes overwrite the oldest rows
+    float* ring = slots + lay.slot_ring_off[l];  // this layer's [W, d] ring in slot 0
+    if (wp.n_ring) be_.copy_rows(ring, d, wp.from_ring, win.data(), d, wp.to_win_r, wp.n_ring, d);
+    be_.copy_rows(kv.data(), d, wp.from_kv, win.data(), d, wp.to_win_k, T, d);
+    // after the gather: the pushes overwrite the oldest rows (the ring keeps the last W positions)
+    if (wp.n_push) be_.copy_rows(kv.data(), d, wp.push_src, ring, d, wp.push_dst, wp.n_push, d);
   }
   RingPush ckv_push, cgate_push, ikv_push, igate_push;  // compressor rings, pushed after the closings
   Closings comp_closings, idx_closings;  // decode: closed after the pushes, in one call each
   const int64_t TP = lay.tokens_per_page;
   std::vector<int64_t> ent_off(T + 1, 0);
-  int64_t base = 0;  // first row of this sequence's keys in win
   // CSA: each query keeps min(index_topk, visible entries) entries, so the offsets of its entries are
   // known on the host; which entries is chosen on the backend (indexer_scores, then select_topk; a
   // chunk's scores [n, nk] at score_at[b] of one buffer, a decode step's [B, ld]).
@@ -364,13 +353,6 @@ void DeepseekV4Model::attention(int l, Step& st) {
     const V4SeqState& S = *st.batch[b].state;
     float* slot = cache.slot_data(S.slot);
     const int64_t p0 = S.pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
-    const int64_t np = std::min<int64_t>(W - 1, p0);  // earlier tokens still inside the window
-    for (int64_t i = 0; i < n; ++i) {
-      int32_t hi = (int32_t)(base + np + i + 1);
-      win_hi[r0 + i] = hi;
-      win_lo[r0 + i] = (int32_t)std::max<int64_t>(base, hi - W);
-    }
-    base += np + n;
     if (!comp) continue;
     const int m = L.comp.rate;
     const int64_t R = csa ? 2 * m : m;
@@ -449,13 +431,12 @@ void DeepseekV4Model::attention(int l, Step& st) {
     be_.select_topk(score_d.data(), (int64_t)B, kld, nvis_d.data(), (int)cfg_.index_topk, st.csa_entries.rows.data(),
                     kld, ent_off_d.data(), ent_idx_d.data());
   }
-  Buffer<int32_t> win_lo_d(be_, win_lo), win_hi_d(be_, win_hi);
   if (comp && !csa) {  // HCA: every visible entry
     ent_idx_d = Buffer<int32_t>(be_, ent_idx);
     ent_off_d = Buffer<int64_t>(be_, ent_off);
   }
   Buffer<float> o(be_, T * H * d);  // [T, H, d]
-  be_.sink_attention(q.data(), T, H * d, (int)H, (int)d, win.data(), win_lo_d.data(), win_hi_d.data(),
+  be_.sink_attention(q.data(), T, H * d, (int)H, (int)d, win.data(), wp.lo.data(), wp.hi.data(),
                      comp ? ent_base : cache.pages_base(), ent_idx_d.data(), comp ? ent_off_d.data() : nullptr, L.sinks.data(),
                      1.0f / std::sqrt((float)d), o.data(), H * d);
   be_.rope(o.data(), T, H * d, (int)H, (int)d, (int)r, pos, inv_freq, true);
@@ -545,6 +526,40 @@ std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk>
       build_entry_table(be_, batch, lay, cfg_.compress_rate_csa, cfg_.head_dim, st.csa_entries);
     }
     if (has_hca) build_entry_table(be_, batch, lay, cfg_.compress_rate_hca, cfg_.head_dim, st.hca_entries);
+    // Sliding window (every layer): slot_floats is a multiple of d, so slot s's ring row i of a layer is
+    // row s·slot_floats/d + i from that layer's ring region in slot 0.
+    const int64_t W = cfg_.sliding_window, d = cfg_.head_dim;
+    std::vector<int32_t> from_ring, to_win_r, from_kv, to_win_k, lo(T), hi(T);
+    RingPush push;
+    int64_t b0 = 0;  // first row of this sequence's keys in win
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const V4SeqState& S = *batch[b].state;
+      const int64_t p0 = S.pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
+      const int64_t np = std::min<int64_t>(W - 1, p0);  // earlier tokens still inside the window
+      const int32_t ring0 = (int32_t)((int64_t)S.slot * lay.slot_floats / d);
+      for (int64_t i = 0; i < np; ++i) {
+        from_ring.push_back((int32_t)(ring0 + (p0 - np + i) % W));
+        to_win_r.push_back((int32_t)(b0 + i));
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        from_kv.push_back((int32_t)(r0 + i));
+        to_win_k.push_back((int32_t)(b0 + np + i));
+        hi[r0 + i] = (int32_t)(b0 + np + i + 1);
+        lo[r0 + i] = (int32_t)std::max<int64_t>(b0, hi[r0 + i] - W);
+      }
+      push.add(r0, n, p0, W, ring0);
+      b0 += np + n;
+    }
+    Step::WindowPlan& wp = st.window;
+    wp.rows = b0;
+    wp.n_ring = (int64_t)from_ring.size();
+    wp.n_push = (int64_t)push.src.size();
+    std::vector<const int32_t*> at;
+    wp.idx = upload_packed(be_, {&from_ring, &to_win_r, &from_kv, &to_win_k, &push.src, &push.dst}, at);
+    wp.from_ring = at[0], wp.to_win_r = at[1], wp.from_kv = at[2], wp.to_win_k = at[3];
+    wp.push_src = at[4], wp.push_dst = at[5];
+    wp.lo = Buffer<int32_t>(be_, lo);
+    wp.hi = Buffer<int32_t>(be_, hi);
   }
   Buffer<float> u(be_, T * D), post(be_, T * hc), comb(be_, T * hc * hc);
   st.h = Buffer<float>(be_, T * D);
