@@ -115,6 +115,28 @@ DeepseekV4Model::DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend&
   inv_freq_compress_ = Buffer<float>(backend, rope_inv_freq(cfg.rope_compress, cfg.rope_dim));
 }
 
+namespace {
+// Pushes of rows r0 + i (i < n, positions p0 + i) of a step buffer into a ring of R rows at ring_row0 (of
+// the slot pool, in rows of the buffer's width): the last min(n, R) rows land. Collected for every
+// sequence, then one copy_rows.
+struct RingPush {
+  std::vector<int32_t> src, dst;
+  void add(int64_t r0, int64_t n, int64_t p0, int64_t R, int32_t ring_row0) {
+    for (int64_t i = std::max<int64_t>(0, n - R); i < n; ++i) {
+      src.push_back((int32_t)(r0 + i));
+      dst.push_back((int32_t)(ring_row0 + (p0 + i) % R));
+    }
+  }
+};
+
+// Compressor windows closing in a decode step: window id, its ring's first row (of the ring width, from
+// the slot pool), its entry's row in the pages (of the entry width, from the page pool).
+struct Closings {
+  std::vector<int32_t> wins, ring, page;
+};
+
+}  // namespace
+
 struct DeepseekV4Model::Step {
   std::span<const V4SeqChunk> batch;
   V4Cache* cache = nullptr;
@@ -146,6 +168,24 @@ struct DeepseekV4Model::Step {
     const int32_t *from_ring = nullptr, *to_win_r = nullptr, *from_kv = nullptr, *to_win_k = nullptr;
     const int32_t *push_src = nullptr, *push_dst = nullptr;
   } window;
+  // The compressors and entry choice of every layer of one compressed type (CSA or HCA), planned once a
+  // step: ring rows count from a layer's ring region in slot 0 (rows of that ring's width), page rows
+  // from a layer's region in page 0 (rows of the entry width); the layer's offsets go into the pointers.
+  struct CompPlan {
+    int m = 0;
+    int64_t R = 0;                          // ring rows: 2m (CSA), m (HCA)
+    std::vector<int64_t> ent_off;           // [T + 1] each query's entries
+    std::vector<int64_t> n_keys, score_at;  // CSA: keys of each sequence after the step; its scores' offset
+    Buffer<int64_t> ent_off_d;
+    Buffer<int32_t> hca_idx;                // HCA: each query's visible entries, [ent_off[T]]
+    Buffer<int32_t> idx;                    // the packed arrays below
+    int64_t n_push = 0;                     // pushes of the step's rows into the rings
+    const int32_t *push_src = nullptr, *push_kv = nullptr, *push_gate = nullptr;  // main compressor
+    const int32_t *push_ikv = nullptr, *push_igate = nullptr;                     // CSA indexer compressor
+    const int32_t *nvis_row = nullptr;      // [T] entries visible to each query
+    const int32_t *nvis_seq = nullptr;      // [B] entries of each sequence after the step
+    Closings comp, icomp;                   // decode steps: the windows that close (main, indexer)
+  } csa, hca;
 };
 
 namespace {
@@ -168,25 +208,6 @@ void build_entry_table(Backend& be, std::span<const V4SeqChunk> batch, const V4C
   t.rows = Buffer<int32_t>(be, t.host);
 }
 
-// Pushes of rows r0 + i (i < n, positions p0 + i) of a step buffer into a ring of R rows at ring_row0 (of
-// the slot pool, in rows of the buffer's width): the last min(n, R) rows land. Collected for every
-// sequence, then one copy_rows.
-struct RingPush {
-  std::vector<int32_t> src, dst;
-  void add(int64_t r0, int64_t n, int64_t p0, int64_t R, int32_t ring_row0) {
-    for (int64_t i = std::max<int64_t>(0, n - R); i < n; ++i) {
-      src.push_back((int32_t)(r0 + i));
-      dst.push_back((int32_t)(ring_row0 + (p0 + i) % R));
-    }
-  }
-};
-
-// Compressor windows closing in a decode step: window id, its ring's first row (of the ring width, from
-// the slot pool), its entry's row in the pages (of the entry width, from the page pool).
-struct Closings {
-  std::vector<int32_t> wins, ring, page;
-};
-
 // Several index arrays in one upload (each upload is a host copy and a device copy of its own); at[i]
 // points at array i in the returned buffer.
 Buffer<int32_t> upload_packed(Backend& be, std::initializer_list<const std::vector<int32_t>*> arrays,
@@ -198,6 +219,64 @@ Buffer<int32_t> upload_packed(Backend& be, std::initializer_list<const std::vect
   size_t off = 0;
   for (const auto* a : arrays) at.push_back(buf.data() + off), off += a->size();
   return buf;
+}
+
+template <class Plan, class Table>  // Step::CompPlan, Step::EntryTable (private to the model)
+void build_comp_plan(Backend& be, const V4Config& c, std::span<const V4SeqChunk> batch,
+                     const std::vector<int64_t>& seq_begin, const V4CacheLayout& lay, bool csa,
+                     const Table& hca_entries, Plan& p) {
+  const int64_t d = c.head_dim, dI = c.index_head_dim, cw = (csa ? 2 : 1) * d, icw = 2 * dI;
+  const int64_t TP = lay.tokens_per_page, B = (int64_t)batch.size(), T = seq_begin[B];
+  const int m = csa ? c.compress_rate_csa : c.compress_rate_hca;
+  const bool decode = B == T;
+  p.m = m;
+  p.R = csa ? 2 * m : m;
+  p.ent_off.assign(T + 1, 0);
+  p.n_keys.assign(B, 0);
+  p.score_at.assign(B + 1, 0);
+  std::vector<int32_t> src, kv, gate, ikv, igate, nvis_row(T), nvis_seq(B), hca;
+  for (int64_t b = 0; b < B; ++b) {
+    const V4SeqState& S = *batch[b].state;
+    const int64_t p0 = S.pos, r0 = seq_begin[b], n = seq_begin[b + 1] - r0;
+    const int32_t ring0 = (int32_t)((int64_t)S.slot * lay.slot_floats / cw);
+    const int32_t iring0 = (int32_t)((int64_t)S.slot * lay.slot_floats / icw);
+    for (int64_t i = std::max<int64_t>(0, n - p.R); i < n; ++i) {  // the last R rows land
+      const int32_t at = (int32_t)((p0 + i) % p.R);
+      src.push_back((int32_t)(r0 + i));
+      kv.push_back(ring0 + at);
+      gate.push_back(ring0 + (int32_t)p.R + at);  // the gate ring follows the kv ring
+      if (csa) ikv.push_back(iring0 + at), igate.push_back(iring0 + (int32_t)p.R + at);
+    }
+    p.n_keys[b] = (p0 + n) / m;
+    p.score_at[b + 1] = p.score_at[b] + n * p.n_keys[b];
+    nvis_seq[b] = (int32_t)p.n_keys[b];
+    const int32_t* rows = csa ? nullptr : hca_entries.host.data() + b * hca_entries.ld;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t nvis = (p0 + i + 1) / m;
+      nvis_row[r0 + i] = (int32_t)nvis;
+      p.ent_off[r0 + i + 1] = p.ent_off[r0 + i] + (csa ? std::min<int64_t>(c.index_topk, nvis) : nvis);
+      if (!csa) hca.insert(hca.end(), rows, rows + nvis);
+    }
+    if (decode && (p0 + 1) % m == 0) {  // the window ending at p0 closes
+      const int32_t win = (int32_t)(p0 / m);
+      const int64_t first = (int64_t)win * m, page = S.pages[first / TP], slot = (first % TP) / m;
+      p.comp.wins.push_back(win);
+      p.comp.ring.push_back(ring0);
+      p.comp.page.push_back((int32_t)(page * lay.page_floats / d + slot));
+      if (csa) {
+        p.icomp.wins.push_back(win);
+        p.icomp.ring.push_back(iring0);
+        p.icomp.page.push_back((int32_t)(page * lay.page_floats / dI + slot));
+      }
+    }
+  }
+  p.n_push = (int64_t)src.size();
+  std::vector<const int32_t*> at;
+  p.idx = upload_packed(be, {&src, &kv, &gate, &ikv, &igate, &nvis_row, &nvis_seq}, at);
+  p.push_src = at[0], p.push_kv = at[1], p.push_gate = at[2], p.push_ikv = at[3], p.push_igate = at[4];
+  p.nvis_row = at[5], p.nvis_seq = at[6];
+  p.ent_off_d = Buffer<int64_t>(be, p.ent_off);
+  if (!csa) p.hca_idx = Buffer<int32_t>(be, hca);
 }
 }  // namespace
 
@@ -215,18 +294,18 @@ void DeepseekV4Model::compressor_update(const V4Compressor& w, float* ring_kv, f
   // offsets are multiples of width).
   const V4CacheLayout& lay = cache.layout();
   const int64_t T = lay.tokens_per_page;
-  std::vector<int32_t> rows(closed.size());
+  std::vector<int32_t> rows(closed.size());  // from this layer's region in page 0
   for (size_t i = 0; i < closed.size(); ++i) {
     const int64_t first = (int64_t)closed[i] * m;
-    rows[i] = (int32_t)(((int64_t)s.pages[first / T] * lay.page_floats + page_off) / width + (first % T) / m);
+    rows[i] = (int32_t)((int64_t)s.pages[first / T] * lay.page_floats / width + (first % T) / m);
   }
-  emit_entries(w, ring_kv, ring_gate, kv, gate, ld, p0, closed, nullptr, rows, cache);
+  emit_entries(w, ring_kv, ring_gate, kv, gate, ld, p0, closed, nullptr, rows, cache.pages_base() + page_off);
 }
 
 void DeepseekV4Model::emit_entries(const V4Compressor& w, const float* ring_kv, const float* ring_gate, const float* kv,
                                    const float* gate, int64_t ld, int64_t p0, const std::vector<int32_t>& wins,
                                    const std::vector<int32_t>* ring_rows, const std::vector<int32_t>& page_rows,
-                                   V4Cache& cache) {
+                                   float* page_base) {
   const int m = w.rate, width = w.width;
   const int S = w.overlap ? 2 * m : m;  // pooled slots per entry
   const int64_t nw = (int64_t)wins.size();
@@ -247,7 +326,7 @@ void DeepseekV4Model::emit_entries(const V4Compressor& w, const float* ring_kv, 
   be_.compress_pool(skv.data(), sg.data(), nw, S, width, out.data());
   be_.rms_norm(out.data(), nw, width, width, w.norm.data(), (float)cfg_.rms_norm_eps, out.data());
   be_.rope(out.data(), nw, width, 1, width, cfg_.rope_dim, wpos, inv_freq_compress_.data(), false);
-  be_.copy_rows(out.data(), width, nullptr, cache.pages_base(), width, prow, nw, width);  // one scatter
+  be_.copy_rows(out.data(), width, nullptr, page_base, width, prow, nw, width);  // one scatter
 }
 
 void DeepseekV4Model::attention(int l, Step& st) {
@@ -302,17 +381,7 @@ void DeepseekV4Model::attention(int l, Step& st) {
   const size_t B = st.batch.size();
   const Step::WindowPlan& wp = st.window;
   Buffer<float> win(be_, wp.rows * d);
-  std::vector<int32_t> ent_idx;
-  // Ring rows of every slot are addressed from the slot pool's start in units of the ring's row width
-  // (the layout aligns every region to it), so each kind of ring traffic is one copy_rows for the step:
-  // window keys (ring part, chunk part), then the pushes of the chunk into the rings.
   float* slots = cache.slots_base();
-  auto slot_row = [&](const V4SeqState& S, int64_t off, int64_t width, int64_t i) {
-    return (int32_t)(((int64_t)S.slot * lay.slot_floats + off) / width + i);
-  };
-  auto push = [&](const RingPush& rp, const int32_t* src_d, const int32_t* dst_d, const float* src, int64_t width) {
-    if (!rp.src.empty()) be_.copy_rows(src, width, src_d, slots, width, dst_d, (int64_t)rp.src.size(), width);
-  };
   {
     float* ring = slots + lay.slot_ring_off[l];  // this layer's [W, d] ring in slot 0
     if (wp.n_ring) be_.copy_rows(ring, d, wp.from_ring, win.data(), d, wp.to_win_r, wp.n_ring, d);
@@ -320,124 +389,66 @@ void DeepseekV4Model::attention(int l, Step& st) {
     // after the gather: the pushes overwrite the oldest rows (the ring keeps the last W positions)
     if (wp.n_push) be_.copy_rows(kv.data(), d, wp.push_src, ring, d, wp.push_dst, wp.n_push, d);
   }
-  RingPush ckv_push, cgate_push, ikv_push, igate_push;  // compressor rings, pushed after the closings
-  Closings comp_closings, idx_closings;  // decode: closed after the pushes, in one call each
-  const int64_t TP = lay.tokens_per_page;
-  std::vector<int64_t> ent_off(T + 1, 0);
-  // CSA: each query keeps min(index_topk, visible entries) entries, so the offsets of its entries are
-  // known on the host; which entries is chosen on the backend (indexer_scores, then select_topk; a
-  // chunk's scores [n, nk] at score_at[b] of one buffer, a decode step's [B, ld]).
-  std::vector<int64_t> score_at(B + 1, 0), n_keys(B, 0);
-  Buffer<int32_t> ent_idx_d;
-  Buffer<int64_t> ent_off_d;
-  if (csa) {
-    for (size_t b = 0; b < B; ++b) {
-      const int64_t p0 = st.batch[b].state->pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
-      n_keys[b] = (p0 + n) / L.comp.rate;  // indexer keys that exist after this chunk
-      score_at[b + 1] = score_at[b] + n * n_keys[b];
-      for (int64_t i = 0; i < n; ++i)
-        ent_off[r0 + i + 1] = ent_off[r0 + i] + std::min<int64_t>(cfg_.index_topk, (p0 + i + 1) / L.comp.rate);
-    }
-    ent_off_d = Buffer<int64_t>(be_, ent_off);
-    ent_idx_d = Buffer<int32_t>(be_, ent_off[T]);
-  }
-  // A step of single tokens (decode) scores every sequence's keys in one call (a key list per query);
-  // chunks take one call each (their queries share the sequence's keys).
+  // A step of single tokens (decode) closes every sequence's windows in one call per compressor (after
+  // the pushes: each window then lies whole in its ring) and scores every sequence's keys in one call
+  // (a key list per query). Chunks close and score per sequence (their queries share its keys).
   const bool decode = (int64_t)B == T;
-  const float* ent_base = comp ? cache.pages_base() + lay.page_entries_off[l] : nullptr;  // this layer's entries
-  const float* key_base = csa ? cache.pages_base() + lay.page_idx_off[l] : nullptr;      // and indexer keys
-  const int64_t kld = csa ? st.csa_keys.ld : 0;
-  Buffer<float> score_d(be_, csa && decode ? (int64_t)B * kld : score_at[B]);
-  std::vector<Buffer<int32_t>> score_args;  // index arrays of the step's calls
-  for (size_t b = 0; b < B; ++b) {
+  const Step::CompPlan* cp = csa ? &st.csa : comp ? &st.hca : nullptr;
+  float* comp_ring = comp ? slots + lay.slot_comp_off[l] : nullptr;  // this layer's regions in slot 0
+  float* idx_ring = csa ? slots + lay.slot_idx_off[l] : nullptr;
+  float* ent_base = comp ? cache.pages_base() + lay.page_entries_off[l] : nullptr;  // and in page 0
+  float* key_base = csa ? cache.pages_base() + lay.page_idx_off[l] : nullptr;
+  const int64_t kld = csa ? st.csa_keys.ld : 0, R = comp ? cp->R : 0;
+  // CSA: each query keeps min(index_topk, visible entries) entries (offsets known on the host); which
+  // ones is chosen on the backend (indexer_scores, then select_topk; a chunk's scores [n, nk] at
+  // score_at[b] of one buffer, a decode step's [B, ld]).
+  Buffer<int32_t> ent_idx_d(be_, csa ? cp->ent_off[T] : 0);
+  Buffer<float> score_d(be_, csa && decode ? (int64_t)B * kld : csa ? cp->score_at[B] : 0);
+  for (size_t b = 0; comp && !decode && b < B; ++b) {
     const V4SeqState& S = *st.batch[b].state;
     float* slot = cache.slot_data(S.slot);
     const int64_t p0 = S.pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
-    if (!comp) continue;
-    const int m = L.comp.rate;
-    const int64_t R = csa ? 2 * m : m;
-    float* comp_ring = slot + lay.slot_comp_off[l];
-    // Decode: a closing window is gathered here and every sequence's closes in one call after the
-    // pushes (each then reads its whole window from its ring). Chunks close theirs now.
-    auto closing = [&](Closings& c, int64_t ring_off, int64_t ring_width, int64_t width, int64_t page_off) {
-      const int32_t win = (int32_t)(p0 / m);
-      const int64_t first = (int64_t)win * m;
-      c.wins.push_back(win);
-      c.ring.push_back(slot_row(S, ring_off, ring_width, 0));
-      c.page.push_back((int32_t)(((int64_t)S.pages[first / TP] * lay.page_floats + page_off) / width + (first % TP) / m));
-    };
-    if (decode && (p0 + 1) % m == 0) closing(comp_closings, lay.slot_comp_off[l], cw, d, lay.page_entries_off[l]);
-    if (!decode)
-      compressor_update(L.comp, comp_ring, comp_ring + R * cw, cache, S, lay.page_entries_off[l],
-                        ckv.data() + r0 * cw, cgate.data() + r0 * cw, cw, p0, n);
-    ckv_push.add(r0, n, p0, R, slot_row(S, lay.slot_comp_off[l], cw, 0));
-    cgate_push.add(r0, n, p0, R, slot_row(S, lay.slot_comp_off[l], cw, R));
-    if (!csa) {
-      const int32_t* rows = st.hca_entries.host.data() + b * st.hca_entries.ld;
-      for (int64_t i = 0; i < n; ++i) {
-        int64_t nvis = (p0 + i + 1) / m;
-        ent_idx.insert(ent_idx.end(), rows, rows + nvis);
-        ent_off[r0 + i + 1] = (int64_t)ent_idx.size();
-      }
-      continue;
-    }
-    float* idx_ring = slot + lay.slot_idx_off[l];
-    if (decode && (p0 + 1) % m == 0) closing(idx_closings, lay.slot_idx_off[l], icw, dI, lay.page_idx_off[l]);
-    if (!decode)
-      compressor_update(L.idx_comp, idx_ring, idx_ring + R * icw, cache, S, lay.page_idx_off[l],
-                        ikv.data() + r0 * icw, igate.data() + r0 * icw, icw, p0, n);
-    ikv_push.add(r0, n, p0, R, slot_row(S, lay.slot_idx_off[l], icw, 0));
-    igate_push.add(r0, n, p0, R, slot_row(S, lay.slot_idx_off[l], icw, R));
-    const int64_t nk = n_keys[b];
-    if (nk == 0 || decode) continue;
-    // Chunk: its queries against the sequence's keys (rows from the step's tables).
-    std::vector<int32_t> nvis(n);
-    for (int64_t i = 0; i < n; ++i) nvis[i] = (int32_t)((p0 + i + 1) / m);
-    const int32_t* nvis_d = score_args.emplace_back(be_, nvis).data();
-    float* score = score_d.data() + score_at[b];  // [n, nk]
+    float* ring = slot + lay.slot_comp_off[l];
+    compressor_update(L.comp, ring, ring + R * cw, cache, S, lay.page_entries_off[l], ckv.data() + r0 * cw,
+                      cgate.data() + r0 * cw, cw, p0, n);
+    if (!csa) continue;
+    float* iring = slot + lay.slot_idx_off[l];
+    compressor_update(L.idx_comp, iring, iring + R * icw, cache, S, lay.page_idx_off[l], ikv.data() + r0 * icw,
+                      igate.data() + r0 * icw, icw, p0, n);
+    const int64_t nk = cp->n_keys[b];
+    if (nk == 0) continue;
+    float* score = score_d.data() + cp->score_at[b];  // [n, nk]
     be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, key_base,
-                       st.csa_keys.rows.data() + b * kld, 0, nk, nvis_d, 1.0f / std::sqrt((float)dI), score);
-    be_.select_topk(score, n, nk, nvis_d, (int)cfg_.index_topk, st.csa_entries.rows.data() + b * kld, 0,
-                    ent_off_d.data() + r0, ent_idx_d.data());
+                       st.csa_keys.rows.data() + b * kld, 0, nk, cp->nvis_row + r0, 1.0f / std::sqrt((float)dI), score);
+    be_.select_topk(score, n, nk, cp->nvis_row + r0, (int)cfg_.index_topk, st.csa_entries.rows.data() + b * kld, 0,
+                    cp->ent_off_d.data() + r0, ent_idx_d.data());
   }
-  // The step's tokens into the compressor rings: after every chunk's closings read the rings, before
-  // the decode closings (which read their whole window from the rings).
-  if (comp) {
-    std::vector<const int32_t*> at;
-    Buffer<int32_t> idx = upload_packed(be_, {&ckv_push.src, &ckv_push.dst, &cgate_push.src, &cgate_push.dst, &ikv_push.src,
-                                &ikv_push.dst, &igate_push.src, &igate_push.dst},
-                               at);
-    push(ckv_push, at[0], at[1], ckv.data(), cw);
-    push(cgate_push, at[2], at[3], cgate.data(), cw);
+  if (comp && cp->n_push) {  // the step's tokens into the compressor rings, after the chunks' closings read them
+    be_.copy_rows(ckv.data(), cw, cp->push_src, comp_ring, cw, cp->push_kv, cp->n_push, cw);
+    be_.copy_rows(cgate.data(), cw, cp->push_src, comp_ring, cw, cp->push_gate, cp->n_push, cw);
     if (csa) {
-      push(ikv_push, at[4], at[5], ikv.data(), icw);
-      push(igate_push, at[6], at[7], igate.data(), icw);
+      be_.copy_rows(ikv.data(), icw, cp->push_src, idx_ring, icw, cp->push_ikv, cp->n_push, icw);
+      be_.copy_rows(igate.data(), icw, cp->push_src, idx_ring, icw, cp->push_igate, cp->n_push, icw);
     }
   }
   if (decode && comp) {
-    const int64_t R = csa ? 2 * L.comp.rate : L.comp.rate, all_ring = std::numeric_limits<int64_t>::max();
-    emit_entries(L.comp, slots, slots + R * cw, ckv.data(), cgate.data(), cw, all_ring, comp_closings.wins,
-                 &comp_closings.ring, comp_closings.page, cache);
+    const int64_t all_ring = std::numeric_limits<int64_t>::max();  // every position from the rings
+    emit_entries(L.comp, comp_ring, comp_ring + R * cw, ckv.data(), cgate.data(), cw, all_ring, cp->comp.wins,
+                 &cp->comp.ring, cp->comp.page, ent_base);
     if (csa)
-      emit_entries(L.idx_comp, slots, slots + R * icw, ikv.data(), igate.data(), icw, all_ring, idx_closings.wins,
-                   &idx_closings.ring, idx_closings.page, cache);
+      emit_entries(L.idx_comp, idx_ring, idx_ring + R * icw, ikv.data(), igate.data(), icw, all_ring,
+                   cp->icomp.wins, &cp->icomp.ring, cp->icomp.page, key_base);
   }
   if (csa && decode) {  // every sequence's query against its own keys, after every closing wrote its key
-    std::vector<int32_t> nvis(B);
-    for (size_t b = 0; b < B; ++b) nvis[b] = (int32_t)n_keys[b];
-    Buffer<int32_t> nvis_d(be_, nvis);
     be_.indexer_scores(iq.data(), gamma.data(), (int64_t)B, (int)hI, (int)dI, key_base, st.csa_keys.rows.data(), kld,
-                       kld, nvis_d.data(), 1.0f / std::sqrt((float)dI), score_d.data());
-    be_.select_topk(score_d.data(), (int64_t)B, kld, nvis_d.data(), (int)cfg_.index_topk, st.csa_entries.rows.data(),
-                    kld, ent_off_d.data(), ent_idx_d.data());
+                       kld, cp->nvis_seq, 1.0f / std::sqrt((float)dI), score_d.data());
+    be_.select_topk(score_d.data(), (int64_t)B, kld, cp->nvis_seq, (int)cfg_.index_topk, st.csa_entries.rows.data(),
+                    kld, cp->ent_off_d.data(), ent_idx_d.data());
   }
-  if (comp && !csa) {  // HCA: every visible entry
-    ent_idx_d = Buffer<int32_t>(be_, ent_idx);
-    ent_off_d = Buffer<int64_t>(be_, ent_off);
-  }
+  const int32_t* ent_idx = csa ? ent_idx_d.data() : comp ? cp->hca_idx.data() : nullptr;
   Buffer<float> o(be_, T * H * d);  // [T, H, d]
   be_.sink_attention(q.data(), T, H * d, (int)H, (int)d, win.data(), wp.lo.data(), wp.hi.data(),
-                     comp ? ent_base : cache.pages_base(), ent_idx_d.data(), comp ? ent_off_d.data() : nullptr, L.sinks.data(),
+                     comp ? ent_base : cache.pages_base(), ent_idx, comp ? cp->ent_off_d.data() : nullptr, L.sinks.data(),
                      1.0f / std::sqrt((float)d), o.data(), H * d);
   be_.rope(o.data(), T, H * d, (int)H, (int)d, (int)r, pos, inv_freq, true);
 
@@ -526,6 +537,8 @@ std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk>
       build_entry_table(be_, batch, lay, cfg_.compress_rate_csa, cfg_.head_dim, st.csa_entries);
     }
     if (has_hca) build_entry_table(be_, batch, lay, cfg_.compress_rate_hca, cfg_.head_dim, st.hca_entries);
+    if (has_csa) build_comp_plan(be_, cfg_, batch, st.seq_begin, lay, true, st.hca_entries, st.csa);
+    if (has_hca) build_comp_plan(be_, cfg_, batch, st.seq_begin, lay, false, st.hca_entries, st.hca);
     // Sliding window (every layer): slot_floats is a multiple of d, so slot s's ring row i of a layer is
     // row s·slot_floats/d + i from that layer's ring region in slot 0.
     const int64_t W = cfg_.sliding_window, d = cfg_.head_dim;

@@ -116,10 +116,10 @@ class DeepseekV4Model {
   // Entries of nw closing windows (ids wins): pooled from the rings (window i's ring ring_rows[i] rows
   // into ring_kv / ring_gate, or 0 when ring_rows is null) and from this step's projections (positions
   // ≥ p0), normed, roped at their first position and scattered to page_rows[i] (rows of width floats
-  // from the page pool's start).
+  // from page_base: the layer's region in page 0).
   void emit_entries(const V4Compressor& w, const float* ring_kv, const float* ring_gate, const float* kv,
                     const float* gate, int64_t ld, int64_t p0, const std::vector<int32_t>& wins,
-                    const std::vector<int32_t>* ring_rows, const std::vector<int32_t>& page_rows, V4Cache& cache);
+                    const std::vector<int32_t>* ring_rows, const std::vector<int32_t>& page_rows, float* page_base);
   void moe(const V4Layer& L, const float* h, const int32_t* tokens, int64_t T, float* out);
 
   V4Config cfg_;
