@@ -736,6 +736,25 @@ void stored_section(const std::string& root, CpuBackend& cpu, int n_new) {
   g_summary["stored"]["nano"] = {{"tokens_equal_prefix", same_total},
                                  {"batch_ms_per_step", 1e3 * gr.decode_s / (n_new - 1)},
                                  {"single_ms_per_token", 1e3 * g1.decode_s / (n_new - 1)}};
+
+  // (d) the profiler (deepinfer bench --profile): a profiled greedy run on one sequence accounts every
+  // step's device work to named ops, and its results equal the unprofiled run's (profiling only adds
+  // events).
+  fast.set_profiling(true);
+  GreedyRun gp = greedy(*mg.v4, fast, one, 16);
+  fast.set_profiling(false);
+  const Backend::Profile prof = fast.take_profile();
+  bool has_linear = false, has_attention = false;
+  for (const auto& o : prof.ops) has_linear |= o.op == "linear", has_attention |= o.op == "sink_attention";
+  expect(prof.calls > 0 && prof.busy_ms > 0 && prof.gap_ms >= 0 && has_linear && has_attention,
+         "profile of a stored nano run: calls, device time, linear and sink_attention recorded");
+  const size_t np = std::min(gp.out[0].size(), g1.out[0].size());
+  expect(std::equal(gp.out[0].begin(), gp.out[0].begin() + np, g1.out[0].begin()),
+         "profiled greedy tokens equal the unprofiled run's");
+  std::printf("stored nano profile (16 tokens): %lld calls, device busy %.3f ms, gaps %.3f ms, top op %s %.3f ms\n",
+              (long long)prof.calls, prof.busy_ms, prof.gap_ms, prof.ops.empty() ? "-" : prof.ops[0].op.c_str(),
+              prof.ops.empty() ? 0.0 : prof.ops[0].ms);
+  expect(fast.take_profile().calls == 0, "take_profile resets the totals");
 }
 
 // ---- DeepSeek-V4.1 ----
