@@ -34,6 +34,7 @@
 
 #include <algorithm>
 
+#include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
 
@@ -41,6 +42,8 @@ namespace deepinfer::cuda {
 namespace {
 namespace cg = cooperative_groups;
 using detail::cdiv;
+using detail::u4get, detail::mma16816, detail::bmul2, detail::pack_bf16, detail::pow2_bf16x2, detail::e4m3x4_raw,
+    detail::e2m1x8_raw;
 
 constexpr int GQ_WARPS = 8, GQ_NT = GQ_WARPS * 32;
 constexpr int GQ_RT = 2;  // 16-row tiles per block
@@ -73,50 +76,12 @@ struct GqParams {
   int kslice, row_groups, mmr;  // k per cluster rank; row groups; rows allocated in the x staging
 };
 
-__device__ __forceinline__ uint32_t u4get(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
-
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t bmul2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
 __device__ __forceinline__ uint4 ld_stream(const void* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
-}
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
-  return *reinterpret_cast<const uint32_t*>(&b);
-}
-// bf16 bits of 2^e, e ∈ [−126, 127], in both halves.
-__device__ __forceinline__ uint32_t pow2_bf16x2(int e) {
-  const uint32_t h = (uint32_t)(e + 127) << 7;
-  return h | (h << 16);
-}
-// Four e4m3 bytes b0..b3 → bf16x2 {b0, b1} and {b2, b3}, each value·2^-120 (exact, subnormals included).
-__device__ __forceinline__ void e4m3x4_raw(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  const uint32_t p = __byte_perm(w, 0u, 0x1404), q = __byte_perm(w, 0u, 0x3424);  // bytes at bits 8, 24
-  lo = (p & 0x80008000u) | ((p >> 4) & 0x07F007F0u);
-  hi = (q & 0x80008000u) | ((q >> 4) & 0x07F007F0u);
-}
-// Eight e2m1 nibbles n0..n7 (n0 = low nibble of byte 0) → bf16x2 {n0, n4}, {n1, n5}, {n2, n6}, {n3, n7},
-// each value·2^-126: the nibble's bits 0..2 go to bf16 bits 6..8, bit 3 (sign) to bit 15 (one multiply
-// places both copies; the mask keeps the wanted bits).
-__device__ __forceinline__ void e2m1x8_raw(uint32_t w, uint32_t (&r)[4]) {
-  const uint32_t w2 = w >> 8;
-  r[0] = ((w & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
-  r[1] = ((w & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
-  r[2] = ((w2 & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
-  r[3] = ((w2 & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
 }
 
 // One 16-row tile × one chunk: rows g (w0) and g + 8 (w1), 16 e4m3 each → 4 MMAs. B of MMA i: the
