@@ -766,105 +766,6 @@ Result attn_case(int64_t M, int H, int d, int W, int topk, bool prefill, const s
   return res;
 }
 
-// sink_attention_f32 (the float32 Backend::sink_attention contract the model uses). Inputs stay f32.
-// nk ≥ 0: every query has exactly nk keys (min(nk, 128) window rows, the rest entries); nk < 0: random
-// counts (window 0..128, entries 0..512). Each query owns its key rows (decode: nothing shared), so the
-// bytes are q + out + every query's keys. ldq / ldo are padded; the output padding must stay poisoned.
-// check: 0 = all rows against CpuBackend; k > 0 = k sampled rows (perf cases). invariance: query 0
-// and query M/2 alone (M = 1 through offset pointers) must equal their rows of the batch bitwise, and a
-// second batch run must equal the first bitwise. Perf mode also times v1 on the same inputs.
-Result attn_f32_case(int64_t M, int H, int d, int nk, const std::string& name, int check = 0) {
-  Rng r = rng_for(name);
-  Result res;
-  const int Wn = 128, En = 512;
-  const int64_t ldq = (int64_t)H * d + 3, ldo = (int64_t)H * d + 5;
-  std::vector<int32_t> lo(M), hi(M), idx;
-  std::vector<int64_t> off(M + 1, 0);
-  const int64_t n_win = M * Wn + 1, ereg = 2 * (int64_t)std::max(En, nk), n_ent = M * ereg + 1;
-  for (int64_t m = 0; m < M; ++m) {
-    const int nwin = nk >= 0 ? std::min(nk, Wn) : r.range(0, Wn + 1);
-    const int nent = nk >= 0 ? nk - nwin : r.range(0, En + 1);
-    lo[m] = (int32_t)(m * Wn + r.range(0, Wn - nwin + 1));
-    hi[m] = lo[m] + nwin;
-    std::vector<int32_t> pick(nent);
-    for (auto& v : pick) v = (int32_t)(m * ereg + r.range(0, (int)ereg));
-    std::sort(pick.begin(), pick.end());  // ascending, duplicates allowed by the contract
-    idx.insert(idx.end(), pick.begin(), pick.end());
-    off[m + 1] = (int64_t)idx.size();
-  }
-  if (idx.empty()) idx.push_back(0);
-  auto fast = [&](size_t n, float a) {  // uniform in (−a, a): large pools, normal() is too slow here
-    std::vector<float> v(n);
-    for (auto& x : v) x = (r.uni() * 2.0f - 1.0f) * a;
-    return v;
-  };
-  std::vector<float> q = fast(M * ldq, 1.7f), win = fast(n_win * d, 1.7f), ent = fast(n_ent * d, 1.7f),
-                     sinks = randn(r, H, 2.0f);
-  const float scale = 1.0f / std::sqrt((float)d);
-  DBuf dq = dup(q, "q"), dw = dup(win, "win"), de = dup(ent, "ent"), ds = dup(sinks, "sinks");
-  DBuf dlo = dup(lo, "lo"), dhi = dup(hi, "hi"), di = dup(idx, "idx"), doff = dup(off, "off");
-  DBuf dout = dalloc(M * ldo * 4, "out"), dout1 = dalloc(ldo * 4, "out_alone");
-  poison(dout);
-  auto run = [&](decltype(dc::sink_attention_f32)* fn, int64_t m0, int64_t Mx, float* o) {
-    return fn(dq.as<float>() + m0 * ldq, Mx, ldq, H, d, dw.as<float>(), dlo.as<int32_t>() + m0, dhi.as<int32_t>() + m0,
-              de.as<float>(), di.as<int32_t>(), doff.as<int64_t>() + m0, ds.as<float>(), scale, o, ldo, 0);
-  };
-  CK(run(dc::sink_attention_f32, 0, M, dout.as<float>()));
-  auto o = down<float>(dout, M * ldo);
-  // padding columns untouched
-  bool pad_ok = true;
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t c = (int64_t)H * d; c < ldo; ++c) {
-      uint32_t b;
-      memcpy(&b, &o[m * ldo + c], 4);
-      pad_ok &= b == 0xFFFFFFFFu;
-    }
-  expect_true(res, pad_ok, "output padding written");
-  // reference rows
-  std::vector<int64_t> rows;
-  if (check == 0)
-    for (int64_t m = 0; m < M; ++m) rows.push_back(m);
-  else
-    for (int k = 0; k < check; ++k) rows.push_back(k == 0 ? 0 : k == 1 ? M - 1 : r.range(0, (int)M));
-  std::vector<float> got, ref, one((size_t)H * d);
-  for (int64_t m : rows) {
-    cpu().sink_attention(q.data() + m * ldq, 1, ldq, H, d, win.data(), lo.data() + m, hi.data() + m, ent.data(),
-                         idx.data(), off.data() + m, sinks.data(), scale, one.data(), (int64_t)H * d);
-    ref.insert(ref.end(), one.begin(), one.end());
-    got.insert(got.end(), o.begin() + m * ldo, o.begin() + m * ldo + (int64_t)H * d);
-  }
-  expect_nmse(res, "out", got, ref, 1e-9);
-  if (nk == 0) {  // only the sink: exact zeros
-    bool z = true;
-    for (float v : got) z &= v == 0.0f;
-    expect_true(res, z, "no keys must give exact zeros");
-  }
-  // batch invariance (bitwise): a query alone vs in the batch; and run-to-run
-  for (int64_t m : {(int64_t)0, M / 2}) {
-    poison(dout1);
-    CK(run(dc::sink_attention_f32, m, 1, dout1.as<float>()));
-    auto a = down<float>(dout1, ldo);
-    expect_true(res, memcmp(a.data(), o.data() + m * ldo, (size_t)H * d * 4) == 0,
-                "query " + std::to_string(m) + " alone differs from its row in the batch");
-  }
-  CK(run(dc::sink_attention_f32, 0, M, dout.as<float>()));
-  auto o2 = down<float>(dout, M * ldo);
-  expect_true(res, memcmp(o2.data(), o.data(), o.size() * 4) == 0, "second run differs");
-  res.detail += "bitwise: alone==batch, run==run ";
-  if (g_perf) {
-    res.us = time_us([&] { run(dc::sink_attention_f32, 0, M, dout.as<float>()); });
-    double keys = 0;
-    for (int64_t m = 0; m < M; ++m) keys += (hi[m] - lo[m]) + (off[m + 1] - off[m]);
-    res.bytes = M * (double)H * d * 8.0 + keys * d * 4.0;  // q + out (f32) + each query's keys (f32)
-    res.flops = keys * H * d * 4.0;
-    const double v1 = time_us([&] { run(dc::sink_attention_f32_v1, 0, M, dout.as<float>()); });
-    char buf[96];
-    snprintf(buf, sizeof buf, "v1 %.1f us (%.1fx) ", v1, v1 / res.us);
-    res.detail += buf;
-  }
-  return res;
-}
-
 // sink_attention_mma (the tensor-core path of the stored-weight mode). Inputs are f32 rounded to bf16
 // (the kernel rounds keys and q to bf16 on the way in, so the CPU reference sees the same values); the
 // remaining difference is P rounded to bf16 for P·V (relative 2^-9 a term: NMSE ~1e-6; one missing key
@@ -875,8 +776,20 @@ Result attn_f32_case(int64_t M, int H, int d, int nk, const std::string& name, i
 // owns its rows. ldq / ldo are padded (the padding must stay poisoned). check: 0 = every row against
 // CpuBackend, k > 0 = k sampled rows. Bitwise: queries 0 and M/2 alone equal their rows of the batch,
 // and a second run equals the first. Perf mode also times sink_attention_f32 on the same inputs.
-Result attn_mma_case(int64_t M, int H, int d, int nk, int kind, const std::string& name, int check = 0,
-                     bool prefill = false) {
+// One case body for both sink-attention kernels (AttnKernel: the f32 one of the float32 mode, exact up to
+// f32 rounding, or the tensor-core one): same draws for the same name, same checks, the kernel's own
+// input rounding and tolerance.
+struct AttnKernel {
+  decltype(dc::sink_attention_f32)* fn;
+  bool bf16_inputs;  // round q and keys to bf16 before the reference (the kernel does on the way in)
+  double tol;        // NMSE against CpuBackend
+  bool mma;          // perf: compare with sink_attention_f32 (else with v1)
+};
+const AttnKernel kAttnF32{dc::sink_attention_f32, false, 1e-9, false};
+const AttnKernel kAttnMma{dc::sink_attention_mma, true, 2e-5, true};  // P rounded to bf16 before P·V
+
+Result sink_attn_case(const AttnKernel& K, int64_t M, int H, int d, int nk, int kind, const std::string& name,
+                      int check, bool prefill) {
   Rng r = rng_for(name);
   Result res;
   const int Wn = 128, En = 512;
@@ -907,9 +820,9 @@ Result attn_mma_case(int64_t M, int H, int d, int nk, int kind, const std::strin
     off[m + 1] = (int64_t)idx.size();
   }
   if (idx.empty()) idx.push_back(0);
-  auto fast = [&](size_t n, float a) {  // uniform in (−a, a), rounded to bf16
+  auto fast = [&](size_t n, float a) {  // uniform in (−a, a) (large pools: normal() is too slow here)
     std::vector<float> v(n);
-    for (auto& x : v) x = bf16r((r.uni() * 2.0f - 1.0f) * a);
+    for (auto& x : v) x = K.bf16_inputs ? bf16r((r.uni() * 2.0f - 1.0f) * a) : (r.uni() * 2.0f - 1.0f) * a;
     return v;
   };
   std::vector<float> q = fast(M * ldq, 1.7f), win = fast(n_win * d, 1.7f), ent = fast(n_ent * d, 1.7f),
@@ -919,11 +832,11 @@ Result attn_mma_case(int64_t M, int H, int d, int nk, int kind, const std::strin
   DBuf dlo = dup(lo, "lo"), dhi = dup(hi, "hi"), di = dup(idx, "idx"), doff = dup(off, "off");
   DBuf dout = dalloc(M * ldo * 4, "out"), dout1 = dalloc(ldo * 4, "out_alone");
   poison(dout);
-  auto run = [&](decltype(dc::sink_attention_mma)* fn, int64_t m0, int64_t Mx, float* o) {
+  auto run = [&](decltype(dc::sink_attention_f32)* fn, int64_t m0, int64_t Mx, float* o) {
     return fn(dq.as<float>() + m0 * ldq, Mx, ldq, H, d, dw.as<float>(), dlo.as<int32_t>() + m0, dhi.as<int32_t>() + m0,
               de.as<float>(), di.as<int32_t>(), doff.as<int64_t>() + m0, ds.as<float>(), scale, o, ldo, 0);
   };
-  CK(run(dc::sink_attention_mma, 0, M, dout.as<float>()));
+  CK(run(K.fn, 0, M, dout.as<float>()));
   auto o = down<float>(dout, M * ldo);
   bool pad_ok = true;
   for (int64_t m = 0; m < M; ++m)
@@ -945,7 +858,7 @@ Result attn_mma_case(int64_t M, int H, int d, int nk, int kind, const std::strin
     ref.insert(ref.end(), one.begin(), one.end());
     got.insert(got.end(), o.begin() + m * ldo, o.begin() + m * ldo + (int64_t)H * d);
   }
-  expect_nmse(res, "out", got, ref, 2e-5);  // P rounded to bf16 before P·V
+  expect_nmse(res, "out", got, ref, K.tol);
   if (nk == 0) {
     bool z = true;
     for (float v : got) z &= v == 0.0f;
@@ -953,29 +866,49 @@ Result attn_mma_case(int64_t M, int H, int d, int nk, int kind, const std::strin
   }
   for (int64_t m : {(int64_t)0, M / 2}) {
     poison(dout1);
-    CK(run(dc::sink_attention_mma, m, 1, dout1.as<float>()));
+    CK(run(K.fn, m, 1, dout1.as<float>()));
     auto a = down<float>(dout1, ldo);
     expect_true(res, memcmp(a.data(), o.data() + m * ldo, (size_t)H * d * 4) == 0,
                 "query " + std::to_string(m) + " alone differs from its row in the batch");
   }
-  CK(run(dc::sink_attention_mma, 0, M, dout.as<float>()));
+  CK(run(K.fn, 0, M, dout.as<float>()));
   auto o2 = down<float>(dout, M * ldo);
   expect_true(res, memcmp(o2.data(), o.data(), o.size() * 4) == 0, "second run differs");
   res.detail += "bitwise: alone==batch, run==run ";
   if (g_perf) {
-    res.us = time_us([&] { run(dc::sink_attention_mma, 0, M, dout.as<float>()); });
+    res.us = time_us([&] { run(K.fn, 0, M, dout.as<float>()); });
     double keys = 0;
     for (int64_t m = 0; m < M; ++m) keys += (hi[m] - lo[m]) + (off[m + 1] - off[m]);
     // q + out (f32) + key rows (f32): decode reads each query's rows; prefill the two shared pools once
     res.bytes = M * (double)H * d * 8.0 + (prefill ? (double)(n_win + n_ent) * d * 4.0 : keys * d * 4.0);
     res.flops = keys * H * d * 4.0;
-    const double f32 = time_us([&] { run(dc::sink_attention_f32, 0, M, dout.as<float>()); });
     char buf[128];
-    snprintf(buf, sizeof buf, "%.1f GFLOP; sink_attention_f32 %.1f us (mma %.1fx); %d clusters resident ",
-             res.flops / 1e9, f32, f32 / res.us, dc::sink_attention_mma_max_clusters(d));
+    if (K.mma) {
+      const double f32 = time_us([&] { run(dc::sink_attention_f32, 0, M, dout.as<float>()); });
+      snprintf(buf, sizeof buf, "%.1f GFLOP; sink_attention_f32 %.1f us (mma %.1fx); %d clusters resident ",
+               res.flops / 1e9, f32, f32 / res.us, dc::sink_attention_mma_max_clusters(d));
+    } else {
+      const double v1 = time_us([&] { run(dc::sink_attention_f32_v1, 0, M, dout.as<float>()); });
+      snprintf(buf, sizeof buf, "v1 %.1f us (%.1fx) ", v1, v1 / res.us);
+    }
     res.detail += buf;
   }
   return res;
+}
+
+// sink_attention_f32 (the float32 Backend::sink_attention contract the model uses). Inputs stay f32.
+// nk ≥ 0: every query has exactly nk keys (min(nk, 128) window rows, the rest entries); nk < 0: random
+// counts (window 0..128, entries 0..512). Each query owns its key rows (decode: nothing shared), so the
+// bytes are q + out + every query's keys. ldq / ldo are padded; the output padding must stay poisoned.
+// check: 0 = all rows against CpuBackend; k > 0 = k sampled rows (perf cases). invariance: query 0
+// and query M/2 alone (M = 1 through offset pointers) must equal their rows of the batch bitwise, and a
+// second batch run must equal the first bitwise. Perf mode also times v1 on the same inputs.
+Result attn_f32_case(int64_t M, int H, int d, int nk, const std::string& name, int check = 0) {
+  return sink_attn_case(kAttnF32, M, H, d, nk, 0, name, check, false);
+}
+Result attn_mma_case(int64_t M, int H, int d, int nk, int kind, const std::string& name, int check = 0,
+                     bool prefill = false) {
+  return sink_attn_case(kAttnMma, M, H, d, nk, kind, name, check, prefill);
 }
 
 Result indexer_case(int64_t M, int hI, int dI, int64_t nk, bool paged, const std::string& name) {
