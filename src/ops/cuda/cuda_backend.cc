@@ -87,7 +87,14 @@ struct CudaBackend::Impl {
     const char* v = std::getenv("DEEPINFER_CUDA_OFF");
     return "," + std::string(v ? v : "") + ",";
   }();
-  bool off(const char* name) const { return off_list.find("," + std::string(name) + ",") != std::string::npos; }
+  // Asked on every launch of a fast path: no allocation, and nothing to search when the list is empty.
+  bool off(const char* name) const {
+    if (off_list.size() <= 2) return false;
+    const size_t n = std::strlen(name);
+    for (size_t p = off_list.find(name); p != std::string::npos; p = off_list.find(name, p + 1))
+      if (off_list[p - 1] == ',' && off_list[p + n] == ',') return true;
+    return false;
+  }
 
   // Device-time profile (Backend::set_profiling / take_profile): an event pair around each outermost
   // backend call, resolved in bulk. gaps = device time between one call's end and the next call's start
