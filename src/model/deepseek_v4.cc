@@ -129,18 +129,16 @@ struct RingPush {
   }
 };
 
-// Compressor windows closing in a decode step: window id, its ring's first row (of the ring width, from
-// the slot pool), its entry's row in the pages (of the entry width, from the page pool).
-struct Closings {
-  std::vector<int32_t> wins, ring, page;
-};
-
 }  // namespace
 
 struct DeepseekV4Model::Step {
   std::span<const V4SeqChunk> batch;
   V4Cache* cache = nullptr;
   int64_t T = 0;                       // tokens in the step
+  // Every chunk one token (decode): a fixed layout whose sizes depend only on the batch size and the
+  // entry capacities below, so that the step's launches repeat from step to step (CUDA graphs).
+  bool decode = false;
+  int64_t cap_csa = 0, cap_hca = 0;    // decode: compressed entries a sequence's tables hold
   std::vector<int64_t> seq_begin;      // [B + 1] first row of each chunk
   std::vector<int32_t> tokens, pos;    // [T] (host)
   Buffer<int32_t> pos_d;               // [T] positions in backend memory
@@ -184,17 +182,21 @@ struct DeepseekV4Model::Step {
     const int32_t *push_ikv = nullptr, *push_igate = nullptr;                     // CSA indexer compressor
     const int32_t *nvis_row = nullptr;      // [T] entries visible to each query
     const int32_t *nvis_seq = nullptr;      // [B] entries of each sequence after the step
-    Closings comp, icomp;                   // decode steps: the windows that close (main, indexer)
+    // Decode: every sequence's current window (n_close = B) — its id, first position, ring rows (main,
+    // indexer) and page rows (main, indexer; −1 unless the window closes in this step).
+    int64_t n_close = 0;
+    const int32_t *close_win = nullptr, *close_pos = nullptr, *close_ring = nullptr, *close_page = nullptr;
+    const int32_t *close_iring = nullptr, *close_ipage = nullptr;
   } csa, hca;
 };
 
 namespace {
 template <class Table>  // Step::EntryTable (private to the model)
 void build_entry_table(Backend& be, std::span<const V4SeqChunk> batch, const V4CacheLayout& lay, int m, int64_t width,
-                       Table& t) {
+                       int64_t ld_min, Table& t) {
   const size_t B = batch.size();
   const int64_t TP = lay.tokens_per_page;
-  t.ld = 1;
+  t.ld = std::max<int64_t>(1, ld_min);
   for (const auto& c : batch) t.ld = std::max<int64_t>(t.ld, (c.state->pos + (int64_t)c.tokens.size()) / m);
   t.host.assign(B * t.ld, 0);
   for (size_t b = 0; b < B; ++b) {
@@ -224,7 +226,7 @@ Buffer<int32_t> upload_packed(Backend& be, std::initializer_list<const std::vect
 template <class Plan, class Table>  // Step::CompPlan, Step::EntryTable (private to the model)
 void build_comp_plan(Backend& be, const V4Config& c, std::span<const V4SeqChunk> batch,
                      const std::vector<int64_t>& seq_begin, const V4CacheLayout& lay, bool csa,
-                     const Table& hca_entries, Plan& p) {
+                     const Table& hca_entries, int64_t cap_hca, Plan& p) {
   const int64_t d = c.head_dim, dI = c.index_head_dim, cw = (csa ? 2 : 1) * d, icw = 2 * dI;
   const int64_t TP = lay.tokens_per_page, B = (int64_t)batch.size(), T = seq_begin[B];
   const int m = csa ? c.compress_rate_csa : c.compress_rate_hca;
@@ -235,6 +237,7 @@ void build_comp_plan(Backend& be, const V4Config& c, std::span<const V4SeqChunk>
   p.n_keys.assign(B, 0);
   p.score_at.assign(B + 1, 0);
   std::vector<int32_t> src, kv, gate, ikv, igate, nvis_row(T), nvis_seq(B), hca;
+  std::vector<int32_t> cwin, cpos, cring, cpage, ciring, cipage;  // decode: every sequence's current window
   for (int64_t b = 0; b < B; ++b) {
     const V4SeqState& S = *batch[b].state;
     const int64_t p0 = S.pos, r0 = seq_begin[b], n = seq_begin[b + 1] - r0;
@@ -257,24 +260,30 @@ void build_comp_plan(Backend& be, const V4Config& c, std::span<const V4SeqChunk>
       p.ent_off[r0 + i + 1] = p.ent_off[r0 + i] + (csa ? std::min<int64_t>(c.index_topk, nvis) : nvis);
       if (!csa) hca.insert(hca.end(), rows, rows + nvis);
     }
-    if (decode && (p0 + 1) % m == 0) {  // the window ending at p0 closes
+    if (decode) {  // the window holding p0 is pooled every step; its entry is kept only when it closes
+      const bool closes = (p0 + 1) % m == 0;
       const int32_t win = (int32_t)(p0 / m);
       const int64_t first = (int64_t)win * m, page = S.pages[first / TP], slot = (first % TP) / m;
-      p.comp.wins.push_back(win);
-      p.comp.ring.push_back(ring0);
-      p.comp.page.push_back((int32_t)(page * lay.page_floats / d + slot));
+      cwin.push_back(win);
+      cpos.push_back((int32_t)first);
+      cring.push_back(ring0);
+      cpage.push_back(closes ? (int32_t)(page * lay.page_floats / d + slot) : -1);
       if (csa) {
-        p.icomp.wins.push_back(win);
-        p.icomp.ring.push_back(iring0);
-        p.icomp.page.push_back((int32_t)(page * lay.page_floats / dI + slot));
+        ciring.push_back(iring0);
+        cipage.push_back(closes ? (int32_t)(page * lay.page_floats / dI + slot) : -1);
       }
     }
   }
   p.n_push = (int64_t)src.size();
+  p.n_close = (int64_t)cwin.size();
+  if (decode && !csa) hca.resize(B * cap_hca, 0);  // a fixed size: the lists are read through ent_off
   std::vector<const int32_t*> at;
-  p.idx = upload_packed(be, {&src, &kv, &gate, &ikv, &igate, &nvis_row, &nvis_seq}, at);
+  p.idx = upload_packed(be, {&src, &kv, &gate, &ikv, &igate, &nvis_row, &nvis_seq, &cwin, &cpos, &cring, &cpage,
+                             &ciring, &cipage}, at);
   p.push_src = at[0], p.push_kv = at[1], p.push_gate = at[2], p.push_ikv = at[3], p.push_igate = at[4];
   p.nvis_row = at[5], p.nvis_seq = at[6];
+  p.close_win = at[7], p.close_pos = at[8], p.close_ring = at[9], p.close_page = at[10];
+  p.close_iring = at[11], p.close_ipage = at[12];
   p.ent_off_d = Buffer<int64_t>(be, p.ent_off);
   if (!csa) p.hca_idx = Buffer<int32_t>(be, hca);
 }
@@ -299,34 +308,30 @@ void DeepseekV4Model::compressor_update(const V4Compressor& w, float* ring_kv, f
     const int64_t first = (int64_t)closed[i] * m;
     rows[i] = (int32_t)((int64_t)s.pages[first / T] * lay.page_floats / width + (first % T) / m);
   }
-  emit_entries(w, ring_kv, ring_gate, kv, gate, ld, p0, closed, nullptr, rows, cache.pages_base() + page_off);
+  // One upload for the chunk's index arrays: window ids, their first positions, page rows.
+  const int64_t nw = (int64_t)closed.size();
+  std::vector<int32_t> idx(closed);
+  for (int32_t win : closed) idx.push_back(win * m);
+  idx.insert(idx.end(), rows.begin(), rows.end());
+  Buffer<int32_t> idx_d(be_, idx);
+  emit_entries(w, ring_kv, ring_gate, kv, gate, ld, p0, idx_d.data(), nullptr, idx_d.data() + nw,
+               idx_d.data() + 2 * nw, nw, cache.pages_base() + page_off);
 }
 
 void DeepseekV4Model::emit_entries(const V4Compressor& w, const float* ring_kv, const float* ring_gate, const float* kv,
-                                   const float* gate, int64_t ld, int64_t p0, const std::vector<int32_t>& wins,
-                                   const std::vector<int32_t>* ring_rows, const std::vector<int32_t>& page_rows,
+                                   const float* gate, int64_t ld, int64_t p0, const int32_t* wins,
+                                   const int32_t* ring_rows, const int32_t* wpos, const int32_t* page_rows, int64_t nw,
                                    float* page_base) {
   const int m = w.rate, width = w.width;
   const int S = w.overlap ? 2 * m : m;  // pooled slots per entry
-  const int64_t nw = (int64_t)wins.size();
   if (nw == 0) return;
-  // One upload for the step's index arrays: window ids, ring rows, positions, page rows.
-  std::vector<int32_t> idx(wins);
-  if (ring_rows) idx.insert(idx.end(), ring_rows->begin(), ring_rows->end());
-  for (int32_t win : wins) idx.push_back(win * m);
-  idx.insert(idx.end(), page_rows.begin(), page_rows.end());
-  Buffer<int32_t> idx_d(be_, idx);
-  const int32_t* ids = idx_d.data();
-  const int32_t* rr = ring_rows ? ids + nw : nullptr;
-  const int32_t* wpos = ids + (ring_rows ? 2 : 1) * nw;
-  const int32_t* prow = wpos + nw;
   Buffer<float> skv(be_, nw * S * width), sg(be_, nw * S * width), out(be_, nw * width);
-  be_.compress_windows(ring_kv, ring_gate, kv, gate, ld, p0, w.ape.data(), m, width, w.overlap, ids, rr, nw,
+  be_.compress_windows(ring_kv, ring_gate, kv, gate, ld, p0, w.ape.data(), m, width, w.overlap, wins, ring_rows, nw,
                        skv.data(), sg.data());
   be_.compress_pool(skv.data(), sg.data(), nw, S, width, out.data());
   be_.rms_norm(out.data(), nw, width, width, w.norm.data(), (float)cfg_.rms_norm_eps, out.data());
   be_.rope(out.data(), nw, width, 1, width, cfg_.rope_dim, wpos, inv_freq_compress_.data(), false);
-  be_.copy_rows(out.data(), width, nullptr, page_base, width, prow, nw, width);  // one scatter
+  be_.copy_rows(out.data(), width, nullptr, page_base, width, page_rows, nw, width);  // one scatter (−1: kept out)
 }
 
 void DeepseekV4Model::attention(int l, Step& st) {
@@ -402,7 +407,7 @@ void DeepseekV4Model::attention(int l, Step& st) {
   // CSA: each query keeps min(index_topk, visible entries) entries (offsets known on the host); which
   // ones is chosen on the backend (indexer_scores, then select_topk; a chunk's scores [n, nk] at
   // score_at[b] of one buffer, a decode step's [B, ld]).
-  Buffer<int32_t> ent_idx_d(be_, csa ? cp->ent_off[T] : 0);
+  Buffer<int32_t> ent_idx_d(be_, csa ? (st.decode ? T * cfg_.index_topk : cp->ent_off[T]) : 0);
   Buffer<float> score_d(be_, csa && decode ? (int64_t)B * kld : csa ? cp->score_at[B] : 0);
   for (size_t b = 0; comp && !decode && b < B; ++b) {
     const V4SeqState& S = *st.batch[b].state;
@@ -433,11 +438,11 @@ void DeepseekV4Model::attention(int l, Step& st) {
   }
   if (decode && comp) {
     const int64_t all_ring = std::numeric_limits<int64_t>::max();  // every position from the rings
-    emit_entries(L.comp, comp_ring, comp_ring + R * cw, ckv.data(), cgate.data(), cw, all_ring, cp->comp.wins,
-                 &cp->comp.ring, cp->comp.page, ent_base);
+    emit_entries(L.comp, comp_ring, comp_ring + R * cw, ckv.data(), cgate.data(), cw, all_ring, cp->close_win,
+                 cp->close_ring, cp->close_pos, cp->close_page, cp->n_close, ent_base);
     if (csa)
-      emit_entries(L.idx_comp, idx_ring, idx_ring + R * icw, ikv.data(), igate.data(), icw, all_ring,
-                   cp->icomp.wins, &cp->icomp.ring, cp->icomp.page, key_base);
+      emit_entries(L.idx_comp, idx_ring, idx_ring + R * icw, ikv.data(), igate.data(), icw, all_ring, cp->close_win,
+                   cp->close_iring, cp->close_pos, cp->close_ipage, cp->n_close, key_base);
   }
   if (csa && decode) {  // every sequence's query against its own keys, after every closing wrote its key
     be_.indexer_scores(iq.data(), gamma.data(), (int64_t)B, (int)hI, (int)dI, key_base, st.csa_keys.rows.data(), kld,
@@ -488,13 +493,24 @@ std::vector<float> DeepseekV4Model::forward(std::span<const V4SeqChunk> batch, V
   return std::vector<float>(v.begin(), v.end());
 }
 
+namespace {
+// Entries a decode step's tables hold per sequence: the next power of two ≥ the most any sequence has
+// after the step (at least 16), so that the layout changes only when a sequence crosses it.
+int64_t entry_capacity(std::span<const V4SeqChunk> batch, int m) {
+  int64_t most = 0;
+  for (const auto& c : batch) most = std::max<int64_t>(most, (c.state->pos + (int64_t)c.tokens.size()) / m);
+  int64_t cap = 16;
+  while (cap < most) cap *= 2;
+  return cap;
+}
+uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull + (h >> 29); }
+}  // namespace
+
 std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk> batch, V4Cache& cache) {
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult, V = cfg_.vocab_size;
   const float eps = (float)cfg_.rms_norm_eps, hc_eps = (float)cfg_.hc_eps;
-  Step st;
-  st.batch = batch;
-  st.cache = &cache;
-  st.seq_begin.push_back(0);
+  std::vector<int64_t> seq_begin{0};
+  std::vector<int32_t> tokens, positions;
   for (size_t b = 0; b < batch.size(); ++b) {
     const V4SeqChunk& c = batch[b];
     if (!c.state || c.tokens.empty()) throw Error("forward: every sequence needs a state and at least one token");
@@ -511,106 +527,142 @@ std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk>
       int32_t t = c.tokens[i];
       if (t < 0 || t >= V) throw Error("forward: token id " + std::to_string(t) + " outside the vocabulary [0, " +
                                        std::to_string(V) + ")");
-      st.tokens.push_back(t);
-      st.pos.push_back((int32_t)(c.state->pos + (int64_t)i));
+      tokens.push_back(t);
+      positions.push_back((int32_t)(c.state->pos + (int64_t)i));
     }
-    st.seq_begin.push_back((int64_t)st.tokens.size());
+    seq_begin.push_back((int64_t)tokens.size());
   }
   if (cache.backend() ? cache.backend() != &be_ : be_.free_memory() >= 0)
     throw Error(std::string("forward: the cache does not live in the memory of the ") + be_.name() + " backend");
-  const int64_t T = st.T = (int64_t)st.tokens.size();
-  st.pos_d = Buffer<int32_t>(be_, st.pos);
-  st.tok_d = Buffer<int32_t>(be_, st.tokens);
-  Buffer<float> X(be_, T * hc * D), X2(be_, T * hc * D);  // [T, hc, D] residual streams
-  {  // every stream starts as the token's embedding
-    std::vector<int32_t> src(T * hc);
-    for (int64_t i = 0; i < T * hc; ++i) src[i] = st.tokens[i / hc];
-    Buffer<int32_t> src_d(be_, src);
-    be_.copy_rows(embed_.data(), D, src_d.data(), X.data(), D, nullptr, T * hc, D);
-  }
-  {
-    const V4CacheLayout& lay = cache.layout();
-    bool has_csa = false, has_hca = false;
-    for (AttnType t : cfg_.layer_types) has_csa |= t == AttnType::CSA, has_hca |= t == AttnType::HCA;
-    if (has_csa) {
-      build_entry_table(be_, batch, lay, cfg_.compress_rate_csa, cfg_.index_head_dim, st.csa_keys);
-      build_entry_table(be_, batch, lay, cfg_.compress_rate_csa, cfg_.head_dim, st.csa_entries);
-    }
-    if (has_hca) build_entry_table(be_, batch, lay, cfg_.compress_rate_hca, cfg_.head_dim, st.hca_entries);
-    if (has_csa) build_comp_plan(be_, cfg_, batch, st.seq_begin, lay, true, st.hca_entries, st.csa);
-    if (has_hca) build_comp_plan(be_, cfg_, batch, st.seq_begin, lay, false, st.hca_entries, st.hca);
-    // Sliding window (every layer): slot_floats is a multiple of d, so slot s's ring row i of a layer is
-    // row s·slot_floats/d + i from that layer's ring region in slot 0.
-    const int64_t W = cfg_.sliding_window, d = cfg_.head_dim;
-    std::vector<int32_t> from_ring, to_win_r, from_kv, to_win_k, lo(T), hi(T);
-    RingPush push;
-    int64_t b0 = 0;  // first row of this sequence's keys in win
-    for (size_t b = 0; b < batch.size(); ++b) {
-      const V4SeqState& S = *batch[b].state;
-      const int64_t p0 = S.pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
-      const int64_t np = std::min<int64_t>(W - 1, p0);  // earlier tokens still inside the window
-      const int32_t ring0 = (int32_t)((int64_t)S.slot * lay.slot_floats / d);
-      for (int64_t i = 0; i < np; ++i) {
-        from_ring.push_back((int32_t)(ring0 + (p0 - np + i) % W));
-        to_win_r.push_back((int32_t)(b0 + i));
-      }
-      for (int64_t i = 0; i < n; ++i) {
-        from_kv.push_back((int32_t)(r0 + i));
-        to_win_k.push_back((int32_t)(b0 + np + i));
-        hi[r0 + i] = (int32_t)(b0 + np + i + 1);
-        lo[r0 + i] = (int32_t)std::max<int64_t>(b0, hi[r0 + i] - W);
-      }
-      push.add(r0, n, p0, W, ring0);
-      b0 += np + n;
-    }
-    Step::WindowPlan& wp = st.window;
-    wp.rows = b0;
-    wp.n_ring = (int64_t)from_ring.size();
-    wp.n_push = (int64_t)push.src.size();
-    std::vector<const int32_t*> at;
-    wp.idx = upload_packed(be_, {&from_ring, &to_win_r, &from_kv, &to_win_k, &push.src, &push.dst}, at);
-    wp.from_ring = at[0], wp.to_win_r = at[1], wp.from_kv = at[2], wp.to_win_k = at[3];
-    wp.push_src = at[4], wp.push_dst = at[5];
-    wp.lo = Buffer<int32_t>(be_, lo);
-    wp.hi = Buffer<int32_t>(be_, hi);
-  }
-  Buffer<float> u(be_, T * D), post(be_, T * hc), comb(be_, T * hc * hc);
-  st.h = Buffer<float>(be_, T * D);
-  st.y = Buffer<float>(be_, T * D);
-  for (int l = 0; l < cfg_.num_layers; ++l) {
-    const V4Layer& L = layers_[l];
-    be_.hc_pre(X.data(), T, (int)hc, D, L.hc_attn_fn.data(), L.hc_attn_base.data(), L.hc_attn_scale.data(),
-               cfg_.hc_sinkhorn_iters, hc_eps, eps, u.data(), post.data(), comb.data());
-    be_.rms_norm(u.data(), T, D, D, L.attn_norm.data(), eps, st.h.data());
-    attention(l, st);
-    be_.hc_post(X.data(), st.y.data(), post.data(), comb.data(), T, (int)hc, D, X2.data());
-    std::swap(X, X2);
-    be_.hc_pre(X.data(), T, (int)hc, D, L.hc_ffn_fn.data(), L.hc_ffn_base.data(), L.hc_ffn_scale.data(),
-               cfg_.hc_sinkhorn_iters, hc_eps, eps, u.data(), post.data(), comb.data());
-    be_.rms_norm(u.data(), T, D, D, L.ffn_norm.data(), eps, st.h.data());
-    moe(L, st.h.data(), st.tok_d.data(), T, st.y.data());
-    be_.hc_post(X.data(), st.y.data(), post.data(), comb.data(), T, (int)hc, D, X2.data());
-    std::swap(X, X2);
-  }
-  for (const auto& c : batch) c.state->pos += (int64_t)c.tokens.size();
-
+  const int64_t T = (int64_t)tokens.size(), B = (int64_t)batch.size();
+  bool has_csa = false, has_hca = false;
+  for (AttnType t : cfg_.layer_types) has_csa |= t == AttnType::CSA, has_hca |= t == AttnType::HCA;
+  const bool decode = B == T;
+  const int64_t cap_csa = decode && has_csa ? entry_capacity(batch, cfg_.compress_rate_csa) : 0;
+  const int64_t cap_hca = decode && has_hca ? entry_capacity(batch, cfg_.compress_rate_hca) : 0;
   // Rows that need logits.
-  std::vector<int64_t> rows;
-  for (size_t b = 0; b < batch.size(); ++b) {
+  std::vector<int32_t> rows;
+  for (int64_t b = 0; b < B; ++b) {
     if (batch[b].all_logits)
-      for (int64_t t = st.seq_begin[b]; t < st.seq_begin[b + 1]; ++t) rows.push_back(t);
+      for (int64_t t = seq_begin[b]; t < seq_begin[b + 1]; ++t) rows.push_back((int32_t)t);
     else
-      rows.push_back(st.seq_begin[b + 1] - 1);
+      rows.push_back((int32_t)(seq_begin[b + 1] - 1));
   }
   const int64_t R = (int64_t)rows.size();
-  std::vector<int32_t> rows32(rows.begin(), rows.end());
-  Buffer<int32_t> rows_d(be_, rows32);
-  Buffer<float> Xr(be_, R * hc * D), ur(be_, R * D), logits(be_, R * V);
-  be_.copy_rows(X.data(), hc * D, rows_d.data(), Xr.data(), hc * D, nullptr, R, hc * D);
-  be_.hc_head(Xr.data(), R, (int)hc, D, hc_head_fn_.data(), hc_head_base_.data(), hc_head_scale_.data(), hc_eps, eps,
-              ur.data());
-  be_.rms_norm(ur.data(), R, D, D, norm_.data(), eps, ur.data());
-  be_.linear(ur.data(), R, D, *head_, logits.data(), V);
+
+  Buffer<float> logits;  // [R, V]
+  // The step, from the uploads to the logits. A decode step's launches are a function of (this model,
+  // B, R, the capacities): the backend may record them once and replay them (Backend::graph_begin).
+  auto run = [&] {
+    Step st;
+    st.batch = batch;
+    st.cache = &cache;
+    st.seq_begin = seq_begin;
+    st.tokens = tokens;
+    st.pos = positions;
+    st.T = T;
+    st.decode = decode;
+    st.cap_csa = cap_csa;
+    st.cap_hca = cap_hca;
+    st.pos_d = Buffer<int32_t>(be_, st.pos);
+    st.tok_d = Buffer<int32_t>(be_, st.tokens);
+    Buffer<float> X(be_, T * hc * D), X2(be_, T * hc * D);  // [T, hc, D] residual streams
+    {  // every stream starts as the token's embedding
+      std::vector<int32_t> src(T * hc);
+      for (int64_t i = 0; i < T * hc; ++i) src[i] = st.tokens[i / hc];
+      Buffer<int32_t> src_d(be_, src);
+      be_.copy_rows(embed_.data(), D, src_d.data(), X.data(), D, nullptr, T * hc, D);
+    }
+    {
+      const V4CacheLayout& lay = cache.layout();
+      if (has_csa) {
+        build_entry_table(be_, batch, lay, cfg_.compress_rate_csa, cfg_.index_head_dim, cap_csa, st.csa_keys);
+        build_entry_table(be_, batch, lay, cfg_.compress_rate_csa, cfg_.head_dim, cap_csa, st.csa_entries);
+      }
+      if (has_hca) build_entry_table(be_, batch, lay, cfg_.compress_rate_hca, cfg_.head_dim, cap_hca, st.hca_entries);
+      if (has_csa) build_comp_plan(be_, cfg_, batch, st.seq_begin, lay, true, st.hca_entries, cap_hca, st.csa);
+      if (has_hca) build_comp_plan(be_, cfg_, batch, st.seq_begin, lay, false, st.hca_entries, cap_hca, st.hca);
+      // Sliding window (every layer): slot_floats is a multiple of d, so slot s's ring row i of a layer is
+      // row s·slot_floats/d + i from that layer's ring region in slot 0. A decode step gives every
+      // sequence W rows of win (ring rows of positions p0−W+1 .. p0−1, then its token; rows before
+      // position 0 are copied but lie outside [lo, hi)); a chunked step packs what each sequence sees.
+      const int64_t W = cfg_.sliding_window, d = cfg_.head_dim;
+      std::vector<int32_t> from_ring, to_win_r, from_kv, to_win_k, lo(T), hi(T);
+      RingPush push;
+      int64_t b0 = 0;  // first row of this sequence's keys in win
+      for (int64_t b = 0; b < B; ++b) {
+        const V4SeqState& S = *batch[b].state;
+        const int64_t p0 = S.pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
+        const int64_t np = std::min<int64_t>(W - 1, p0);  // earlier tokens still inside the window
+        const int32_t ring0 = (int32_t)((int64_t)S.slot * lay.slot_floats / d);
+        const int64_t first = decode ? W - 1 : np;  // ring rows copied
+        for (int64_t i = 0; i < first; ++i) {
+          from_ring.push_back((int32_t)(ring0 + ((p0 - first + i) % W + W) % W));
+          to_win_r.push_back((int32_t)(b0 + i));
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          from_kv.push_back((int32_t)(r0 + i));
+          to_win_k.push_back((int32_t)(b0 + first + i));
+          hi[r0 + i] = (int32_t)(b0 + first + i + 1);
+          lo[r0 + i] = (int32_t)std::max<int64_t>(b0 + first - np, hi[r0 + i] - W);
+        }
+        push.add(r0, n, p0, W, ring0);
+        b0 += first + n;
+      }
+      Step::WindowPlan& wp = st.window;
+      wp.rows = b0;
+      wp.n_ring = (int64_t)from_ring.size();
+      wp.n_push = (int64_t)push.src.size();
+      std::vector<const int32_t*> at;
+      wp.idx = upload_packed(be_, {&from_ring, &to_win_r, &from_kv, &to_win_k, &push.src, &push.dst}, at);
+      wp.from_ring = at[0], wp.to_win_r = at[1], wp.from_kv = at[2], wp.to_win_k = at[3];
+      wp.push_src = at[4], wp.push_dst = at[5];
+      wp.lo = Buffer<int32_t>(be_, lo);
+      wp.hi = Buffer<int32_t>(be_, hi);
+    }
+    Buffer<float> u(be_, T * D), post(be_, T * hc), comb(be_, T * hc * hc);
+    st.h = Buffer<float>(be_, T * D);
+    st.y = Buffer<float>(be_, T * D);
+    for (int l = 0; l < cfg_.num_layers; ++l) {
+      const V4Layer& L = layers_[l];
+      be_.hc_pre(X.data(), T, (int)hc, D, L.hc_attn_fn.data(), L.hc_attn_base.data(), L.hc_attn_scale.data(),
+                 cfg_.hc_sinkhorn_iters, hc_eps, eps, u.data(), post.data(), comb.data());
+      be_.rms_norm(u.data(), T, D, D, L.attn_norm.data(), eps, st.h.data());
+      attention(l, st);
+      be_.hc_post(X.data(), st.y.data(), post.data(), comb.data(), T, (int)hc, D, X2.data());
+      std::swap(X, X2);
+      be_.hc_pre(X.data(), T, (int)hc, D, L.hc_ffn_fn.data(), L.hc_ffn_base.data(), L.hc_ffn_scale.data(),
+                 cfg_.hc_sinkhorn_iters, hc_eps, eps, u.data(), post.data(), comb.data());
+      be_.rms_norm(u.data(), T, D, D, L.ffn_norm.data(), eps, st.h.data());
+      moe(L, st.h.data(), st.tok_d.data(), T, st.y.data());
+      be_.hc_post(X.data(), st.y.data(), post.data(), comb.data(), T, (int)hc, D, X2.data());
+      std::swap(X, X2);
+    }
+    Buffer<int32_t> rows_d(be_, rows);
+    Buffer<float> Xr(be_, R * hc * D), ur(be_, R * D);
+    logits = Buffer<float>(be_, R * V);
+    be_.copy_rows(X.data(), hc * D, rows_d.data(), Xr.data(), hc * D, nullptr, R, hc * D);
+    be_.hc_head(Xr.data(), R, (int)hc, D, hc_head_fn_.data(), hc_head_base_.data(), hc_head_scale_.data(), hc_eps,
+                eps, ur.data());
+    be_.rms_norm(ur.data(), R, D, D, norm_.data(), eps, ur.data());
+    be_.linear(ur.data(), R, D, *head_, logits.data(), V);
+  };
+  uint64_t key = mix(mix(mix(mix(0xcbf29ce484222325ull, (uint64_t)(uintptr_t)this), (uint64_t)B), (uint64_t)R),
+                     (uint64_t)(cap_csa * 1000003 + cap_hca));
+  const Backend::GraphMode mode = decode ? be_.graph_begin(key) : Backend::GraphMode::Off;
+  if (mode == Backend::GraphMode::Off) {
+    run();
+  } else {
+    try {
+      run();
+      be_.graph_end();
+    } catch (const Error&) {  // nothing ran: the step again, without a graph
+      be_.graph_abort();
+      logits = Buffer<float>();
+      run();
+    }
+  }
+  for (const auto& c : batch) c.state->pos += (int64_t)c.tokens.size();
   const int64_t n = R * V;
   return {static_cast<const float*>(be_.download_view(logits.data(), n * (int64_t)sizeof(float))), (size_t)n};
 }

@@ -113,13 +113,13 @@ class DeepseekV4Model {
   void compressor_update(const V4Compressor& w, float* ring_kv, float* ring_gate, V4Cache& cache,
                          const V4SeqState& s, int64_t page_off, const float* kv, const float* gate, int64_t ld,
                          int64_t p0, int64_t n);
-  // Entries of nw closing windows (ids wins): pooled from the rings (window i's ring ring_rows[i] rows
-  // into ring_kv / ring_gate, or 0 when ring_rows is null) and from this step's projections (positions
-  // ≥ p0), normed, roped at their first position and scattered to page_rows[i] (rows of width floats
-  // from page_base: the layer's region in page 0).
+  // Entries of nw compressor windows (ids wins, first positions wpos): pooled from the rings (window i's
+  // ring ring_rows[i] rows into ring_kv / ring_gate, or 0 when ring_rows is null) and from this step's
+  // projections (positions ≥ p0), normed, roped at their first position and scattered to page_rows[i]
+  // (rows of width floats from page_base: the layer's region in page 0; −1: not kept). Arrays in backend memory.
   void emit_entries(const V4Compressor& w, const float* ring_kv, const float* ring_gate, const float* kv,
-                    const float* gate, int64_t ld, int64_t p0, const std::vector<int32_t>& wins,
-                    const std::vector<int32_t>* ring_rows, const std::vector<int32_t>& page_rows, float* page_base);
+                    const float* gate, int64_t ld, int64_t p0, const int32_t* wins, const int32_t* ring_rows,
+                    const int32_t* wpos, const int32_t* page_rows, int64_t nw, float* page_base);
   void moe(const V4Layer& L, const float* h, const int32_t* tokens, int64_t T, float* out);
 
   V4Config cfg_;

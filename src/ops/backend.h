@@ -117,11 +117,27 @@ class Backend {
   virtual void set_profiling(bool) {}
   virtual Profile take_profile() { return {}; }
 
+  // ---- step graphs (CUDA graphs; the decode step) ----
+  // graph_begin(key) opens a region whose backend calls — ops, their sizes, the buffers they touch and
+  // the order of allocations and uploads — the caller guarantees to be a function of `key` alone; only
+  // the bytes uploaded change from one region to the next. The backend may then record the region once
+  // (Capture: nothing runs until graph_end) and afterwards replay it (Replay: ops are not issued again,
+  // uploads refresh the recorded copies, allocations must come out as recorded), launching the whole
+  // region at graph_end. Off: the calls run as usual and graph_end does nothing. Downloads are not
+  // allowed inside a region (they throw in Capture/Replay). When a call throws inside a Capture/Replay
+  // region nothing has run yet: the caller calls graph_abort() (the key is not captured again) and
+  // reruns the region with graphs off.
+  enum class GraphMode { Off, Capture, Replay };
+  virtual GraphMode graph_begin(uint64_t /*key*/) { return GraphMode::Off; }
+  virtual void graph_end() {}
+  virtual void graph_abort() {}
+
   // ---- data movement (float32 rows) ----
   virtual void fill(float* x, int64_t n, float v) = 0;
   virtual void scale(float* x, int64_t n, float a) = 0;  // x *= a
   // dst[drow(i), 0..width) = src[srow(i), 0..width) for i < n, srow(i) = src_rows ? src_rows[i] : i
   // (row stride lds), drow likewise (ldd). Destination rows must be distinct; no overlap of src and dst.
+  // Rows i with dst_rows[i] < 0 are skipped (a fixed-size decode step scatters only what it has).
   virtual void copy_rows(const float* src, int64_t lds, const int32_t* src_rows, float* dst, int64_t ldd,
                          const int32_t* dst_rows, int64_t n, int64_t width) = 0;
   // Ring buffers of R rows indexed by position mod R (row stride = width):

@@ -76,6 +76,7 @@ void CpuBackend::copy_rows(const float* src, int64_t lds, const int32_t* src_row
                            const int32_t* dst_rows, int64_t n, int64_t width) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t s = src_rows ? src_rows[i] : i, d = dst_rows ? dst_rows[i] : i;
+    if (d < 0) continue;
     std::memcpy(dst + d * ldd, src + s * lds, sizeof(float) * width);
   }
 }

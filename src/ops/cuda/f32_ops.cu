@@ -430,6 +430,7 @@ __global__ void copy_rows_kernel(const float* __restrict__ src, int64_t lds, con
   const int64_t i = t / width, c = t % width;
   int64_t sr = src_rows ? (int64_t)src_rows[i] : s0 + i;
   int64_t dr = dst_rows ? (int64_t)dst_rows[i] : d0 + i;
+  if (dr < 0) return;  // a skipped row (Backend::copy_rows)
   if (sR) sr %= sR;
   if (dR) dr %= dR;
   dst[dr * ldd + c] = src[sr * lds + c];
