@@ -113,6 +113,7 @@ DeepseekV4Model::DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend&
   }
   inv_freq_main_ = Buffer<float>(backend, rope_inv_freq(cfg.rope_main, cfg.rope_dim));
   inv_freq_compress_ = Buffer<float>(backend, rope_inv_freq(cfg.rope_compress, cfg.rope_dim));
+  graph_owner_ = backend.new_graph_owner();
 }
 
 namespace {
@@ -503,7 +504,7 @@ int64_t entry_capacity(std::span<const V4SeqChunk> batch, int m) {
   while (cap < most) cap *= 2;
   return cap;
 }
-uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull + (h >> 29); }
+uint64_t mix(uint64_t h, uint64_t v) { return (h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2))) * 0x100000001b3ull; }
 }  // namespace
 
 std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk> batch, V4Cache& cache) {
@@ -647,8 +648,12 @@ std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk>
     be_.rms_norm(ur.data(), R, D, D, norm_.data(), eps, ur.data());
     be_.linear(ur.data(), R, D, *head_, logits.data(), V);
   };
-  uint64_t key = mix(mix(mix(mix(0xcbf29ce484222325ull, (uint64_t)(uintptr_t)this), (uint64_t)B), (uint64_t)R),
-                     (uint64_t)(cap_csa * 1000003 + cap_hca));
+  // The key: everything the recorded launches depend on besides the uploaded bytes (the step's own
+  // buffers are checked by the backend).
+  uint64_t key = 0xcbf29ce484222325ull;
+  for (uint64_t v : {graph_owner_, (uint64_t)(uintptr_t)cache.pages_base(), (uint64_t)(uintptr_t)cache.slots_base(),
+                     (uint64_t)B, (uint64_t)R, (uint64_t)cap_csa, (uint64_t)cap_hca})
+    key = mix(key, v);
   const Backend::GraphMode mode = decode ? be_.graph_begin(key) : Backend::GraphMode::Off;
   if (mode == Backend::GraphMode::Off) {
     run();

@@ -131,6 +131,7 @@ class DeepseekV4Model {
   std::vector<V4Layer> layers_;
   std::vector<V4Mtp> mtp_;
   Buffer<float> inv_freq_main_, inv_freq_compress_;  // [r/2]
+  uint64_t graph_owner_ = 0;  // keys this model's step graphs (Backend::graph_begin)
 };
 
 }  // namespace deepinfer

@@ -127,6 +127,9 @@ class Backend {
   // allowed inside a region (they throw in Capture/Replay). When a call throws inside a Capture/Replay
   // region nothing has run yet: the caller calls graph_abort() (the key is not captured again) and
   // reruns the region with graphs off.
+  // Callers key their regions with an id of their own from here (unique for the backend's lifetime),
+  // plus every pointer the region bakes in that may change (a model's cache).
+  uint64_t new_graph_owner() { return ++graph_owners_; }
   enum class GraphMode { Off, Capture, Replay };
   virtual GraphMode graph_begin(uint64_t /*key*/) { return GraphMode::Off; }
   virtual void graph_end() {}
@@ -278,6 +281,7 @@ class Backend {
 
  private:
   std::vector<char> view_;  // download_view's buffer (host backends)
+  uint64_t graph_owners_ = 0;
 };
 
 // An owned array in a backend's memory (moves, never copies).

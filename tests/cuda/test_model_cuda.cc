@@ -744,8 +744,9 @@ void stored_section(const std::string& root, CpuBackend& cpu, int n_new) {
   GreedyRun gp = greedy(*mg.v4, fast, one, 16);
   fast.set_profiling(false);
   const Backend::Profile prof = fast.take_profile();
-  bool has_linear = false, has_attention = false;
-  for (const auto& o : prof.ops) has_linear |= o.op == "linear", has_attention |= o.op == "sink_attention";
+  bool has_linear = false, has_attention = false, has_graph = false;
+  for (const auto& o : prof.ops)
+    has_linear |= o.op == "linear", has_attention |= o.op == "sink_attention", has_graph |= o.op == "graph";
   expect(prof.calls > 0 && prof.busy_ms > 0 && prof.gap_ms >= 0 && has_linear && has_attention,
          "profile of a stored nano run: calls, device time, linear and sink_attention recorded");
   const size_t np = std::min(gp.out[0].size(), g1.out[0].size());
@@ -755,6 +756,40 @@ void stored_section(const std::string& root, CpuBackend& cpu, int n_new) {
               (long long)prof.calls, prof.busy_ms, prof.gap_ms, prof.ops.empty() ? "-" : prof.ops[0].op.c_str(),
               prof.ops.empty() ? 0.0 : prof.ops[0].ms);
   expect(fast.take_profile().calls == 0, "take_profile resets the totals");
+
+  // (e) CUDA graphs (Backend::graph_begin): the decode steps above ran from captured graphs (the profile
+  // times them as "graph"); the same runs op by op (DEEPINFER_CUDA_OFF=graphs) give bitwise the same
+  // tokens, and a fixture's decode schedule bitwise the same logits — over batch sizes 10 and 1 and entry
+  // capacities crossed as the sequences grow (nano: 256 new tokens, CSA every 4, HCA every 16).
+  expect(has_graph, "stored decode steps run from CUDA graphs (profile op \"graph\")");
+  const char* off_env = std::getenv("DEEPINFER_CUDA_OFF");
+  const std::string off_saved = off_env ? off_env : "";
+  setenv("DEEPINFER_CUDA_OFF", (off_saved + ",graphs").c_str(), 1);
+  CudaBackend plain(0, CudaWeights::Stored);
+  if (off_env) setenv("DEEPINFER_CUDA_OFF", off_saved.c_str(), 1);
+  else unsetenv("DEEPINFER_CUDA_OFF");
+  {
+    LoadedModel mp = load_model(dir, plain);
+    GreedyRun pr = greedy(*mp.v4, plain, prompts, n_new);
+    GreedyRun p1 = greedy(*mp.v4, plain, one, n_new);
+    expect(pr.out == gr.out && p1.out == g1.out, "graphs: greedy tokens equal the op-by-op run's (batch and single)");
+    std::printf("graphs nano: batch of %zu %.3f ms/step with graphs, %.3f op by op; one sequence %.3f vs %.3f "
+                "ms/token\n",
+                prompts.size(), 1e3 * gr.decode_s / (n_new - 1), 1e3 * pr.decode_s / (n_new - 1),
+                1e3 * g1.decode_s / (n_new - 1), 1e3 * p1.decode_s / (n_new - 1));
+    g_summary["stored"]["graphs"] = {{"batch_ms_per_step", 1e3 * gr.decode_s / (n_new - 1)},
+                                     {"batch_ms_per_step_no_graphs", 1e3 * pr.decode_s / (n_new - 1)},
+                                     {"single_ms_per_token", 1e3 * g1.decode_s / (n_new - 1)},
+                                     {"single_ms_per_token_no_graphs", 1e3 * p1.decode_s / (n_new - 1)}};
+  }
+  for (const auto& fdir : dirs) {
+    LoadedModel a = load_model(fdir + "/model", fast), b = load_model(fdir + "/model", plain);
+    for (const auto& r : read_refs(fdir)) {
+      auto with = run_schedule(*a.v4, fast, r.ids, 5, 1), without = run_schedule(*b.v4, plain, r.ids, 5, 1);
+      expect(with == without, "graphs: " + fs::path(fdir).filename().string() +
+                                  " decode logits bitwise equal to the op-by-op run's");
+    }
+  }
 }
 
 // ---- DeepSeek-V4.1 ----

@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "ops/cuda/cuda_ops.h"
@@ -96,6 +98,57 @@ struct CudaBackend::Impl {
     return false;
   }
 
+  // Step graphs (Backend::graph_begin): a region is captured once per key into a CUDA graph and then
+  // replayed. Recorded with it: the allocations made outside ops (size, address: a replay must get the
+  // same ones, which holds when the arena's top is where it was at capture) and the uploads (each from
+  // its own page-locked copy that the graph reads: a replay refreshes those copies and launches).
+  struct GraphUpload {
+    void* dst;
+    size_t bytes;
+    char* host;  // the graph's page-locked source
+  };
+  struct GraphEntry {
+    uint64_t key = 0;
+    cudaGraphExec_t exec = nullptr;
+    cudaEvent_t done = nullptr;  // after the last launch (its upload copies are free again)
+    size_t top0 = 0;             // arena top at graph_begin
+    std::vector<std::pair<size_t, void*>> allocs;
+    std::vector<GraphUpload> uploads;
+    std::vector<char*> chunks;  // page-locked upload sources
+    size_t chunk_bytes = 0, chunk_used = 0;  // of the last chunk
+    uint64_t last_use = 0;
+    ~GraphEntry() {
+      if (exec) cudaGraphExecDestroy(exec);
+      if (done) cudaEventDestroy(done);
+      for (char* c : chunks) cudaFreeHost(c);
+    }
+  };
+  static constexpr size_t kMaxGraphs = 64;
+  Backend::GraphMode graph = Backend::GraphMode::Off;
+  std::vector<std::unique_ptr<GraphEntry>> graphs;
+  std::unique_ptr<GraphEntry> capturing;  // the entry being captured
+  GraphEntry* cur = nullptr;              // the entry being captured or replayed
+  size_t cur_alloc = 0, cur_upload = 0;   // replay cursors
+  std::unordered_set<uint64_t> graph_failed;
+  uint64_t use_clock = 0;
+  int op_depth = 0;  // > 0 inside an op (its own allocations are not part of the recorded sequence)
+  bool replaying() const { return graph == Backend::GraphMode::Replay; }
+  char* graph_host(size_t bytes) {  // page-locked space for an upload source of the entry being captured
+    GraphEntry& e = *cur;
+    const size_t sz = (bytes + 255) / 256 * 256;
+    if (e.chunks.empty() || e.chunk_used + sz > e.chunk_bytes) {
+      e.chunk_bytes = std::max<size_t>(sz, 1 << 18);
+      char* c = nullptr;
+      check(cudaHostAlloc(reinterpret_cast<void**>(&c), e.chunk_bytes, cudaHostAllocDefault),
+            "cudaHostAlloc (graph uploads)");
+      e.chunks.push_back(c);
+      e.chunk_used = 0;
+    }
+    char* p = e.chunks.back() + e.chunk_used;
+    e.chunk_used += sz;
+    return p;
+  }
+
   // Device-time profile (Backend::set_profiling / take_profile): an event pair around each outermost
   // backend call, resolved in bulk. gaps = device time between one call's end and the next call's start
   // (the GPU idles there: launch overhead, host work, synchronizing downloads).
@@ -160,12 +213,16 @@ struct HostTimer {
   std::chrono::steady_clock::time_point t0;
   HostTimer(CudaBackend::Impl* m_, int c, const char* op = __builtin_FUNCTION()) : m(m_), cat(c) {
     if (m->timing) t0 = std::chrono::steady_clock::now();
-    if (m->profiling && m->depth++ == 0 && cat != CudaBackend::Impl::kAlloc && cat != CudaBackend::Impl::kRelease) {
+    if (cat == CudaBackend::Impl::kOp) ++m->op_depth;
+    // Inside a graph region the device work is timed as one "graph" call (graph_end).
+    if (m->profiling && m->depth++ == 0 && cat != CudaBackend::Impl::kAlloc && cat != CudaBackend::Impl::kRelease &&
+        m->graph == Backend::GraphMode::Off) {
       outer = true;
       m->prof_begin(op);
     }
   }
   ~HostTimer() {
+    if (cat == CudaBackend::Impl::kOp) --m->op_depth;
     if (outer) m->prof_end();
     if (m->profiling) --m->depth;
     if (!m->timing) return;
@@ -229,6 +286,24 @@ void* CudaBackend::alloc(int64_t bytes) {
   if (bytes <= 0) return nullptr;
   Impl& m = *impl_;
   const size_t sz = ((size_t)bytes + 255) / 256 * 256;
+  if (m.graph != GraphMode::Off) {
+    // Graph regions allocate from the arena only (addresses that repeat), any size that fits.
+    if (!m.arena || m.arena_top + sz > Impl::kArenaBytes) throw Error("cuda graph: the step's buffers exceed the arena");
+    m.blocks.push_back({m.arena_top, sz, false});
+    m.arena_top += sz;
+    void* p = m.arena + m.blocks.back().off;
+    if (m.op_depth == 0) {
+      if (m.graph == GraphMode::Capture) {
+        m.cur->allocs.emplace_back(sz, p);
+      } else if (m.cur_alloc >= m.cur->allocs.size() || m.cur->allocs[m.cur_alloc].first != sz ||
+                 m.cur->allocs[m.cur_alloc].second != p) {
+        throw Error("cuda graph: a replayed step allocated differently from its capture");
+      } else {
+        ++m.cur_alloc;
+      }
+    }
+    return p;
+  }
   if (sz <= Impl::kArenaMax) {
     if (!m.arena && cudaMalloc(&m.arena, Impl::kArenaBytes) != cudaSuccess) {
       cudaGetLastError();
@@ -273,6 +348,21 @@ void CudaBackend::upload(void* dst, const void* src, int64_t bytes) {
   HostTimer ht_(impl_.get(), Impl::kUpload);
   if (bytes <= 0) return;
   Impl& m = *impl_;
+  if (m.graph == GraphMode::Capture) {  // from the graph's own page-locked copy, which a replay refreshes
+    char* h = m.graph_host((size_t)bytes);
+    std::memcpy(h, src, (size_t)bytes);
+    check(cudaMemcpyAsync(dst, h, (size_t)bytes, cudaMemcpyHostToDevice, m.stream), "upload (graph capture)");
+    if (m.op_depth == 0) m.cur->uploads.push_back({dst, (size_t)bytes, h});
+    return;
+  }
+  if (m.graph == GraphMode::Replay) {
+    if (m.op_depth > 0) return;  // an op's own upload: not issued again (ops do not run in a replay)
+    if (m.cur_upload >= m.cur->uploads.size() || m.cur->uploads[m.cur_upload].dst != dst ||
+        m.cur->uploads[m.cur_upload].bytes != (size_t)bytes)
+      throw Error("cuda graph: a replayed step uploaded differently from its capture");
+    std::memcpy(m.cur->uploads[m.cur_upload++].host, src, (size_t)bytes);
+    return;
+  }
   if ((size_t)bytes > Impl::kSegBytes) {  // large (weights): straight from pageable memory
     check(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyHostToDevice, m.stream), "upload");
     return;
@@ -291,12 +381,14 @@ void CudaBackend::upload(void* dst, const void* src, int64_t bytes) {
 }
 void CudaBackend::download(void* dst, const void* src, int64_t bytes) {
   HostTimer ht_(impl_.get(), Impl::kDownload);
+  if (impl_->graph != GraphMode::Off) throw Error("cuda graph: download inside a graph region");
   if (bytes > 0) check(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToHost, impl_->stream), "download");
   check(cudaStreamSynchronize(impl_->stream), "download (a kernel before it failed)");
 }
 const void* CudaBackend::download_view(const void* src, int64_t bytes) {
   HostTimer ht_(impl_.get(), Impl::kDownload);
   Impl& m = *impl_;
+  if (m.graph != GraphMode::Off) throw Error("cuda graph: download inside a graph region");
   if (bytes <= 0) return m.view;
   if ((size_t)bytes > m.view_bytes) {  // grow (page-locked; freeing waits for the device: rare)
     check(cudaStreamSynchronize(m.stream), "download_view");
@@ -312,16 +404,103 @@ const void* CudaBackend::download_view(const void* src, int64_t bytes) {
 }
 void CudaBackend::copy(void* dst, const void* src, int64_t bytes) {
   HostTimer ht_(impl_.get(), Impl::kCopy);
+  if (impl_->replaying()) return;
   if (bytes > 0) check(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice, impl_->stream), "copy");
 }
 int64_t CudaBackend::free_memory() const {
+  if (impl_->graph != GraphMode::Off) throw Error("cuda graph: free_memory inside a graph region");
   size_t fr = 0, tot = 0;
   cudaStreamSynchronize(impl_->stream);
   if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) return 0;
   return (int64_t)fr;
 }
 void CudaBackend::synchronize() {
-  check(cudaStreamSynchronize(impl_->stream), "synchronize"); }
+  if (impl_->graph != GraphMode::Off) throw Error("cuda graph: synchronize inside a graph region");
+  check(cudaStreamSynchronize(impl_->stream), "synchronize");
+}
+
+Backend::GraphMode CudaBackend::graph_begin(uint64_t key) {
+  Impl& m = *impl_;
+  if (m.graph != GraphMode::Off) throw Error("cuda graph: graph_begin inside a graph region");
+  // The float32 mode brings MoE routing to the host (not capturable); DEEPINFER_CUDA_OFF=graphs turns
+  // graphs off (every step runs op by op).
+  if (m.weights != CudaWeights::Stored || m.off("graphs") || m.graph_failed.count(key)) return GraphMode::Off;
+  if (!m.arena) {
+    if (cudaMalloc(&m.arena, Impl::kArenaBytes) != cudaSuccess) {
+      cudaGetLastError();
+      m.arena = nullptr;
+      return GraphMode::Off;
+    }
+  }
+  auto it = std::find_if(m.graphs.begin(), m.graphs.end(), [&](const auto& e) { return e->key == key; });
+  if (it != m.graphs.end() && (*it)->top0 == m.arena_top) {
+    m.cur = it->get();
+    m.cur->last_use = ++m.use_clock;
+    check(cudaEventSynchronize(m.cur->done), "cuda graph (previous launch)");  // its upload copies are ours again
+    m.cur_alloc = m.cur_upload = 0;
+    m.graph = GraphMode::Replay;
+    return m.graph;
+  }
+  if (it != m.graphs.end()) m.graphs.erase(it);  // recorded at another arena top: record again
+  m.capturing = std::make_unique<Impl::GraphEntry>();
+  m.capturing->key = key;
+  m.capturing->top0 = m.arena_top;
+  m.cur = m.capturing.get();
+  check(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  m.graph = GraphMode::Capture;
+  return m.graph;
+}
+
+void CudaBackend::graph_end() {
+  Impl& m = *impl_;
+  if (m.graph == GraphMode::Off) return;
+  Impl::GraphEntry* e = m.cur;
+  if (m.graph == GraphMode::Capture) {
+    cudaGraph_t g = nullptr;
+    m.graph = GraphMode::Off;  // the stream leaves capture whatever happens below
+    check(cudaStreamEndCapture(m.stream, &g), "cudaStreamEndCapture");
+    const cudaError_t ie = cudaGraphInstantiate(&e->exec, g, 0);
+    cudaGraphDestroy(g);
+    check(ie, "cudaGraphInstantiate");
+    check(cudaEventCreateWithFlags(&e->done, cudaEventDisableTiming), "cudaEventCreate (graph)");
+    if (m.graphs.size() >= Impl::kMaxGraphs) {  // the least recently used goes
+      auto lru = std::min_element(m.graphs.begin(), m.graphs.end(),
+                                  [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
+      m.graphs.erase(lru);
+    }
+    e->last_use = ++m.use_clock;
+    m.graphs.push_back(std::move(m.capturing));
+  } else {
+    if (m.cur_alloc != e->allocs.size() || m.cur_upload != e->uploads.size())
+      throw Error("cuda graph: a replayed step made fewer allocations or uploads than its capture");
+    m.graph = GraphMode::Off;
+  }
+  m.cur = nullptr;
+  const bool timed = m.profiling && m.depth == 0;
+  if (timed) m.prof_begin("graph");
+  check(cudaGraphLaunch(e->exec, m.stream), "cudaGraphLaunch");
+  if (timed) m.prof_end();
+  check(cudaEventRecord(e->done, m.stream), "cudaEventRecord (graph)");
+}
+
+void CudaBackend::graph_abort() {
+  Impl& m = *impl_;
+  if (m.graph == GraphMode::Capture) {
+    cudaGraph_t g = nullptr;
+    cudaStreamEndCapture(m.stream, &g);
+    if (g) cudaGraphDestroy(g);
+    cudaGetLastError();
+  }
+  if (m.cur) {
+    m.graph_failed.insert(m.cur->key);
+    const uint64_t key = m.cur->key;
+    m.graphs.erase(std::remove_if(m.graphs.begin(), m.graphs.end(), [&](const auto& e) { return e->key == key; }),
+                   m.graphs.end());
+  }
+  m.capturing.reset();
+  m.cur = nullptr;
+  m.graph = GraphMode::Off;
+}
 void CudaBackend::set_profiling(bool on) {
   if (impl_->profiling && !on) impl_->fold();
   impl_->profiling = on;
@@ -344,17 +523,23 @@ Backend::Profile CudaBackend::take_profile() {
 }
 
 void CudaBackend::fill(float* x, int64_t n, float v) {
-  HostTimer ht_(impl_.get(), Impl::kOp); check(cuda::fill_f32(x, n, v, impl_->stream), "fill"); }
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
+  check(cuda::fill_f32(x, n, v, impl_->stream), "fill"); }
 void CudaBackend::scale(float* x, int64_t n, float a) {
-  HostTimer ht_(impl_.get(), Impl::kOp); check(cuda::scale_f32(x, n, a, impl_->stream), "scale"); }
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
+  check(cuda::scale_f32(x, n, a, impl_->stream), "scale"); }
 void CudaBackend::copy_rows(const float* src, int64_t lds, const int32_t* src_rows, float* dst, int64_t ldd,
                             const int32_t* dst_rows, int64_t n, int64_t width) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   check(cuda::copy_rows(src, lds, src_rows, 0, 0, dst, ldd, dst_rows, 0, 0, n, width, impl_->stream), "copy_rows");
 }
 void CudaBackend::ring_write(const float* src, int64_t lds, int64_t n, int64_t width, int64_t p0, float* ring,
                              int64_t R) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   const int64_t first = n > R ? n - R : 0;
   check(cuda::copy_rows(src + first * lds, lds, nullptr, 0, 0, ring, width, nullptr, p0 + first, R, n - first, width,
                         impl_->stream),
@@ -362,11 +547,13 @@ void CudaBackend::ring_write(const float* src, int64_t lds, int64_t n, int64_t w
 }
 void CudaBackend::ring_read(const float* ring, int64_t R, int64_t width, int64_t t0, int64_t n, float* dst) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   check(cuda::copy_rows(ring, width, nullptr, t0, R, dst, width, nullptr, 0, 0, n, width, impl_->stream), "ring_read");
 }
 void CudaBackend::add_rows(const float* src, int64_t n, int64_t width, const float* w, const int32_t* dst_rows,
                            float* dst) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   check(cuda::add_rows(src, n, width, w, dst_rows, dst, impl_->stream), "add_rows");
 }
 
@@ -425,6 +612,7 @@ WeightPtr CudaBackend::make_weight(const StoredWeight& sw) {
 
 void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& wt, float* y, int64_t ldy) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   const auto& w = static_cast<const CudaWeight&>(wt);
   cudaStream_t s = impl_->stream;
   if (w.fmt == WeightFormat::F32) {
@@ -469,42 +657,50 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
 }
 void CudaBackend::rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   check(cuda::rms_norm(x, M, D, ld, w, eps, y, nullptr, impl_->stream), "rms_norm");
 }
 void CudaBackend::rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim, const int32_t* pos,
                        const float* inv_freq, bool inverse) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   check(cuda::rope(x, M, ld, heads, head_dim, rope_dim, pos, inv_freq, inverse, impl_->stream), "rope");
 }
 void CudaBackend::hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                          const float* scale, int iters, float hc_eps, float norm_eps, float* u, float* post,
                          float* comb) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   check(cuda::hc_pre(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, impl_->stream), "hc_pre");
 }
 void CudaBackend::hc_mix(const float* X, int64_t M, int hc, int64_t D, const float* w, const float* fn,
                          const float* base, const float* scale, int iters, float hc_eps, float norm_eps, float* u,
                          float* pre, float* post, float* comb) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   check(cuda::hc_mix(X, M, hc, D, w, fn, base, scale, iters, hc_eps, norm_eps, u, pre, post, comb, impl_->stream),
         "hc_mix");
 }
 void CudaBackend::kv_qdq(float* x, int64_t n, KvQdq format) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   check(cuda::kv_qdq(x, n, (int)format, impl_->stream), "kv_qdq");
 }
 void CudaBackend::engram_gate(float* X, int64_t M, int hc, int64_t D, const float* kv, const float* w, double eps) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   check(cuda::engram_gate(X, M, hc, D, kv, w, eps, impl_->stream), "engram_gate");
 }
 void CudaBackend::hc_post(const float* X, const float* y, const float* post, const float* comb, int64_t M, int hc,
                           int64_t D, float* out) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   check(cuda::hc_post(X, y, post, comb, M, hc, D, out, impl_->stream), "hc_post");
 }
 void CudaBackend::hc_head(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                           const float* scale, float hc_eps, float norm_eps, float* u) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   check(cuda::hc_head(X, M, hc, D, fn, base, scale, hc_eps, norm_eps, u, impl_->stream), "hc_head");
 }
 void CudaBackend::sink_attention(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
@@ -512,6 +708,7 @@ void CudaBackend::sink_attention(const float* q, int64_t M, int64_t ldq, int H, 
                                  const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
                                  float* out, int64_t ldo) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   // Stored weights: tensor cores (bf16 keys and P, f32 softmax and accumulation). Float32 mode keeps the
   // f32 kernel, which reproduces the CPU's order. DEEPINFER_CUDA_OFF=attn_mma switches the mma path off.
   if (impl_->weights == CudaWeights::Stored && !impl_->off("attn_mma") &&
@@ -529,6 +726,7 @@ void CudaBackend::indexer_scores(const float* qI, const float* gamma, int64_t M,
                                  const int32_t* key_rows, int64_t key_ld, int64_t n_keys, const int32_t* n_vis,
                                  float qk_scale, float* score) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   // Stored weights: tensor cores (q, K rounded to bf16; near-tie top-k choices may differ from f32).
   // Float32 mode keeps the f32 kernel, which reproduces the CPU oracle. Unsupported shapes fall back.
   // (The tensor-core kernel shares key tiles between queries: one key list for all, key_ld = 0. Decode
@@ -550,6 +748,7 @@ void CudaBackend::compress_windows(const float* ring_kv, const float* ring_gate,
                                    int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
                                    const int32_t* win_ids, const int32_t* ring_rows, int64_t nw, float* skv, float* sg) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   check(cuda::compress_windows(ring_kv, ring_gate, kv, gate, ld, p0, ape, m, width, overlap, win_ids, ring_rows, nw,
                                skv, sg,
                                impl_->stream),
@@ -557,11 +756,13 @@ void CudaBackend::compress_windows(const float* ring_kv, const float* ring_gate,
 }
 void CudaBackend::compress_pool(const float* kv, const float* gate, int64_t W, int S, int d, float* out) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   check(cuda::compress_pool(kv, gate, W, S, d, out, impl_->stream), "compress_pool");
 }
 void CudaBackend::swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, const float* row_scale,
                                float* act) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   check(cuda::swiglu_clamp(gu, M, I, limit, row_scale, act, nullptr, impl_->stream), "swiglu_clamp");
 }
 
@@ -688,6 +889,8 @@ void CudaBackend::linear_groups(const float* x, int64_t M, int64_t ldx, const We
       g.s_stride % 16 == 0) {
     // Decode: one launch; group g of token t is "slot" t·G + g, whose input row is x[t, g·K ..] (row stride K).
     HostTimer ht_(impl_.get(), Impl::kOp);
+    if (impl_->replaying()) return;
+  if (impl_->replaying()) return;
     check((M <= 8 ? cuda::gemv_q_grouped_v3 : cuda::gemv_q_grouped)(x, K, true, g.sel, M, (int)g.G, K, g.r, g.w_stride, g.s_stride, N, false, 0.0f, y, N,
                                impl_->stream),
           "linear_groups");
@@ -726,6 +929,7 @@ void CudaBackend::moe_route(const float* logits, int64_t T, int E, int K, RouteS
                             const int32_t* tid2eid, const int32_t* tokens, bool normalize, float route_scale,
                             int32_t* sel, float* wsel) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   const cuda::Scoring sc = scoring == RouteScoring::Sigmoid   ? cuda::Scoring::Sigmoid
                            : scoring == RouteScoring::Softmax ? cuda::Scoring::Softmax
                                                               : cuda::Scoring::SqrtSoftplus;
@@ -743,6 +947,8 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
       ex.s13_stride % 16 == 0 && ex.s2_stride % 16 == 0) {
     // Decode: one grouped GEMV per matrix kind reads the expert ids on the device; w13's SwiGLU is fused.
     HostTimer ht_(impl_.get(), Impl::kOp);
+    if (impl_->replaying()) return;
+  if (impl_->replaying()) return;
     Buffer<float> act(*this, S * I), ye(*this, S * D);  // slot order
     cudaError_t e = cuda::gemv_q_grouped_v3(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true,
                                          limit, act.data(), I, s);
@@ -761,6 +967,8 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
     // act in grouped order) → grouped w2 → combine (a token's experts in ascending id). Each expert's
     // weights are read once per row tile (moe_grouped.cu). DEEPINFER_CUDA_OFF=moe_grouped: the path below.
     HostTimer ht_(impl_.get(), Impl::kOp);
+    if (impl_->replaying()) return;
+  if (impl_->replaying()) return;
     const int tm = cuda::moe_grouped_tile_m(T);
     const int64_t maxt = cuda::moe_max_tiles(S, (int)E, tm);
     Buffer<int32_t> offsets(*this, E + 1), perm(*this, S), slot(*this, S), n_tiles(*this, 1), tiles(*this, 2 * maxt),
@@ -789,6 +997,8 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
     // route groups → bf16 h → grouped w13 (gathered rows) → SwiGLU (bf16 act) → grouped w2 → combine
     // (a token's experts summed in ascending id). No host round trip.
     HostTimer ht_(impl_.get(), Impl::kOp);
+    if (impl_->replaying()) return;
+  if (impl_->replaying()) return;
     const int64_t maxt = cuda::moe_max_tiles(S, (int)E, 64);
     Buffer<int32_t> offsets(*this, E + 1), perm(*this, S), slot(*this, S), n_tiles(*this, 1), tiles(*this, 2 * maxt);
     Buffer<cuda::bf16> hb(*this, T * D), act(*this, S * I);
@@ -821,6 +1031,7 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
 void CudaBackend::select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk,
                               const int32_t* rowmap, int64_t rowmap_ld, const int64_t* out_off, int32_t* out) {
   HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
   if (M <= 0) return;
   Buffer<int32_t> idx(*this, M * topk), count(*this, M);
   cudaError_t e = cuda::topk_rows(score, M, n, n, n_vis, topk, idx.data(), count.data(), impl_->stream);

@@ -34,6 +34,9 @@ class CudaBackend final : public Backend {
   int64_t free_memory() const override;
   void synchronize() override;
   void set_profiling(bool on) override;
+  GraphMode graph_begin(uint64_t key) override;
+  void graph_end() override;
+  void graph_abort() override;
   Profile take_profile() override;
 
   void fill(float* x, int64_t n, float v) override;
