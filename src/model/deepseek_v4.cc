@@ -661,8 +661,8 @@ std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk>
     try {
       run();
       be_.graph_end();
-    } catch (const Error&) {  // nothing ran: the step again, without a graph
-      be_.graph_abort();
+    } catch (const Error& e) {  // nothing ran: the step again, without a graph
+      be_.graph_abort(e.what());
       logits = Buffer<float>();
       run();
     }

@@ -125,15 +125,15 @@ class Backend {
   // uploads refresh the recorded copies, allocations must come out as recorded), launching the whole
   // region at graph_end. Off: the calls run as usual and graph_end does nothing. Downloads are not
   // allowed inside a region (they throw in Capture/Replay). When a call throws inside a Capture/Replay
-  // region nothing has run yet: the caller calls graph_abort() (the key is not captured again) and
-  // reruns the region with graphs off.
+  // region nothing has run yet: the caller calls graph_abort(why) (the key is not captured again; the
+  // backend says why on stderr, a few times) and reruns the region with graphs off.
   // Callers key their regions with an id of their own from here (unique for the backend's lifetime),
   // plus every pointer the region bakes in that may change (a model's cache).
   uint64_t new_graph_owner() { return ++graph_owners_; }
   enum class GraphMode { Off, Capture, Replay };
   virtual GraphMode graph_begin(uint64_t /*key*/) { return GraphMode::Off; }
   virtual void graph_end() {}
-  virtual void graph_abort() {}
+  virtual void graph_abort(const char* /*why*/) {}
 
   // ---- data movement (float32 rows) ----
   virtual void fill(float* x, int64_t n, float v) = 0;

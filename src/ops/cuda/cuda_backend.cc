@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -130,6 +131,7 @@ struct CudaBackend::Impl {
   GraphEntry* cur = nullptr;              // the entry being captured or replayed
   size_t cur_alloc = 0, cur_upload = 0;   // replay cursors
   std::unordered_set<uint64_t> graph_failed;
+  std::unordered_map<uint64_t, int> graph_recaptures;
   uint64_t use_clock = 0;
   int op_depth = 0;  // > 0 inside an op (its own allocations are not part of the recorded sequence)
   bool replaying() const { return graph == Backend::GraphMode::Replay; }
@@ -441,12 +443,20 @@ Backend::GraphMode CudaBackend::graph_begin(uint64_t key) {
     m.graph = GraphMode::Replay;
     return m.graph;
   }
-  if (it != m.graphs.end()) m.graphs.erase(it);  // recorded at another arena top: record again
+  if (it != m.graphs.end()) {  // recorded at another arena top: record again (a few times, then op by op)
+    m.graphs.erase(it);
+    if (++m.graph_recaptures[key] > 3) {
+      std::fprintf(stderr, "cuda graph: a step's buffers keep moving (arena top); it runs op by op\n");
+      m.graph_failed.insert(key);
+      return GraphMode::Off;
+    }
+  }
   m.capturing = std::make_unique<Impl::GraphEntry>();
   m.capturing->key = key;
   m.capturing->top0 = m.arena_top;
   m.cur = m.capturing.get();
-  check(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  // Relaxed: the capture allocates page-locked upload copies as it goes (not a stream operation).
+  check(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
   m.graph = GraphMode::Capture;
   return m.graph;
 }
@@ -483,8 +493,10 @@ void CudaBackend::graph_end() {
   check(cudaEventRecord(e->done, m.stream), "cudaEventRecord (graph)");
 }
 
-void CudaBackend::graph_abort() {
+void CudaBackend::graph_abort(const char* why) {
   Impl& m = *impl_;
+  if (m.graph_failed.size() < 3)
+    std::fprintf(stderr, "cuda graph: a step could not run from a graph (%s); it runs op by op\n", why ? why : "?");
   if (m.graph == GraphMode::Capture) {
     cudaGraph_t g = nullptr;
     cudaStreamEndCapture(m.stream, &g);

@@ -36,7 +36,7 @@ class CudaBackend final : public Backend {
   void set_profiling(bool on) override;
   GraphMode graph_begin(uint64_t key) override;
   void graph_end() override;
-  void graph_abort() override;
+  void graph_abort(const char* why) override;
   Profile take_profile() override;
 
   void fill(float* x, int64_t n, float v) override;
