@@ -200,12 +200,17 @@ void build_entry_table(Backend& be, std::span<const V4SeqChunk> batch, const V4C
   t.ld = std::max<int64_t>(1, ld_min);
   for (const auto& c : batch) t.ld = std::max<int64_t>(t.ld, (c.state->pos + (int64_t)c.tokens.size()) / m);
   t.host.assign(B * t.ld, 0);
+  const int64_t per = TP / m;  // entries a page holds (TP is a multiple of m)
   for (size_t b = 0; b < B; ++b) {
     const V4SeqState& S = *batch[b].state;
     const int64_t nk = (S.pos + (int64_t)batch[b].tokens.size()) / m;
-    for (int64_t w = 0; w < nk; ++w) {
-      const int64_t first = w * m;
-      t.host[b * t.ld + w] = (int32_t)((int64_t)S.pages[first / TP] * lay.page_floats / width + (first % TP) / m);
+    int32_t* row = t.host.data() + b * t.ld;
+    // entry w = pg·per + j lives in page pages[pg], slot j (a page at a time: this runs over B × ld
+    // entries every step)
+    for (int64_t w0 = 0, pg = 0; w0 < nk; w0 += per, ++pg) {
+      const int32_t base = (int32_t)((int64_t)S.pages[pg] * lay.page_floats / width);
+      const int64_t e = std::min(per, nk - w0);
+      for (int64_t j = 0; j < e; ++j) row[w0 + j] = base + (int32_t)j;
     }
   }
   t.rows = Buffer<int32_t>(be, t.host);
