@@ -2,7 +2,8 @@
 # takes, checks that the thread → element maps cover each element exactly once (key-tile copies and their
 # conversion, the q load, S warps, softmax heads, P·V tiles, the merge), that the shared-memory layout is
 # 16-byte aligned, fits 227 KB and leaves room for the merge's O below S, that ldmatrix row addresses of
-# Qs/Ks fall in 8 distinct 16-byte bank groups, and that the split ranges cover every key tile once.
+# Qs/Ks fall in 8 distinct 16-byte bank groups, that the split ranges cover every key tile once, and
+# (pipeline) that no shared buffer is written in a phase where another warp may still read it.
 # The MMA fragment layouts and the arithmetic are v1's (the device test checks v2 == v1 bitwise).
 # Run: python3 tests/cuda/attention_mma2_model.py. Keep it in step with the kernel when either changes.
 from collections import Counter
@@ -13,7 +14,7 @@ NT, KT, HB, KS, SPS, PPS = 512, 32, 64, 4, 36, 40
 def layout(D):
     q = 0
     k = q + HB * (D + 8) * 2
-    stg = k + KT * (D + 8) * 2
+    stg = k + 2 * KT * (D + 8) * 2  # two key buffers (tile t in buffer t & 1)
     s = stg + KT * D * 4
     p = s + 2 * HB * SPS * 4
     cr = p + HB * PPS * 2
@@ -81,6 +82,26 @@ def check(D):
     return L['total'], PASSES, U
 
 
+def pipeline(T):
+    # Phases of one CTA's loop as v2 runs them, barriers (B) between; writes and reads a phase may do
+    # concurrently across warps (a warp runs ahead only up to the next barrier). Stg is left out: a thread
+    # copies into and converts only its own chunks (covered above).
+    ph = [[('w', 'K0'), ('r', 'Q')]]  # prologue: convert tile 0 into buffer 0, q written
+    for t in range(T):
+        b, nb = f'K{t & 1}', f'K{(t + 1) & 1}'
+        ph.append([('r', b), ('r', 'Q'), ('w', 'S')])           # S(t)
+        ph.append([('r', 'S'), ('w', 'P')])                     # softmax(t): P and the correction
+        tail = [('r', 'P'), ('r', b)]                           # P·V(t)
+        if t + 1 < T:
+            tail.append(('w', nb))                              # convert(t + 1), overlapping P·V(t)
+        ph.append(tail)
+    for seg in ph:  # within a segment between barriers: no buffer both written and read (or written twice)
+        wr = [x for a, x in seg if a == 'w']
+        rd = [x for a, x in seg if a == 'r']
+        assert not (set(wr) & set(rd)) and len(wr) == len(set(wr)), seg
+    return len(ph)
+
+
 def splits(n):
     T = (n + KT - 1) // KT
     ns = max(1, min(KS, T))
@@ -98,5 +119,6 @@ for D in (64, 128, 256, 512):
     total, passes, u = check(D)
     print(f"d={D}: shared {total} B ({total / 1024:.1f} KB), {passes} copy passes a tile, q loads {u} pairs in flight")
 for n in list(range(0, 300)) + [640, 2000, 4096, 16384]:
-    splits(n)
+    T = splits(n)
+    pipeline((T + KS - 1) // KS)
 print("all index maps cover each element once")

@@ -383,9 +383,9 @@ int am_max_clusters() {
 // TFLOP/s, latency-bound (docs/cuda-notes.md, "Prefill attention v2"). v2 puts both halves in one CTA
 // (warps 0–7: columns [0, d/2), warps 8–15: [d/2, d)), so the per-tile exchange is a __syncthreads and
 // local shared memory, the softmax runs once per CTA (16 warps × 4 heads instead of 2 × 8 warps × 8
-// heads), the tile's entry-row indices are loaded together before its copies are issued (v1 waited on
-// one index load per copy), and q is loaded with 8 loads in flight a thread. The cluster of AM_KS CTAs
-// only meets for the final merge. Every arithmetic step (bf16 rounding, MMA k-order, the two halves'
+// heads), the keys are double-buffered in bf16 (the next tile's conversion overlaps P·V; three barriers
+// a tile), the pool rows are loaded a tile ahead (v1 waited on one index load per copy), and q is loaded
+// with 16 load pairs in flight a thread. The cluster of AM_KS CTAs only meets for the final merge. Every arithmetic step (bf16 rounding, MMA k-order, the two halves'
 // sum, online softmax, merge order) is v1's, so v2 equals v1 bitwise (tested). Same registers a thread
 // and threads an SM as v1 (one CTA of 512 instead of two of 256).
 constexpr int A2_NT = 512;
@@ -396,7 +396,7 @@ struct A2Layout {
   __host__ __device__ constexpr explicit A2Layout(int D)
       : q(0),
         k(q + AM_HB * (D + 8) * 2),
-        stg(k + AM_KT * (D + 8) * 2),
+        stg(k + 2 * AM_KT * (D + 8) * 2),
         s(stg + AM_KT * D * 4),
         p(s + 2 * AM_HB * AM_SPS * 4),
         cr(p + AM_HB * AM_PPS * 2),
@@ -429,7 +429,7 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A2_NT, 1)
 
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem + L.q);    // [64][QS] both halves
-  bf16* Ks = reinterpret_cast<bf16*>(smem + L.k);    // [32][QS]
+  bf16* Ks0 = reinterpret_cast<bf16*>(smem + L.k);   // [2][32][QS]: tile t in buffer t & 1
   float* Stg = reinterpret_cast<float*>(smem + L.stg);  // [32][D] f32 copy target
   float* Sp = reinterpret_cast<float*>(smem + L.s);  // [2 halves][64][AM_SPS] partial S
   bf16* Ps = reinterpret_cast<bf16*>(smem + L.p);
@@ -457,27 +457,41 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A2_NT, 1)
   const int t0 = split < ns ? (int)((int64_t)split * T / ns) : T;
   const int t1 = split < ns ? (int)((int64_t)(split + 1) * T / ns) : T;
 
-  // a thread copies (and later converts) chunk ch of rows r0 + k·RPP: its own bytes, so its own
-  // cp.async.wait covers what it converts. The tile's pool rows are fetched first (fetch: all index
-  // loads in flight together, one tile ahead), the copies issued later (copy).
+  // A thread copies chunk ch of rows r0 + k·RPP of a tile into Stg and later converts exactly those
+  // chunks: its own cp.async.wait covers them, and it may copy the next tile into them as soon as it
+  // has converted them (no barrier). Pool rows: lane i of every warp loads the row of key 32·t + i one
+  // tile ahead (one coalesced load a warp), the copy takes them by shuffle.
   const int ch = tid % CPR, r0 = tid / CPR;
-  int rows[PASSES];  // pool row of key t·32 + r0 + k·RPP (window rows below nw, entry rows above)
-  auto fetch = [&](int t) {
-#pragma unroll
-    for (int k = 0; k < PASSES; ++k) {
-      const int i = t * AM_KT + r0 + k * RPP;
-      rows[k] = i >= n ? 0 : i < nw ? (int)(lo + i) : ent_idx[e0 + i - nw];
-    }
+  auto row_of = [&](int t) -> int {
+    const int i = t * AM_KT + lane;
+    return i >= n ? 0 : i < nw ? (int)(lo + i) : ent_idx[e0 + i - nw];
   };
-  auto copy = [&](int t) {
+  auto copy = [&](int t, int rowreg) {  // all lanes (shuffles)
 #pragma unroll
     for (int k = 0; k < PASSES; ++k) {
-      const int i = t * AM_KT + r0 + k * RPP;
-      if (i < n) am_cp16(Stg + (r0 + k * RPP) * D + ch * 4, (i < nw ? win : ent) + (int64_t)rows[k] * D + ch * 4);
+      const int r = r0 + k * RPP, i = t * AM_KT + r;
+      const int row = __shfl_sync(0xffffffffu, rowreg, r);
+      if (i < n) am_cp16(Stg + r * D + ch * 4, (i < nw ? win : ent) + (int64_t)row * D + ch * 4);
     }
     am_commit();
   };
-  if (t0 < t1) fetch(t0), copy(t0);
+  auto convert = [&](int t) {  // own chunks of tile t, f32 → bf16 into Ks buffer t & 1; rows ≥ nv are zeros
+    const int nv = min(AM_KT, n - t * AM_KT);
+    bf16* Kb = Ks0 + (t & 1) * AM_KT * QS;
+#pragma unroll
+    for (int k = 0; k < PASSES; ++k) {
+      const int r = r0 + k * RPP;
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r < nv) v = *reinterpret_cast<const float4*>(Stg + r * D + ch * 4);
+      *reinterpret_cast<uint2*>(Kb + r * QS + ch * 4) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+    }
+  };
+  int rnext = 0;  // rows of tile t + 2 while tile t is processed (t0 + 1 in the prologue)
+  if (t0 < t1) {
+    const int r = row_of(t0);
+    if (t0 + 1 < t1) rnext = row_of(t0 + 1);
+    copy(t0, r);
+  }
 
   // q (f32, any stride) → bf16; heads ≥ hv are zero. U (≤ 16) load pairs in flight a thread before the stores.
   {
@@ -516,20 +530,20 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A2_NT, 1)
       for (int e = 0; e < 4; ++e) o[i][j][e] = 0.0f;
   float mreg = -INFINITY, lreg = 0.0f;  // softmax state of head 4·wp + u held by lane u (u < 4)
 
+  if (t0 < t1) {  // tile t0 into Ks buffer t0 & 1, tile t0 + 1 on its way
+    am_wait_all();
+    convert(t0);
+    if (t0 + 1 < t1) {
+      copy(t0 + 1, rnext);
+      rnext = t0 + 2 < t1 ? row_of(t0 + 2) : 0;
+    }
+  }
+  __syncthreads();  // Qs and the first tile ready
+  // Per tile: S | barrier | softmax | barrier | P·V, then the next tile's conversion (other buffer, so it
+  // overlaps the slower warps' P·V) and the copy of the one after | barrier. Three barriers a tile.
   for (int t = t0; t < t1; ++t) {
     const int nv = min(AM_KT, n - t * AM_KT);
-    if (t + 1 < t1) fetch(t + 1);  // lands during the wait and the conversion
-    am_wait_all();
-    __syncthreads();  // previous P·V done with Ks (and Qs written, first time)
-#pragma unroll
-    for (int k = 0; k < PASSES; ++k) {  // own chunks f32 → bf16; rows ≥ nv are zeros
-      const int r = r0 + k * RPP;
-      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (r < nv) v = *reinterpret_cast<const float4*>(Stg + r * D + ch * 4);
-      *reinterpret_cast<uint2*>(Ks + r * QS + ch * 4) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
-    }
-    __syncthreads();  // Ks ready, Stg free
-    if (t + 1 < t1) copy(t + 1);
+    const bf16* Ks = Ks0 + (t & 1) * AM_KT * QS;
     {
       float acc[2][4] = {};
       const bf16* qa = Qs + (16 * sh + lr + 8 * (lj & 1)) * QS + c0 + 8 * (lj >> 1);
@@ -600,10 +614,18 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A2_NT, 1)
         }
       }
     }
+    if (t + 1 < t1) {
+      am_wait_all();  // own chunks of tile t + 1
+      convert(t + 1);
+      if (t + 2 < t1) {
+        copy(t + 2, rnext);
+        rnext = t + 3 < t1 ? row_of(t + 3) : 0;
+      }
+    }
+    __syncthreads();  // tile t + 1 converted; P·V of tile t done with its buffer and with Ps, Cr
   }
 
-  // this split's (max, sum, O [64][D]) into shared memory over Qs/Ks/Stg
-  __syncthreads();
+  // this split's (max, sum, O [64][D]) into shared memory over Qs/Ks/Stg (every P·V done: last barrier)
   float* Op = reinterpret_cast<float*>(smem);
   if (lane < 4) ML[2 * (4 * wp + lane)] = mreg, ML[2 * (4 * wp + lane) + 1] = lreg;
 #pragma unroll
@@ -672,7 +694,7 @@ cudaError_t a2_launch(const float* q, int64_t M, int64_t ldq, int H, const float
       cudaFuncSetAttribute(sink_attn_mma2_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total);
   if (e != cudaSuccess) return e;
   e = cudaFuncSetAttribute(sink_attn_mma2_kernel<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                           (int)cudaSharedmemCarveoutMaxShared);  // 186.5 KB at d = 512: one CTA an SM
+                           (int)cudaSharedmemCarveoutMaxShared);  // 218 KB at d = 512: one CTA an SM
   if (e != cudaSuccess) return e;
   const int64_t bx = M * AM_KS;
   if (bx > INT_MAX) return cudaErrorInvalidConfiguration;
