@@ -875,6 +875,13 @@ Result sink_attn_case(const AttnKernel& K, int64_t M, int H, int d, int nk, int 
   auto o2 = down<float>(dout, M * ldo);
   expect_true(res, memcmp(o2.data(), o.data(), o.size() * 4) == 0, "second run differs");
   res.detail += "bitwise: alone==batch, run==run ";
+  if (K.mma) {  // v2 keeps v1's arithmetic (same splits, k-order, softmax, merge): same bits, padding too
+    poison(dout);
+    CK(run(dc::sink_attention_mma_v1, 0, M, dout.as<float>()));
+    auto o1 = down<float>(dout, M * ldo);
+    expect_true(res, memcmp(o1.data(), o.data(), o.size() * 4) == 0, "v2 differs from v1");
+    res.detail += "v2==v1 ";
+  }
   if (g_perf) {
     res.us = time_us([&] { run(K.fn, 0, M, dout.as<float>()); });
     double keys = 0;
@@ -882,11 +889,15 @@ Result sink_attn_case(const AttnKernel& K, int64_t M, int H, int d, int nk, int 
     // q + out (f32) + key rows (f32): decode reads each query's rows; prefill the two shared pools once
     res.bytes = M * (double)H * d * 8.0 + (prefill ? (double)(n_win + n_ent) * d * 4.0 : keys * d * 4.0);
     res.flops = keys * H * d * 4.0;
-    char buf[128];
+    char buf[192];
     if (K.mma) {
       const double f32 = time_us([&] { run(dc::sink_attention_f32, 0, M, dout.as<float>()); });
-      snprintf(buf, sizeof buf, "%.1f GFLOP; sink_attention_f32 %.1f us (mma %.1fx); %d clusters resident ",
-               res.flops / 1e9, f32, f32 / res.us, dc::sink_attention_mma_max_clusters(d));
+      const double v1 = time_us([&] { run(dc::sink_attention_mma_v1, 0, M, dout.as<float>()); });
+      snprintf(buf, sizeof buf,
+               "%.1f GFLOP; mma v1 %.1f us (v2 %.2fx); sink_attention_f32 %.1f us (%.1fx); clusters resident v2 %d, "
+               "v1 %d ",
+               res.flops / 1e9, v1, v1 / res.us, f32, f32 / res.us, dc::sink_attention_mma_max_clusters(d, 2),
+               dc::sink_attention_mma_max_clusters(d, 1));
     } else {
       const double v1 = time_us([&] { run(dc::sink_attention_f32_v1, 0, M, dout.as<float>()); });
       snprintf(buf, sizeof buf, "v1 %.1f us (%.1fx) ", v1, v1 / res.us);

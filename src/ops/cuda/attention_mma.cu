@@ -16,6 +16,9 @@
 //  - at the end each split's (max, sum, O) is merged in split order through distributed shared
 //    memory: CTA (split j, half) finalizes heads 16j .. 16j+15 of its half of the columns.
 // Heads beyond H in the last group are zero rows (computed, not stored).
+// That is v1 (sink_attention_mma_v1). v2 (sink_attention_mma, further down) keeps the arithmetic and puts
+// both halves of d in one CTA of 512 threads: no per-tile cluster barrier (docs/cuda-notes.md,
+// "Prefill attention v2").
 #include <cooperative_groups.h>
 
 #include <climits>
@@ -373,14 +376,359 @@ int am_max_clusters() {
   return n;
 }
 
+
+// ---- v2: one CTA of 512 threads per (query, 64 heads, key split), clusters of AM_KS ----
+// v1 (above) puts the two halves of d in two CTAs and exchanges partial S through distributed shared
+// memory with a cluster barrier (all 8 CTAs) on every 32-key tile; the measured prefill ran at 51
+// TFLOP/s, latency-bound (docs/cuda-notes.md, "Prefill attention v2"). v2 puts both halves in one CTA
+// (warps 0–7: columns [0, d/2), warps 8–15: [d/2, d)), so the per-tile exchange is a __syncthreads and
+// local shared memory, the softmax runs once per CTA (16 warps × 4 heads instead of 2 × 8 warps × 8
+// heads), the keys are double-buffered in bf16 (the next tile's conversion overlaps P·V; three barriers
+// a tile), the pool rows are loaded a tile ahead (v1 waited on one index load per copy), and q is loaded
+// with 16 load pairs in flight a thread. The cluster of AM_KS CTAs only meets for the final merge. Every arithmetic step (bf16 rounding, MMA k-order, the two halves'
+// sum, online softmax, merge order) is v1's, so v2 equals v1 bitwise (tested). Same registers a thread
+// and threads an SM as v1 (one CTA of 512 instead of two of 256).
+constexpr int A2_NT = 512;
+
+// Shared memory layout (bytes), full width D. The merge's O [64][D] f32 reuses [0, s).
+struct A2Layout {
+  int q, k, stg, s, p, cr, ml, wt, total;
+  __host__ __device__ constexpr explicit A2Layout(int D)
+      : q(0),
+        k(q + AM_HB * (D + 8) * 2),
+        stg(k + 2 * AM_KT * (D + 8) * 2),
+        s(stg + AM_KT * D * 4),
+        p(s + 2 * AM_HB * AM_SPS * 4),
+        cr(p + AM_HB * AM_PPS * 2),
+        ml(cr + AM_HB * 4),
+        wt(ml + AM_HB * 2 * 4),
+        total(wt + (AM_HB / AM_KS) * (AM_KS + 1) * 4) {}
+};
+
+template <int D>
+__global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A2_NT, 1)
+    sink_attn_mma2_kernel(const float* __restrict__ q, int64_t ldq, int H, const float* __restrict__ win,
+                          const int32_t* __restrict__ win_lo, const int32_t* __restrict__ win_hi,
+                          const float* __restrict__ ent, const int32_t* __restrict__ ent_idx,
+                          const int64_t* __restrict__ ent_off, const float* __restrict__ sinks, float scale,
+                          float* __restrict__ out, int64_t ldo) {
+  constexpr int DH = D / 2;
+  constexpr int QS = D + 8;              // Q / K row stride (bf16): (D+8)·2 B ≡ 16 mod 128 B
+  constexpr int KSTEPS = DH / 16;        // S: k-steps over one half of d
+  constexpr int NTILES = DH / 8;         // P·V: n8 tiles over one half of d
+  constexpr int WC = NTILES >= 8 ? 8 : NTILES;  // warps of a half along the columns
+  constexpr int WH = 8 / WC;             // warps of a half along the heads
+  constexpr int MT = 4 / WH;             // m16 tiles a warp owns in P·V
+  constexpr int NT = NTILES / WC;        // n8 tiles a warp owns in P·V
+  constexpr int CPR = D / 4;             // 16-byte chunks a key row
+  constexpr int RPP = A2_NT / CPR;       // key rows a copy pass covers (4 at d = 512 .. 32 at d = 64)
+  constexpr int PASSES = AM_KT / RPP;    // copy passes a tile (8 .. 1)
+  static_assert(D % 64 == 0 && D <= 512 && WH * WC == 8 && MT >= 1 && NT >= 1 && PASSES * RPP == AM_KT, "shape");
+  constexpr A2Layout L(D);
+  static_assert(AM_HB * D * 4 <= L.s, "merge O must fit below S");
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem + L.q);    // [64][QS] both halves
+  bf16* Ks0 = reinterpret_cast<bf16*>(smem + L.k);   // [2][32][QS]: tile t in buffer t & 1
+  float* Stg = reinterpret_cast<float*>(smem + L.stg);  // [32][D] f32 copy target
+  float* Sp = reinterpret_cast<float*>(smem + L.s);  // [2 halves][64][AM_SPS] partial S
+  bf16* Ps = reinterpret_cast<bf16*>(smem + L.p);
+  float* Cr = reinterpret_cast<float*>(smem + L.cr);
+  float* ML = reinterpret_cast<float*>(smem + L.ml);
+  float* Wt = reinterpret_cast<float*>(smem + L.wt);
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int split = (int)cluster.block_rank();
+  const int64_t m = blockIdx.x / AM_KS;
+  const int g0 = blockIdx.y * AM_HB;
+  const int hv = min(AM_HB, H - g0);
+  const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
+  const int hf = wp >> 3, wl = wp & 7;  // half of d, warp within the half
+  const int c0 = hf * DH;
+
+  // keys and split ranges: v1's (a function of the key count only)
+  const int64_t lo = win_lo[m];
+  const int nw = win_hi[m] - win_lo[m];
+  const int64_t e0 = ent_off ? ent_off[m] : 0;
+  const int ne = ent_off ? (int)(ent_off[m + 1] - e0) : 0;
+  const int n = nw + ne;
+  const int T = (n + AM_KT - 1) / AM_KT;
+  const int ns = max(1, min(AM_KS, (T + AM_TMIN - 1) / AM_TMIN));
+  const int t0 = split < ns ? (int)((int64_t)split * T / ns) : T;
+  const int t1 = split < ns ? (int)((int64_t)(split + 1) * T / ns) : T;
+
+  // A thread copies chunk ch of rows r0 + k·RPP of a tile into Stg and later converts exactly those
+  // chunks: its own cp.async.wait covers them, and it may copy the next tile into them as soon as it
+  // has converted them (no barrier). Pool rows: lane i of every warp loads the row of key 32·t + i one
+  // tile ahead (one coalesced load a warp), the copy takes them by shuffle.
+  const int ch = tid % CPR, r0 = tid / CPR;
+  auto row_of = [&](int t) -> int {
+    const int i = t * AM_KT + lane;
+    return i >= n ? 0 : i < nw ? (int)(lo + i) : ent_idx[e0 + i - nw];
+  };
+  auto copy = [&](int t, int rowreg) {  // all lanes (shuffles)
+#pragma unroll
+    for (int k = 0; k < PASSES; ++k) {
+      const int r = r0 + k * RPP, i = t * AM_KT + r;
+      const int row = __shfl_sync(0xffffffffu, rowreg, r);
+      if (i < n) am_cp16(Stg + r * D + ch * 4, (i < nw ? win : ent) + (int64_t)row * D + ch * 4);
+    }
+    am_commit();
+  };
+  auto convert = [&](int t) {  // own chunks of tile t, f32 → bf16 into Ks buffer t & 1; rows ≥ nv are zeros
+    const int nv = min(AM_KT, n - t * AM_KT);
+    bf16* Kb = Ks0 + (t & 1) * AM_KT * QS;
+#pragma unroll
+    for (int k = 0; k < PASSES; ++k) {
+      const int r = r0 + k * RPP;
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r < nv) v = *reinterpret_cast<const float4*>(Stg + r * D + ch * 4);
+      *reinterpret_cast<uint2*>(Kb + r * QS + ch * 4) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+    }
+  };
+  int rnext = 0;  // rows of tile t + 2 while tile t is processed (t0 + 1 in the prologue)
+  if (t0 < t1) {
+    const int r = row_of(t0);
+    if (t0 + 1 < t1) rnext = row_of(t0 + 1);
+    copy(t0, r);
+  }
+
+  // q (f32, any stride) → bf16; heads ≥ hv are zero. U (≤ 16) load pairs in flight a thread before the stores.
+  {
+    constexpr int QP = D / 2;             // column pairs a row
+    constexpr int HPP = A2_NT / QP;       // heads a pass
+    constexpr int QPASS = AM_HB / HPP;    // passes
+    constexpr int U = QPASS < 16 ? QPASS : 16;
+    const int c = 2 * (tid % QP), hr = tid / QP;
+    for (int j0 = 0; j0 < QPASS; j0 += U) {
+      float2 v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int h = hr + (j0 + u) * HPP;
+        v[u] = make_float2(0.0f, 0.0f);
+        if (h < hv) {
+          const float* qr = q + m * ldq + (int64_t)(g0 + h) * D + c;
+          v[u] = make_float2(qr[0], qr[1]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        *reinterpret_cast<uint32_t*>(Qs + (hr + (j0 + u) * HPP) * QS + c) = pack_bf16(v[u].x, v[u].y);
+    }
+  }
+
+  const int gq = lane >> 2, cq = lane & 3;
+  const int lr = lane & 7, lj = lane >> 3;
+  const int sh = wl & 3, sk = wl >> 2;     // S: 16 heads × 16 keys of this half's columns
+  const int ph = wl / WC, pc = wl % WC;    // P·V: head tiles [ph·MT, +MT) × n8 tiles [pc·NT, +NT)
+  float o[MT][NT][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[i][j][e] = 0.0f;
+  float mreg = -INFINITY, lreg = 0.0f;  // softmax state of head 4·wp + u held by lane u (u < 4)
+
+  if (t0 < t1) {  // tile t0 into Ks buffer t0 & 1, tile t0 + 1 on its way
+    am_wait_all();
+    convert(t0);
+    if (t0 + 1 < t1) {
+      copy(t0 + 1, rnext);
+      rnext = t0 + 2 < t1 ? row_of(t0 + 2) : 0;
+    }
+  }
+  __syncthreads();  // Qs and the first tile ready
+  // Per tile: S | barrier | softmax | barrier | P·V, then the next tile's conversion (other buffer, so it
+  // overlaps the slower warps' P·V) and the copy of the one after | barrier. Three barriers a tile.
+  for (int t = t0; t < t1; ++t) {
+    const int nv = min(AM_KT, n - t * AM_KT);
+    const bf16* Ks = Ks0 + (t & 1) * AM_KT * QS;
+    {
+      float acc[2][4] = {};
+      const bf16* qa = Qs + (16 * sh + lr + 8 * (lj & 1)) * QS + c0 + 8 * (lj >> 1);
+      const bf16* kb = Ks + (16 * sk + lr + 8 * (lj >> 1)) * QS + c0 + 8 * (lj & 1);
+#pragma unroll
+      for (int ks = 0; ks < KSTEPS; ++ks) {
+        uint32_t a[4], b[4];
+        ldsm_x4(a, qa + 16 * ks);
+        ldsm_x4(b, kb + 16 * ks);
+        mma_bf16(acc[0], a, b[0], b[1]);
+        mma_bf16(acc[1], a, b[2], b[3]);
+      }
+      float* Sb = Sp + hf * AM_HB * AM_SPS;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int col = 16 * sk + 8 * j + 2 * cq;
+        *reinterpret_cast<float2*>(Sb + (16 * sh + gq) * AM_SPS + col) = make_float2(acc[j][0], acc[j][1]);
+        *reinterpret_cast<float2*>(Sb + (16 * sh + gq + 8) * AM_SPS + col) = make_float2(acc[j][2], acc[j][3]);
+      }
+    }
+    __syncthreads();  // both halves' partial S ready
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {  // head h = 4·wp + u, lane = key; v1's arithmetic
+      const int h = 4 * wp + u;
+      float s = -INFINITY;
+      if (lane < nv) s = __fmul_rn(__fadd_rn(Sp[h * AM_SPS + lane], Sp[(AM_HB + h) * AM_SPS + lane]), scale);
+      const float mo = __shfl_sync(0xffffffffu, mreg, u), lo_ = __shfl_sync(0xffffffffu, lreg, u);
+      const float mn = fmaxf(mo, detail::warp_max(s));
+      const float p = s == -INFINITY ? 0.0f : expf(s - mn);
+      const float cf = mn == -INFINITY ? 1.0f : expf(mo - mn);
+      const float ln = fmaf(lo_, cf, detail::warp_sum(p));
+      if (lane == u) mreg = mn, lreg = ln;
+      Ps[h * AM_PPS + lane] = __float2bfloat16_rn(p);
+      if (lane == 0) Cr[h] = cf;
+    }
+    __syncthreads();  // Ps, Cr ready
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      const int rr = 16 * (ph * MT + i) + gq;
+      const float ca = Cr[rr], cb = Cr[rr + 8];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) o[i][j][0] *= ca, o[i][j][1] *= ca, o[i][j][2] *= cb, o[i][j][3] *= cb;
+    }
+#pragma unroll
+    for (int ks = 0; ks < AM_KT / 16; ++ks) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+        ldsm_x4(a[i], Ps + (16 * (ph * MT + i) + lr + 8 * (lj & 1)) * AM_PPS + 16 * ks + 8 * (lj >> 1));
+      if constexpr (NT % 2 == 0) {
+#pragma unroll
+        for (int j = 0; j < NT; j += 2) {
+          uint32_t b[4];
+          ldsm_x4_t(b, Ks + (16 * ks + lr + 8 * (lj & 1)) * QS + c0 + 8 * (pc * NT + j) + 8 * (lj >> 1));
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+            mma_bf16(o[i][j], a[i], b[0], b[1]);
+            mma_bf16(o[i][j + 1], a[i], b[2], b[3]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          uint32_t b[2];
+          ldsm_x2_t(b, Ks + (16 * ks + lr + 8 * (lj & 1)) * QS + c0 + 8 * (pc * NT + j));
+#pragma unroll
+          for (int i = 0; i < MT; ++i) mma_bf16(o[i][j], a[i], b[0], b[1]);
+        }
+      }
+    }
+    if (t + 1 < t1) {
+      am_wait_all();  // own chunks of tile t + 1
+      convert(t + 1);
+      if (t + 2 < t1) {
+        copy(t + 2, rnext);
+        rnext = t + 3 < t1 ? row_of(t + 3) : 0;
+      }
+    }
+    __syncthreads();  // tile t + 1 converted; P·V of tile t done with its buffer and with Ps, Cr
+  }
+
+  // this split's (max, sum, O [64][D]) into shared memory over Qs/Ks/Stg (every P·V done: last barrier)
+  float* Op = reinterpret_cast<float*>(smem);
+  if (lane < 4) ML[2 * (4 * wp + lane)] = mreg, ML[2 * (4 * wp + lane) + 1] = lreg;
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int rr = 16 * (ph * MT + i) + gq, col = c0 + 8 * (pc * NT + j) + 2 * cq;
+      *reinterpret_cast<float2*>(Op + rr * D + col) = make_float2(o[i][j][0], o[i][j][1]);
+      *reinterpret_cast<float2*>(Op + (rr + 8) * D + col) = make_float2(o[i][j][2], o[i][j][3]);
+    }
+  cluster.sync();
+  // merge (v1's formula and order): this CTA finalizes heads [16·split, +16), all D columns
+  constexpr int HPS = AM_HB / AM_KS;
+  const int hb = HPS * split;
+  if (tid < HPS) {
+    const int h = hb + tid;
+    const float sink = g0 + h < H ? sinks[g0 + h] : 0.0f;
+    float mx = sink, w[AM_KS];
+#pragma unroll
+    for (int j = 0; j < AM_KS; ++j) {
+      w[j] = cluster.map_shared_rank(ML, (unsigned)j)[2 * h];
+      mx = fmaxf(mx, w[j]);
+    }
+    float Lsum = expf(sink - mx);
+#pragma unroll
+    for (int j = 0; j < AM_KS; ++j) {
+      w[j] = w[j] == -INFINITY ? 0.0f : expf(w[j] - mx);
+      Lsum = fmaf(cluster.map_shared_rank(ML, (unsigned)j)[2 * h + 1], w[j], Lsum);
+    }
+#pragma unroll
+    for (int j = 0; j < AM_KS; ++j) Wt[tid * (AM_KS + 1) + j] = w[j];
+    Wt[tid * (AM_KS + 1) + AM_KS] = 1.0f / Lsum;
+  }
+  __syncthreads();
+  {
+    const float* opr[AM_KS];
+#pragma unroll
+    for (int j = 0; j < AM_KS; ++j) opr[j] = cluster.map_shared_rank(Op, (unsigned)j);
+    for (int idx = tid; idx < HPS * (D / 4); idx += A2_NT) {
+      const int hl = idx / (D / 4), c = 4 * (idx % (D / 4));
+      const int h = hb + hl;
+      if (h >= hv) continue;
+      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int j = 0; j < AM_KS; ++j) {
+        const float wj = Wt[hl * (AM_KS + 1) + j];
+        if (wj == 0.0f) continue;
+        const float4 v = *reinterpret_cast<const float4*>(opr[j] + h * D + c);
+        a.x = fmaf(v.x, wj, a.x), a.y = fmaf(v.y, wj, a.y), a.z = fmaf(v.z, wj, a.z), a.w = fmaf(v.w, wj, a.w);
+      }
+      const float inv = Wt[hl * (AM_KS + 1) + AM_KS];
+      float* orow = out + m * ldo + (int64_t)(g0 + h) * D + c;
+      orow[0] = __fmul_rn(a.x, inv), orow[1] = __fmul_rn(a.y, inv), orow[2] = __fmul_rn(a.z, inv),
+      orow[3] = __fmul_rn(a.w, inv);
+    }
+  }
+  cluster.sync();  // no CTA leaves while another still reads its shared memory
+}
+
+template <int D>
+cudaError_t a2_launch(const float* q, int64_t M, int64_t ldq, int H, const float* win, const int32_t* win_lo,
+                      const int32_t* win_hi, const float* ent, const int32_t* ent_idx, const int64_t* ent_off,
+                      const float* sinks, float scale, float* out, int64_t ldo, cudaStream_t s) {
+  constexpr A2Layout L(D);
+  cudaError_t e =
+      cudaFuncSetAttribute(sink_attn_mma2_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total);
+  if (e != cudaSuccess) return e;
+  e = cudaFuncSetAttribute(sink_attn_mma2_kernel<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           (int)cudaSharedmemCarveoutMaxShared);  // 218 KB at d = 512: one CTA an SM
+  if (e != cudaSuccess) return e;
+  const int64_t bx = M * AM_KS;
+  if (bx > INT_MAX) return cudaErrorInvalidConfiguration;
+  const dim3 grid((unsigned)bx, (unsigned)((H + AM_HB - 1) / AM_HB));
+  sink_attn_mma2_kernel<D><<<grid, A2_NT, L.total, s>>>(q, ldq, H, win, win_lo, win_hi, ent, ent_idx, ent_off,
+                                                        sinks, scale, out, ldo);
+  return cudaGetLastError();
+}
+
+template <int D>
+int a2_max_clusters() {
+  constexpr A2Layout L(D);
+  if (cudaFuncSetAttribute(sink_attn_mma2_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total) !=
+          cudaSuccess ||
+      cudaFuncSetAttribute(sink_attn_mma2_kernel<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           (int)cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+    return -1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(AM_KS * 1024, 1, 1);
+  cfg.blockDim = dim3(A2_NT, 1, 1);
+  cfg.dynamicSmemBytes = (size_t)L.total;
+  int n = -1;
+  if (cudaOccupancyMaxActiveClusters(&n, sink_attn_mma2_kernel<D>, &cfg) != cudaSuccess) return -1;
+  return n;
+}
+
 }  // namespace
 
-int sink_attention_mma_max_clusters(int d) {
+int sink_attention_mma_max_clusters(int d, int version) {
   switch (d) {
-    case 64: return am_max_clusters<64>();
-    case 128: return am_max_clusters<128>();
-    case 256: return am_max_clusters<256>();
-    case 512: return am_max_clusters<512>();
+    case 64: return version == 1 ? am_max_clusters<64>() : a2_max_clusters<64>();
+    case 128: return version == 1 ? am_max_clusters<128>() : a2_max_clusters<128>();
+    case 256: return version == 1 ? am_max_clusters<256>() : a2_max_clusters<256>();
+    case 512: return version == 1 ? am_max_clusters<512>() : a2_max_clusters<512>();
     default: return -1;
   }
 }
@@ -390,6 +738,7 @@ bool sink_attention_mma_supported(int H, int d, const float* win, const float* e
   return dok && H > 0 && ((uintptr_t)win % 16) == 0 && ((uintptr_t)ent % 16) == 0;
 }
 
+#define AM_ARGS q, M, ldq, H, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s
 cudaError_t sink_attention_mma(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
                                const int32_t* win_lo, const int32_t* win_hi, const float* ent, const int32_t* ent_idx,
                                const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo,
@@ -397,11 +746,26 @@ cudaError_t sink_attention_mma(const float* q, int64_t M, int64_t ldq, int H, in
   if (!sink_attention_mma_supported(H, d, win, ent)) return cudaErrorNotSupported;
   if (M <= 0) return cudaSuccess;
   switch (d) {
-    case 64: return am_launch<64>(q, M, ldq, H, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
-    case 128: return am_launch<128>(q, M, ldq, H, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
-    case 256: return am_launch<256>(q, M, ldq, H, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
-    default: return am_launch<512>(q, M, ldq, H, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
+    case 64: return a2_launch<64>(AM_ARGS);
+    case 128: return a2_launch<128>(AM_ARGS);
+    case 256: return a2_launch<256>(AM_ARGS);
+    default: return a2_launch<512>(AM_ARGS);
   }
 }
+
+cudaError_t sink_attention_mma_v1(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                                  const int32_t* win_lo, const int32_t* win_hi, const float* ent,
+                                  const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
+                                  float* out, int64_t ldo, cudaStream_t s) {
+  if (!sink_attention_mma_supported(H, d, win, ent)) return cudaErrorNotSupported;
+  if (M <= 0) return cudaSuccess;
+  switch (d) {
+    case 64: return am_launch<64>(AM_ARGS);
+    case 128: return am_launch<128>(AM_ARGS);
+    case 256: return am_launch<256>(AM_ARGS);
+    default: return am_launch<512>(AM_ARGS);
+  }
+}
+#undef AM_ARGS
 
 }  // namespace deepinfer::cuda

@@ -239,18 +239,25 @@ cudaError_t sink_attention_f32(const float* q, int64_t M, int64_t ldq, int H, in
                                cudaStream_t s);
 // The Backend::sink_attention contract on tensor cores (attention_mma.cu): q, keys and out f32; keys
 // (and q, once) rounded to bf16 on the way into shared memory, S = Q·Kᵀ and O = P·V on mma.sync bf16 with
-// f32 accumulation, online softmax in f32 with the sink, P rounded to bf16 for P·V. A cluster of 8 CTAs
-// per (query, group of 64 heads): 2 halves of d × up to 4 key splits (the splits depend only on the
-// query's key count: batch invariant); fixed-order merges through distributed shared memory; no
-// workspace. d ∈ {64, 128, 256, 512}, any H (heads padded to 64 a group), win/ent 16-byte aligned;
-// otherwise cudaErrorNotSupported (the caller falls back to sink_attention_f32).
+// f32 accumulation, online softmax in f32 with the sink, P rounded to bf16 for P·V. Per (query, group of
+// 64 heads) up to 4 key splits (they depend only on the query's key count: batch invariant), merged in a
+// fixed order through distributed shared memory; no workspace. d ∈ {64, 128, 256, 512}, any H (heads
+// padded to 64 a group), win/ent 16-byte aligned; otherwise cudaErrorNotSupported (the caller falls back
+// to sink_attention_f32). v2 (sink_attention_mma): a cluster of 4 CTAs of 512 threads (one per split,
+// both halves of d in the CTA). v1 (sink_attention_mma_v1, DEEPINFER_CUDA_OFF=attn_mma2): a cluster of
+// 8 CTAs of 256 (split × half of d, partial S exchanged every 32-key tile). v1 and v2 give the same bits.
 bool sink_attention_mma_supported(int H, int d, const float* win, const float* ent);
-// Clusters of sink_attention_mma that fit the device at once (diagnostics: 2 CTAs an SM → ~2·SMs/8); −1 on error.
-int sink_attention_mma_max_clusters(int d);
+// Clusters of sink_attention_mma (version 2) or _v1 (version 1) that fit the device at once
+// (diagnostics: v2 ~SMs/4, v1 ~2·SMs/8); −1 on error.
+int sink_attention_mma_max_clusters(int d, int version = 2);
 cudaError_t sink_attention_mma(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
                                const int32_t* win_lo, const int32_t* win_hi, const float* ent, const int32_t* ent_idx,
                                const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo,
                                cudaStream_t s);
+cudaError_t sink_attention_mma_v1(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                                  const int32_t* win_lo, const int32_t* win_hi, const float* ent,
+                                  const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
+                                  float* out, int64_t ldo, cudaStream_t s);
 // v1 (kept for comparison in test_cuda_ops --perf): one block per (query, head), d ≤ 1024.
 cudaError_t sink_attention_f32_v1(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
                                   const int32_t* win_lo, const int32_t* win_hi, const float* ent,
