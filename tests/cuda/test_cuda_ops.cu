@@ -1991,6 +1991,14 @@ Result expert_gemm_case(dc::WFmt fmt, int64_t T, int K, int E, int64_t N, int64_
   return res;
 }
 
+// The tile height CudaBackend::moe_ffn takes: 128 (the wgmma prefill kernel) for fp4 at T > 256 unless
+// DEEPINFER_CUDA_OFF names moe_wgmma (then the mma.sync kernel's 64, as the backend does).
+bool moe_wgmma_off() {
+  const char* v = getenv("DEEPINFER_CUDA_OFF");
+  return v && ("," + std::string(v) + ",").find(",moe_wgmma,") != std::string::npos;
+}
+int grouped_tile(dc::WFmt fmt, int64_t T) { return dc::moe_grouped_tile_m(T, fmt == dc::WFmt::FP4_B32 && !moe_wgmma_off()); }
+
 // Checked: the moe_ffn path for T > 8 against the reference (all tokens, or `sample` tokens spread over T),
 // the grouping against the host, the CPU twin CpuBackend::moe_ffn (all tokens, when cpu_twin: it keeps the
 // act in f32, hence the looser tolerance), and batch invariance (the first 9 tokens alone, with another
@@ -2005,7 +2013,7 @@ Result moe_grouped_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, int64_
   for (auto& v : wsel) v = 0.1f + r.uni();
   auto sel = make_sel(r, T, K, E, skew);
   DBuf dh = dup(h, "h"), dsel = dup(sel, "sel"), dw = dup(wsel, "wsel");
-  const int tm = dc::moe_grouped_tile_m(T);
+  const int tm = grouped_tile(fmt, T);
   GroupedRun g = grouped_alloc(T, K, E, D, I, tm);
   grouped_run(g, dh, dsel, dw, w13, w2, lim);
   auto out = down<float>(g.out, T * D);
@@ -2068,7 +2076,7 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
   for (auto& v : wsel) v = 0.1f + r.uni();
   auto sel = make_sel(r, T, K, E, 0);
   DBuf dh = dup(h, "h"), dsel = dup(sel, "sel"), dw = dup(wsel, "wsel");
-  const int tm = dc::moe_grouped_tile_m(T);
+  const int tm = grouped_tile(fmt, T);
   GroupedRun g = grouped_alloc(T, K, E, D, I, tm);
   grouped_run(g, dh, dsel, dw, w13, w2, lim);
   auto out = down<float>(g.out, T * D);
@@ -2109,6 +2117,18 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
   old();
   const double us_old = time_us(old);
   const double pk = g_bf16_tflops * 1e6, bw = g_hbm_gbs * 1e3;  // FLOP/us, B/us
+  if (tm == 128) {  // the mma.sync kernel (tile 64) on the same routing, side by side; its output must be bitwise equal
+    GroupedRun g64 = grouped_alloc(T, K, E, D, I, 64);
+    grouped_run(g64, dh, dsel, dw, w13, w2, lim);
+    const bool same = down<float>(g64.out, T * D) == out;
+    expect_true(res, same, "wgmma (tile 128) and mma.sync (tile 64) outputs differ");
+    const double u = time_us([&] { grouped_run(g64, dh, dsel, dw, w13, w2, lim); });
+    const double u13 = time_us([&] { CK(grouped_w13(g64, w13, w2, lim)); }), u2 = time_us([&] { CK(grouped_w2(g64, w2)); });
+    char b64[240];
+    snprintf(b64, sizeof b64, "| mma.sync tile 64: %.1f us (w13 %.1f, w2 %.1f; %.1f%% bf16), wgmma %.2fx%s ", u, u13, u2,
+             100.0 * res.flops / u / pk, u / res.us, same ? ", bitwise equal" : "");
+    res.detail += b64;
+  }
   char buf[400];
   snprintf(buf, sizeof buf,
            "(%.0f distinct experts, tile %d) w13+swiglu %.1f us (%.0f%% HBM on its weights, %.1f%% bf16) | w2 %.1f us "
@@ -2416,16 +2436,26 @@ void register_cases() {
         auto n = nm("moe_group_par T=%ld K=6 E=256 tile=%d %s (exact)", T, tm, skew ? "skewed" : "uniform");
         add(n, [=] { return group_par_case(T, 6, 256, tm, skew, n); });
       }
+    add("moe_group_par T=4096 K=6 E=256 tile=128 uniform (exact)", [] { return group_par_case(4096, 6, 256, 128, 0, "mgp_t128"); });
     add("moe_group_par T=1000 K=8 E=1024 tile=64 uniform (exact)", [] { return group_par_case(1000, 8, 1024, 64, 0, "mgp_e1024"); });
     add("moe_group_par T=3 K=2 E=5 tile=8 uniform (exact)", [] { return group_par_case(3, 2, 5, 8, 0, "mgp_tiny"); });
     add("moe_x_to_bf16 M=5 K=1024 ldx=1032 natural and e2m1 pair order (exact)", [] { return x_pair_case(5, 1024, 1032, "xpair"); });
     for (F f : {F::FP4_B32, F::FP8_B128, F::BF16})
-      for (int tm : {8, 16, 64}) {
+      for (int tm : {8, 16, 64, 128}) {
+        if (tm == 128 && f != F::FP4_B32) continue;  // the wgmma kernel takes fp4 only
         auto n = nm("moe_expert_gemm %s T=40 K=4 E=8 N=768 K=512 tile=%d x gathered (w13 mode)", wfmt_name(f), tm);
         add(n, [=] { return expert_gemm_case(f, 40, 4, 8, 768, 512, tm, true, n); });
         n = nm("moe_expert_gemm %s T=40 K=4 E=8 N=768 K=512 tile=%d x per grouped row (w2 mode)", wfmt_name(f), tm);
         add(n, [=] { return expert_gemm_case(f, 40, 4, 8, 768, 512, tm, false, n); });
       }
+    // the wgmma kernel (tile 128) with every wgmma N (16..128: skewed routing, 10..500 rows an expert, tiles of
+    // 128 and a remainder) and a 1024-k reduction (8 stages); the tile-64 mma.sync kernel on the same draw
+    for (int tm : {128, 64}) {
+      auto n = nm("moe_expert_gemm fp4 T=300 K=6 E=8 N=512 K=1024 tile=%d x gathered (w13 mode)", tm);
+      add(n, [=] { return expert_gemm_case(F::FP4_B32, 300, 6, 8, 512, 1024, tm, true, "mwg300g"); });
+      n = nm("moe_expert_gemm fp4 T=300 K=6 E=8 N=512 K=1024 tile=%d x per grouped row (w2 mode)", tm);
+      add(n, [=] { return expert_gemm_case(F::FP4_B32, 300, 6, 8, 512, 1024, tm, false, "mwg300r"); });
+    }
     for (F f : {F::FP4_B32, F::FP8_B128, F::BF16})
       for (int64_t T : {9, 32, 256, 4096}) {
         const int skew = T >= 256 ? 1 : 0;
@@ -2444,8 +2474,16 @@ void register_cases() {
       }
     add("moe_grouped fp4 T=4096 E=256 K=6 D=4096 I=2048 skewed (V4-Flash shapes, 4 tokens checked)",
         [=] { return moe_grouped_case(F::FP4_B32, 4096, 256, 6, D, I, 1, 0, 4, false, "mg_v4_4096"); });
+    // prefill sizes on the wgmma kernel (tile 128): uniform routing (~96 rows an expert at 4096, ~12 at 512), a
+    // T just above the 256 switch, and fp4 scales > 2 (the two-step factor) at T = 300
+    add("moe_grouped fp4 T=4096 E=256 K=6 D=4096 I=2048 uniform (V4-Flash shapes, 8 tokens checked)",
+        [=] { return moe_grouped_case(F::FP4_B32, 4096, 256, 6, D, I, 0, 0, 8, false, "mg_v4_4096u"); });
+    add("moe_grouped fp4 T=257 E=256 K=6 D=4096 I=2048 uniform (V4-Flash shapes, 6 tokens checked)",
+        [=] { return moe_grouped_case(F::FP4_B32, 257, 256, 6, D, I, 0, 0, 6, false, "mg_v4_257"); });
+    add("moe_grouped fp4 T=300 E=16 K=4 D=1024 I=768 e8m0 126..135 (two-step scale, checked)",
+        [] { return moe_grouped_case(F::FP4_B32, 300, 16, 4, 1024, 768, 0, 2, 0, true, "mg_fp4_big300"); });
     if (g_perf) {
-      for (int64_t T : {16, 32, 64, 128, 256, 4096}) {
+      for (int64_t T : {16, 32, 64, 128, 256, 512, 1024, 4096}) {
         auto n = nm("moe_grouped perf fp4 T=%ld E=256 K=6 D=4096 I=2048 (group + w13/swiglu + w2 + combine)", T);
         add(n, [=] { return moe_grouped_perf_case(F::FP4_B32, T, 256, 6, D, I, n); });
       }
