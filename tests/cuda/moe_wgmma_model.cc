@@ -8,7 +8,7 @@
 // the same logical k; (2) step i of each 64-k chunk reads exactly the stored x positions (and in the same
 // A/B slots) that mma.sync number i of moe_expert_gemm_kernel reads — the condition for equal bits;
 // (3) every output equals x·dequant(W)ᵀ exactly and is written once; columns ≥ nrows are never written.
-// Build and run: g++ -O2 -std=c++17 tests/cuda/moe_wgmma_model.cc -o /tmp/mwm && /tmp/mwm
+// Build and run: ctest -R CudaMoeWgmmaModel (or g++ -O2 -std=c++17 tests/cuda/moe_wgmma_model.cc && ./a.out).
 // Keep it in step with the kernel when either changes.
 #include <cmath>
 #include <cstdint>

@@ -1988,6 +1988,25 @@ Result expert_gemm_case(dc::WFmt fmt, int64_t T, int K, int E, int64_t N, int64_
   expect_true(res, eq, "fused swiglu != swiglu_clamp(z)");
   expect_true(res, clamped > 0, "no value reached the clamp (test too weak)");
   if (eq) res.detail += "fused swiglu == swiglu_clamp (bitwise) ";
+  if (tm == 128) {  // wgmma kernel vs the mma.sync kernel (tile 64) on the same rows: the same bits (batch invariance)
+    const int64_t maxt64 = dc::moe_max_tiles(S, E, 64);
+    DBuf doff6 = dalloc((E + 1) * 4, "offsets64"), dperm6 = dalloc(S * 4, "perm64"), dslot6 = dalloc(S * 4, "slot64"),
+         dtile6 = dalloc(maxt64 * 8, "tiles64"), dnt6 = dalloc(4, "n_tiles64"), dz6 = dalloc(S * N * 4, "z64"),
+         da6 = dalloc(S * I * 2, "act64");
+    poison(dz6), poison(da6);
+    CK(dc::moe_group_par(dsel.as<int32_t>(), T, K, E, 64, doff6.as<int32_t>(), dperm6.as<int32_t>(), dslot6.as<int32_t>(),
+                         dtile6.as<int2>(), dnt6.as<int32_t>(), dscr.as<int32_t>(), 0));
+    const int32_t* g6 = gather ? dperm6.as<int32_t>() : nullptr;
+    CK(dc::moe_expert_gemm(dx.as<bf16>(), ldx, g6, Kd, W.ref(), W.wstr, W.sstr, N, false, 0.0f, false, dtile6.as<int2>(),
+                           dnt6.as<int32_t>(), maxt64, doff6.as<int32_t>(), 64, dz6.p(), N, 0));
+    CK(dc::moe_expert_gemm(dx.as<bf16>(), ldx, g6, Kd, W.ref(), W.wstr, W.sstr, N, true, 1.0f, false, dtile6.as<int2>(),
+                           dnt6.as<int32_t>(), maxt64, doff6.as<int32_t>(), 64, da6.p(), I, 0));
+    const auto z6 = down<float>(dz6, S * N);
+    const auto a6 = down<bf16>(da6, S * I);
+    const bool same = memcmp(z6.data(), z.data(), S * N * 4) == 0 && memcmp(a6.data(), a.data(), S * I * 2) == 0;
+    expect_true(res, same, "wgmma (tile 128) != mma.sync (tile 64) bits");
+    if (same) res.detail += "== mma.sync tile 64 (bitwise) ";
+  }
   return res;
 }
 
@@ -2120,7 +2139,8 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
   if (tm == 128) {  // the mma.sync kernel (tile 64) on the same routing, side by side; its output must be bitwise equal
     GroupedRun g64 = grouped_alloc(T, K, E, D, I, 64);
     grouped_run(g64, dh, dsel, dw, w13, w2, lim);
-    const bool same = down<float>(g64.out, T * D) == out;
+    const auto o64 = down<float>(g64.out, T * D);
+    const bool same = memcmp(o64.data(), out.data(), T * D * 4) == 0;
     expect_true(res, same, "wgmma (tile 128) and mma.sync (tile 64) outputs differ");
     const double u = time_us([&] { grouped_run(g64, dh, dsel, dw, w13, w2, lim); });
     const double u13 = time_us([&] { CK(grouped_w13(g64, w13, w2, lim)); }), u2 = time_us([&] { CK(grouped_w2(g64, w2)); });
@@ -2448,13 +2468,13 @@ void register_cases() {
         n = nm("moe_expert_gemm %s T=40 K=4 E=8 N=768 K=512 tile=%d x per grouped row (w2 mode)", wfmt_name(f), tm);
         add(n, [=] { return expert_gemm_case(f, 40, 4, 8, 768, 512, tm, false, n); });
       }
-    // the wgmma kernel (tile 128) with every wgmma N (16..128: skewed routing, 10..500 rows an expert, tiles of
-    // 128 and a remainder) and a 1024-k reduction (8 stages); the tile-64 mma.sync kernel on the same draw
+    // the wgmma kernel (tile 128) on full and partial tiles (skewed routing: one hot expert with ~270 rows, 8 with
+    // ~190: n = 128, 64-ish and 16) and a 1024-k reduction (8 stages); the tile-64 mma.sync kernel on the same draw
     for (int tm : {128, 64}) {
-      auto n = nm("moe_expert_gemm fp4 T=300 K=6 E=8 N=512 K=1024 tile=%d x gathered (w13 mode)", tm);
-      add(n, [=] { return expert_gemm_case(F::FP4_B32, 300, 6, 8, 512, 1024, tm, true, "mwg300g"); });
-      n = nm("moe_expert_gemm fp4 T=300 K=6 E=8 N=512 K=1024 tile=%d x per grouped row (w2 mode)", tm);
-      add(n, [=] { return expert_gemm_case(F::FP4_B32, 300, 6, 8, 512, 1024, tm, false, "mwg300r"); });
+      auto n = nm("moe_expert_gemm fp4 T=300 K=6 E=64 N=512 K=1024 tile=%d x gathered (w13 mode)", tm);
+      add(n, [=] { return expert_gemm_case(F::FP4_B32, 300, 6, 64, 512, 1024, tm, true, "mwg300g"); });
+      n = nm("moe_expert_gemm fp4 T=300 K=6 E=64 N=512 K=1024 tile=%d x per grouped row (w2 mode)", tm);
+      add(n, [=] { return expert_gemm_case(F::FP4_B32, 300, 6, 64, 512, 1024, tm, false, "mwg300r"); });
     }
     for (F f : {F::FP4_B32, F::FP8_B128, F::BF16})
       for (int64_t T : {9, 32, 256, 4096}) {
