@@ -594,8 +594,7 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgPa
         }
         const uint64_t desc = detail::wgmma_desc(smem0 + buf * MW_STAGE + (c * 4 + i) * MW_XSTEP, 128, 256);
         detail::wgmma_fence();
-        detail::wgmma_rs(ncols, acc[0], A[0][0], A[0][1], A[0][2], A[0][3], desc);
-        detail::wgmma_rs(ncols, acc[1], A[1][0], A[1][1], A[1][2], A[1][3], desc);
+        detail::wgmma_rs2(ncols, acc[0], A[0], acc[1], A[1], desc);
         detail::wgmma_commit();
         detail::wgmma_wait<1>();  // the previous step done: its A registers may be rewritten
       }

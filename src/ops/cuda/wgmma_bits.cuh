@@ -91,18 +91,43 @@ __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], uint32_t a0, uint3
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1)
       : "memory");
 }
-// d += A·B for the token columns [0, n) (n ∈ {16, 32, …, 128}, warpgroup-uniform).
-__device__ __forceinline__ void wgmma_rs(int n, float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint64_t desc) {
+// d0 += A0·B and d1 += A1·B (two m64 tiles, one B) for the token columns [0, n) (n ∈ {16, 32, …, 128},
+// warpgroup-uniform): one branch for both.
+__device__ __forceinline__ void wgmma_rs2(int n, float (&d0)[64], const uint32_t (&a0)[4], float (&d1)[64],
+                                          const uint32_t (&a1)[4], uint64_t desc) {
   switch (n) {
-    case 16: wgmma_rs_n16(d, a0, a1, a2, a3, desc); break;
-    case 32: wgmma_rs_n32(d, a0, a1, a2, a3, desc); break;
-    case 48: wgmma_rs_n48(d, a0, a1, a2, a3, desc); break;
-    case 64: wgmma_rs_n64(d, a0, a1, a2, a3, desc); break;
-    case 80: wgmma_rs_n80(d, a0, a1, a2, a3, desc); break;
-    case 96: wgmma_rs_n96(d, a0, a1, a2, a3, desc); break;
-    case 112: wgmma_rs_n112(d, a0, a1, a2, a3, desc); break;
-    case 128: wgmma_rs_n128(d, a0, a1, a2, a3, desc); break;
+    case 16:
+      wgmma_rs_n16(d0, a0[0], a0[1], a0[2], a0[3], desc);
+      wgmma_rs_n16(d1, a1[0], a1[1], a1[2], a1[3], desc);
+      break;
+    case 32:
+      wgmma_rs_n32(d0, a0[0], a0[1], a0[2], a0[3], desc);
+      wgmma_rs_n32(d1, a1[0], a1[1], a1[2], a1[3], desc);
+      break;
+    case 48:
+      wgmma_rs_n48(d0, a0[0], a0[1], a0[2], a0[3], desc);
+      wgmma_rs_n48(d1, a1[0], a1[1], a1[2], a1[3], desc);
+      break;
+    case 64:
+      wgmma_rs_n64(d0, a0[0], a0[1], a0[2], a0[3], desc);
+      wgmma_rs_n64(d1, a1[0], a1[1], a1[2], a1[3], desc);
+      break;
+    case 80:
+      wgmma_rs_n80(d0, a0[0], a0[1], a0[2], a0[3], desc);
+      wgmma_rs_n80(d1, a1[0], a1[1], a1[2], a1[3], desc);
+      break;
+    case 96:
+      wgmma_rs_n96(d0, a0[0], a0[1], a0[2], a0[3], desc);
+      wgmma_rs_n96(d1, a1[0], a1[1], a1[2], a1[3], desc);
+      break;
+    case 112:
+      wgmma_rs_n112(d0, a0[0], a0[1], a0[2], a0[3], desc);
+      wgmma_rs_n112(d1, a1[0], a1[1], a1[2], a1[3], desc);
+      break;
+    case 128:
+      wgmma_rs_n128(d0, a0[0], a0[1], a0[2], a0[3], desc);
+      wgmma_rs_n128(d1, a1[0], a1[1], a1[2], a1[3], desc);
+      break;
     default: break;
   }
 }
