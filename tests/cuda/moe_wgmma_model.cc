@@ -19,7 +19,7 @@
 #include <vector>
 
 namespace {
-constexpr int NT = 256, BN = 256, MR = 128, KC = 128, NST = 3;
+constexpr int NT = 256, BN = 256, MR = 128, KC = 128, NST = 4;
 constexpr int WB = KC / 2, WROW = WB + 16, SROW = KC / 32, XSTEP = MR * 32, XB = (KC / 16) * XSTEP;
 constexpr int WOFF = XB, SOFF = WOFF + BN * WROW, STAGE = SOFF + BN * SROW;
 constexpr uint32_t LBO = 128, SBO = 256;
@@ -118,12 +118,11 @@ void run(int64_t K, int nrows, bool sw, bool act_pair, bool gather, uint64_t see
     return (int64_t)c * 64 + 16 * t + 4 * i + 2 * (r >> 1) + half;
   };
 
-  issue_w(0, 0);
-  if (nst > 1) issue_w(1, 1);
+  for (int st = 0; st < NST - 1 && st < nst; ++st) issue_w(st, st);
   load_store_x(0, 0);
   const uint32_t smem0 = 0x400;  // any 16-byte aligned base (the descriptor holds address bits 4..17)
   for (int s = 0; s < nst; ++s) {
-    if (s + 2 < nst) issue_w(s + 2, (s + 2) % NST);
+    if (s + NST - 1 < nst) issue_w(s + NST - 1, (s + NST - 1) % NST);
     const int buf = s % NST;
     for (int c = 0; c < KC / 64; ++c)
       for (int i = 0; i < 4; ++i) {

@@ -452,10 +452,11 @@ __global__ void __launch_bounds__(MG_NT, mg_min_blocks<NT8>()) moe_expert_gemm_k
 //   of 16 bytes; a 4 × 4 transpose of 32-bit words, free in registers).
 // * x stage layout (K-major, no swizzle): [k16 step j (8 a stage)][8-row group (16)][core h (2)][row (8)][16 B]
 //   → LBO = 128 (core h → h + 1), SBO = 256 (8-row group), 4 KiB a step.
-// * Pipeline: 3 stages of 128 k (x 32 KiB, weights 256 × (64 + 16) B, e8m0 256 × 4 B); weights and scales
-//   by cp.async 2 stages ahead, x one stage ahead through registers (loaded before a stage's MMAs, stored
-//   after them); A double-buffered in registers, wgmma_wait<1> after each step keeps one step in flight.
-constexpr int MW_NT = 256, MW_BN = 256, MW_MR = 128, MW_KC = 128, MW_NST = 3;
+// * Pipeline: 4 stages of 128 k (x 32 KiB, weights 256 × (64 + 16) B, e8m0 256 × 4 B); weights and scales
+//   by cp.async 3 stages ahead (48 KiB of weights in flight an SM: tiles of few rows are memory-bound), x
+//   one stage ahead through registers (loaded before a stage's MMAs, stored after them); A double-buffered
+//   in registers, wgmma_wait<1> after each step keeps one step in flight.
+constexpr int MW_NT = 256, MW_BN = 256, MW_MR = 128, MW_KC = 128, MW_NST = 4;
 constexpr int MW_WB = MW_KC / 2;        // fp4 bytes of a weight row a stage
 constexpr int MW_WROW = MW_WB + 16;     // padded shared row
 constexpr int MW_SROW = MW_KC / 32;     // e8m0 bytes of a row a stage
@@ -546,17 +547,18 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgPa
   const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(mw_smem);
 
   const int nst = (int)(K / MW_KC);
-  issue_w(0, 0);
-  cp_async_commit();
-  if (nst > 1) issue_w(1, 1);
-  cp_async_commit();
+#pragma unroll
+  for (int st = 0; st < MW_NST - 1; ++st) {
+    if (st < nst) issue_w(st, st);
+    cp_async_commit();
+  }
   load_x(0);
   store_x(0);
   for (int s = 0; s < nst; ++s) {
     cp_async_wait<MW_NST - 2>();
     detail::fence_proxy_async_smem();  // this thread's x stores → the wgmma reads after the barrier
-    __syncthreads();                   // stage s visible; stage s − 1's weights free (stage s − 2's x too)
-    if (s + 2 < nst) issue_w(s + 2, (s + 2) % MW_NST);
+    __syncthreads();                   // stage s visible; stage s − 1's weights free
+    if (s + MW_NST - 1 < nst) issue_w(s + MW_NST - 1, (s + MW_NST - 1) % MW_NST);
     cp_async_commit();
     if (s + 1 < nst) load_x(s + 1);
     const int buf = s % MW_NST;
@@ -599,7 +601,7 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgPa
         detail::wgmma_wait<1>();  // the previous step done: its A registers may be rewritten
       }
     }
-    if (s + 1 < nst) store_x((s + 1) % MW_NST);  // buffer of stage s − 2: its wgmmas finished before the barrier
+    if (s + 1 < nst) store_x((s + 1) % MW_NST);  // buffer of stage s + 1 − NST: its wgmmas finished before the barrier
   }
   detail::wgmma_wait<0>();
   detail::wgmma_fence_acc(acc[0]);
