@@ -1999,8 +1999,35 @@ Result expert_gemm_case(dc::WFmt fmt, int64_t T, int K, int E, int64_t N, int64_
   expect_true(res, eq, "fused swiglu != swiglu_clamp(z)");
   expect_true(res, clamped > 0, "no value reached the clamp (test too weak)");
   if (eq) res.detail += "fused swiglu == swiglu_clamp (bitwise) ";
+  if (tm == 128) {  // wgmma kernel vs the mma.sync kernel (tile 64) on the same rows: the same bits (batch invariance)
+    const int64_t maxt64 = dc::moe_max_tiles(S, E, 64);
+    DBuf doff6 = dalloc((E + 1) * 4, "offsets64"), dperm6 = dalloc(S * 4, "perm64"), dslot6 = dalloc(S * 4, "slot64"),
+         dtile6 = dalloc(maxt64 * 8, "tiles64"), dnt6 = dalloc(4, "n_tiles64"), dz6 = dalloc(S * N * 4, "z64"),
+         da6 = dalloc(S * I * 2, "act64");
+    poison(dz6), poison(da6);
+    CK(dc::moe_group_par(dsel.as<int32_t>(), T, K, E, 64, doff6.as<int32_t>(), dperm6.as<int32_t>(), dslot6.as<int32_t>(),
+                         dtile6.as<int2>(), dnt6.as<int32_t>(), dscr.as<int32_t>(), 0));
+    const int32_t* g6 = gather ? dperm6.as<int32_t>() : nullptr;
+    CK(dc::moe_expert_gemm(dx.as<bf16>(), ldx, g6, Kd, W.ref(), W.wstr, W.sstr, N, false, 0.0f, false, dtile6.as<int2>(),
+                           dnt6.as<int32_t>(), maxt64, doff6.as<int32_t>(), 64, dz6.p(), N, 0));
+    CK(dc::moe_expert_gemm(dx.as<bf16>(), ldx, g6, Kd, W.ref(), W.wstr, W.sstr, N, true, 1.0f, false, dtile6.as<int2>(),
+                           dnt6.as<int32_t>(), maxt64, doff6.as<int32_t>(), 64, da6.p(), I, 0));
+    const auto z6 = down<float>(dz6, S * N);
+    const auto a6 = down<bf16>(da6, S * I);
+    const bool same = memcmp(z6.data(), z.data(), S * N * 4) == 0 && memcmp(a6.data(), a.data(), S * I * 2) == 0;
+    expect_true(res, same, "wgmma (tile 128) != mma.sync (tile 64) bits");
+    if (same) res.detail += "== mma.sync tile 64 (bitwise) ";
+  }
   return res;
 }
+
+// The tile height CudaBackend::moe_ffn takes: 128 (the wgmma prefill kernel) for fp4 at T > 256 unless
+// DEEPINFER_CUDA_OFF names moe_wgmma (then the mma.sync kernel's 64, as the backend does).
+bool moe_wgmma_off() {
+  const char* v = getenv("DEEPINFER_CUDA_OFF");
+  return v && ("," + std::string(v) + ",").find(",moe_wgmma,") != std::string::npos;
+}
+int grouped_tile(dc::WFmt fmt, int64_t T) { return dc::moe_grouped_tile_m(T, fmt == dc::WFmt::FP4_B32 && !moe_wgmma_off()); }
 
 // Checked: the moe_ffn path for T > 8 against the reference (all tokens, or `sample` tokens spread over T),
 // the grouping against the host, the CPU twin CpuBackend::moe_ffn (all tokens, when cpu_twin: it keeps the
@@ -2016,7 +2043,7 @@ Result moe_grouped_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, int64_
   for (auto& v : wsel) v = 0.1f + r.uni();
   auto sel = make_sel(r, T, K, E, skew);
   DBuf dh = dup(h, "h"), dsel = dup(sel, "sel"), dw = dup(wsel, "wsel");
-  const int tm = dc::moe_grouped_tile_m(T);
+  const int tm = grouped_tile(fmt, T);
   GroupedRun g = grouped_alloc(T, K, E, D, I, tm);
   grouped_run(g, dh, dsel, dw, w13, w2, lim);
   auto out = down<float>(g.out, T * D);
@@ -2079,7 +2106,7 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
   for (auto& v : wsel) v = 0.1f + r.uni();
   auto sel = make_sel(r, T, K, E, 0);
   DBuf dh = dup(h, "h"), dsel = dup(sel, "sel"), dw = dup(wsel, "wsel");
-  const int tm = dc::moe_grouped_tile_m(T);
+  const int tm = grouped_tile(fmt, T);
   GroupedRun g = grouped_alloc(T, K, E, D, I, tm);
   grouped_run(g, dh, dsel, dw, w13, w2, lim);
   auto out = down<float>(g.out, T * D);
@@ -2120,6 +2147,24 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
   old();
   const double us_old = time_us(old);
   const double pk = g_bf16_tflops * 1e6, bw = g_hbm_gbs * 1e3;  // FLOP/us, B/us
+  if (fmt == dc::WFmt::FP4_B32) {
+    // fp4: the other expert kernel on the same routing, side by side, outputs bitwise equal — at T > 256 the
+    // mma.sync kernel (tile 64) next to the wgmma one; at T ≤ 256 the wgmma kernel (tile 128, not used there:
+    // data for making it the one kernel of all T > 8) next to the mma.sync one
+    const int tmo = tm == 128 ? 64 : 128;
+    GroupedRun go = grouped_alloc(T, K, E, D, I, tmo);
+    grouped_run(go, dh, dsel, dw, w13, w2, lim);
+    const auto oo = down<float>(go.out, T * D);
+    const bool same = memcmp(oo.data(), out.data(), T * D * 4) == 0;
+    expect_true(res, same, "wgmma (tile 128) and mma.sync outputs differ");
+    const double u = time_us([&] { grouped_run(go, dh, dsel, dw, w13, w2, lim); });
+    const double u13 = time_us([&] { CK(grouped_w13(go, w13, w2, lim)); }), u2 = time_us([&] { CK(grouped_w2(go, w2)); });
+    char bo[240];
+    snprintf(bo, sizeof bo, "| %s tile %d: %.1f us (w13 %.1f, w2 %.1f; %.1f%% bf16) = %.2fx this%s ",
+             tmo == 128 ? "wgmma" : "mma.sync", tmo, u, u13, u2, 100.0 * res.flops / u / pk, u / res.us,
+             same ? ", bitwise equal" : "");
+    res.detail += bo;
+  }
   char buf[400];
   snprintf(buf, sizeof buf,
            "(%.0f distinct experts, tile %d) w13+swiglu %.1f us (%.0f%% HBM on its weights, %.1f%% bf16) | w2 %.1f us "
@@ -2427,16 +2472,26 @@ void register_cases() {
         auto n = nm("moe_group_par T=%ld K=6 E=256 tile=%d %s (exact)", T, tm, skew ? "skewed" : "uniform");
         add(n, [=] { return group_par_case(T, 6, 256, tm, skew, n); });
       }
+    add("moe_group_par T=4096 K=6 E=256 tile=128 uniform (exact)", [] { return group_par_case(4096, 6, 256, 128, 0, "mgp_t128"); });
     add("moe_group_par T=1000 K=8 E=1024 tile=64 uniform (exact)", [] { return group_par_case(1000, 8, 1024, 64, 0, "mgp_e1024"); });
     add("moe_group_par T=3 K=2 E=5 tile=8 uniform (exact)", [] { return group_par_case(3, 2, 5, 8, 0, "mgp_tiny"); });
     add("moe_x_to_bf16 M=5 K=1024 ldx=1032 natural and e2m1 pair order (exact)", [] { return x_pair_case(5, 1024, 1032, "xpair"); });
     for (F f : {F::FP4_B32, F::FP8_B128, F::BF16})
-      for (int tm : {8, 16, 64}) {
+      for (int tm : {8, 16, 64, 128}) {
+        if (tm == 128 && f != F::FP4_B32) continue;  // the wgmma kernel takes fp4 only
         auto n = nm("moe_expert_gemm %s T=40 K=4 E=8 N=768 K=512 tile=%d x gathered (w13 mode)", wfmt_name(f), tm);
         add(n, [=] { return expert_gemm_case(f, 40, 4, 8, 768, 512, tm, true, n); });
         n = nm("moe_expert_gemm %s T=40 K=4 E=8 N=768 K=512 tile=%d x per grouped row (w2 mode)", wfmt_name(f), tm);
         add(n, [=] { return expert_gemm_case(f, 40, 4, 8, 768, 512, tm, false, n); });
       }
+    // the wgmma kernel (tile 128) on full and partial tiles (skewed routing: one hot expert with ~270 rows, 8 with
+    // ~190: n = 128, 64-ish and 16) and a 1024-k reduction (8 stages); the tile-64 mma.sync kernel on the same draw
+    for (int tm : {128, 64}) {
+      auto n = nm("moe_expert_gemm fp4 T=300 K=6 E=64 N=512 K=1024 tile=%d x gathered (w13 mode)", tm);
+      add(n, [=] { return expert_gemm_case(F::FP4_B32, 300, 6, 64, 512, 1024, tm, true, "mwg300g"); });
+      n = nm("moe_expert_gemm fp4 T=300 K=6 E=64 N=512 K=1024 tile=%d x per grouped row (w2 mode)", tm);
+      add(n, [=] { return expert_gemm_case(F::FP4_B32, 300, 6, 64, 512, 1024, tm, false, "mwg300r"); });
+    }
     for (F f : {F::FP4_B32, F::FP8_B128, F::BF16})
       for (int64_t T : {9, 32, 256, 4096}) {
         const int skew = T >= 256 ? 1 : 0;
@@ -2455,8 +2510,16 @@ void register_cases() {
       }
     add("moe_grouped fp4 T=4096 E=256 K=6 D=4096 I=2048 skewed (V4-Flash shapes, 4 tokens checked)",
         [=] { return moe_grouped_case(F::FP4_B32, 4096, 256, 6, D, I, 1, 0, 4, false, "mg_v4_4096"); });
+    // prefill sizes on the wgmma kernel (tile 128): uniform routing (~96 rows an expert at 4096, ~12 at 512), a
+    // T just above the 256 switch, and fp4 scales > 2 (the two-step factor) at T = 300
+    add("moe_grouped fp4 T=4096 E=256 K=6 D=4096 I=2048 uniform (V4-Flash shapes, 8 tokens checked)",
+        [=] { return moe_grouped_case(F::FP4_B32, 4096, 256, 6, D, I, 0, 0, 8, false, "mg_v4_4096u"); });
+    add("moe_grouped fp4 T=257 E=256 K=6 D=4096 I=2048 uniform (V4-Flash shapes, 6 tokens checked)",
+        [=] { return moe_grouped_case(F::FP4_B32, 257, 256, 6, D, I, 0, 0, 6, false, "mg_v4_257"); });
+    add("moe_grouped fp4 T=300 E=16 K=4 D=1024 I=768 e8m0 126..135 (two-step scale, checked)",
+        [] { return moe_grouped_case(F::FP4_B32, 300, 16, 4, 1024, 768, 0, 2, 0, true, "mg_fp4_big300"); });
     if (g_perf) {
-      for (int64_t T : {16, 32, 64, 128, 256, 4096}) {
+      for (int64_t T : {16, 32, 64, 128, 256, 512, 1024, 4096}) {
         auto n = nm("moe_grouped perf fp4 T=%ld E=256 K=6 D=4096 I=2048 (group + w13/swiglu + w2 + combine)", T);
         add(n, [=] { return moe_grouped_perf_case(F::FP4_B32, T, 256, 6, D, I, n); });
       }

@@ -982,7 +982,9 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
     HostTimer ht_(impl_.get(), Impl::kOp);
     if (impl_->replaying()) return;
   if (impl_->replaying()) return;
-    const int tm = cuda::moe_grouped_tile_m(T);
+    // prefill (T > 256) with fp4 experts: 128-row tiles on the wgmma kernel (DEEPINFER_CUDA_OFF=moe_wgmma: 64, mma.sync)
+    const bool wide = ex.r13.fmt == cuda::WFmt::FP4_B32 && ex.r2.fmt == cuda::WFmt::FP4_B32 && !impl_->off("moe_wgmma");
+    const int tm = cuda::moe_grouped_tile_m(T, wide);
     const int64_t maxt = cuda::moe_max_tiles(S, (int)E, tm);
     Buffer<int32_t> offsets(*this, E + 1), perm(*this, S), slot(*this, S), n_tiles(*this, 1), tiles(*this, 2 * maxt),
         scratch(*this, cuda::moe_group_scratch_ints(S, (int)E));

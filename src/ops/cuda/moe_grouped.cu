@@ -43,6 +43,7 @@
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/moe_grouped.h"
+#include "ops/cuda/wgmma_bits.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -436,6 +437,202 @@ __global__ void __launch_bounds__(MG_NT, mg_min_blocks<NT8>()) moe_expert_gemm_k
   }
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Prefill expert GEMM on warpgroup MMA (tile_m = 128, fp4 weights): design and predictions in
+// docs/cuda-notes.md, "MoE prefill experts on wgmma".
+// * Block = 2 warpgroups (256 threads), work item = (tile of ≤ 128 rows of one expert, 256 weight rows), the
+//   grid of moe_expert_gemm_kernel. Warpgroup q computes two m64 tiles (w13: gate rows 64q.. and the
+//   matching up rows; w2: rows 128q.. and 128q+64..) × n token columns (n = the tile's rows rounded up to
+//   16) with wgmma.m64nNk16: the weights as A from registers (each warp dequantizes its 16 rows of a tile
+//   exactly as moe_expert_gemm_kernel does, same registers, same bits), the token rows as B from shared memory.
+// * Same numerics and the same k order as the mma.sync kernel: wgmma step i of a 64-k chunk takes B's k
+//   (2t + l) from stored position 16t + 4i + l and (8 + 2t + l) from 16t + 4i + 2 + l (t = 0..3, l = 0, 1),
+//   i.e. exactly the products (and their pairing in A) of mma.sync number i. So x is rearranged on its way to
+//   shared memory (through registers: a thread moves a row's 64-k chunk, 8 × 16 bytes, as 8 core-matrix rows
+//   of 16 bytes; a 4 × 4 transpose of 32-bit words, free in registers).
+// * x stage layout (K-major, no swizzle): [k16 step j (8 a stage)][8-row group (16)][core h (2)][row (8)][16 B]
+//   → LBO = 128 (core h → h + 1), SBO = 256 (8-row group), 4 KiB a step.
+// * Pipeline: 4 stages of 128 k (x 32 KiB, weights 256 × (64 + 16) B, e8m0 256 × 4 B); weights and scales
+//   by cp.async 3 stages ahead (48 KiB of weights in flight an SM: tiles of few rows are memory-bound), x
+//   one stage ahead through registers (loaded before a stage's MMAs, stored after them); A double-buffered
+//   in registers, wgmma_wait<1> after each step keeps one step in flight.
+constexpr int MW_NT = 256, MW_BN = 256, MW_MR = 128, MW_KC = 128, MW_NST = 4;
+constexpr int MW_WB = MW_KC / 2;        // fp4 bytes of a weight row a stage
+constexpr int MW_WROW = MW_WB + 16;     // padded shared row
+constexpr int MW_SROW = MW_KC / 32;     // e8m0 bytes of a row a stage
+constexpr int MW_XSTEP = MW_MR * 32;    // bytes of one k16 step of x (128 rows × 16 k × 2 B)
+constexpr int MW_XB = (MW_KC / 16) * MW_XSTEP;
+constexpr int MW_WOFF = MW_XB, MW_SOFF = MW_WOFF + MW_BN * MW_WROW;
+constexpr int MW_STAGE = MW_SOFF + MW_BN * MW_SROW;
+constexpr int MW_SMEM = MW_NST * MW_STAGE;
+static_assert(MW_SMEM <= 227 * 1024, "moe_expert_gemm_wg: shared memory");
+static_assert(MW_STAGE % 128 == 0, "stage alignment");
+
+__global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgParams p) {
+  extern __shared__ __align__(128) uint8_t mw_smem[];
+  __shared__ int64_t s_xrow[MW_MR];
+
+  const int tile = blockIdx.y;
+  if (tile >= *p.n_tiles) return;
+  const int2 ti = p.tiles[tile];
+  const int e = ti.x, r0 = ti.y;
+  const int nrows = min(MW_MR, p.offsets[e + 1] - r0);
+  const int ncols = (nrows + 15) & ~15;  // wgmma N (block-uniform)
+  const int nb = blockIdx.x;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int wg = warp >> 2, wv = warp & 3;  // warpgroup, warp in it
+  const int64_t K = p.K, I = p.I;
+  const bool sw = p.swiglu != 0;
+  const uint8_t* wb = p.w + (int64_t)e * p.w_stride;
+  const uint8_t* sb = p.ws + (int64_t)e * p.s_stride;
+  const int64_t wrow_bytes = K / 2;
+
+  auto grow = [&](int r) -> int64_t {
+    return sw ? (r < MW_BN / 2 ? (int64_t)nb * (MW_BN / 2) + r : I + (int64_t)nb * (MW_BN / 2) + (r - MW_BN / 2))
+              : (int64_t)nb * MW_BN + r;
+  };
+  if (tid < MW_MR) s_xrow[tid] = tid < nrows ? (int64_t)(p.gather ? p.gather[r0 + tid] : r0 + tid) * p.ldx : 0;
+  __syncthreads();
+
+  // cp.async sources: weights 4 × 16 B a stage (rows tid / 4 + 64·i, piece tid % 4), e8m0 4 B (row tid)
+  const int wpiece = tid & 3;
+  const uint8_t* wsrc[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) wsrc[i] = wb + grow((tid >> 2) + 64 * i) * wrow_bytes + wpiece * 16;
+  const uint8_t* ssrc = sb + grow(tid) * (K / 32);
+  auto issue_w = [&](int st, int buf) {
+    uint8_t* base = mw_smem + buf * MW_STAGE;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      cp_async16(base + MW_WOFF + ((tid >> 2) + 64 * i) * MW_WROW + wpiece * 16, wsrc[i] + (int64_t)st * MW_WB);
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(base + MW_SOFF + tid * MW_SROW);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(ssrc + (int64_t)st * MW_SROW));
+  };
+  // x: thread = (row xr, 64-k chunk xc of the stage); 8 × 16 B through registers
+  const int xr = tid & (MW_MR - 1), xc = tid >> 7;
+  const bool xon = xr < nrows;
+  const bf16* xsrc = p.x + s_xrow[xr] + xc * 64;
+  uint4 xv[8];
+  auto load_x = [&](int st) {
+    if (xon) {
+      const uint4* q = reinterpret_cast<const uint4*>(xsrc + (int64_t)st * MW_KC);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) xv[i] = __ldg(q + i);
+    }
+  };
+  // piece 2u + ih holds stored positions 16u + 8ih + {0..7} = words (i = 2ih + m / 2, h = m % 2), m = 0..3;
+  // core row (i, h) of this row = word m of pieces ih, 2 + ih, 4 + ih, 6 + ih (t = 0..3)
+  auto store_x = [&](int buf) {
+    if (xon) {
+      uint8_t* dst = mw_smem + buf * MW_STAGE + (xc * 4) * MW_XSTEP + (xr >> 3) * 256 + (xr & 7) * 16;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int ih = i >> 1, m = 2 * (i & 1) + h;
+          const uint4 v = make_uint4(u4get(xv[ih], m), u4get(xv[2 + ih], m), u4get(xv[4 + ih], m), u4get(xv[6 + ih], m));
+          *reinterpret_cast<uint4*>(dst + i * MW_XSTEP + h * 128) = v;
+        }
+    }
+  };
+
+  float acc[2][64];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int r = 0; r < 64; ++r) acc[mt][r] = 0.0f;
+  // shared weight rows of this warp's 16-row slice of its two m64 tiles
+  const int trow0 = sw ? wg * 64 + wv * 16 : wg * 128 + wv * 16;
+  const int trow1 = sw ? MW_BN / 2 + wg * 64 + wv * 16 : wg * 128 + 64 + wv * 16;
+  const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(mw_smem);
+
+  const int nst = (int)(K / MW_KC);
+#pragma unroll
+  for (int st = 0; st < MW_NST - 1; ++st) {
+    if (st < nst) issue_w(st, st);
+    cp_async_commit();
+  }
+  load_x(0);
+  store_x(0);
+  for (int s = 0; s < nst; ++s) {
+    cp_async_wait<MW_NST - 2>();
+    detail::fence_proxy_async_smem();  // this thread's x stores → the wgmma reads after the barrier
+    __syncthreads();                   // stage s visible; stage s − 1's weights free
+    if (s + MW_NST - 1 < nst) issue_w(s + MW_NST - 1, (s + MW_NST - 1) % MW_NST);
+    cp_async_commit();
+    if (s + 1 < nst) load_x(s + 1);
+    const int buf = s % MW_NST;
+    const uint8_t* base = mw_smem + buf * MW_STAGE;
+#pragma unroll
+    for (int c = 0; c < MW_KC / 64; ++c) {
+      uint2 va[2], vb[2];
+      uint32_t ca[2], cb[2], ca2[2], cb2[2];
+      bool big[2];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const int ra = (mt ? trow1 : trow0) + g, rb = ra + 8;
+        va[mt] = *reinterpret_cast<const uint2*>(base + MW_WOFF + ra * MW_WROW + c * 32 + t * 8);
+        vb[mt] = *reinterpret_cast<const uint2*>(base + MW_WOFF + rb * MW_WROW + c * 32 + t * 8);
+        const int ea = (int)base[MW_SOFF + ra * MW_SROW + c * 2 + (t >> 1)] - 1;
+        const int eb = (int)base[MW_SOFF + rb * MW_SROW + c * 2 + (t >> 1)] - 1;
+        ca[mt] = pow2_bf16x2(min(ea, 127)), cb[mt] = pow2_bf16x2(min(eb, 127));
+        big[mt] = __any_sync(0xffffffffu, max(ea, eb) > 127);
+        ca2[mt] = pow2_bf16x2(max(ea - 127, 0)), cb2[mt] = pow2_bf16x2(max(eb - 127, 0));
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        uint32_t A[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {  // as moe_expert_gemm_kernel: MMA i's A fragment, same bits
+          uint32_t ra[4], rb[4];
+          e2m1x8_raw((i >> 1) ? va[mt].y : va[mt].x, ra);
+          e2m1x8_raw((i >> 1) ? vb[mt].y : vb[mt].x, rb);
+          A[mt][0] = bmul2(ra[2 * (i & 1)], ca[mt]), A[mt][2] = bmul2(ra[2 * (i & 1) + 1], ca[mt]);
+          A[mt][1] = bmul2(rb[2 * (i & 1)], cb[mt]), A[mt][3] = bmul2(rb[2 * (i & 1) + 1], cb[mt]);
+          if (big[mt]) {  // warp-uniform
+            A[mt][0] = bmul2(A[mt][0], ca2[mt]), A[mt][2] = bmul2(A[mt][2], ca2[mt]);
+            A[mt][1] = bmul2(A[mt][1], cb2[mt]), A[mt][3] = bmul2(A[mt][3], cb2[mt]);
+          }
+        }
+        const uint64_t desc = detail::wgmma_desc(smem0 + buf * MW_STAGE + (c * 4 + i) * MW_XSTEP, 128, 256);
+        detail::wgmma_fence();
+        detail::wgmma_rs2(ncols, acc[0], A[0], acc[1], A[1], desc);
+        detail::wgmma_commit();
+        detail::wgmma_wait<1>();  // the previous step done: its A registers may be rewritten
+      }
+    }
+    if (s + 1 < nst) store_x((s + 1) % MW_NST);  // buffer of stage s + 1 − NST: its wgmmas finished before the barrier
+  }
+  detail::wgmma_wait<0>();
+  detail::wgmma_fence_acc(acc[0]);
+  detail::wgmma_fence_acc(acc[1]);
+  cp_async_wait<0>();
+
+  // Epilogue: accumulator d[4j + r] of warp wv, lane (g, t) → row 16·wv + g + 8·(r / 2) of the m64 tile,
+  // token column 8j + 2t + r % 2 (mma.sync's C layout per n8 block).
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    if (8 * j >= nrows) break;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int col = j * 8 + 2 * t + (r & 1);
+      if (col >= nrows) continue;
+      const int64_t yrow = (int64_t)(r0 + col) * p.ldy;
+      const int rr = wv * 16 + g + 8 * (r >> 1);
+      if (sw) {
+        int64_t i = (int64_t)nb * (MW_BN / 2) + wg * 64 + rr;
+        if (p.act_pair) i = (i & ~(int64_t)7) | pair_pos((int)(i & 7));
+        reinterpret_cast<bf16*>(p.y)[yrow + i] =
+            __float2bfloat16_rn(detail::swiglu_clamp_one(acc[0][4 * j + r], acc[1][4 * j + r], p.lim, 1.0f));
+      } else {
+        float* y = reinterpret_cast<float*>(p.y);
+        y[yrow + (int64_t)nb * MW_BN + wg * 128 + rr] = acc[0][4 * j + r];
+        y[yrow + (int64_t)nb * MW_BN + wg * 128 + 64 + rr] = acc[1][4 * j + r];
+      }
+    }
+  }
+}
+
 // y[M, K] bf16 (row stride K) = x[M, K] f32 (row stride ldx), each group of 8 k in pair order. K % 8 == 0.
 __global__ void bf16_pair_rows_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t ldx,
                                       bf16* __restrict__ y) {
@@ -464,8 +661,17 @@ cudaError_t mg_launch(const MgParams& p, int64_t max_tiles, cudaStream_t s) {
   return cudaGetLastError();
 }
 
+cudaError_t mw_launch(const MgParams& p, int64_t max_tiles, cudaStream_t s) {
+  cudaError_t e = cudaFuncSetAttribute(moe_expert_gemm_wg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MW_SMEM);
+  if (e != cudaSuccess) return e;
+  const int64_t nblk = p.swiglu ? (p.N / 2) / (MW_BN / 2) : p.N / MW_BN;
+  moe_expert_gemm_wg_kernel<<<dim3((unsigned)nblk, (unsigned)max_tiles), MW_NT, MW_SMEM, s>>>(p);
+  return cudaGetLastError();
+}
+
 template <WFmt WF>
 cudaError_t mg_dispatch_nt(const MgParams& p, int tile_m, int64_t max_tiles, cudaStream_t s) {
+  if (tile_m == 128) return WF == WFmt::FP4_B32 ? mw_launch(p, max_tiles, s) : cudaErrorInvalidValue;
   switch (tile_m) {
     case 8: return mg_launch<WF, 1>(p, max_tiles, s);
     case 16: return mg_launch<WF, 2>(p, max_tiles, s);
@@ -509,6 +715,7 @@ cudaError_t moe_x_to_bf16(const float* x, int64_t M, int64_t K, int64_t ldx, boo
 }
 
 int moe_grouped_tile_m(int64_t T) { return T <= 8 ? 8 : T <= 16 ? 16 : T <= 256 ? 32 : 64; }
+int moe_grouped_tile_m(int64_t T, bool wide) { return wide && T > 256 ? 128 : moe_grouped_tile_m(T); }
 
 bool moe_expert_gemm_ok(WFmt f, int64_t N, int64_t K, bool swiglu) {
   const int64_t kc = f == WFmt::BF16 ? 64 : f == WFmt::FP8_B128 ? 128 : 256;
