@@ -187,6 +187,7 @@ struct Result {
   bool pass = true;
   std::string detail;
   double us = 0, bytes = 0, flops = 0;
+  double graph_us = 0, host_us = 0;  // where measured: per launch from a CUDA graph; host time of one call
   bool fp8 = false;
 };
 void expect_nmse(Result& r, const char* what, const std::vector<float>& got, const std::vector<float>& ref, double tol) {
@@ -232,6 +233,65 @@ double time_us(const std::function<void()>& f) {
   cudaEventDestroy(b);
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// Device time of a launch when it runs from a CUDA graph (as the model's decode steps will): n calls of
+// f(stream) (the caller's rotation of inputs goes on across calls) captured once on a fresh stream, so
+// the launchers' host work happens at capture only; the graph is replayed 11 times (after 2 warm-up
+// replays), median replay / n. Throws when a launcher cannot be captured (synchronizes, allocates, …).
+double time_graph_us(const std::function<void(cudaStream_t)>& f, int n) {
+  cudaStream_t st = nullptr;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  cudaEvent_t a = nullptr, b = nullptr;
+  std::vector<float> t;
+  std::string err;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  try {
+    for (int i = 0; i < n; ++i) f(st);
+  } catch (const std::exception& e) {
+    err = std::string("capture: ") + e.what();
+  }
+  cudaError_t e = cudaStreamEndCapture(st, &g);
+  if (err.empty() && e != cudaSuccess) err = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(e);
+  if (err.empty() && (e = cudaGraphInstantiate(&ge, g, 0)) != cudaSuccess)
+    err = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(e);
+  if (err.empty()) {
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < 2; ++i) CK(cudaGraphLaunch(ge, st));
+    CK(cudaStreamSynchronize(st));
+    for (int s = 0; s < 11; ++s) {
+      CK(cudaEventRecord(a, st));
+      CK(cudaGraphLaunch(ge, st));
+      CK(cudaEventRecord(b, st));
+      CK(cudaEventSynchronize(b));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, a, b));
+      t.push_back(ms * 1000.0f / n);
+    }
+  }
+  cudaGetLastError();
+  if (a) cudaEventDestroy(a);
+  if (b) cudaEventDestroy(b);
+  if (ge) cudaGraphExecDestroy(ge);
+  if (g) cudaGraphDestroy(g);
+  cudaStreamDestroy(st);
+  if (!err.empty()) throw std::runtime_error(err);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Host time of one call of f (argument checks, planning, queries, the launch itself): 20 calls after a
+// drained device, so the launch queue does not push back.
+double host_us(const std::function<void()>& f) {
+  CK(cudaDeviceSynchronize());
+  const auto h0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) f();
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count() / 20;
+  CK(cudaDeviceSynchronize());
+  return us;
 }
 
 CpuBackend& cpu() {
@@ -1480,10 +1540,111 @@ Result gemv_inv_case(dc::WFmt fmt, int64_t N, int64_t K, const std::string& name
   return res;
 }
 
+// Launch plans and CUDA graphs change no bit. gemv_q / gemv_q_v3 on M rows and gemv_q_grouped(_v3) on
+// T = M tokens × 2 of 3 experts: without a plan (queries in the launcher), with the plan, and replayed
+// from a captured graph (with the plan): bitwise equal. A plan made for another shape is rejected.
+Result gemv_plan_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const int E = 3, topk = 2;
+  const int64_t ldws = fmt == dc::WFmt::FP8_B128 ? ((K / 128 + 3) / 4) * 4 : 0;
+  const int64_t wb = fmt == dc::WFmt::BF16 ? N * K * 2 : fmt == dc::WFmt::FP8_B128 ? N * K : N * K / 2;
+  const int64_t sb = fmt == dc::WFmt::FP8_B128 ? ((N + 127) / 128) * ldws * 4 : fmt == dc::WFmt::FP4_B32 ? N * K / 32 : 0;
+  const int64_t wstr = (wb + 255) / 256 * 256, sstr = (sb + 255) / 256 * 256;
+  DBuf dw = dalloc(E * wstr, "w_experts"), ds;
+  const uint64_t sd = r.next();
+  // finite values only (as in gemv_perf_case)
+  if (fmt == dc::WFmt::BF16) fill_bytes<<<4096, 256>>>(dw.as<uint8_t>(), E * wstr, sd, 0x30, 16);
+  else fill_bytes<<<4096, 256>>>(dw.as<uint8_t>(), E * wstr, sd, 0, fmt == dc::WFmt::FP8_B128 ? 0x7f : 0);
+  if (fmt == dc::WFmt::FP8_B128) {
+    std::vector<float> sc(E * sstr / 4);
+    for (auto& v : sc) v = std::ldexp(1.0f, r.range(-10, -6));
+    ds = dup(sc, "s_experts");
+  } else if (fmt == dc::WFmt::FP4_B32) {
+    ds = dalloc(E * sstr, "s_experts");
+    fill_bytes<<<4096, 256>>>(ds.as<uint8_t>(), E * sstr, sd + 3, 119, 4);
+  }
+  CK(cudaGetLastError());
+  std::vector<int32_t> sel(M * topk);
+  for (int64_t t = 0; t < M; ++t) {
+    sel[t * topk] = r.range(0, E);
+    sel[t * topk + 1] = (sel[t * topk] + 1 + r.range(0, E - 1)) % E;
+  }
+  std::vector<float> x = randn(r, M * K);
+  DBuf dx = dup(x, "x"), dsel = dup(sel, "sel");
+  const dc::WeightRef W{fmt, dw.p(), ds.base ? ds.p() : nullptr, ldws};
+  dc::GemvPlan pd, pg;
+  CK(dc::gemv_q_plan(W, N, K, false, &pd));
+  CK(dc::gemv_q_plan(W, N, K, true, &pg));
+  for (int v3 = 0; v3 < 2; ++v3) {
+    auto dense = v3 ? dc::gemv_q_v3 : dc::gemv_q;
+    auto grouped = v3 ? dc::gemv_q_grouped_v3 : dc::gemv_q_grouped;
+    DBuf y[3], g[3];
+    for (int i = 0; i < 3; ++i) {
+      y[i] = dalloc(M * N * 4, "y"), g[i] = dalloc(M * topk * N * 4, "y_grouped");
+      poison(y[i]), poison(g[i]);
+    }
+    auto run = [&](int i, bool plan, cudaStream_t st) {
+      CK(dense(dx.as<float>(), M, K, K, W, N, y[i].as<float>(), N, st, plan ? &pd : nullptr));
+      CK(grouped(dx.as<float>(), K, false, dsel.as<int32_t>(), M, topk, K, W, wstr, sstr, N, false, 0.0f,
+                 g[i].as<float>(), N, st, plan ? &pg : nullptr));
+    };
+    run(0, false, 0);
+    run(1, true, 0);
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaGraph_t gr = nullptr;
+    cudaGraphExec_t ge = nullptr;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    std::string err;
+    try {
+      run(2, true, st);
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+    const cudaError_t ce = cudaStreamEndCapture(st, &gr);
+    const bool captured = err.empty() && ce == cudaSuccess && cudaGraphInstantiate(&ge, gr, 0) == cudaSuccess;
+    if (captured) {
+      CK(cudaGraphLaunch(ge, st));
+      CK(cudaStreamSynchronize(st));
+    }
+    cudaGetLastError();
+    if (ge) cudaGraphExecDestroy(ge);
+    if (gr) cudaGraphDestroy(gr);
+    cudaStreamDestroy(st);
+    const char* vn = v3 ? "v3" : "v4";
+    expect_true(res, captured, std::string(vn) + " launches not capturable " + err);
+    std::vector<float> yv[3], gv[3];
+    for (int i = 0; i < 3; ++i) yv[i] = down<float>(y[i], M * N), gv[i] = down<float>(g[i], M * topk * N);
+    bool finite = true;
+    for (float f : yv[0]) finite &= std::isfinite(f);
+    for (float f : gv[0]) finite &= std::isfinite(f);
+    expect_true(res, finite, std::string(vn) + " output not finite");
+    expect_true(res, rows_bitwise_equal(yv[0].data(), yv[1].data(), M * N), std::string(vn) + " plan changed gemv_q");
+    expect_true(res, rows_bitwise_equal(gv[0].data(), gv[1].data(), M * topk * N), std::string(vn) + " plan changed grouped");
+    if (captured) {
+      expect_true(res, rows_bitwise_equal(yv[0].data(), yv[2].data(), M * N), std::string(vn) + " graph changed gemv_q");
+      expect_true(res, rows_bitwise_equal(gv[0].data(), gv[2].data(), M * topk * N), std::string(vn) + " graph changed grouped");
+    }
+    // a plan of another shape: rejected, nothing launched
+    dc::GemvPlan other = pd;
+    other.N = N + 16;
+    expect_true(res, dense(dx.as<float>(), M, K, K, W, N, y[0].as<float>(), N, 0, &pg) == cudaErrorInvalidValue,
+                std::string(vn) + " grouped plan taken by gemv_q");
+    expect_true(res, dense(dx.as<float>(), M, K, K, W, N, y[0].as<float>(), N, 0, &other) == cudaErrorInvalidValue,
+                std::string(vn) + " plan of another N taken");
+    cudaGetLastError();
+  }
+  char buf[96];
+  snprintf(buf, sizeof buf, "no plan == plan == graph (bitwise, v3 and v4); sms %d, clusters[8 rows] %d ", pd.sms, pd.clusters[3]);
+  if (res.pass) res.detail += buf;
+  return res;
+}
+
 // Perf (and a sampled check): the weight is rotated among ⌈256 MB / bytes⌉ copies so that every timed
 // launch reads it from HBM (the H200's L2 is 60 MB).
 Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, bool v3, const std::string& name) {
-  auto gemv = v3 ? dc::gemv_q_v3 : dc::gemv_q;
+  auto gemv = v3 ? dc::gemv_q_v3 : dc::gemv_q;  // (plan: the backend's, made once for the weight's shape)
   Rng r = rng_for(name);
   Result res;
   const int64_t ldws = fmt == dc::WFmt::FP8_B128 ? ((K / 128 + 3) / 4) * 4 : 0;
@@ -1514,7 +1675,9 @@ Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, bool v3, co
   auto W = [&](int c) {
     return dc::WeightRef{fmt, dw.as<uint8_t>() + c * wstr, ds.base ? ds.as<uint8_t>() + c * sstr : nullptr, ldws};
   };
-  CK(gemv(dx.as<float>(), M, K, ldx, W(0), N, dy.as<float>(), ldy, 0));
+  dc::GemvPlan plan;
+  CK(dc::gemv_q_plan(W(0), N, K, false, &plan));
+  CK(gemv(dx.as<float>(), M, K, ldx, W(0), N, dy.as<float>(), ldy, 0, &plan));
   // sampled check of copy 0: 64 rows spread over N
   HostQ q{fmt, N, K, ldws};
   q.w = down<uint8_t>(dw, wb);
@@ -1530,17 +1693,22 @@ Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, bool v3, co
   }
   expect_nmse(res, "y(64 rows)", yc, yr, 1e-6);
   int it = 0;
-  res.us = time_us([&] { gemv(dx.as<float>(), M, K, ldx, W(it++ % copies), N, dy.as<float>(), ldy, 0); });
+  res.us = time_us([&] { gemv(dx.as<float>(), M, K, ldx, W(it++ % copies), N, dy.as<float>(), ldy, 0, &plan); });
   res.bytes = (double)(wb + sb) + M * K * 4.0 + M * N * 4.0;
   res.flops = 2.0 * M * N * K;
-  // host cost of one call (argument checks, plan, attribute and occupancy queries, launch)
-  CK(cudaDeviceSynchronize());
-  const auto h0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 20; ++i) gemv(dx.as<float>(), M, K, ldx, W(i % copies), N, dy.as<float>(), ldy, 0);
-  const double host_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count() / 20;
-  CK(cudaDeviceSynchronize());
-  char buf[96];
-  snprintf(buf, sizeof buf, "(%d weight copies rotated; %.1f MB; host %.1f us/call) ", copies, (wb + sb) / 1e6, host_us);
+  // the same rotation from a CUDA graph (whole rounds of the copies)
+  const int n = (int)((std::max(20, copies) + copies - 1) / copies * copies);
+  it = 0;
+  res.graph_us = time_graph_us(
+      [&](cudaStream_t st) { CK(gemv(dx.as<float>(), M, K, ldx, W(it++ % copies), N, dy.as<float>(), ldy, st, &plan)); },
+      n);
+  // host cost of one call with the plan, and without (queries on every call)
+  it = 0;
+  res.host_us = host_us([&] { gemv(dx.as<float>(), M, K, ldx, W(it++ % copies), N, dy.as<float>(), ldy, 0, &plan); });
+  const double host_np = host_us([&] { gemv(dx.as<float>(), M, K, ldx, W(it++ % copies), N, dy.as<float>(), ldy, 0, nullptr); });
+  char buf[128];
+  snprintf(buf, sizeof buf, "(%d weight copies rotated; %.1f MB; host %.2f us/call, %.2f without plan; graph of %d) ", copies,
+           (wb + sb) / 1e6, res.host_us, host_np, n);
   res.detail += buf;
   return res;
 }
@@ -1632,7 +1800,8 @@ Result gemv_grouped_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t N, in
 // the distinct experts each set reads. wo_a: E = 8 groups, sel[t, g] = g, x per slot; the 8 groups'
 // weight (32 MB) rotated among copies. The swiglu case times the fused w13.
 Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t N, int64_t K, bool per_slot,
-                              bool swiglu, bool identity_sel, const std::string& name) {
+                              bool swiglu, bool identity_sel, bool v3, const std::string& name) {
+  auto gemv = v3 ? dc::gemv_q_grouped_v3 : dc::gemv_q_grouped;
   Rng r = rng_for(name);
   Result res;
   const int64_t S = T * topk;
@@ -1675,16 +1844,19 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
   DBuf dx = dup(x, "x"), dsel = dup(sel, "sel_sets"), dy = dalloc(S * ncol * 4, "y"), dgu = dalloc(N * 4, "gu_alone"),
        da1 = dalloc(I * 4, "act_alone");
   auto W = [&](int c) { return dc::WeightRef{fmt, dw.as<uint8_t>() + c * E * wstr, ds.base ? ds.as<uint8_t>() + c * E * sstr : nullptr, ldws}; };
-  auto launch = [&](int c, int st) {
-    return dc::gemv_q_grouped(dx.as<float>(), K, per_slot, dsel.as<int32_t>() + st * S, T, topk, K, W(c), wstr, sstr,
-                              N, swiglu, 10.0f, dy.as<float>(), ncol, 0);
+  dc::GemvPlan plan;
+  CK(dc::gemv_q_plan(W(0), N, K, true, &plan));
+  const dc::GemvPlan* pl = &plan;
+  auto launch = [&](int c, int st, cudaStream_t stream = 0) {
+    return gemv(dx.as<float>(), K, per_slot, dsel.as<int32_t>() + st * S, T, topk, K, W(c), wstr, sstr, N, swiglu,
+                10.0f, dy.as<float>(), ncol, stream, pl);
   };
   poison(dy);
   CK(launch(0, 0));
   // slot 0 of set 0 against gemv_q of its row alone (+ swiglu_clamp), bitwise
   const int e0 = sel[0];
   const dc::WeightRef We0{fmt, dw.as<uint8_t>() + e0 * wstr, ds.base ? ds.as<uint8_t>() + e0 * sstr : nullptr, ldws};
-  CK(dc::gemv_q(dx.as<float>(), 1, K, K, We0, N, dgu.as<float>(), N, 0));
+  CK((v3 ? dc::gemv_q_v3 : dc::gemv_q)(dx.as<float>(), 1, K, K, We0, N, dgu.as<float>(), N, 0, nullptr));
   if (swiglu) CK(dc::swiglu_clamp(dgu.as<float>(), 1, I, 10.0f, nullptr, da1.as<float>(), nullptr, 0));
   auto yg = down<float>(dy, ncol);
   auto y1 = down<float>(swiglu ? da1 : dgu, ncol);
@@ -1698,8 +1870,27 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
   });
   res.bytes = distinct * (wb + sb) + nx * K * 4.0 + S * ncol * 4.0;
   res.flops = 2.0 * S * N * K;
-  char buf[96];
-  snprintf(buf, sizeof buf, "(%.1f distinct experts a launch, %d copies, %d routing sets) ", distinct, copies, nsets);
+  const int n = std::max(32, copies);
+  it = 0;
+  res.graph_us = time_graph_us(
+      [&](cudaStream_t stream) {
+        const int i = it++;
+        CK(launch(i % copies, i % nsets, stream));
+      },
+      n);
+  it = 0;
+  res.host_us = host_us([&] {
+    const int i = it++;
+    launch(i % copies, i % nsets);
+  });
+  pl = nullptr;
+  const double host_np = host_us([&] {
+    const int i = it++;
+    launch(i % copies, i % nsets);
+  });
+  char buf[160];
+  snprintf(buf, sizeof buf, "(%.1f distinct experts a launch, %d copies, %d routing sets; host %.2f us/call, %.2f without plan; graph of %d) ",
+           distinct, copies, nsets, res.host_us, host_np, n);
   res.detail += buf;
   return res;
 }
@@ -2586,6 +2777,14 @@ void register_cases() {
       auto n = nm("gemv_q invariance M=1..32 %s N=%ld K=%ld", wfmt_name(c.f), c.N, c.K);
       add(n, [=] { return gemv_inv_case(c.f, c.N, c.K, n); });
     }
+    // plans and graphs: cluster sizes 1..8 (K = 16384, small N), v4's occupancy query (wo_b, cluster 4), fp4
+    struct GL { F f; int64_t M, N, K; };
+    const GL gl[] = {{F::FP8_B128, 8, D, G * ol}, {F::FP8_B128, 20, D, G * ol}, {F::FP4_B32, 1, 2 * I, D},
+                     {F::BF16, 3, 1000, 16384}, {F::FP8_B128, 32, 1024, 4096}, {F::FP4_B32, 5, 4096, 2080}};
+    for (auto c : gl) {
+      auto n = nm("gemv_q plan+graph %s M=%ld N=%ld K=%ld", wfmt_name(c.f), c.M, c.N, c.K);
+      add(n, [=] { return gemv_plan_case(c.f, c.M, c.N, c.K, n); });
+    }
     struct GG { F f; int64_t T; int topk, E; int64_t N, K; bool per_slot, swiglu; const char* what; };
     const GG gg[] = {{F::FP4_B32, 3, 6, 16, 256, 512, false, false, "x[t] (w13 mode)"},
                      {F::FP4_B32, 5, 6, 8, 512, 1024, true, false, "x[slot] (w2 mode)"},
@@ -2624,13 +2823,20 @@ void register_cases() {
       }
       for (int64_t T : {1, 4, 8, 16, 32}) {
         auto n = nm("gemv_q_grouped perf fp8 T=%ld x 8 groups N=%ld K=%ld (wo_a, sel=0..7)", T, ol, H * d / G);
-        add(n, [=] { return gemv_grouped_perf_case(F::FP8_B128, T, 8, 8, ol, H * d / G, true, false, true, n); });
+        add(n, [=] { return gemv_grouped_perf_case(F::FP8_B128, T, 8, 8, ol, H * d / G, true, false, true, false, n); });
+        if (T > 8) continue;
+        n = nm("gemv_q_grouped_v3 perf fp8 T=%ld x 8 groups N=%ld K=%ld (wo_a, sel=0..7)", T, ol, H * d / G);
+        add(n, [=] { return gemv_grouped_perf_case(F::FP8_B128, T, 8, 8, ol, H * d / G, true, false, true, true, n); });
       }
       for (int64_t T : {1, 8}) {
         auto n = nm("gemv_q_grouped perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w13 + fused swiglu)", T, T * 6, 2 * I, D);
-        add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, 2 * I, D, false, true, false, n); });
+        add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, 2 * I, D, false, true, false, false, n); });
         n = nm("gemv_q_grouped perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w2)", T, T * 6, D, I);
-        add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, D, I, true, false, false, n); });
+        add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, D, I, true, false, false, false, n); });
+        n = nm("gemv_q_grouped_v3 perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w13 + fused swiglu)", T, T * 6, 2 * I, D);
+        add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, 2 * I, D, false, true, false, true, n); });
+        n = nm("gemv_q_grouped_v3 perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w2)", T, T * 6, D, I);
+        add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, D, I, true, false, false, true, n); });
       }
     }
   }
@@ -2699,6 +2905,10 @@ int main(int argc, char** argv) {
     printf("no CUDA device\n0 passed, 1 failed\n");
     return 1;
   }
+  if (const cudaError_t e = dc::init_kernel_attributes(); e != cudaSuccess) {  // once, as CudaBackend does
+    printf("init_kernel_attributes: %s\n0 passed, 1 failed\n", cudaGetErrorString(e));
+    return 1;
+  }
   printf("device: %s, %d SMs, %.0f MB L2, cc %d.%d; seed %llu\n", prop.name, prop.multiProcessorCount,
          prop.l2CacheSize / 1e6, prop.major, prop.minor, (unsigned long long)g_seed);
   if (g_perf) {
@@ -2734,6 +2944,9 @@ int main(int argc, char** argv) {
       printf("       perf: %10.2f us | %7.0f GB/s (%5.1f%% HBM) | %7.1f TFLOP/s (%5.1f%% %s) | roofline floor %.2f us -> %5.1f%%\n",
              r.us, gbs, 100.0 * gbs / g_hbm_gbs, tfl, 100.0 * tfl / ceil_t, r.fp8 ? "fp8" : "bf16", floor_us,
              100.0 * floor_us / r.us);
+      if (r.graph_us > 0)
+        printf("       graph: %10.2f us/call from a CUDA graph (%5.1f%% HBM) | back to back %.2f us | host %.2f us/call\n",
+               r.graph_us, 100.0 * r.bytes / r.graph_us / 1e3 / g_hbm_gbs, r.us, r.host_us);
     }
     fflush(stdout);
   }

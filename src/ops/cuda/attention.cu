@@ -8,6 +8,7 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_attrs.h"
 
 namespace deepinfer::cuda {
 namespace {
@@ -517,18 +518,13 @@ cudaError_t sink_attention_tc(const bf16* q, int64_t M, int64_t ldq, int H, int 
   if (H % TC_HB || ldq % 8 || ldo % 4) return cudaErrorInvalidValue;
   if (M <= 0) return cudaSuccess;
   dim3 grid((unsigned)M, (unsigned)(H / TC_HB));
-  static bool configured[2] = {false, false};
-  auto go = [&](auto kern, size_t smem, int slot) -> cudaError_t {
-    if (!configured[slot]) {
-      cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-      if (e != cudaSuccess) return e;
-      configured[slot] = true;
-    }
+  // (the kernels' shared-memory attribute: init_kernel_attributes)
+  auto go = [&](auto kern, size_t smem) -> cudaError_t {
     kern<<<grid, 256, smem, s>>>(q, ldq, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo);
     return cudaGetLastError();
   };
-  if (d == 512) return go(sink_attn_tc_kernel<512>, tc_smem<512>(), 0);
-  if (d == 256) return go(sink_attn_tc_kernel<256>, tc_smem<256>(), 1);
+  if (d == 512) return go(sink_attn_tc_kernel<512>, tc_smem<512>());
+  if (d == 256) return go(sink_attn_tc_kernel<256>, tc_smem<256>());
   return cudaErrorNotSupported;
 }
 
@@ -538,12 +534,7 @@ cudaError_t indexer_scores(const bf16* qI, const float* gamma, int64_t M, int hI
   if (hI % 16 || dI % 16 || hI * dI > 16384) return cudaErrorInvalidValue;
   if (M <= 0 || n_keys <= 0) return cudaSuccess;
   const size_t smem = (size_t)(hI + IDX_KT) * (dI + 8) * sizeof(bf16) + (size_t)hI * (IDX_KT + 4) * sizeof(float);
-  static size_t configured = 0;
-  if (smem > 48 * 1024 && smem > configured) {
-    cudaError_t e = cudaFuncSetAttribute(indexer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e != cudaSuccess) return e;
-    configured = smem;
-  }
+  // (shared-memory attribute: all the device allows, set by init_kernel_attributes)
   dim3 grid((unsigned)cdiv(n_keys, IDX_KT), (unsigned)M);
   indexer_kernel<<<grid, 128, smem, s>>>(qI, gamma, hI, dI, K, key_rows, n_keys, n_vis, qk_scale, score);
   return cudaGetLastError();
@@ -559,5 +550,13 @@ cudaError_t topk_rows(const float* score, int64_t M, int64_t n, int64_t ld, cons
     topk_kernel<<<(unsigned)M, TK_NT, 0, s>>>(score, n, ld, n_valid, topk, idx, count);
   return cudaGetLastError();
 }
+
+namespace detail {
+cudaError_t init_attributes_attention() {
+  return first_error({set_max_dynamic_smem(sink_attn_tc_kernel<512>, tc_smem<512>()),
+                      set_max_dynamic_smem(sink_attn_tc_kernel<256>, tc_smem<256>()),
+                      set_max_dynamic_smem(indexer_kernel, (size_t)1 << 30)});
+}
+}  // namespace detail
 
 }  // namespace deepinfer::cuda

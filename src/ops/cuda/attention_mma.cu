@@ -25,6 +25,7 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_attrs.h"
 
 namespace deepinfer::cuda {
 namespace {
@@ -344,13 +345,7 @@ cudaError_t am_launch(const float* q, int64_t M, int64_t ldq, int H, const float
                       const int32_t* win_hi, const float* ent, const int32_t* ent_idx, const int64_t* ent_off,
                       const float* sinks, float scale, float* out, int64_t ldo, cudaStream_t s) {
   constexpr AmLayout L(D / 2);
-  // set on every launch (no process-global "configured" flag); cheap next to the kernel
-  cudaError_t e = cudaFuncSetAttribute(sink_attn_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total);
-  if (e != cudaSuccess) return e;
-  // the largest shared-memory carveout, so that two CTAs (2 × 106.5 KB at d = 512) fit an SM
-  e = cudaFuncSetAttribute(sink_attn_mma_kernel<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                           (int)cudaSharedmemCarveoutMaxShared);
-  if (e != cudaSuccess) return e;
+  // (its attributes, L.total of dynamic shared memory and the max-shared carveout: am_attrs, once)
   const int64_t bx = M * AM_CS;
   if (bx > INT_MAX) return cudaErrorInvalidConfiguration;
   const dim3 grid((unsigned)bx, (unsigned)((H + AM_HB - 1) / AM_HB));
@@ -359,14 +354,19 @@ cudaError_t am_launch(const float* q, int64_t M, int64_t ldq, int H, const float
   return cudaGetLastError();
 }
 
+// Set once (init_kernel_attributes): L.total bytes of dynamic shared memory, and the largest carveout so
+// that two CTAs (2 × 106.5 KB at d = 512) fit an SM.
+template <int D>
+cudaError_t am_attrs() {
+  constexpr AmLayout L(D / 2);
+  return detail::first_error({detail::set_max_dynamic_smem(sink_attn_mma_kernel<D>, (size_t)L.total),
+                              cudaFuncSetAttribute(sink_attn_mma_kernel<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                   (int)cudaSharedmemCarveoutMaxShared)});
+}
+
 template <int D>
 int am_max_clusters() {
   constexpr AmLayout L(D / 2);
-  if (cudaFuncSetAttribute(sink_attn_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total) !=
-          cudaSuccess ||
-      cudaFuncSetAttribute(sink_attn_mma_kernel<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                           (int)cudaSharedmemCarveoutMaxShared) != cudaSuccess)
-    return -1;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(AM_CS * 1024, 1, 1);
   cfg.blockDim = dim3(AM_NT, 1, 1);
@@ -767,5 +767,10 @@ cudaError_t sink_attention_mma_v1(const float* q, int64_t M, int64_t ldq, int H,
   }
 }
 #undef AM_ARGS
+namespace detail {
+cudaError_t init_attributes_attention_mma() {
+  return first_error({am_attrs<64>(), am_attrs<128>(), am_attrs<256>(), am_attrs<512>()});
+}
+}  // namespace detail
 
 }  // namespace deepinfer::cuda

@@ -34,6 +34,7 @@ struct CudaWeight final : Weight {
   void* scale = nullptr;  // FP8: float [ceil(N/128), ldws]; FP4: e8m0 bytes [N, K/32]
   int64_t ldws = 0;       // FP8: round_up(ceil(K/128), 4), the padded grid cuBLASLt wants (gemm_dq takes it too)
   bool owned = true;      // false: a view into a packed allocation (WeightGroups)
+  cuda::GemvPlan gemv;    // gemv_q's launch plan (device queries made once, here, not per launch)
   ~CudaWeight() override {
     if (!owned) return;
     if (w) cudaFree(w);
@@ -248,6 +249,7 @@ CudaBackend::CudaBackend(int device, CudaWeights weights) : impl_(std::make_uniq
   impl_->device = device;
   impl_->weights = weights;
   check(cudaSetDevice(device), "cudaSetDevice");
+  check(cuda::init_kernel_attributes(), "kernel attributes");  // once, not in every launch
   check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
   // Activations come and go every step through the stream-ordered pool: keep freed memory cached.
   cudaMemPool_t pool;
@@ -619,6 +621,7 @@ WeightPtr CudaBackend::make_weight(const StoredWeight& sw) {
           "weight scale upload");
   }
   check(cudaStreamSynchronize(impl_->stream), "weight upload");  // the host copies may go away now
+  check(cuda::gemv_q_plan(cw->ref(), cw->N, cw->K, false, &cw->gemv), "gemv plan");
   return cw;
 }
 
@@ -638,7 +641,9 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
   const int64_t kmul = w.fmt == WeightFormat::BF16 ? 8 : w.fmt == WeightFormat::FP8 ? 128 : 32;
   if (!impl_->off("gemv_q") && M <= cuda::gemv_q_rows(w.ref(), K) && K % kmul == 0 && K <= 32768 && ldx % 4 == 0 &&
       (uintptr_t)x % 16 == 0) {
-    check(M <= 8 ? cuda::gemv_q_v3(x, M, K, ldx, w.ref(), N, y, ldy, s) : cuda::gemv_q(x, M, K, ldx, w.ref(), N, y, ldy, s),
+    // M ≤ 8: v3 (measured faster there), v4 with DEEPINFER_CUDA_OFF=gemv_v3
+    check(M <= 8 && !impl_->off("gemv_v3") ? cuda::gemv_q_v3(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv)
+                                            : cuda::gemv_q(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv),
           "linear (gemv)");
     return;
   }
@@ -789,6 +794,7 @@ struct CudaExperts final : Experts {
   bool packed = false;
   cuda::WeightRef r13{}, r2{};
   int64_t w13_stride = 0, s13_stride = 0, w2_stride = 0, s2_stride = 0;  // bytes
+  cuda::GemvPlan plan13, plan2;  // gemv_q_grouped's launch plans (decode)
   ~CudaExperts() override {
     if (!packed) return;
     cudaFree(const_cast<void*>(r13.w));
@@ -850,6 +856,7 @@ struct CudaGroups final : WeightGroups {
   cuda::WeightRef r{};
   int64_t w_stride = 0, s_stride = 0;
   int32_t* sel = nullptr;  // [kGroupsMaxT, G]: sel[t, g] = g, gemv_q_grouped's "expert" ids
+  cuda::GemvPlan plan;     // gemv_q_grouped's launch plan
   ~CudaGroups() override {
     w.clear();
     if (!packed) return;
@@ -878,7 +885,7 @@ WeightGroupsPtr CudaBackend::make_groups(std::vector<WeightPtr> ws) {
   for (int64_t i = 0; i < g->G; ++i) {  // views for the per-group path
     auto v = std::make_unique<CudaWeight>();
     const auto& src = static_cast<const CudaWeight&>(*ws[i]);
-    v->N = src.N, v->K = src.K, v->fmt = src.fmt, v->ldws = src.ldws, v->owned = false;
+    v->N = src.N, v->K = src.K, v->fmt = src.fmt, v->ldws = src.ldws, v->owned = false, v->gemv = src.gemv;
     v->w = static_cast<char*>(const_cast<void*>(g->r.w)) + i * g->w_stride;
     v->scale = g->s_stride ? static_cast<char*>(const_cast<void*>(g->r.scale)) + i * g->s_stride : nullptr;
     g->w.push_back(std::move(v));
@@ -888,6 +895,7 @@ WeightGroupsPtr CudaBackend::make_groups(std::vector<WeightPtr> ws) {
   for (size_t i = 0; i < sel.size(); ++i) sel[i] = (int32_t)(i % g->G);
   check(cudaMalloc(&g->sel, sel.size() * sizeof(int32_t)), "groups allocation");
   check(cudaMemcpy(g->sel, sel.data(), sel.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "groups upload");
+  check(cuda::gemv_q_plan(g->r, g->N, g->K, true, &g->plan), "gemv plan");
   g->packed = true;
   return g;
 }
@@ -904,8 +912,9 @@ void CudaBackend::linear_groups(const float* x, int64_t M, int64_t ldx, const We
     HostTimer ht_(impl_.get(), Impl::kOp);
     if (impl_->replaying()) return;
   if (impl_->replaying()) return;
-    check((M <= 8 ? cuda::gemv_q_grouped_v3 : cuda::gemv_q_grouped)(x, K, true, g.sel, M, (int)g.G, K, g.r, g.w_stride, g.s_stride, N, false, 0.0f, y, N,
-                               impl_->stream),
+    check((M <= 8 && !impl_->off("gemv_v3") ? cuda::gemv_q_grouped_v3 : cuda::gemv_q_grouped)(
+              x, K, true, g.sel, M, (int)g.G, K, g.r, g.w_stride, g.s_stride, N, false, 0.0f, y, N, impl_->stream,
+              &g.plan),
           "linear_groups");
     return;
   }
@@ -934,6 +943,8 @@ ExpertsPtr CudaBackend::make_experts(std::vector<WeightPtr> w13, std::vector<Wei
   pack_weights(w2, &ex->r2, &ex->w2_stride, &ex->s2_stride, impl_->stream);
   w13.clear();  // the per-expert copies go
   w2.clear();
+  check(cuda::gemv_q_plan(ex->r13, 2 * ex->I, ex->D, true, &ex->plan13), "gemv plan");
+  check(cuda::gemv_q_plan(ex->r2, ex->D, ex->I, true, &ex->plan2), "gemv plan");
   ex->packed = true;
   return ex;
 }
@@ -963,11 +974,12 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
     if (impl_->replaying()) return;
   if (impl_->replaying()) return;
     Buffer<float> act(*this, S * I), ye(*this, S * D);  // slot order
-    cudaError_t e = cuda::gemv_q_grouped_v3(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true,
-                                         limit, act.data(), I, s);
+    auto gemv = impl_->off("gemv_v3") ? cuda::gemv_q_grouped : cuda::gemv_q_grouped_v3;  // (as in linear)
+    cudaError_t e = gemv(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true, limit,
+                         act.data(), I, s, &ex.plan13);
     if (e == cudaSuccess)
-      e = cuda::gemv_q_grouped_v3(act.data(), I, true, sel, T, K, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f,
-                               ye.data(), D, s);
+      e = gemv(act.data(), I, true, sel, T, K, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, ye.data(), D, s,
+               &ex.plan2);
     if (e == cudaSuccess) e = cuda::moe_combine(ye.data(), sel, wsel, nullptr, T, K, D, nullptr, out, s);
     check(e, "moe_ffn (decode)");
     return;

@@ -22,6 +22,13 @@ namespace deepinfer::cuda {
 
 using bf16 = __nv_bfloat16;
 
+// Sets the function attributes of every kernel that needs more than 48 KiB of dynamic shared memory
+// (its maximum, and the carveout where two blocks must share an SM), for the current device. Call it
+// once per device before any launch (CudaBackend's constructor does; so does test_cuda_ops): the
+// launchers make no attribute calls of their own (host cost on every launch, and no process-global
+// "configured" flags), so a launch before it fails with cudaErrorInvalidValue.
+cudaError_t init_kernel_attributes();
+
 // ------------------------------------------------------------------------------------------------
 // Conversions and quantization
 // ------------------------------------------------------------------------------------------------
@@ -93,18 +100,36 @@ cudaError_t gemm_dq(AFmt afmt, const void* x, const float* xs_t, int64_t M, int6
 // of 32); other shapes run v3 (launches of 8 rows). Batch invariant: each output's summation order
 // depends only on (W.fmt, N, K) (and the device's SM count), so row m is bitwise the same for every M
 // and every position in the batch.
+//
+// Launch plan (optional `plan` of every GEMV launcher): the host data of a launch that needs device
+// queries (SM count; v4's resident clusters from cudaOccupancyMaxActiveClusters for clusters of ≥ 4),
+// made once per weight by gemv_q_plan and kept by the caller next to it. With it a launch does no host
+// work but the launch itself; without it (null) the launcher makes the same queries itself on every
+// call. The schedule (hence every result bit) is the same either way. A plan made for another
+// (fmt, N, K, grouped) is rejected (cudaErrorInvalidValue).
+struct GemvPlan {
+  WFmt fmt = WFmt::BF16;
+  int64_t N = 0, K = 0;
+  bool grouped = false;  // for gemv_q_grouped(_v3), else gemv_q(_v3)
+  int sms = 0;           // multiprocessors of the device (0: no plan)
+  int clusters[6] = {};  // v4, cluster size ≥ 4: resident clusters at 1, 2, 4, 8, 16, 32 padded rows (0: unknown)
+};
+// Makes the plan of weight W (only its fmt is read) [N, K] on the current device. Needs
+// init_kernel_attributes() first (occupancy depends on the shared-memory attribute).
+cudaError_t gemv_q_plan(WeightRef W, int64_t N, int64_t K, bool grouped, GemvPlan* plan);
 cudaError_t gemv_q(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
-                   cudaStream_t s);
+                   cudaStream_t s, const GemvPlan* plan = nullptr);
 // Rows one gemv_q / gemv_q_grouped launch covers for this weight and K: 32 where v4 runs, else 8 (v3).
 int gemv_q_rows(WeightRef W, int64_t K);
 // GEMV v3 (launches of 8 rows, short-lived blocks), same contract: kept for the op test's side by side.
 cudaError_t gemv_q_v3(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
-                      int64_t ldy, cudaStream_t s);
+                      int64_t ldy, cudaStream_t s, const GemvPlan* plan = nullptr);
 // The backend takes v3 for M ≤ 8: measured faster than v4 there on the H200 (session 3, run 2: routed
 // w13 T=1 45.7 vs 56.6 µs, the 6-layer b1 step's linears 1.02 vs 1.38 ms); v4 for 9..32 rows.
+// DEEPINFER_CUDA_OFF=gemv_v3 makes it take v4 there too (the comparison inside the model, no rebuild).
 cudaError_t gemv_q_grouped_v3(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
                               int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
-                              float limit, float* y, int64_t ldy, cudaStream_t s);
+                              float limit, float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan = nullptr);
 // Routed experts at decode, routing read on the device (no host sync). For slot j = t·topk + k of
 // sel[T, topk] (int32 expert ids, from moe_route), with e = sel[j]:
 //   y[j, N] = bf16(x[r]) · dequant(W_e)[N, K]ᵀ, r = x_per_slot ? j : t   (x[*, K] f32, row stride ldx)
@@ -117,7 +142,7 @@ cudaError_t gemv_q_grouped_v3(const float* x, int64_t ldx, bool x_per_slot, cons
 // Each slot's result is bitwise gemv_q of its row alone with W_e (same schedule: depends on fmt, N, K).
 cudaError_t gemv_q_grouped(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
                            int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
-                           float limit, float* y, int64_t ldy, cudaStream_t s);
+                           float limit, float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan = nullptr);
 
 // ------------------------------------------------------------------------------------------------
 // Norms, RoPE, activations, pooling (float32 in/out like the op table; optional fused bf16 copy)

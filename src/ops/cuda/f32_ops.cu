@@ -7,6 +7,7 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_attrs.h"
 
 namespace deepinfer::cuda {
 namespace {
@@ -367,14 +368,7 @@ template <int CK, int NJ>
 cudaError_t sa2_launch(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win, const int32_t* win_lo,
                        const int32_t* win_hi, const float* ent, const int32_t* ent_idx, const int64_t* ent_off,
                        const float* sinks, float scale, float* out, int64_t ldo, cudaStream_t s) {
-  static bool configured = false;
-  if (!configured) {
-    const cudaError_t e = cudaFuncSetAttribute(sink_attn_f32_v2_kernel<CK, NJ>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)(4 * sa2_smem_floats(512 * NJ, CK)));
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
+  // (max dynamic shared memory 4 · sa2_smem_floats(512 · NJ, CK): sa2_attrs, once)
   const int HG = (H + SA_G - 1) / SA_G;
   const int64_t blocks = M * HG * SA_CS;
   if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
@@ -574,5 +568,12 @@ cudaError_t compress_windows(const float* ring_kv, const float* ring_gate, const
                                                                   overlap, win_ids, ring_rows, nw, skv, sg);
   return cudaGetLastError();
 }
+
+namespace detail {
+cudaError_t init_attributes_f32_ops() {
+  return first_error({set_max_dynamic_smem(sink_attn_f32_v2_kernel<32, 1>, (size_t)(4 * sa2_smem_floats(512, 32))),
+                      set_max_dynamic_smem(sink_attn_f32_v2_kernel<16, 2>, (size_t)(4 * sa2_smem_floats(1024, 16)))});
+}
+}  // namespace detail
 
 }  // namespace deepinfer::cuda

@@ -9,6 +9,7 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_attrs.h"
 
 namespace deepinfer::cuda {
 namespace {
@@ -288,15 +289,7 @@ template <AFmt AF, WFmt WF>
 cudaError_t launch_gemv(const void* x, const float* xs_t, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N,
                         float* y, int64_t ldy, cudaStream_t s) {
   const size_t smem = (size_t)4 * K * sizeof(float);
-  static bool configured = false;  // one attribute call per instantiation (all MM share the max)
-  auto set = [&](auto kern) { return cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024); };
-  if (!configured) {
-    cudaError_t e = set(gemv_kernel<AF, WF, 1>);
-    if (e == cudaSuccess) e = set(gemv_kernel<AF, WF, 2>);
-    if (e == cudaSuccess) e = set(gemv_kernel<AF, WF, 4>);
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
+  // (max dynamic shared memory 160 KiB for every MM: gemv_attrs, once)
   const unsigned blocks = (unsigned)std::min<int64_t>(cdiv(N, GV_WARPS), 132 * 4);
   const int T = GV_WARPS * 32;
   if (M == 1)
@@ -477,13 +470,8 @@ cudaError_t gemm_grouped(const bf16* x, int64_t ldx, const int32_t* gather, int6
   dim3 grid((unsigned)cdiv(N, BN), (unsigned)max_tiles);
   dim3 ggrid((unsigned)cdiv(N, GV_WARPS * GG_ROWS), (unsigned)max_tiles);
   const size_t gsmem = 4 * K * sizeof(float);
-  static bool configured[3] = {false, false, false};
-  auto gv = [&](auto kern, int slot) -> cudaError_t {
-    if (!configured[slot]) {
-      cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
-      if (e != cudaSuccess) return e;
-      configured[slot] = true;
-    }
+  // (max dynamic shared memory 160 KiB: init_kernel_attributes)
+  auto gv = [&](auto kern) -> cudaError_t {
     kern<<<ggrid, GV_WARPS * 32, gsmem, s>>>(x, ldx, gather, K, w, ws, W.ldws, w_stride, s_stride, N, tile_info,
                                              n_tiles, offsets, y, ldy);
     return cudaGetLastError();
@@ -493,21 +481,39 @@ cudaError_t gemm_grouped(const bf16* x, int64_t ldx, const int32_t* gather, int6
     case WFmt::BF16:
       gemm_grouped_kernel<WFmt::BF16><<<grid, NT, 0, s>>>(x, ldx, gather, K, w, ws, W.ldws, w_stride, s_stride, N,
                                                           tile_info, n_tiles, offsets, y, ldy, gemv_ok);
-      if (gemv_ok) e = gv(gemv_grouped_kernel<WFmt::BF16>, 0);
+      if (gemv_ok) e = gv(gemv_grouped_kernel<WFmt::BF16>);
       break;
     case WFmt::FP8_B128:
       gemm_grouped_kernel<WFmt::FP8_B128><<<grid, NT, 0, s>>>(x, ldx, gather, K, w, ws, W.ldws, w_stride, s_stride, N,
                                                               tile_info, n_tiles, offsets, y, ldy, gemv_ok);
-      if (gemv_ok) e = gv(gemv_grouped_kernel<WFmt::FP8_B128>, 1);
+      if (gemv_ok) e = gv(gemv_grouped_kernel<WFmt::FP8_B128>);
       break;
     case WFmt::FP4_B32:
       gemm_grouped_kernel<WFmt::FP4_B32><<<grid, NT, 0, s>>>(x, ldx, gather, K, w, ws, W.ldws, w_stride, s_stride, N,
                                                              tile_info, n_tiles, offsets, y, ldy, gemv_ok);
-      if (gemv_ok) e = gv(gemv_grouped_kernel<WFmt::FP4_B32>, 2);
+      if (gemv_ok) e = gv(gemv_grouped_kernel<WFmt::FP4_B32>);
       break;
   }
   if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }
+
+namespace detail {
+template <AFmt AF, WFmt WF>
+cudaError_t gemv_attrs() {
+  constexpr size_t b = 160 * 1024;
+  return first_error({set_max_dynamic_smem(gemv_kernel<AF, WF, 1>, b), set_max_dynamic_smem(gemv_kernel<AF, WF, 2>, b),
+                      set_max_dynamic_smem(gemv_kernel<AF, WF, 4>, b)});
+}
+cudaError_t init_attributes_gemm_dq() {
+  constexpr size_t b = 160 * 1024;
+  return first_error({gemv_attrs<AFmt::BF16, WFmt::BF16>(), gemv_attrs<AFmt::BF16, WFmt::FP8_B128>(),
+                      gemv_attrs<AFmt::BF16, WFmt::FP4_B32>(), gemv_attrs<AFmt::FP8_V128, WFmt::BF16>(),
+                      gemv_attrs<AFmt::FP8_V128, WFmt::FP8_B128>(), gemv_attrs<AFmt::FP8_V128, WFmt::FP4_B32>(),
+                      set_max_dynamic_smem(gemv_grouped_kernel<WFmt::BF16>, b),
+                      set_max_dynamic_smem(gemv_grouped_kernel<WFmt::FP8_B128>, b),
+                      set_max_dynamic_smem(gemv_grouped_kernel<WFmt::FP4_B32>, b)});
+}
+}  // namespace detail
 
 }  // namespace deepinfer::cuda

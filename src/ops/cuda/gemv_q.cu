@@ -37,6 +37,7 @@
 #include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_attrs.h"
 
 namespace deepinfer::cuda {
 namespace {
@@ -346,14 +347,18 @@ __global__ void __launch_bounds__(GQ_NT, WF == WFmt::FP4_B32 ? 2 : 3) gemv_q_ker
   }
 }
 
-int gq_sms() {
-  static int sms = 0;
-  if (!sms) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      sms = 132;
+// The SM count a launch plans with: the plan's (made for this weight shape), else asked of the device
+// (on every call: no process-global cache).
+cudaError_t launch_sms(const GemvPlan* plan, WFmt f, int64_t N, int64_t K, bool grouped, int* sms) {
+  if (plan && plan->sms > 0) {
+    if (plan->fmt != f || plan->N != N || plan->K != K || plan->grouped != grouped) return cudaErrorInvalidValue;
+    *sms = plan->sms;
+    return cudaSuccess;
   }
-  return sms;
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
+  return e;
 }
 
 constexpr size_t gq_smem_bytes(int kslice, int mmr) {
@@ -365,30 +370,24 @@ struct GqPlan {
   int cs, kslice, row_groups;
 };
 template <WFmt WF>
-GqPlan gq_plan(int64_t row_groups, int64_t K) {
+GqPlan gq_plan(int64_t row_groups, int64_t K, int sms) {
   constexpr int CK = GqFmt<WF>::CK;
   int cs = 1;
   while ((int64_t)cs * GQ_KSLICE < K) cs *= 2;
   // more blocks for small N: split K further while every warp keeps ≥ one batch (2 chunks)
-  while (cs < 8 && row_groups * cs < 2 * (int64_t)gq_sms() && cdiv(cdiv(K, 2 * cs), CK) >= 2 * GQ_WARPS) cs *= 2;
+  while (cs < 8 && row_groups * cs < 2 * (int64_t)sms && cdiv(cdiv(K, 2 * cs), CK) >= 2 * GQ_WARPS) cs *= 2;
   const int kslice = (int)(cdiv(cdiv(K, cs), CK) * CK);
   return {cs, kslice, (int)row_groups};
 }
 
+// (the max dynamic shared memory attribute: gq_smem_bytes(GQ_KSLICE, 8), set by init_kernel_attributes)
 template <WFmt WF, bool GROUPED>
-cudaError_t gq_launch(GqParams p, int64_t z, cudaStream_t s) {
-  const GqPlan pl = gq_plan<WF>(p.row_groups, p.K);
+cudaError_t gq_launch(GqParams p, int64_t z, int sms, cudaStream_t s) {
+  const GqPlan pl = gq_plan<WF>(p.row_groups, p.K, sms);
   p.kslice = pl.kslice;
   const size_t smem = gq_smem_bytes(pl.kslice, p.mmr);
-  static bool configured = false;
-  if (!configured) {
-    const cudaError_t e = cudaFuncSetAttribute(gemv_q_kernel<WF, GROUPED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)gq_smem_bytes(GQ_KSLICE, 8));
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
   // up to 4 waves of 3 blocks an SM; beyond that blocks loop over row groups (x staged once a block)
-  const int64_t waves = std::max<int64_t>(1, 4 * 3 * (int64_t)gq_sms() / (pl.cs * z));
+  const int64_t waves = std::max<int64_t>(1, 4 * 3 * (int64_t)sms / (pl.cs * z));
   const unsigned gx = (unsigned)std::min<int64_t>(p.row_groups, waves);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(gx, (unsigned)pl.cs, (unsigned)z);
@@ -411,22 +410,24 @@ bool gq_k_ok(WFmt f, int64_t K) {
 }
 
 template <bool GROUPED>
-cudaError_t gq_dispatch(WFmt f, const GqParams& p, int64_t z, cudaStream_t s) {
+cudaError_t gq_dispatch(WFmt f, const GqParams& p, int64_t z, int sms, cudaStream_t s) {
   switch (f) {
-    case WFmt::BF16: return gq_launch<WFmt::BF16, GROUPED>(p, z, s);
-    case WFmt::FP8_B128: return gq_launch<WFmt::FP8_B128, GROUPED>(p, z, s);
-    default: return gq_launch<WFmt::FP4_B32, GROUPED>(p, z, s);
+    case WFmt::BF16: return gq_launch<WFmt::BF16, GROUPED>(p, z, sms, s);
+    case WFmt::FP8_B128: return gq_launch<WFmt::FP8_B128, GROUPED>(p, z, sms, s);
+    default: return gq_launch<WFmt::FP4_B32, GROUPED>(p, z, sms, s);
   }
 }
 
 }  // namespace
 
 cudaError_t gemv_q_v3(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
-                      cudaStream_t s) {
+                      cudaStream_t s, const GemvPlan* plan) {
   if (!gq_k_ok(W.fmt, K) || ldx % 4 || reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(W.w) % 16)
     return cudaErrorInvalidValue;
   if (W.fmt != WFmt::BF16 && !W.scale) return cudaErrorInvalidValue;
   if (M <= 0 || N <= 0) return cudaSuccess;
+  int sms = 0;
+  if (const cudaError_t e = launch_sms(plan, W.fmt, N, K, false, &sms); e != cudaSuccess) return e;
   for (int64_t m0 = 0; m0 < M; m0 += 8) {  // rows are independent (batch invariant): 8 at a time
     GqParams p = {};
     p.x = x + m0 * ldx, p.ldx = ldx;
@@ -435,7 +436,7 @@ cudaError_t gemv_q_v3(const float* x, int64_t M, int64_t K, int64_t ldx, WeightR
     p.M = (int)std::min<int64_t>(8, M - m0);
     p.row_groups = (int)cdiv(N, 16 * GQ_RT);
     p.mmr = p.M <= 1 ? 1 : p.M <= 2 ? 2 : p.M <= 4 ? 4 : 8;
-    const cudaError_t e = gq_dispatch<false>(W.fmt, p, 1, s);
+    const cudaError_t e = gq_dispatch<false>(W.fmt, p, 1, sms, s);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
@@ -443,7 +444,7 @@ cudaError_t gemv_q_v3(const float* x, int64_t M, int64_t K, int64_t ldx, WeightR
 
 cudaError_t gemv_q_grouped_v3(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
                               int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
-                              float limit, float* y, int64_t ldy, cudaStream_t s) {
+                              float limit, float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan) {
   if (!gq_k_ok(W.fmt, K) || ldx % 4 || reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(W.w) % 16 ||
       w_stride % 16 || topk <= 0)
     return cudaErrorInvalidValue;
@@ -452,6 +453,8 @@ cudaError_t gemv_q_grouped_v3(const float* x, int64_t ldx, bool x_per_slot, cons
   const int64_t slots = T * topk;
   if (slots <= 0 || N <= 0) return cudaSuccess;
   if (slots > 65535) return cudaErrorInvalidValue;
+  int sms = 0;
+  if (const cudaError_t e = launch_sms(plan, W.fmt, N, K, true, &sms); e != cudaSuccess) return e;
   GqParams p = {};
   p.x = x, p.ldx = ldx;
   p.w = static_cast<const uint8_t*>(W.w), p.ws = static_cast<const uint8_t*>(W.scale), p.ldws = W.ldws;
@@ -462,7 +465,7 @@ cudaError_t gemv_q_grouped_v3(const float* x, int64_t ldx, bool x_per_slot, cons
   // fused: row group rg = gate rows [16·rg, +16) and up rows I + [16·rg, +16); same count, same plan
   p.row_groups = (int)cdiv(N, 16 * GQ_RT);
   p.mmr = 8;  // rows per expert are known on the device only
-  return gq_dispatch<true>(W.fmt, p, slots, s);
+  return gq_dispatch<true>(W.fmt, p, slots, sms, s);
 }
 
 // =================================================================================================
@@ -477,9 +480,9 @@ cudaError_t gemv_q_grouped_v3(const float* x, int64_t ldx, bool x_per_slot, cons
 //   itself (the scale words, copied by one lane each, are shared within the warp: __syncwarp after the
 //   wait). No block barrier in the stream of loads; the loads of later row groups stay in flight across
 //   a row group's reduction.
-// * The grid is one resident wave (SMs · blocks an SM / cluster size, the SM count queried each call;
-//   cudaOccupancyMaxActiveClusters for clusters of ≥ 4 when residency caps the grid): each block loops
-//   over row groups rg = blockIdx.x + i·gridDim.x.
+// * The grid is one resident wave (SMs · blocks an SM / cluster size; cudaOccupancyMaxActiveClusters
+//   for clusters of ≥ 4 when residency caps the grid; both from the caller's GemvPlan when given, else
+//   queried on the call): each block loops over row groups rg = blockIdx.x + i·gridDim.x.
 // * M ≤ 32: up to four n8 column groups (x rows 8j..8j+7) share each dequantized A fragment.
 // * K-slice ≤ 2048 a cluster rank (x of 32 rows = 128 KiB), cluster ≤ 8 ranks: K ≤ 16384. fp4 needs
 //   K % 128 == 0 (its four scale bytes of a row and chunk are one aligned word). Other shapes go to v3.
@@ -905,63 +908,96 @@ bool g4_ok(const WeightRef& W, int64_t K) {
          (W.fmt == WFmt::BF16 || reinterpret_cast<uintptr_t>(W.scale) % 4 == 0);
 }
 
-template <WFmt WF, bool GROUPED>
-cudaError_t g4_launch(G4Params p, int64_t z, int64_t z_est, cudaStream_t s) {
-  int dev = 0, sms = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (e != cudaSuccess) return e;
-  const G4Plan pl = g4_plan<WF>(p.row_groups, p.K, sms);
-  p.kslice = pl.kslice;
-  const size_t base = g4_base_bytes(pl.kslice, p.mmr);
-  int stages, bps;
+// A launch's shape: schedule (cs, kslice; from fmt, N, K, SMs) and ring / residency (from mmr).
+struct G4Launch {
+  int cs, kslice, stages, bps;
+  size_t smem;
+};
+template <WFmt WF>
+G4Launch g4_config(int64_t row_groups, int64_t K, int mmr, int sms) {
+  const G4Plan pl = g4_plan<WF>(row_groups, K, sms);
+  G4Launch L{pl.cs, pl.kslice, 0, 0, 0};
+  const size_t base = g4_base_bytes(pl.kslice, mmr);
   if (base + 4 * G4_STAGE_BYTES <= G4_SMEM_2) {
-    bps = 2, stages = (int)std::min<size_t>(8, (G4_SMEM_2 - base) / G4_STAGE_BYTES);
+    L.bps = 2, L.stages = (int)std::min<size_t>(8, (G4_SMEM_2 - base) / G4_STAGE_BYTES);
   } else {
-    bps = 1, stages = (int)std::min<size_t>(G4_MAXS, (G4_SMEM_1 - base) / G4_STAGE_BYTES);
+    L.bps = 1, L.stages = (int)std::min<size_t>(G4_MAXS, (G4_SMEM_1 - base) / G4_STAGE_BYTES);
   }
-  if (stages < 2) return cudaErrorInvalidValue;  // (cannot happen: base ≤ 168 KiB)
-  p.stages = stages;
-  const size_t smem = base + (size_t)stages * G4_STAGE_BYTES;
-  auto kern = gemv4_kernel<WF, GROUPED>;
-  // (always the same value: the limit, not this launch's size, so no launch in flight depends on it)
-  e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G4_SMEM_1);
-  // all of the unified L1 as shared memory (two blocks of ≤ 112 KiB an SM need it; the weights bypass L1)
-  if (e == cudaSuccess) e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-  if (e != cudaSuccess) return e;
+  L.smem = base + (size_t)std::max(L.stages, 0) * G4_STAGE_BYTES;
+  return L;
+}
+cudaLaunchConfig_t g4_cfg(const G4Launch& L, cudaLaunchAttribute* at, cudaStream_t s) {
   cudaLaunchConfig_t cfg = {};
   cfg.blockDim = dim3(G4_NT, 1, 1);
-  cfg.dynamicSmemBytes = smem;
+  cfg.dynamicSmemBytes = L.smem;
   cfg.stream = s;
-  cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeClusterDimension;
   at[0].val.clusterDim.x = 1;
-  at[0].val.clusterDim.y = (unsigned)pl.cs;
+  at[0].val.clusterDim.y = (unsigned)L.cs;
   at[0].val.clusterDim.z = 1;
   cfg.attrs = at;
   cfg.numAttrs = 1;
+  return cfg;
+}
+// Clusters of this launch shape resident at once (runtime's answer; 0 when it has none).
+template <WFmt WF, bool GROUPED>
+int g4_resident_clusters(const G4Launch& L) {
+  cudaLaunchAttribute at[1];
+  cudaLaunchConfig_t cfg = g4_cfg(L, at, nullptr);
+  cfg.gridDim = dim3(1, (unsigned)L.cs, 1);
+  int q = 0;
+  if (cudaOccupancyMaxActiveClusters(&q, gemv4_kernel<WF, GROUPED>, &cfg) != cudaSuccess || q <= 0) {
+    cudaGetLastError();
+    return 0;
+  }
+  return q;
+}
+int log2_pow2(int m) {
+  int i = 0;
+  while ((1 << i) < m) ++i;
+  return i;
+}
+
+// (the kernel's attributes, set by init_kernel_attributes: max dynamic shared memory G4_SMEM_1, carveout
+// 100 % shared so that two blocks of ≤ 112 KiB fit an SM; the weights bypass L1)
+template <WFmt WF, bool GROUPED>
+cudaError_t g4_launch(G4Params p, int64_t z, int64_t z_est, int sms, const GemvPlan* plan, cudaStream_t s) {
+  const G4Launch L = g4_config<WF>(p.row_groups, p.K, p.mmr, sms);
+  if (L.stages < 2) return cudaErrorInvalidValue;  // (cannot happen: base ≤ 168 KiB)
+  p.kslice = L.kslice;
+  p.stages = L.stages;
+  cudaLaunchAttribute at[1];
+  cudaLaunchConfig_t cfg = g4_cfg(L, at, s);
   // One resident wave: the clusters that fit at once, shared among the (estimated) active z slices.
   // A GPC has an even number of SMs, so SMs·blocks/CS is exact for CS ≤ 2. For CS ≥ 4 some block slots
-  // of a GPC may hold no whole cluster: ask the runtime, but only when the grid would be capped by
-  // residency (large N; small N launches one cluster a row group anyway).
-  int clusters = std::max(1, bps * sms / pl.cs);
-  if (pl.cs > 2 && (int64_t)p.row_groups * std::max<int64_t>(1, z_est) > clusters) {
-    int q = 0;
-    cfg.gridDim = dim3(1, (unsigned)pl.cs, 1);
-    if (cudaOccupancyMaxActiveClusters(&q, kern, &cfg) == cudaSuccess && q > 0) clusters = std::min(clusters, q);
-    else cudaGetLastError();
+  // of a GPC may hold no whole cluster: ask the runtime (or the plan, which asked once), but only when
+  // the grid would be capped by residency (large N; small N launches one cluster a row group anyway).
+  int clusters = std::max(1, L.bps * sms / L.cs);
+  if (L.cs > 2 && (int64_t)p.row_groups * std::max<int64_t>(1, z_est) > clusters) {
+    const int q = plan && plan->sms > 0 ? plan->clusters[log2_pow2(p.mmr)] : g4_resident_clusters<WF, GROUPED>(L);
+    if (q > 0) clusters = std::min(clusters, q);
   }
   const int64_t gx = std::min<int64_t>(p.row_groups, std::max<int64_t>(1, clusters / std::max<int64_t>(1, z_est)));
-  cfg.gridDim = dim3((unsigned)gx, (unsigned)pl.cs, (unsigned)z);
-  return cudaLaunchKernelEx(&cfg, kern, p);
+  cfg.gridDim = dim3((unsigned)gx, (unsigned)L.cs, (unsigned)z);
+  return cudaLaunchKernelEx(&cfg, gemv4_kernel<WF, GROUPED>, p);
+}
+
+// The plan's resident clusters per mmr (only where a launch may ask: cluster size ≥ 4).
+template <WFmt WF, bool GROUPED>
+void g4_plan_clusters(int64_t row_groups, int64_t K, int sms, GemvPlan* pl) {
+  for (int i = 0; i < 6; ++i) {
+    const G4Launch L = g4_config<WF>(row_groups, K, 1 << i, sms);
+    pl->clusters[i] = L.cs > 2 && L.stages >= 2 ? g4_resident_clusters<WF, GROUPED>(L) : 0;
+  }
 }
 
 template <bool GROUPED>
-cudaError_t g4_dispatch(WFmt f, const G4Params& p, int64_t z, int64_t z_est, cudaStream_t s) {
+cudaError_t g4_dispatch(WFmt f, const G4Params& p, int64_t z, int64_t z_est, int sms, const GemvPlan* plan,
+                        cudaStream_t s) {
   switch (f) {
-    case WFmt::BF16: return g4_launch<WFmt::BF16, GROUPED>(p, z, z_est, s);
-    case WFmt::FP8_B128: return g4_launch<WFmt::FP8_B128, GROUPED>(p, z, z_est, s);
-    default: return g4_launch<WFmt::FP4_B32, GROUPED>(p, z, z_est, s);
+    case WFmt::BF16: return g4_launch<WFmt::BF16, GROUPED>(p, z, z_est, sms, plan, s);
+    case WFmt::FP8_B128: return g4_launch<WFmt::FP8_B128, GROUPED>(p, z, z_est, sms, plan, s);
+    default: return g4_launch<WFmt::FP4_B32, GROUPED>(p, z, z_est, sms, plan, s);
   }
 }
 int pow2_ceil(int64_t m) {
@@ -974,12 +1010,14 @@ int pow2_ceil(int64_t m) {
 int gemv_q_rows(WeightRef W, int64_t K) { return g4_ok(W, K) ? G4_MAXM : 8; }
 
 cudaError_t gemv_q(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
-                   cudaStream_t s) {
-  if (!g4_ok(W, K)) return gemv_q_v3(x, M, K, ldx, W, N, y, ldy, s);  // (fp4 K % 128 != 0, K > 16384)
+                   cudaStream_t s, const GemvPlan* plan) {
+  if (!g4_ok(W, K)) return gemv_q_v3(x, M, K, ldx, W, N, y, ldy, s, plan);  // (fp4 K % 128 != 0, K > 16384)
   if (ldx % 4 || reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(W.w) % 16)
     return cudaErrorInvalidValue;
   if (W.fmt != WFmt::BF16 && !W.scale) return cudaErrorInvalidValue;
   if (M <= 0 || N <= 0) return cudaSuccess;
+  int sms = 0;
+  if (const cudaError_t e = launch_sms(plan, W.fmt, N, K, false, &sms); e != cudaSuccess) return e;
   for (int64_t m0 = 0; m0 < M; m0 += G4_MAXM) {  // rows are independent (batch invariant): 32 at a time
     G4Params p = {};
     p.x = x + m0 * ldx, p.ldx = ldx;
@@ -988,7 +1026,7 @@ cudaError_t gemv_q(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef 
     p.M = (int)std::min<int64_t>(G4_MAXM, M - m0);
     p.row_groups = (int)cdiv(N, 16 * G4_RT);
     p.mmr = pow2_ceil(p.M);
-    const cudaError_t e = g4_dispatch<false>(W.fmt, p, 1, 1, s);
+    const cudaError_t e = g4_dispatch<false>(W.fmt, p, 1, 1, sms, plan, s);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
@@ -996,9 +1034,10 @@ cudaError_t gemv_q(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef 
 
 cudaError_t gemv_q_grouped(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
                            int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
-                           float limit, float* y, int64_t ldy, cudaStream_t s) {
+                           float limit, float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan) {
   if (!g4_ok(W, K) || s_stride % 4)
-    return gemv_q_grouped_v3(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy, s);
+    return gemv_q_grouped_v3(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy, s,
+                             plan);
   if (ldx % 4 || reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(W.w) % 16 || w_stride % 16 ||
       topk <= 0)
     return cudaErrorInvalidValue;
@@ -1007,6 +1046,8 @@ cudaError_t gemv_q_grouped(const float* x, int64_t ldx, bool x_per_slot, const i
   const int64_t slots = T * topk;
   if (slots <= 0 || N <= 0) return cudaSuccess;
   if (slots > 65535) return cudaErrorInvalidValue;
+  int sms = 0;
+  if (const cudaError_t e = launch_sms(plan, W.fmt, N, K, true, &sms); e != cudaSuccess) return e;
   G4Params p = {};
   p.x = x, p.ldx = ldx;
   p.w = static_cast<const uint8_t*>(W.w), p.ws = static_cast<const uint8_t*>(W.scale), p.ldws = W.ldws;
@@ -1020,7 +1061,47 @@ cudaError_t gemv_q_grouped(const float* x, int64_t ldx, bool x_per_slot, const i
   p.mmr = pow2_ceil(std::min<int64_t>(G4_MAXM, T));
   // active z slices (runs) ≥ topk (a token's distinct experts) and ≥ slots / mmr
   const int64_t z_est = std::max<int64_t>(topk, cdiv(slots, p.mmr));
-  return g4_dispatch<true>(W.fmt, p, slots, std::min<int64_t>(z_est, slots), s);
+  return g4_dispatch<true>(W.fmt, p, slots, std::min<int64_t>(z_est, slots), sms, plan, s);
 }
+
+cudaError_t gemv_q_plan(WeightRef W, int64_t N, int64_t K, bool grouped, GemvPlan* plan) {
+  GemvPlan pl;
+  pl.fmt = W.fmt, pl.N = N, pl.K = K, pl.grouped = grouped;
+  int sms = 0;
+  if (const cudaError_t e = launch_sms(nullptr, W.fmt, N, K, grouped, &sms); e != cudaSuccess) return e;
+  if (g4_ok(W, K) && N > 0) {
+    const int64_t rg = cdiv(N, 16 * G4_RT);
+    switch (W.fmt) {
+      case WFmt::BF16:
+        grouped ? g4_plan_clusters<WFmt::BF16, true>(rg, K, sms, &pl) : g4_plan_clusters<WFmt::BF16, false>(rg, K, sms, &pl);
+        break;
+      case WFmt::FP8_B128:
+        grouped ? g4_plan_clusters<WFmt::FP8_B128, true>(rg, K, sms, &pl)
+                : g4_plan_clusters<WFmt::FP8_B128, false>(rg, K, sms, &pl);
+        break;
+      default:
+        grouped ? g4_plan_clusters<WFmt::FP4_B32, true>(rg, K, sms, &pl)
+                : g4_plan_clusters<WFmt::FP4_B32, false>(rg, K, sms, &pl);
+    }
+  }
+  pl.sms = sms;
+  *plan = pl;
+  return cudaSuccess;
+}
+
+namespace detail {
+// init_kernel_attributes' part for this file.
+template <WFmt WF, bool GROUPED>
+cudaError_t gemv_attrs_one() {
+  return first_error({set_max_dynamic_smem(gemv_q_kernel<WF, GROUPED>, gq_smem_bytes(GQ_KSLICE, 8)),
+                      set_max_dynamic_smem(gemv4_kernel<WF, GROUPED>, G4_SMEM_1),
+                      cudaFuncSetAttribute(gemv4_kernel<WF, GROUPED>, cudaFuncAttributePreferredSharedMemoryCarveout, 100)});
+}
+cudaError_t init_attributes_gemv_q() {
+  return first_error({gemv_attrs_one<WFmt::BF16, false>(), gemv_attrs_one<WFmt::BF16, true>(),
+                      gemv_attrs_one<WFmt::FP8_B128, false>(), gemv_attrs_one<WFmt::FP8_B128, true>(),
+                      gemv_attrs_one<WFmt::FP4_B32, false>(), gemv_attrs_one<WFmt::FP4_B32, true>()});
+}
+}  // namespace detail
 
 }  // namespace deepinfer::cuda

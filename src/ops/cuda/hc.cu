@@ -6,6 +6,7 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_attrs.h"
 
 namespace deepinfer::cuda {
 namespace {
@@ -412,11 +413,14 @@ int64_t hc_slice_len(int hc, int64_t D, int nv) {
 }
 size_t hc_a_smem(int mix, int rt, int64_t L) { return (size_t)(mix + rt) * (size_t)(L + 4) * sizeof(float); }
 
-template <class Kern>
-cudaError_t hc_set_smem(Kern k, size_t bytes, bool& configured) {
-  if (bytes <= 48 * 1024 || configured) return cudaSuccess;
-  const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
-  if (e == cudaSuccess) configured = true;
+// The kernels' shared-memory attribute (kMaxSmem, or what the device allows next to their static shared
+// memory), set once by init_kernel_attributes.
+template <int HC, bool HEAD>
+cudaError_t hc_attrs() {
+  cudaError_t e = detail::set_max_dynamic_smem(hc_partials_kernel<HC, HEAD, false>, (size_t)kMaxSmem);
+  if constexpr (HcDims<HC, HEAD>::NV <= 32)
+    if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_partials_kernel<HC, HEAD, true>, (size_t)kMaxSmem);
+  if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_finish_kernel<HC, HEAD>, (size_t)kMaxSmem);
   return e;
 }
 
@@ -433,22 +437,16 @@ cudaError_t launch_pre_v3(const float* X, int64_t M, int64_t D, int64_t L, const
   cudaError_t e;
   if (rowmode) {
     if constexpr (NV <= 32) {  // NV registers of accumulators a thread: not for hc = 8
-      static bool cfg = false;
       auto k = hc_partials_kernel<HC, HEAD, true>;
-      if ((e = hc_set_smem(k, smem_row, cfg)) != cudaSuccess) return e;
       k<<<dim3((unsigned)cdiv(M, A_RT_ROW), (unsigned)S), A_NT, smem_row, s>>>(X, M, D, fn, (int)L, u);
     }
   } else {
-    static bool cfg = false;
     auto k = hc_partials_kernel<HC, HEAD, false>;
-    if ((e = hc_set_smem(k, smem_val, cfg)) != cudaSuccess) return e;
     k<<<dim3((unsigned)cdiv(M, A_RT_VAL), (unsigned)S), A_NT, smem_val, s>>>(X, M, D, fn, (int)L, u);
   }
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
-  static bool cfg_b = false;
   auto kb = hc_finish_kernel<HC, HEAD>;
   const size_t smem_b = (size_t)S * NV * sizeof(float);
-  if ((e = hc_set_smem(kb, smem_b, cfg_b)) != cudaSuccess) return e;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)M, 1, 1);
   cfg.blockDim = dim3(B_NT, 1, 1);
@@ -538,5 +536,13 @@ cudaError_t hc_post(const float* X, const float* y, const float* post, const flo
   }
   return cudaGetLastError();
 }
+
+namespace detail {
+cudaError_t init_attributes_hc() {
+  return first_error({hc_attrs<1, false>(), hc_attrs<2, false>(), hc_attrs<3, false>(), hc_attrs<4, false>(),
+                      hc_attrs<8, false>(), hc_attrs<1, true>(), hc_attrs<2, true>(), hc_attrs<3, true>(),
+                      hc_attrs<4, true>(), hc_attrs<8, true>()});
+}
+}  // namespace detail
 
 }  // namespace deepinfer::cuda

@@ -24,6 +24,7 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_attrs.h"
 
 namespace deepinfer::cuda {
 namespace {
@@ -331,7 +332,7 @@ cudaError_t indexer_scores_mma(const float* qI, const float* gamma, int64_t M, i
   const bool wide = hI % 64 == 0;
   Kern k = kf32 ? (wide ? indexer_mma_kernel<8, true> : indexer_mma_kernel<2, true>)
                 : (wide ? indexer_mma_kernel<8, false> : indexer_mma_kernel<2, false>);
-  if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != cudaSuccess) return e;
+  // (its shared-memory attribute: all the device allows, set by init_kernel_attributes)
   // Grid: query tiles × key splits; split the keys until there are about two CTAs per SM (one CTA fits
   // an SM; the second wave hides the q prologue). Which CTA computes a score does not change its bits.
   const int64_t qt = cdiv(M, IM_BQ), n_kt = cdiv(n_keys, IM_BN);
@@ -344,5 +345,14 @@ cudaError_t indexer_scores_mma(const float* qI, const float* gamma, int64_t M, i
                                                                    n_vis, qk_scale, score, (int)tps);
   return cudaGetLastError();
 }
+
+namespace detail {
+cudaError_t init_attributes_indexer_mma() {
+  constexpr size_t all = (size_t)1 << 30;  // capped at the device's limit
+  return first_error({set_max_dynamic_smem(indexer_mma_kernel<8, true>, all), set_max_dynamic_smem(indexer_mma_kernel<2, true>, all),
+                      set_max_dynamic_smem(indexer_mma_kernel<8, false>, all),
+                      set_max_dynamic_smem(indexer_mma_kernel<2, false>, all)});
+}
+}  // namespace detail
 
 }  // namespace deepinfer::cuda

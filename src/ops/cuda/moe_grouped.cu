@@ -42,6 +42,7 @@
 #include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_attrs.h"
 #include "ops/cuda/moe_grouped.h"
 #include "ops/cuda/wgmma_bits.cuh"
 
@@ -652,9 +653,7 @@ template <WFmt WF, int NT8>
 cudaError_t mg_launch(const MgParams& p, int64_t max_tiles, cudaStream_t s) {
   constexpr int smem = mg_smem_bytes<WF, NT8>();
   static_assert(smem <= 227 * 1024, "moe_expert_gemm: shared memory");
-  // Idempotent and cheap; set on every launch (no process-global "configured" flag).
-  cudaError_t e = cudaFuncSetAttribute(moe_expert_gemm_kernel<WF, NT8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (e != cudaSuccess) return e;
+  // (its max dynamic shared memory attribute = smem: set once by init_kernel_attributes, mg_attrs)
   const int64_t nblk = p.swiglu ? (p.N / 2) / (MG_BN / 2) : p.N / MG_BN;
   const dim3 grid((unsigned)nblk, (unsigned)max_tiles);
   moe_expert_gemm_kernel<WF, NT8><<<grid, MG_NT, smem, s>>>(p);
@@ -667,6 +666,14 @@ cudaError_t mw_launch(const MgParams& p, int64_t max_tiles, cudaStream_t s) {
   const int64_t nblk = p.swiglu ? (p.N / 2) / (MW_BN / 2) : p.N / MW_BN;
   moe_expert_gemm_wg_kernel<<<dim3((unsigned)nblk, (unsigned)max_tiles), MW_NT, MW_SMEM, s>>>(p);
   return cudaGetLastError();
+}
+template <WFmt WF, int NT8>
+cudaError_t mg_attrs() {
+  return detail::set_max_dynamic_smem(moe_expert_gemm_kernel<WF, NT8>, mg_smem_bytes<WF, NT8>());
+}
+template <WFmt WF>
+cudaError_t mg_attrs_wf() {
+  return detail::first_error({mg_attrs<WF, 1>(), mg_attrs<WF, 2>(), mg_attrs<WF, 4>(), mg_attrs<WF, 8>()});
 }
 
 template <WFmt WF>
@@ -750,5 +757,11 @@ cudaError_t moe_expert_gemm(const bf16* x, int64_t ldx, const int32_t* gather, i
     default: return mg_dispatch_nt<WFmt::FP4_B32>(p, tile_m, max_tiles, s);
   }
 }
+
+namespace detail {
+cudaError_t init_attributes_moe_grouped() {
+  return first_error({mg_attrs_wf<WFmt::BF16>(), mg_attrs_wf<WFmt::FP8_B128>(), mg_attrs_wf<WFmt::FP4_B32>()});
+}
+}  // namespace detail
 
 }  // namespace deepinfer::cuda
