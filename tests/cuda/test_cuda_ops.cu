@@ -2,6 +2,9 @@
 //
 //   test_cuda_ops [--perf] [--filter SUBSTR] [--list]
 //
+// --filter: cases whose name contains SUBSTR; "a|b" any of several; a leading '!' all the others (so that
+// a device run can split the cases among processes).
+//
 // Each case draws fresh random inputs (seeded from the clock unless DEEPINFER_SEED is set), rounds
 // them through the device storage type (bf16, e4m3, e2m1) before computing the reference on the CPU
 // (CpuBackend, or a local reference for ops the model does inline), poisons every output with NaN
@@ -23,6 +26,7 @@
 #include <limits>
 #include <numeric>
 #include <stdexcept>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -2880,6 +2884,16 @@ void measure_ceilings() {
 
 }  // namespace
 
+bool filter_match(const std::string& name) {
+  if (g_filter.empty()) return true;
+  const bool negate = g_filter[0] == '!';
+  std::stringstream ss(g_filter.substr(negate ? 1 : 0));
+  std::string alt;
+  bool any = false;
+  while (std::getline(ss, alt, '|')) any |= !alt.empty() && name.find(alt) != std::string::npos;
+  return any != negate;
+}
+
 int main(int argc, char** argv) {
   bool list = false;
   for (int i = 1; i < argc; ++i) {
@@ -2920,7 +2934,7 @@ int main(int argc, char** argv) {
   }
   int passed = 0, failed = 0;
   for (auto& c : cases()) {
-    if (!g_filter.empty() && c.name.find(g_filter) == std::string::npos) continue;
+    if (!filter_match(c.name)) continue;
     std::vector<DBuf> bufs;
     g_bufs = &bufs;
     Result r;
