@@ -15,14 +15,11 @@
 namespace deepinfer {
 namespace {
 
-void load_compressor(WeightReader& r, const std::string& p, V4Compressor& c, int rate, int width, bool overlap,
-                     int64_t D) {
+void load_compressor(WeightReader& r, const std::string& p, V4Compressor& c, int rate, int width, bool overlap) {
   c.rate = rate;
   c.width = width;
   c.overlap = overlap;
   int64_t cw = (overlap ? 2 : 1) * (int64_t)width;
-  c.wkv = r.mat(p + "wkv.weight", cw, D);
-  c.wgate = r.mat(p + "wgate.weight", cw, D);
   c.ape = r.vec(p + "ape", {rate, cw});
   c.norm = r.vec(p + "norm.weight", {width});
 }
@@ -41,21 +38,26 @@ void load_layer(WeightReader& r, const V4Config& c, const std::string& p, AttnTy
   L.hc_ffn_base = r.vec(p + "hc_ffn_base", {mix});
   L.hc_ffn_scale = r.vec(p + "hc_ffn_scale", {3});
   L.sinks = r.vec(p + "attn.attn_sink", {H});
-  L.wq_a = r.mat(p + "attn.wq_a.weight", c.q_lora_rank, D);
+  L.wqkv_a = r.mat_cat({p + "attn.wq_a.weight", p + "attn.wkv.weight"}, {c.q_lora_rank, d}, D);
   L.q_norm = r.vec(p + "attn.q_norm.weight", {c.q_lora_rank});
   L.wq_b = r.mat(p + "attn.wq_b.weight", H * d, c.q_lora_rank);
-  L.wkv = r.mat(p + "attn.wkv.weight", d, D);
   L.kv_norm = r.vec(p + "attn.kv_norm.weight", {d});
   // block-diagonal: one [o_lora, H·d/g] matrix per head group
   L.wo_a = r.backend().make_groups(r.mat_rows(p + "attn.wo_a.weight", c.o_groups, c.o_lora_rank, H * d / c.o_groups));
   L.wo_b = r.mat(p + "attn.wo_b.weight", D, (int64_t)c.o_groups * c.o_lora_rank);
   if (type == AttnType::CSA) {
-    load_compressor(r, p + "attn.compressor.", L.comp, c.compress_rate_csa, (int)d, true, D);
-    load_compressor(r, p + "attn.indexer.compressor.", L.idx_comp, c.compress_rate_csa, c.index_head_dim, true, D);
+    load_compressor(r, p + "attn.compressor.", L.comp, c.compress_rate_csa, (int)d, true);
+    load_compressor(r, p + "attn.indexer.compressor.", L.idx_comp, c.compress_rate_csa, c.index_head_dim, true);
+    const std::string a = p + "attn.compressor.", b = p + "attn.indexer.compressor.";
+    const int64_t cw = 2 * d, icw = 2 * (int64_t)c.index_head_dim;
+    L.wcomp = r.mat_cat({a + "wkv.weight", a + "wgate.weight", b + "wkv.weight", b + "wgate.weight"}, {cw, cw, icw, icw},
+                        D);
     L.idx_wq_b = r.mat(p + "attn.indexer.wq_b.weight", (int64_t)c.index_n_heads * c.index_head_dim, c.q_lora_rank);
     L.idx_weights_proj = r.mat(p + "attn.indexer.weights_proj.weight", c.index_n_heads, D);
   } else if (type == AttnType::HCA) {
-    load_compressor(r, p + "attn.compressor.", L.comp, c.compress_rate_hca, (int)d, false, D);
+    load_compressor(r, p + "attn.compressor.", L.comp, c.compress_rate_hca, (int)d, false);
+    const std::string a = p + "attn.compressor.";
+    L.wcomp = r.mat_cat({a + "wkv.weight", a + "wgate.weight"}, {d, d}, D);
   }
   L.gate = r.mat(p + "ffn.gate.weight", E, D);
   if (hash) L.tid2eid = Buffer<int32_t>(r.backend(), r.ids(p + "ffn.gate.tid2eid", {c.vocab_size, c.num_experts_per_tok}, E));
@@ -349,35 +351,35 @@ void DeepseekV4Model::attention(int l, Step& st) {
   const float* h = st.h.data();
   const int32_t* pos = st.pos_d.data();
 
-  Buffer<float> qr(be_, T * ql), q(be_, T * H * d), kv(be_, T * d);  // [T, q_lora], [T, H, d], [T, d]
-  be_.linear(h, T, D, *L.wq_a, qr.data(), ql);
-  be_.rms_norm(qr.data(), T, ql, ql, L.q_norm.data(), eps, qr.data());
-  be_.linear(qr.data(), T, ql, *L.wq_b, q.data(), H * d);
+  // qkv [T, q_lora | d]: q's low-rank input and the key/value row, from one GEMM (row stride nqk).
+  const int64_t nqk = ql + d;
+  Buffer<float> qkv(be_, T * nqk), q(be_, T * H * d);  // [T, q_lora + d], [T, H, d]
+  float* qr = qkv.data();
+  float* kv = qkv.data() + ql;
+  be_.linear(h, T, D, *L.wqkv_a, qkv.data(), nqk);
+  be_.rms_norm(qr, T, ql, nqk, L.q_norm.data(), eps, qr);
+  be_.linear(qr, T, nqk, *L.wq_b, q.data(), H * d);
   be_.rms_norm(q.data(), T * H, d, d, nullptr, eps, q.data());  // per-head, unweighted
   be_.rope(q.data(), T, H * d, (int)H, (int)d, (int)r, pos, inv_freq, false);
-  be_.linear(h, T, D, *L.wkv, kv.data(), d);
-  be_.rms_norm(kv.data(), T, d, d, L.kv_norm.data(), eps, kv.data());
-  be_.rope(kv.data(), T, d, 1, (int)d, (int)r, pos, inv_freq, false);
+  be_.rms_norm(kv, T, d, nqk, L.kv_norm.data(), eps, kv);
+  be_.rope(kv, T, nqk, 1, (int)d, (int)r, pos, inv_freq, false);
 
-  // Compressor projections for the whole step.
+  // Compressor projections for the whole step, one GEMM: comp [T, cw | cw | icw | icw] (row stride nc)
+  // = the compressor's kv and gate, then (CSA) the indexer compressor's kv and gate.
   const bool csa = L.type == AttnType::CSA, comp = L.type != AttnType::Sliding;
   const int64_t cw = comp ? (L.comp.overlap ? 2 : 1) * d : 0;
   const int64_t hI = cfg_.index_n_heads, dI = cfg_.index_head_dim, icw = 2 * dI;
-  Buffer<float> ckv, cgate, ikv, igate, iq, gamma;
-  if (comp) {
-    ckv = Buffer<float>(be_, T * cw);
-    cgate = Buffer<float>(be_, T * cw);
-    be_.linear(h, T, D, *L.comp.wkv, ckv.data(), cw);
-    be_.linear(h, T, D, *L.comp.wgate, cgate.data(), cw);
-  }
+  const int64_t nc = 2 * cw + (csa ? 2 * icw : 0);
+  Buffer<float> cproj(be_, T * nc), iq, gamma;
+  float* ckv = cproj.data();
+  float* cgate = ckv + cw;
+  float* ikv = cgate + cw;
+  float* igate = ikv + icw;
+  if (comp) be_.linear(h, T, D, *L.wcomp, cproj.data(), nc);
   if (csa) {
-    ikv = Buffer<float>(be_, T * icw);
-    igate = Buffer<float>(be_, T * icw);
     iq = Buffer<float>(be_, T * hI * dI);
     gamma = Buffer<float>(be_, T * hI);
-    be_.linear(h, T, D, *L.idx_comp.wkv, ikv.data(), icw);
-    be_.linear(h, T, D, *L.idx_comp.wgate, igate.data(), icw);
-    be_.linear(qr.data(), T, ql, *L.idx_wq_b, iq.data(), hI * dI);
+    be_.linear(qr, T, nqk, *L.idx_wq_b, iq.data(), hI * dI);
     be_.rope(iq.data(), T, hI * dI, (int)hI, (int)dI, (int)r, pos, inv_freq_compress_.data(), false);
     be_.linear(h, T, D, *L.idx_weights_proj, gamma.data(), hI);
     be_.scale(gamma.data(), T * hI, 1.0f / std::sqrt((float)hI));
@@ -396,9 +398,9 @@ void DeepseekV4Model::attention(int l, Step& st) {
   {
     float* ring = slots + lay.slot_ring_off[l];  // this layer's [W, d] ring in slot 0
     if (wp.n_ring) be_.copy_rows(ring, d, wp.from_ring, win.data(), d, wp.to_win_r, wp.n_ring, d);
-    be_.copy_rows(kv.data(), d, wp.from_kv, win.data(), d, wp.to_win_k, T, d);
+    be_.copy_rows(kv, nqk, wp.from_kv, win.data(), d, wp.to_win_k, T, d);
     // after the gather: the pushes overwrite the oldest rows (the ring keeps the last W positions)
-    if (wp.n_push) be_.copy_rows(kv.data(), d, wp.push_src, ring, d, wp.push_dst, wp.n_push, d);
+    if (wp.n_push) be_.copy_rows(kv, nqk, wp.push_src, ring, d, wp.push_dst, wp.n_push, d);
   }
   // A step of single tokens (decode) closes every sequence's windows in one call per compressor (after
   // the pushes: each window then lies whole in its ring) and scores every sequence's keys in one call
@@ -420,12 +422,12 @@ void DeepseekV4Model::attention(int l, Step& st) {
     float* slot = cache.slot_data(S.slot);
     const int64_t p0 = S.pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
     float* ring = slot + lay.slot_comp_off[l];
-    compressor_update(L.comp, ring, ring + R * cw, cache, S, lay.page_entries_off[l], ckv.data() + r0 * cw,
-                      cgate.data() + r0 * cw, cw, p0, n);
+    compressor_update(L.comp, ring, ring + R * cw, cache, S, lay.page_entries_off[l], ckv + r0 * nc,
+                      cgate + r0 * nc, nc, p0, n);
     if (!csa) continue;
     float* iring = slot + lay.slot_idx_off[l];
-    compressor_update(L.idx_comp, iring, iring + R * icw, cache, S, lay.page_idx_off[l], ikv.data() + r0 * icw,
-                      igate.data() + r0 * icw, icw, p0, n);
+    compressor_update(L.idx_comp, iring, iring + R * icw, cache, S, lay.page_idx_off[l], ikv + r0 * nc,
+                      igate + r0 * nc, nc, p0, n);
     const int64_t nk = cp->n_keys[b];
     if (nk == 0) continue;
     float* score = score_d.data() + cp->score_at[b];  // [n, nk]
@@ -435,19 +437,19 @@ void DeepseekV4Model::attention(int l, Step& st) {
                     cp->ent_off_d.data() + r0, ent_idx_d.data());
   }
   if (comp && cp->n_push) {  // the step's tokens into the compressor rings, after the chunks' closings read them
-    be_.copy_rows(ckv.data(), cw, cp->push_src, comp_ring, cw, cp->push_kv, cp->n_push, cw);
-    be_.copy_rows(cgate.data(), cw, cp->push_src, comp_ring, cw, cp->push_gate, cp->n_push, cw);
+    be_.copy_rows(ckv, nc, cp->push_src, comp_ring, cw, cp->push_kv, cp->n_push, cw);
+    be_.copy_rows(cgate, nc, cp->push_src, comp_ring, cw, cp->push_gate, cp->n_push, cw);
     if (csa) {
-      be_.copy_rows(ikv.data(), icw, cp->push_src, idx_ring, icw, cp->push_ikv, cp->n_push, icw);
-      be_.copy_rows(igate.data(), icw, cp->push_src, idx_ring, icw, cp->push_igate, cp->n_push, icw);
+      be_.copy_rows(ikv, nc, cp->push_src, idx_ring, icw, cp->push_ikv, cp->n_push, icw);
+      be_.copy_rows(igate, nc, cp->push_src, idx_ring, icw, cp->push_igate, cp->n_push, icw);
     }
   }
   if (decode && comp) {
     const int64_t all_ring = std::numeric_limits<int64_t>::max();  // every position from the rings
-    emit_entries(L.comp, comp_ring, comp_ring + R * cw, ckv.data(), cgate.data(), cw, all_ring, cp->close_win,
+    emit_entries(L.comp, comp_ring, comp_ring + R * cw, ckv, cgate, nc, all_ring, cp->close_win,
                  cp->close_ring, cp->close_pos, cp->close_page, cp->n_close, ent_base);
     if (csa)
-      emit_entries(L.idx_comp, idx_ring, idx_ring + R * icw, ikv.data(), igate.data(), icw, all_ring, cp->close_win,
+      emit_entries(L.idx_comp, idx_ring, idx_ring + R * icw, ikv, igate, nc, all_ring, cp->close_win,
                    cp->close_iring, cp->close_pos, cp->close_ipage, cp->n_close, key_base);
   }
   if (csa && decode) {  // every sequence's query against its own keys, after every closing wrote its key

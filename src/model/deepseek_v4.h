@@ -31,7 +31,7 @@ struct V4Compressor {  // main (d) or indexer (dI) compressor of a CSA/HCA layer
   int rate = 0;        // m
   int width = 0;       // d or dI
   bool overlap = false;  // CSA: c = 2 (A|B halves), HCA: c = 1
-  WeightPtr wkv, wgate;           // [c·width, D]
+  // (its wkv, wgate [c·width, D] live in the layer's stacked wcomp)
   Buffer<float> ape;              // [m, c·width]
   Buffer<float> norm;             // [width]
 };
@@ -44,10 +44,12 @@ struct V4Layer {
   Buffer<float> hc_attn_base, hc_ffn_base;                // [(2+hc)·hc]
   Buffer<float> hc_attn_scale, hc_ffn_scale;              // [3]
   Buffer<float> sinks;                                    // [H]
-  WeightPtr wq_a;                                         // [q_lora, D]
+  // The projections of the attention input h stacked into one GEMM each (one launch instead of up to six
+  // at decode): wq_a over wkv; the compressor's wkv, wgate, then the indexer compressor's wkv, wgate.
+  WeightPtr wqkv_a;                                       // [q_lora + d, D]
+  WeightPtr wcomp;                                        // [2·c·d (+ 2·2·dI for CSA), D] (CSA / HCA)
   Buffer<float> q_norm;                                   // [q_lora]
   WeightPtr wq_b;                                         // [H·d, q_lora]
-  WeightPtr wkv;                                          // [d, D]
   Buffer<float> kv_norm;                                  // [d]
   WeightGroupsPtr wo_a;                                   // g × [o_lora, H·d/g]
   WeightPtr wo_b;                                         // [D, g·o_lora]

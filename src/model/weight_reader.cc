@@ -128,34 +128,51 @@ WeightPtr WeightReader::mat(const std::string& name, int64_t N, int64_t K) {
   return be_.make_weight(h.w);
 }
 
-WeightPtr WeightReader::mat2(const std::string& a, const std::string& b, int64_t N, int64_t K) {
-  Host ha = host(a, N, K), hb = host(b, N, K);
-  const StoredWeight &wa = ha.w, &wb = hb.w;
-  const bool native = wa.fmt == wb.fmt && wa.fmt != WeightFormat::F32 &&
-                      (wa.fmt != WeightFormat::FP8 || N % wa.block_rows == 0) &&
-                      [&] { StoredWeight t = wa; t.N = 2 * N; return be_.takes_stored(t); }();
-  Host s;
-  if (native) {  // stack the stored bytes (and their scale rows)
-    const int64_t rb = row_bytes(wa) * N, sb = wa.scale ? (wa.fmt == WeightFormat::FP8 ? N / wa.block_rows : N) *
-                                                            scale_row_bytes(wa)
-                                                      : 0;
-    s.bytes.resize(2 * (rb + sb));
-    std::memcpy(s.bytes.data(), wa.data, rb);
-    std::memcpy(s.bytes.data() + rb, wb.data, rb);
-    s.w = wa;
-    s.w.N = 2 * N;
-    s.w.data = s.bytes.data();
-    if (sb) {
-      std::memcpy(s.bytes.data() + 2 * rb, wa.scale, sb);
-      std::memcpy(s.bytes.data() + 2 * rb + sb, wb.scale, sb);
-      s.w.scale = s.bytes.data() + 2 * rb;
+WeightPtr WeightReader::mat_cat(const std::vector<std::string>& names, const std::vector<int64_t>& Ns, int64_t K) {
+  if (names.empty() || names.size() != Ns.size()) throw Error("mat_cat: one row count per matrix");
+  std::vector<Host> hs;
+  int64_t Nt = 0;
+  for (size_t i = 0; i < names.size(); ++i) hs.push_back(host(names[i], Ns[i], K)), Nt += Ns[i];
+  const StoredWeight& w0 = hs[0].w;
+  bool native = w0.fmt != WeightFormat::F32;
+  for (const Host& h : hs)
+    native = native && h.w.fmt == w0.fmt && (w0.fmt != WeightFormat::FP8 || h.w.N % w0.block_rows == 0);
+  if (native) {
+    StoredWeight t = w0;
+    t.N = Nt;
+    native = be_.takes_stored(t);
+  }
+  if (native) {  // stack the stored bytes, then their scale rows
+    Host s;
+    int64_t rb = 0, sb = 0;
+    for (const Host& h : hs) {
+      rb += row_bytes(h.w) * h.w.N;
+      if (h.w.scale) sb += (h.w.fmt == WeightFormat::FP8 ? h.w.N / h.w.block_rows : h.w.N) * scale_row_bytes(h.w);
     }
+    s.bytes.resize(rb + sb);
+    int64_t at = 0, sat = rb;
+    for (const Host& h : hs) {
+      const int64_t n = row_bytes(h.w) * h.w.N;
+      std::memcpy(s.bytes.data() + at, h.w.data, n);
+      at += n;
+      if (h.w.scale) {
+        const int64_t m = (h.w.fmt == WeightFormat::FP8 ? h.w.N / h.w.block_rows : h.w.N) * scale_row_bytes(h.w);
+        std::memcpy(s.bytes.data() + sat, h.w.scale, m);
+        sat += m;
+      }
+    }
+    s.w = w0;
+    s.w.N = Nt;
+    s.w.data = s.bytes.data();
+    s.w.scale = sb ? s.bytes.data() + rb : nullptr;
     return be_.make_weight(s.w);
   }
-  auto f = f32(a, {N, K});
-  auto f3 = f32(b, {N, K});
-  f.insert(f.end(), f3.begin(), f3.end());
-  return be_.make_weight(f.data(), 2 * N, K);
+  std::vector<float> f;
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto part = f32(names[i], {Ns[i], K});
+    f.insert(f.end(), part.begin(), part.end());
+  }
+  return be_.make_weight(f.data(), Nt, K);
 }
 
 std::vector<WeightPtr> WeightReader::mat_rows(const std::string& name, int64_t G, int64_t N, int64_t K) {

@@ -31,7 +31,11 @@ class WeightReader {
   // (Backend::takes_stored), else dequantized to float32.
   WeightPtr mat(const std::string& name, int64_t N, int64_t K);
   // Two matrices [N, K] stacked along N (w1 over w3) into one [2N, K] weight.
-  WeightPtr mat2(const std::string& a, const std::string& b, int64_t N, int64_t K);
+  WeightPtr mat2(const std::string& a, const std::string& b, int64_t N, int64_t K) { return mat_cat({a, b}, {N, N}, K); }
+  // Matrices [Ns[i], K] stacked along N into one [ΣNs, K] weight (projections of one input: one GEMM
+  // instead of several). Kept in the stored format when every part has the same one (FP8: each part a
+  // whole number of scale blocks) and the backend takes the stack, else float32.
+  WeightPtr mat_cat(const std::vector<std::string>& names, const std::vector<int64_t>& Ns, int64_t K);
   // A [G·N, K] matrix as G weights of [N, K] (row blocks; wo_a's head groups).
   std::vector<WeightPtr> mat_rows(const std::string& name, int64_t G, int64_t N, int64_t K);
   // An integer table (I64 or I32) [shape] with every value in [0, max_value).

@@ -14,7 +14,9 @@ __global__ void rms_norm_kernel(const float* x, int64_t D, int64_t ld, const flo
   const int64_t m = blockIdx.x;
   const float* xr = x + m * ld;
   float* yr = y + m * ld;
-  const bool vec = (D % 4 == 0) && (ld % 4 == 0);
+  // float4 only on 16-byte aligned rows (x may be a column slice of a wider buffer)
+  const bool vec = (D % 4 == 0) && (ld % 4 == 0) && ((uintptr_t)x % 16 == 0) && ((uintptr_t)y % 16 == 0) &&
+                   (!w || (uintptr_t)w % 16 == 0);
   float ss = 0.0f;
   if (vec) {
     for (int64_t i = threadIdx.x * 4; i < D; i += blockDim.x * 4) {
