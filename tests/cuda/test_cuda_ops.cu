@@ -1595,6 +1595,9 @@ Result gemv_plan_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, const std::
     };
     run(0, false, 0);
     run(1, true, 0);
+    // the capture stream is non-blocking: everything on the legacy stream (input uploads, output
+    // poisoning, runs 0 and 1) must be done before the graph runs on it
+    CK(cudaDeviceSynchronize());
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaGraph_t gr = nullptr;

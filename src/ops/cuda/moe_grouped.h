@@ -24,7 +24,7 @@ cudaError_t moe_group_par(const int32_t* sel, int64_t T, int K, int E, int tile_
 // expert's rows beyond it take more tiles (its weights are then read once per tile, mostly from L2).
 int moe_grouped_tile_m(int64_t T);
 // The same with the prefill wgmma kernel allowed (wide: both expert matrices fp4 and the path not switched
-// off, DEEPINFER_CUDA_OFF=moe_wgmma): 128 for T > 256. tile_m = 128 takes FP4_B32 weights only; a row's
+// off, DEEPINFER_CUDA_OFF=moe_wgmma): 128 for T ≥ 2048 (measured faster only there). tile_m = 128 takes FP4_B32 weights only; a row's
 // result is bitwise that of the other tile heights (same products, same k order, same MMA grouping).
 int moe_grouped_tile_m(int64_t T, bool wide);
 // Shapes moe_expert_gemm takes: K % 64 (bf16), % 128 (fp8), % 256 (fp4); N % 256 (swiglu: I = N/2 % 128).
