@@ -310,6 +310,7 @@ struct CaseResult {
                       {"busy_ms_per_step", profile.busy_ms / P},
                       {"gap_ms_per_step", profile.gap_ms / P},
                       {"calls_per_step", profile.calls / P},
+                      {"graph_steps", profile.graph_steps},
                       {"idle_est_ms_per_step", 1e3 * seconds / S - profile.busy_ms / P},
                       {"ops", ops}};
     }
@@ -605,13 +606,14 @@ void print_profiles(const std::vector<json>& cases) {
     const json& p = c["profile"];
     const std::string kind = c["kind"];
     std::printf("\nprofile %s batch %lld: %.3f ms/step timed, device busy %.3f ms, gaps %.3f ms (profiled), "
-                "idle est. %.3f ms, %.0f calls/step\n",
+                "idle est. %.3f ms, %.0f calls/step%s\n",
                 kind.c_str(), (long long)c["batch"].get<int64_t>(), c["ms_per_step"].get<double>(),
                 p["busy_ms_per_step"].get<double>(), p["gap_ms_per_step"].get<double>(),
-                p["idle_est_ms_per_step"].get<double>(), p["calls_per_step"].get<double>());
+                p["idle_est_ms_per_step"].get<double>(), p["calls_per_step"].get<double>(),
+                p.value("graph_steps", 0) > 0 ? " (from CUDA graphs, timed inside)" : "");
     int shown = 0;
     for (const auto& op : p["ops"]) {
-      if (shown++ == 12) break;
+      if (shown++ == 16) break;
       std::printf("  %-18s %8.1f us/step %6.1f calls/step %8.1f us idle before %5.1f %%\n",
                   op["op"].get<std::string>().c_str(), op["us_per_step"].get<double>(), op["calls_per_step"].get<double>(),
                   op.value("gap_before_us_per_step", 0.0),

@@ -99,7 +99,8 @@ class Backend {
 
   // ---- profiling (deepinfer bench --profile) ----
   // While on, the backend times each outermost call on the device (event pairs; adds host time per
-  // call, so time steps with it off). take_profile() returns the totals since the last take, per op
+  // call, so time steps with it off; a graph region recorded while profiling carries an event pair per op,
+  // so its ops are timed from inside the graph). take_profile() returns the totals since the last take, per op
   // name (ops sorted by time), and resets them. busy = Σ op device time; gaps = device time between
   // one op's end and the next op's start inside the window (the device idles there). Backends
   // without a device return an empty profile.
@@ -113,6 +114,7 @@ class Backend {
     std::vector<OpTime> ops;
     double busy_ms = 0, gap_ms = 0;
     int64_t calls = 0;
+    int64_t graph_steps = 0;  // graph regions (graph_begin) among them, timed op by op inside the graph
   };
   virtual void set_profiling(bool) {}
   virtual Profile take_profile() { return {}; }

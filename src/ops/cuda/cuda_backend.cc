@@ -116,12 +116,15 @@ struct CudaBackend::Impl {
     size_t top0 = 0;             // arena top at graph_begin
     std::vector<std::pair<size_t, void*>> allocs;
     std::vector<GraphUpload> uploads;
+    std::vector<cudaEvent_t> pev;     // profiled graphs: an event pair per op, recorded as graph nodes
+    std::vector<const char*> pop;     // their op names
     std::vector<char*> chunks;  // page-locked upload sources
     size_t chunk_bytes = 0, chunk_used = 0;  // of the last chunk
     uint64_t last_use = 0;
     ~GraphEntry() {
       if (exec) cudaGraphExecDestroy(exec);
       if (done) cudaEventDestroy(done);
+      for (cudaEvent_t e : pev) cudaEventDestroy(e);
       for (char* c : chunks) cudaFreeHost(c);
     }
   };
@@ -180,23 +183,34 @@ struct CudaBackend::Impl {
     ev_op[used] = op;
   }
   void prof_end() { check(cudaEventRecord(event(2 * used + 1), stream), "cudaEventRecord (profile)"), ++used; }
+  void add_time(const char* op, cudaEvent_t prev, cudaEvent_t b, cudaEvent_t e) {
+    float ms = 0, gap = 0;
+    cudaEventElapsedTime(&ms, b, e);
+    if (prev) cudaEventElapsedTime(&gap, prev, b);
+    busy_ms += ms;
+    gap_ms += gap;
+    ++n_calls;
+    auto it = std::find_if(acc.begin(), acc.end(), [&](const Backend::OpTime& o) { return o.op == op; });
+    if (it == acc.end()) it = acc.insert(acc.end(), Backend::OpTime{op, 0, 0.0, 0.0});
+    ++it->calls;
+    it->ms += ms;
+    it->gap_ms += gap;
+  }
+  // A graph region recorded while profiling: an event pair per op as graph nodes (cudaEventRecordExternal).
+  int64_t n_graph_steps = 0;
+  cudaEvent_t graph_tail[2] = {};  // recorded after a profiled graph (alternately): the next op's gap starts there
+  int tail_i = 0;
+  void gprof_event(const char* op) {
+    cudaEvent_t e;
+    check(cudaEventCreate(&e), "cudaEventCreate (graph profile)");
+    cur->pev.push_back(e);
+    if (op) cur->pop.push_back(op);
+    check(cudaEventRecordWithFlags(e, stream, cudaEventRecordExternal), "cudaEventRecordWithFlags (graph profile)");
+  }
   void fold() {
     if (used == 0) return;
     check(cudaStreamSynchronize(stream), "profile");
-    for (size_t i = 0; i < used; ++i) {
-      float ms = 0, gap = 0;
-      cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]);
-      cudaEvent_t prev = i ? ev[2 * i - 1] : last_end;
-      if (prev) cudaEventElapsedTime(&gap, prev, ev[2 * i]);
-      busy_ms += ms;
-      gap_ms += gap;
-      ++n_calls;
-      auto it = std::find_if(acc.begin(), acc.end(), [&](const Backend::OpTime& o) { return o.op == ev_op[i]; });
-      if (it == acc.end()) it = acc.insert(acc.end(), Backend::OpTime{ev_op[i], 0, 0.0, 0.0});
-      ++it->calls;
-      it->ms += ms;
-      it->gap_ms += gap;
-    }
+    for (size_t i = 0; i < used; ++i) add_time(ev_op[i], i ? ev[2 * i - 1] : last_end, ev[2 * i], ev[2 * i + 1]);
     // The last end event opens the next fold's first gap: it moves out of the pool (a spare takes its slot).
     if (!spare) check(cudaEventCreate(&spare), "cudaEventCreate (profile)");
     std::swap(ev[2 * used - 1], spare);
@@ -217,16 +231,18 @@ struct HostTimer {
   HostTimer(CudaBackend::Impl* m_, int c, const char* op = __builtin_FUNCTION()) : m(m_), cat(c) {
     if (m->timing) t0 = std::chrono::steady_clock::now();
     if (cat == CudaBackend::Impl::kOp) ++m->op_depth;
-    // Inside a graph region the device work is timed as one "graph" call (graph_end).
+    // While a graph is recorded the pair becomes graph nodes (Impl::gprof_event); replays issue no ops.
     if (m->profiling && m->depth++ == 0 && cat != CudaBackend::Impl::kAlloc && cat != CudaBackend::Impl::kRelease &&
-        m->graph == Backend::GraphMode::Off) {
+        m->graph != Backend::GraphMode::Replay) {
       outer = true;
-      m->prof_begin(op);
+      if (m->graph == Backend::GraphMode::Capture) m->gprof_event(op);
+      else m->prof_begin(op);
     }
   }
   ~HostTimer() {
     if (cat == CudaBackend::Impl::kOp) --m->op_depth;
-    if (outer) m->prof_end();
+    if (outer && m->graph == Backend::GraphMode::Capture) m->gprof_event(nullptr);
+    else if (outer) m->prof_end();
     if (m->profiling) --m->depth;
     if (!m->timing) return;
     ++m->calls[cat];
@@ -279,6 +295,8 @@ CudaBackend::~CudaBackend() {
     if (e) cudaEventDestroy(e);
   for (auto& e : impl_->ev) cudaEventDestroy(e);
   if (impl_->spare) cudaEventDestroy(impl_->spare);
+  for (auto& e : impl_->graph_tail)
+    if (e) cudaEventDestroy(e);
   cuda::gemm_context_destroy(impl_->gemm);
   if (impl_->arena) cudaFree(impl_->arena);
   if (impl_->staging) cudaFreeHost(impl_->staging);
@@ -428,6 +446,7 @@ Backend::GraphMode CudaBackend::graph_begin(uint64_t key) {
   if (m.graph != GraphMode::Off) throw Error("cuda graph: graph_begin inside a graph region");
   // The float32 mode brings MoE routing to the host (not capturable); DEEPINFER_CUDA_OFF=graphs turns
   // graphs off (every step runs op by op).
+  if (m.profiling) key ^= 0x6a09e667f3bcc909ull;  // profiled graphs (an event pair per op) are recorded apart
   if (m.weights != CudaWeights::Stored || m.off("graphs") || m.graph_failed.count(key)) return GraphMode::Off;
   if (!m.arena) {
     if (cudaMalloc(&m.arena, Impl::kArenaBytes) != cudaSuccess) {
@@ -488,11 +507,20 @@ void CudaBackend::graph_end() {
     m.graph = GraphMode::Off;
   }
   m.cur = nullptr;
-  const bool timed = m.profiling && m.depth == 0;
-  if (timed) m.prof_begin("graph");
+  const bool timed = !e->pev.empty() && e->pev.size() == 2 * e->pop.size();
+  if (timed) m.fold();  // the ops before it first (their last end opens the graph's first gap)
   check(cudaGraphLaunch(e->exec, m.stream), "cudaGraphLaunch");
-  if (timed) m.prof_end();
   check(cudaEventRecord(e->done, m.stream), "cudaEventRecord (graph)");
+  if (timed) {  // resolved now: the next replay records the same events again
+    cudaEvent_t& tail = m.graph_tail[m.tail_i ^= 1];  // not the one last_end may hold
+    if (!tail) check(cudaEventCreate(&tail), "cudaEventCreate (graph profile)");
+    check(cudaEventRecord(tail, m.stream), "cudaEventRecord (graph profile)");
+    check(cudaStreamSynchronize(m.stream), "graph (profiled)");
+    for (size_t i = 0; i < e->pop.size(); ++i)
+      m.add_time(e->pop[i], i ? e->pev[2 * i - 1] : m.last_end, e->pev[2 * i], e->pev[2 * i + 1]);
+    m.last_end = tail;
+    ++m.n_graph_steps;
+  }
 }
 
 void CudaBackend::graph_abort(const char* why) {
@@ -529,6 +557,8 @@ Backend::Profile CudaBackend::take_profile() {
   p.busy_ms = m.busy_ms;
   p.gap_ms = m.gap_ms;
   p.calls = m.n_calls;
+  p.graph_steps = m.n_graph_steps;
+  m.n_graph_steps = 0;
   m.acc.clear();
   m.busy_ms = m.gap_ms = 0;
   m.n_calls = 0;
