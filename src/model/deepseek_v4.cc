@@ -142,6 +142,9 @@ struct DeepseekV4Model::Step {
   // entry capacities below, so that the step's launches repeat from step to step (CUDA graphs).
   bool decode = false;
   int64_t cap_csa = 0, cap_hca = 0;    // decode: compressed entries a sequence's tables hold
+  // Decode steps may be padded to a bucket of batch sizes (fewer graphs): sequences b ≥ n_real are
+  // stand-ins (token 0 at position 0 of slot 0 / page 0) whose every write is skipped (row −1).
+  int64_t n_real = 0;
   std::vector<int64_t> seq_begin;      // [B + 1] first row of each chunk
   std::vector<int32_t> tokens, pos;    // [T] (host)
   Buffer<int32_t> pos_d;               // [T] positions in backend memory
@@ -234,7 +237,7 @@ Buffer<int32_t> upload_packed(Backend& be, std::initializer_list<const std::vect
 template <class Plan, class Table>  // Step::CompPlan, Step::EntryTable (private to the model)
 void build_comp_plan(Backend& be, const V4Config& c, std::span<const V4SeqChunk> batch,
                      const std::vector<int64_t>& seq_begin, const V4CacheLayout& lay, bool csa,
-                     const Table& hca_entries, int64_t cap_hca, Plan& p) {
+                     const Table& hca_entries, int64_t cap_hca, int64_t n_real, Plan& p) {
   const int64_t d = c.head_dim, dI = c.index_head_dim, cw = (csa ? 2 : 1) * d, icw = 2 * dI;
   const int64_t TP = lay.tokens_per_page, B = (int64_t)batch.size(), T = seq_begin[B];
   const int m = csa ? c.compress_rate_csa : c.compress_rate_hca;
@@ -251,12 +254,13 @@ void build_comp_plan(Backend& be, const V4Config& c, std::span<const V4SeqChunk>
     const int64_t p0 = S.pos, r0 = seq_begin[b], n = seq_begin[b + 1] - r0;
     const int32_t ring0 = (int32_t)((int64_t)S.slot * lay.slot_floats / cw);
     const int32_t iring0 = (int32_t)((int64_t)S.slot * lay.slot_floats / icw);
+    const bool pad = b >= n_real;  // a stand-in: its pushes are skipped
     for (int64_t i = std::max<int64_t>(0, n - p.R); i < n; ++i) {  // the last R rows land
       const int32_t at = (int32_t)((p0 + i) % p.R);
       src.push_back((int32_t)(r0 + i));
-      kv.push_back(ring0 + at);
-      gate.push_back(ring0 + (int32_t)p.R + at);  // the gate ring follows the kv ring
-      if (csa) ikv.push_back(iring0 + at), igate.push_back(iring0 + (int32_t)p.R + at);
+      kv.push_back(pad ? -1 : ring0 + at);
+      gate.push_back(pad ? -1 : ring0 + (int32_t)p.R + at);  // the gate ring follows the kv ring
+      if (csa) ikv.push_back(pad ? -1 : iring0 + at), igate.push_back(pad ? -1 : iring0 + (int32_t)p.R + at);
     }
     p.n_keys[b] = (p0 + n) / m;
     p.score_at[b + 1] = p.score_at[b] + n * p.n_keys[b];
@@ -269,7 +273,7 @@ void build_comp_plan(Backend& be, const V4Config& c, std::span<const V4SeqChunk>
       if (!csa) hca.insert(hca.end(), rows, rows + nvis);
     }
     if (decode) {  // the window holding p0 is pooled every step; its entry is kept only when it closes
-      const bool closes = (p0 + 1) % m == 0;
+      const bool closes = (p0 + 1) % m == 0 && !pad;
       const int32_t win = (int32_t)(p0 / m);
       const int64_t first = (int64_t)win * m, page = S.pages[first / TP], slot = (first % TP) / m;
       cwin.push_back(win);
@@ -557,12 +561,37 @@ std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk>
       rows.push_back((int32_t)(seq_begin[b + 1] - 1));
   }
   const int64_t R = (int64_t)rows.size();
+  // A decode step padded to a bucket of batch sizes: stand-in sequences after the real ones (every op
+  // is batch invariant within the bucket, so the real rows' results do not change; their logits rows
+  // come after the real ones and are not returned).
+  const int64_t Bp = decode ? (pad_decode_ < 0 ? be_.decode_rows(B) : pad_decode_ ? decode_bucket(B) : B) : B;
+  V4SeqState stand_in;  // slot 0, page 0, position 0: read from, never written to
+  stand_in.slot = 0;
+  stand_in.pages = {0};
+  const int32_t zero_token = 0;
+  std::vector<V4SeqChunk> padded;
+  std::span<const V4SeqChunk> steps = batch;
+  if (Bp > B) {
+    padded.assign(batch.begin(), batch.end());
+    for (int64_t b = B; b < Bp; ++b) {
+      padded.push_back(V4SeqChunk{&stand_in, std::span<const int32_t>(&zero_token, 1), false});
+      tokens.push_back(0);
+      positions.push_back(0);
+      seq_begin.push_back(b + 1);
+      rows.push_back((int32_t)b);
+    }
+    steps = padded;
+  }
+  const int64_t Tp = (int64_t)tokens.size(), Rp = (int64_t)rows.size(), B_real = B;
 
-  Buffer<float> logits;  // [R, V]
+  Buffer<float> logits;  // [Rp, V] (the first R rows returned)
   // The step, from the uploads to the logits. A decode step's launches are a function of (this model,
   // B, R, the capacities): the backend may record them once and replay them (Backend::graph_begin).
   auto run = [&] {
+    const std::span<const V4SeqChunk> batch = steps;  // with its stand-ins
+    const int64_t T = Tp, B = Bp, R = Rp;
     Step st;
+    st.n_real = B_real;
     st.batch = batch;
     st.cache = &cache;
     st.seq_begin = seq_begin;
@@ -588,8 +617,10 @@ std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk>
         build_entry_table(be_, batch, lay, cfg_.compress_rate_csa, cfg_.head_dim, cap_csa, st.csa_entries);
       }
       if (has_hca) build_entry_table(be_, batch, lay, cfg_.compress_rate_hca, cfg_.head_dim, cap_hca, st.hca_entries);
-      if (has_csa) build_comp_plan(be_, cfg_, batch, st.seq_begin, lay, true, st.hca_entries, cap_hca, st.csa);
-      if (has_hca) build_comp_plan(be_, cfg_, batch, st.seq_begin, lay, false, st.hca_entries, cap_hca, st.hca);
+      if (has_csa)
+        build_comp_plan(be_, cfg_, batch, st.seq_begin, lay, true, st.hca_entries, cap_hca, st.n_real, st.csa);
+      if (has_hca)
+        build_comp_plan(be_, cfg_, batch, st.seq_begin, lay, false, st.hca_entries, cap_hca, st.n_real, st.hca);
       // Sliding window (every layer): slot_floats is a multiple of d, so slot s's ring row i of a layer is
       // row s·slot_floats/d + i from that layer's ring region in slot 0. A decode step gives every
       // sequence W rows of win (ring rows of positions p0−W+1 .. p0−1, then its token; rows before
@@ -614,7 +645,8 @@ std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk>
           hi[r0 + i] = (int32_t)(b0 + first + i + 1);
           lo[r0 + i] = (int32_t)std::max<int64_t>(b0 + first - np, hi[r0 + i] - W);
         }
-        push.add(r0, n, p0, W, ring0);
+        if (b < st.n_real) push.add(r0, n, p0, W, ring0);
+        else push.src.push_back((int32_t)r0), push.dst.push_back(-1);  // a stand-in writes nothing
         b0 += first + n;
       }
       Step::WindowPlan& wp = st.window;
@@ -659,7 +691,7 @@ std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk>
   // buffers are checked by the backend).
   uint64_t key = 0xcbf29ce484222325ull;
   for (uint64_t v : {graph_owner_, (uint64_t)(uintptr_t)cache.pages_base(), (uint64_t)(uintptr_t)cache.slots_base(),
-                     (uint64_t)B, (uint64_t)R, (uint64_t)cap_csa, (uint64_t)cap_hca})
+                     (uint64_t)Bp, (uint64_t)Rp, (uint64_t)cap_csa, (uint64_t)cap_hca})
     key = mix(key, v);
   const Backend::GraphMode mode = decode ? be_.graph_begin(key) : Backend::GraphMode::Off;
   if (mode == Backend::GraphMode::Off) {

@@ -104,6 +104,9 @@ class DeepseekV4Model {
   // until the next forward: no fresh vector to zero and fault in, and on CUDA a page-locked copy (a
   // batch of 256 returns 132 MB a step).
   std::span<const float> forward_view(std::span<const V4SeqChunk> batch, V4Cache& cache);
+  // Decode steps padded to a bucket of batch sizes (stand-in rows, results unchanged): −1 = when the
+  // backend asks for it (Backend::decode_rows: CUDA graphs), 0 = never, 1 = always (tests).
+  void set_decode_padding(int mode) { pad_decode_ = mode; }
 
  private:
   struct Step;  // activations of one forward step
@@ -134,6 +137,7 @@ class DeepseekV4Model {
   std::vector<V4Mtp> mtp_;
   Buffer<float> inv_freq_main_, inv_freq_compress_;  // [r/2]
   uint64_t graph_owner_ = 0;  // keys this model's step graphs (Backend::graph_begin)
+  int pad_decode_ = -1;       // set_decode_padding
 };
 
 }  // namespace deepinfer

@@ -29,6 +29,19 @@ enum class KvQdq : int {
 };
 inline int kv_qdq_block(KvQdq f) { return f == KvQdq::Fp4E4m3x16 ? 16 : 32; }
 
+// Decode batch sizes padded to 1, 2, 4, 8, then multiples of 8 to 64, of 32 to 256, of 64 beyond (a
+// backend's decode_rows may use it): the CUDA kernels' switch points (GEMV 8 | 9 and 32 | 33 rows,
+// expert tiles at 16 and 256 tokens) are bucket edges, so a padded step takes the unpadded one's kernels.
+inline int64_t decode_bucket(int64_t B) {
+  if (B <= 8) {
+    int64_t b = 1;
+    while (b < B) b *= 2;
+    return b;
+  }
+  const int64_t q = B <= 64 ? 8 : B <= 256 ? 32 : 64;
+  return (B + q - 1) / q * q;
+}
+
 // A weight matrix W[N, K] (row-major [out, in]) in the backend's own layout: repacked for the CPU
 // kernel, resident in device memory (and possibly bf16/fp8) for CUDA.
 class Weight {
@@ -132,6 +145,9 @@ class Backend {
   // Callers key their regions with an id of their own from here (unique for the backend's lifetime),
   // plus every pointer the region bakes in that may change (a model's cache).
   uint64_t new_graph_owner() { return ++graph_owners_; }
+  // Rows a decode step of B sequences should have: B, or a bucket above it (fewer distinct graphs;
+  // the model pads with stand-in rows when this is larger).
+  virtual int64_t decode_rows(int64_t B) const { return B; }
   enum class GraphMode { Off, Capture, Replay };
   virtual GraphMode graph_begin(uint64_t /*key*/) { return GraphMode::Off; }
   virtual void graph_end() {}

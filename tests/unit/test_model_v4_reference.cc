@@ -138,6 +138,50 @@ TEST(V4Reference, BatchedSequencesAreBitwiseEqualToAlone) {
   }
 }
 
+// Decode steps padded to a bucket of batch sizes (the CUDA graphs' layout, forced here on the CPU): five
+// sequences decoding token by token, finishing at different lengths, so steps of 5, 4, ... 1 sequences run
+// as 8, 4, 4, 2, 1 rows. Stand-in rows read slot 0 and page 0 (sequence 0's) and must write nothing: every
+// sequence's logits must be bitwise those of the unpadded run.
+TEST(V4Reference, PaddedDecodeStepsAreBitwiseEqual) {
+  const auto dirs = fixture_dirs();
+  ASSERT_FALSE(dirs.empty());
+  CpuBackend be(2);
+  LoadedModel m = load_model(dirs.front() + "/model", be);
+  const int64_t V = m.v4->config().vocab_size;
+  auto refs = read_refs(dirs.front());
+  std::vector<std::vector<int32_t>> seqs;
+  for (size_t i = 0; i < 5; ++i) {
+    const auto& ids = refs[i % refs.size()].ids;
+    seqs.push_back(std::vector<int32_t>(ids.begin(), ids.begin() + std::min<size_t>(ids.size(), 24 + 9 * i)));
+  }
+  auto run = [&](int pad) {
+    m.v4->set_decode_padding(pad);
+    V4Cache cache(m.v4->config(), (int32_t)seqs.size(), 64);
+    std::vector<V4SeqState> states(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i)
+      EXPECT_TRUE(cache.open(&states[i]) && cache.reserve(&states[i], (int64_t)seqs[i].size()));
+    std::vector<std::vector<float>> out(seqs.size());
+    for (int64_t t = 0;; ++t) {
+      std::vector<V4SeqChunk> batch;
+      std::vector<size_t> who;
+      for (size_t i = 0; i < seqs.size(); ++i)
+        if (t < (int64_t)seqs[i].size()) batch.push_back({&states[i], {seqs[i].data() + t, 1}, true}), who.push_back(i);
+      if (batch.empty()) break;
+      auto l = m.v4->forward(batch, cache);
+      EXPECT_EQ(l.size(), batch.size() * V);
+      for (size_t b = 0; b < batch.size(); ++b) out[who[b]].insert(out[who[b]].end(), l.begin() + b * V, l.begin() + (b + 1) * V);
+    }
+    m.v4->set_decode_padding(-1);
+    return out;
+  };
+  const auto plain = run(0), padded = run(1);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    ASSERT_EQ(plain[i].size(), padded[i].size());
+    EXPECT_EQ(0, std::memcmp(plain[i].data(), padded[i].data(), plain[i].size() * sizeof(float)))
+        << "sequence " << i << " differs when its decode steps are padded";
+  }
+}
+
 TEST(V4Reference, ForwardRejectsBadInput) {
   const auto dirs = fixture_dirs();
   ASSERT_FALSE(dirs.empty());

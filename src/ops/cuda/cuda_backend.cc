@@ -441,6 +441,11 @@ void CudaBackend::synchronize() {
   check(cudaStreamSynchronize(impl_->stream), "synchronize");
 }
 
+int64_t CudaBackend::decode_rows(int64_t B) const {
+  // padded only where graphs run (a bucket keeps their number small)
+  return impl_->weights == CudaWeights::Stored && !impl_->off("graphs") ? decode_bucket(B) : B;
+}
+
 Backend::GraphMode CudaBackend::graph_begin(uint64_t key) {
   Impl& m = *impl_;
   if (m.graph != GraphMode::Off) throw Error("cuda graph: graph_begin inside a graph region");

@@ -34,6 +34,7 @@ class CudaBackend final : public Backend {
   int64_t free_memory() const override;
   void synchronize() override;
   void set_profiling(bool on) override;
+  int64_t decode_rows(int64_t B) const override;
   GraphMode graph_begin(uint64_t key) override;
   void graph_end() override;
   void graph_abort(const char* why) override;
