@@ -1553,6 +1553,69 @@ Result gemv_inv_case(dc::WFmt fmt, int64_t N, int64_t K, const std::string& name
   return res;
 }
 
+// gemv_q_v5_pdl (programmatic dependent launch) on a chain y1 = x·W1ᵀ, y2 = y1·W2ᵀ, 12 times back to back
+// with y1 poisoned (memset NaN) before each link: every y2 bitwise equal to the plain launches' (a B
+// that read y1 before A had finished would see NaN), in a stream and replayed from a CUDA graph.
+Result gemv_pdl_chain_case(dc::WFmt fmt, int64_t M, int64_t N1, int64_t K, int64_t N2, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const HostQ q1 = make_hostq(r, fmt, N1, K, 0), q2 = make_hostq(r, fmt, N2, N1, 0);
+  std::vector<float> x = randn(r, M * K);
+  DevQ d1 = upload_q(q1), d2 = upload_q(q2);
+  const int reps = 12;
+  DBuf dx = dup(x, "x"), y1 = dalloc(M * N1 * 4, "y1"), yref = dalloc(M * N2 * 4, "y2_ref"),
+       y2 = dalloc(reps * M * N2 * 4, "y2_reps");
+  CK(dc::gemv_q_v5(dx.as<float>(), M, K, K, d1.ref(), N1, y1.as<float>(), N1, 0));
+  CK(dc::gemv_q_v5(y1.as<float>(), M, N1, N1, d2.ref(), N2, yref.as<float>(), N2, 0));
+  auto want = down<float>(yref, M * N2);
+  bool finite = true;
+  for (float f : want) finite &= std::isfinite(f);
+  expect_true(res, finite, "plain chain not finite");
+  auto chain = [&](cudaStream_t st) {
+    for (int i = 0; i < reps; ++i) {
+      CK(cudaMemsetAsync(y1.p(), 0xFF, M * N1 * 4, st));
+      CK(dc::gemv_q_v5_pdl(dx.as<float>(), M, K, K, d1.ref(), N1, y1.as<float>(), N1, st));
+      CK(dc::gemv_q_v5_pdl(y1.as<float>(), M, N1, N1, d2.ref(), N2, y2.as<float>() + i * M * N2, N2, st));
+    }
+  };
+  auto check = [&](const char* what) {
+    auto got = down<float>(y2, reps * M * N2);
+    int bad = 0;
+    for (int i = 0; i < reps; ++i) bad += !rows_bitwise_equal(got.data() + i * M * N2, want.data(), M * N2);
+    expect_true(res, bad == 0, std::string(what) + ": " + std::to_string(bad) + " of 12 links differ from the plain chain");
+  };
+  poison(y2);
+  chain(0);
+  CK(cudaDeviceSynchronize());
+  check("stream");
+  poison(y2);
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaGraph_t gr = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  std::string err;
+  try {
+    chain(st);
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  const cudaError_t ce = cudaStreamEndCapture(st, &gr);
+  const bool captured = err.empty() && ce == cudaSuccess && cudaGraphInstantiate(&ge, gr, 0) == cudaSuccess;
+  if (captured) {
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaStreamSynchronize(st));
+  }
+  cudaGetLastError();
+  if (ge) cudaGraphExecDestroy(ge);
+  if (gr) cudaGraphDestroy(gr);
+  cudaStreamDestroy(st);
+  expect_true(res, captured, "PDL chain not capturable " + err);
+  if (captured) check("graph");
+  if (res.pass) res.detail += "12 PDL links == plain chain (bitwise), stream and graph ";
+  return res;
+}
+
 // Launch plans and CUDA graphs change no bit. gemv_q / gemv_q_v3 on M rows and gemv_q_grouped(_v3) on
 // T = M tokens × 2 of 3 experts: without a plan (queries in the launcher), with the plan, and replayed
 // from a captured graph (with the plan): bitwise equal. A plan made for another shape is rejected.
@@ -1656,12 +1719,13 @@ Result gemv_plan_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, const std::
 
 // Perf (and a sampled check): the weight is rotated among ⌈256 MB / bytes⌉ copies so that every timed
 // launch reads it from HBM (the H200's L2 is 60 MB).
-// ver: 4 = gemv_q (v4, v3 fallback), 3 = gemv_q_v3, 5 = gemv_q_v5 (no plan argument).
+// ver: 4 = gemv_q (v4, v3 fallback), 3 = gemv_q_v3, 5 = gemv_q_v5, 6 = gemv_q_v5_pdl (no plan argument).
 Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int ver, const std::string& name) {
   // (plan: the backend's, made once for the weight's shape)
   auto gemv = [ver](const float* x, int64_t M_, int64_t K_, int64_t ldx_, dc::WeightRef W_, int64_t N_, float* y,
                     int64_t ldy_, cudaStream_t st, const dc::GemvPlan* pl) {
     if (ver == 5) return dc::gemv_q_v5(x, M_, K_, ldx_, W_, N_, y, ldy_, st);
+    if (ver == 6) return dc::gemv_q_v5_pdl(x, M_, K_, ldx_, W_, N_, y, ldy_, st);
     return (ver == 3 ? dc::gemv_q_v3 : dc::gemv_q)(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
   };
   Rng r = rng_for(name);
@@ -2859,6 +2923,20 @@ void register_cases() {
         auto n = nm("gemv_q_v5 invariance M=1..32 %s N=%ld K=%ld", wfmt_name(c.f), c.N, c.K);
         add(n, [=] { return gemv_inv_case(c.f, c.N, c.K, n, dc::gemv_q_v5); });
       }
+      // PDL launches: the same bits as the plain ones (gemv_case compares rows alone, launched with PDL
+      // too, against the f64 reference), and the dependency kept on a chain
+      for (int64_t M : {1, 8}) {
+        auto n = nm("gemv_q_v5_pdl fp8 M=%ld N=%ld K=%ld (shared w13)", M, 2 * I, D);
+        add(n, [=] { return gemv_case(F::FP8_B128, M, 2 * I, D, 0, n, dc::gemv_q_v5_pdl); });
+        n = nm("gemv_q_v5_pdl bf16 M=%ld N=%ld K=%ld (odd N)", M, (int64_t)1001, (int64_t)1032);
+        add(n, [=] { return gemv_case(F::BF16, M, 1001, 1032, 0, n, dc::gemv_q_v5_pdl); });
+      }
+      for (int64_t M : {1, 8}) {
+        auto n = nm("gemv_q_v5_pdl chain fp8 M=%ld x[%ld] -> %ld -> %ld", M, D, ql, (int64_t)520);
+        add(n, [=] { return gemv_pdl_chain_case(F::FP8_B128, M, ql, D, 520, n); });
+        n = nm("gemv_q_v5_pdl chain bf16 M=%ld x[%ld] -> %ld -> %ld", M, (int64_t)2048, (int64_t)4096, (int64_t)4096);
+        add(n, [=] { return gemv_pdl_chain_case(F::BF16, M, 4096, 2048, 4096, n); });
+      }
       add("gemv_q_v5 unsupported (fp4, fp8 K%16!=0, bf16 K%8!=0)", [] {
         Result res;
         DBuf x = dalloc(4 * 2048 * 4, "x"), w = dalloc(64 * 2048 * 2, "w"), sc = dalloc(64 * 64 * 4, "s"),
@@ -2906,6 +2984,10 @@ void register_cases() {
         for (int64_t M : {1, 2, 4, 8}) {
           auto n = nm("gemv_q_v5 perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
           add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 5, n); });
+        }
+        for (int64_t M : {1, 8}) {  // the graph's launches overlap (the next one streams its weights early)
+          auto n = nm("gemv_q_v5_pdl perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
+          add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 6, n); });
         }
       }
       for (int64_t T : {1, 4, 8, 16, 32}) {

@@ -133,6 +133,12 @@ cudaError_t gemv_q_v3(const float* x, int64_t M, int64_t K, int64_t ldx, WeightR
 // v3's in the last bits (other K-slices). Not used by CudaBackend yet.
 cudaError_t gemv_q_v5(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
                       cudaStream_t s);
+// The same kernel launched with programmatic dependent launch (PDL): its blocks may start while the
+// previous kernel in the stream is finishing and stream their weights then; x is read and y written
+// only after that kernel has completed (griddepcontrol.wait). So W must not be written by the kernel
+// launched just before it (weights are constant during decode); x and y may be. Same bits as gemv_q_v5.
+cudaError_t gemv_q_v5_pdl(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
+                          int64_t ldy, cudaStream_t s);
 // The backend takes v3 for M ≤ 8: measured faster than v4 there on the H200 (session 3, run 2: routed
 // w13 T=1 45.7 vs 56.6 µs, the 6-layer b1 step's linears 1.02 vs 1.38 ms); v4 for 9..32 rows.
 // DEEPINFER_CUDA_OFF=gemv_v3 makes it take v4 there too (the comparison inside the model, no rebuild).

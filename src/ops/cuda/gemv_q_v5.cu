@@ -38,7 +38,7 @@ constexpr int G5_WARPS = 16, G5_NT = G5_WARPS * 32;
 constexpr int G5_B = 8;               // chunks a batch (2 rows × 8 = 16 loads of 16 bytes a lane)
 constexpr int G5_ITEMS = 2048;        // split K until tiles · S reaches this (≈ 16 warps × 128 SMs)
 constexpr int G5_MAXS = 16;           // slices a tile (≤ warps a block)
-constexpr int G5_XU = 2;              // x staging: units of 8 k a thread loads before converting
+constexpr int G5_XU = 4;              // x staging: units of 8 k a thread loads before converting
 constexpr int G5_RED = G5_WARPS * 128;  // floats of the slice reduction buffer (a warp's 16×8 fragment)
 constexpr size_t G5_SMEM_MAX = 227 * 1024;  // H100/H200 opt-in limit (the launcher checks the device's)
 
@@ -59,9 +59,11 @@ struct G5Params {
 };
 
 // 16 bytes, read once: not kept in L1; ask L2 for the whole 256-byte span (the warp reads it anyway).
+// Not .nc: with .nc loads ptxas hoisted griddepcontrol.wait above them (nvcc 13.0 SASS: ACQBULK first),
+// which would keep the weight stream from starting before the previous kernel ends.
 __device__ __forceinline__ uint4 ld_w(const uint8_t* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+  asm volatile("ld.global.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
@@ -153,14 +155,20 @@ __global__ void __launch_bounds__(G5_NT, 1) gemv5_kernel(const G5Params p) {
   uint4* xs = g5_smem;                                                             // [M][xs_u4] bf16
   float* red = reinterpret_cast<float*>(g5_smem + (size_t)p.M * p.xs_u4);          // [16 warps][128]
 
+  // Programmatic dependent launch (gemv_q_v5_pdl; no-ops otherwise): let the next PDL launch start
+  // its blocks as SMs free up, and read nothing another kernel may have written (x; y is written
+  // later) before the previous grid has completed. The weights are read before that wait.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   int rnd = blockIdx.x;
   G5Item it = g5_item(p, rnd, warp);
   uint4 wv[G5_B][2];
   uint32_t sc[G5_B / 2];
   g5_load<WF>(p, it, it.c0, g, t, wv, sc);  // in flight while x is staged
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
 
   // x rows → bf16, natural k order, zero past K up to the chunk grid (units of 8 k). Flat over (row,
-  // unit), 4 units a thread a step with all loads first: ~2 L2 round trips for 8 rows of K = 4096.
+  // unit), 4 units a thread a step with all loads first: 2 dependent L2 round trips for 8 rows of
+  // K = 4096 (fp8 then spills 8 bytes here, in the prologue only; none in the main loop).
   {
     const int units = p.nch * (WF == WFmt::BF16 ? 4 : 8), total = p.M * units;
     for (int i0 = tid; i0 < total; i0 += G5_XU * G5_NT) {
@@ -248,8 +256,8 @@ size_t g5_smem_bytes(int rows, int xs_u4) { return (size_t)rows * xs_u4 * 16 + (
 
 }  // namespace
 
-cudaError_t gemv_q_v5(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
-                      cudaStream_t s) {
+static cudaError_t g5_run(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
+                   bool pdl, cudaStream_t s) {
   if (W.fmt != WFmt::BF16 && W.fmt != WFmt::FP8_B128) return cudaErrorNotSupported;
   // 16-byte lanes: a row's bytes must be a multiple of 16 (bf16 K % 8, fp8 K % 16); x read as float4
   if (K <= 0 || (W.fmt == WFmt::BF16 ? K % 8 : K % 16)) return cudaErrorNotSupported;
@@ -281,12 +289,30 @@ cudaError_t gemv_q_v5(const float* x, int64_t M, int64_t K, int64_t ldx, WeightR
   for (int64_t m0 = 0; m0 < M; m0 += rows) {
     p.x = x + m0 * ldx, p.y = y + m0 * ldy;
     p.M = (int)std::min<int64_t>(rows, M - m0);
-    const size_t smem = g5_smem_bytes(p.M, xs_u4);
-    if (W.fmt == WFmt::BF16) gemv5_kernel<WFmt::BF16><<<grid, G5_NT, smem, s>>>(p);
-    else gemv5_kernel<WFmt::FP8_B128><<<grid, G5_NT, smem, s>>>(p);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid, 1, 1);
+    cfg.blockDim = dim3(G5_NT, 1, 1);
+    cfg.dynamicSmemBytes = g5_smem_bytes(p.M, xs_u4);
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    e = W.fmt == WFmt::BF16 ? cudaLaunchKernelEx(&cfg, gemv5_kernel<WFmt::BF16>, p)
+                            : cudaLaunchKernelEx(&cfg, gemv5_kernel<WFmt::FP8_B128>, p);
+    if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
+}
+
+cudaError_t gemv_q_v5(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
+                      cudaStream_t s) {
+  return g5_run(x, M, K, ldx, W, N, y, ldy, false, s);
+}
+cudaError_t gemv_q_v5_pdl(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
+                          int64_t ldy, cudaStream_t s) {
+  return g5_run(x, M, K, ldx, W, N, y, ldy, true, s);
 }
 
 namespace detail {
