@@ -1395,7 +1395,7 @@ HostQ make_hostq(Rng& r, dc::WFmt fmt, int64_t N, int64_t K, int variant) {
     q.w.resize(N * K * 2);
     memcpy(q.w.data(), b.data(), q.w.size());
   } else if (fmt == dc::WFmt::FP8_B128) {
-    q.ldws = ((K / 128 + 3) / 4) * 4;
+    q.ldws = (((K + 127) / 128 + 3) / 4) * 4;  // (a partial last scale block: gemv_q_v5's K % 128 != 0)
     q.w.resize(N * K);
     for (auto& b : q.w) b = variant == 1 ? (uint8_t)(r.next() & 0x87) : rand_e4m3(r);
     std::vector<float> sc(((N + 127) / 128) * q.ldws, 0.0f);
@@ -1454,9 +1454,18 @@ DevQ upload_q(const HostQ& q) {
   return d;
 }
 
+// The dense launcher a case runs: gemv_q (v4 / v3 by shape) or gemv_q_v5.
+using DenseGemv = cudaError_t (*)(const float*, int64_t, int64_t, int64_t, dc::WeightRef, int64_t, float*, int64_t,
+                                  cudaStream_t);
+cudaError_t gemv_q_noplan(const float* x, int64_t M, int64_t K, int64_t ldx, dc::WeightRef W, int64_t N, float* y,
+                          int64_t ldy, cudaStream_t s) {
+  return dc::gemv_q(x, M, K, ldx, W, N, y, ldy, s);
+}
+
 // Dense: NMSE against the f64 reference, the padding of y untouched, and batch invariance: every row
 // of the M-row launch is bitwise the same as that row launched alone (M = 1).
-Result gemv_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int variant, const std::string& name) {
+Result gemv_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int variant, const std::string& name,
+                 DenseGemv gemv = gemv_q_noplan) {
   Rng r = rng_for(name);
   Result res;
   const HostQ q = make_hostq(r, fmt, N, K, variant);
@@ -1467,7 +1476,7 @@ Result gemv_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int variant, con
   DevQ dq = upload_q(q);
   DBuf dx = dup(x, "x"), dy = dalloc(M * ldy * 4, "y"), dy1 = dalloc(ldy * 4, "y_alone");
   poison(dy);
-  CK(dc::gemv_q(dx.as<float>(), M, K, ldx, dq.ref(), N, dy.as<float>(), ldy, 0));
+  CK(gemv(dx.as<float>(), M, K, ldx, dq.ref(), N, dy.as<float>(), ldy, 0));
   auto yg = down<float>(dy, M * ldy);
   // the f64 reference on every output row, or on 256 rows spread over N (both ends included) when the
   // shape is large; batch invariance and the padding are checked on all of them
@@ -1491,7 +1500,7 @@ Result gemv_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int variant, con
       pad_ok &= u == 0xFFFFFFFFu;
     }
     poison(dy1);
-    CK(dc::gemv_q(dx.as<float>() + m * ldx, 1, K, ldx, dq.ref(), N, dy1.as<float>(), ldy, 0));
+    CK(gemv(dx.as<float>() + m * ldx, 1, K, ldx, dq.ref(), N, dy1.as<float>(), ldy, 0));
     auto y1 = down<float>(dy1, N);
     inv_ok &= rows_bitwise_equal(y1.data(), yg.data() + m * ldy, N);
   }
@@ -1505,7 +1514,7 @@ Result gemv_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int variant, con
 // Batch invariance over M = 1..32: one M = 32 launch, then every window x[s .. s + M) (s = 0 and
 // s = 32 − M) launched as an M-row batch; each row bitwise equal to the same row of the M = 32 launch.
 // (Crosses the v4 column-group counts 1..4 and the x staging sizes 1..32 rows.)
-Result gemv_inv_case(dc::WFmt fmt, int64_t N, int64_t K, const std::string& name) {
+Result gemv_inv_case(dc::WFmt fmt, int64_t N, int64_t K, const std::string& name, DenseGemv gemv = gemv_q_noplan) {
   Rng r = rng_for(name);
   Result res;
   const int64_t MM = 32;
@@ -1515,7 +1524,7 @@ Result gemv_inv_case(dc::WFmt fmt, int64_t N, int64_t K, const std::string& name
   DevQ dq = upload_q(q);
   DBuf dx = dup(x, "x"), dy = dalloc(MM * ldy * 4, "y32"), dyw = dalloc(MM * ldy * 4, "y_window");
   poison(dy);
-  CK(dc::gemv_q(dx.as<float>(), MM, K, ldx, dq.ref(), N, dy.as<float>(), ldy, 0));
+  CK(gemv(dx.as<float>(), MM, K, ldx, dq.ref(), N, dy.as<float>(), ldy, 0));
   auto y32 = down<float>(dy, MM * ldy);
   bool finite = true;
   for (int64_t m = 0; m < MM; ++m)
@@ -1525,7 +1534,7 @@ Result gemv_inv_case(dc::WFmt fmt, int64_t N, int64_t K, const std::string& name
   for (int64_t M = 1; M <= MM; ++M)
     for (int64_t s0 : {(int64_t)0, MM - M}) {
       poison(dyw);
-      CK(dc::gemv_q(dx.as<float>() + s0 * ldx, M, K, ldx, dq.ref(), N, dyw.as<float>(), ldy, 0));
+      CK(gemv(dx.as<float>() + s0 * ldx, M, K, ldx, dq.ref(), N, dyw.as<float>(), ldy, 0));
       auto yw = down<float>(dyw, M * ldy);
       for (int64_t m = 0; m < M; ++m) bad += !rows_bitwise_equal(yw.data() + m * ldy, y32.data() + (s0 + m) * ldy, N);
     }
@@ -1541,6 +1550,69 @@ Result gemv_inv_case(dc::WFmt fmt, int64_t N, int64_t K, const std::string& name
     for (size_t i = 0; i < rows.size(); ++i) yc.push_back(y32[m * ldy + rows[i]]), yr.push_back((float)yd[i]);
   }
   expect_nmse(res, "y(32 rows)", yc, yr, 1e-6);
+  return res;
+}
+
+// gemv_q_v5_pdl (programmatic dependent launch) on a chain y1 = x·W1ᵀ, y2 = y1·W2ᵀ, 12 times back to back
+// with y1 poisoned (memset NaN) before each link: every y2 bitwise equal to the plain launches' (a B
+// that read y1 before A had finished would see NaN), in a stream and replayed from a CUDA graph.
+Result gemv_pdl_chain_case(dc::WFmt fmt, int64_t M, int64_t N1, int64_t K, int64_t N2, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const HostQ q1 = make_hostq(r, fmt, N1, K, 0), q2 = make_hostq(r, fmt, N2, N1, 0);
+  std::vector<float> x = randn(r, M * K);
+  DevQ d1 = upload_q(q1), d2 = upload_q(q2);
+  const int reps = 12;
+  DBuf dx = dup(x, "x"), y1 = dalloc(M * N1 * 4, "y1"), yref = dalloc(M * N2 * 4, "y2_ref"),
+       y2 = dalloc(reps * M * N2 * 4, "y2_reps");
+  CK(dc::gemv_q_v5(dx.as<float>(), M, K, K, d1.ref(), N1, y1.as<float>(), N1, 0));
+  CK(dc::gemv_q_v5(y1.as<float>(), M, N1, N1, d2.ref(), N2, yref.as<float>(), N2, 0));
+  auto want = down<float>(yref, M * N2);
+  bool finite = true;
+  for (float f : want) finite &= std::isfinite(f);
+  expect_true(res, finite, "plain chain not finite");
+  auto chain = [&](cudaStream_t st) {
+    for (int i = 0; i < reps; ++i) {
+      CK(cudaMemsetAsync(y1.p(), 0xFF, M * N1 * 4, st));
+      CK(dc::gemv_q_v5_pdl(dx.as<float>(), M, K, K, d1.ref(), N1, y1.as<float>(), N1, st));
+      CK(dc::gemv_q_v5_pdl(y1.as<float>(), M, N1, N1, d2.ref(), N2, y2.as<float>() + i * M * N2, N2, st));
+    }
+  };
+  auto check = [&](const char* what) {
+    auto got = down<float>(y2, reps * M * N2);
+    int bad = 0;
+    for (int i = 0; i < reps; ++i) bad += !rows_bitwise_equal(got.data() + i * M * N2, want.data(), M * N2);
+    expect_true(res, bad == 0, std::string(what) + ": " + std::to_string(bad) + " of 12 links differ from the plain chain");
+  };
+  poison(y2);
+  chain(0);
+  CK(cudaDeviceSynchronize());
+  check("stream");
+  poison(y2);
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaGraph_t gr = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  std::string err;
+  try {
+    chain(st);
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  const cudaError_t ce = cudaStreamEndCapture(st, &gr);
+  const bool captured = err.empty() && ce == cudaSuccess && cudaGraphInstantiate(&ge, gr, 0) == cudaSuccess;
+  if (captured) {
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaStreamSynchronize(st));
+  }
+  cudaGetLastError();
+  if (ge) cudaGraphExecDestroy(ge);
+  if (gr) cudaGraphDestroy(gr);
+  cudaStreamDestroy(st);
+  expect_true(res, captured, "PDL chain not capturable " + err);
+  if (captured) check("graph");
+  if (res.pass) res.detail += "12 PDL links == plain chain (bitwise), stream and graph ";
   return res;
 }
 
@@ -1650,8 +1722,15 @@ Result gemv_plan_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, const std::
 
 // Perf (and a sampled check): the weight is rotated among ⌈256 MB / bytes⌉ copies so that every timed
 // launch reads it from HBM (the H200's L2 is 60 MB).
-Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, bool v3, const std::string& name) {
-  auto gemv = v3 ? dc::gemv_q_v3 : dc::gemv_q;  // (plan: the backend's, made once for the weight's shape)
+// ver: 4 = gemv_q (v4, v3 fallback), 3 = gemv_q_v3, 5 = gemv_q_v5, 6 = gemv_q_v5_pdl (no plan argument).
+Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int ver, const std::string& name) {
+  // (plan: the backend's, made once for the weight's shape)
+  auto gemv = [ver](const float* x, int64_t M_, int64_t K_, int64_t ldx_, dc::WeightRef W_, int64_t N_, float* y,
+                    int64_t ldy_, cudaStream_t st, const dc::GemvPlan* pl) {
+    if (ver == 5) return dc::gemv_q_v5(x, M_, K_, ldx_, W_, N_, y, ldy_, st);
+    if (ver == 6) return dc::gemv_q_v5_pdl(x, M_, K_, ldx_, W_, N_, y, ldy_, st);
+    return (ver == 3 ? dc::gemv_q_v3 : dc::gemv_q)(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
+  };
   Rng r = rng_for(name);
   Result res;
   const int64_t ldws = fmt == dc::WFmt::FP8_B128 ? ((K / 128 + 3) / 4) * 4 : 0;
@@ -2808,6 +2887,83 @@ void register_cases() {
       auto n = nm("gemv_q_grouped %s T=%ld topk=%d E=%d N=%ld K=%ld %s", wfmt_name(c.f), c.T, c.topk, c.E, c.N, c.K, c.what);
       add(n, [=] { return gemv_grouped_case(c.f, c.T, c.topk, c.E, c.N, c.K, c.per_slot, c.swiglu, n); });
     }
+    // gemv_q_v5 (decode GEMV v5, bf16 / fp8 only): the same checks as gemv_q (f64 reference, padding,
+    // every row alone bitwise), small and V4-Flash shapes at M = 1..8 (13: launches of 8; K = 16384:
+    // launches of 4 rows, x of 8 would not fit shared memory), K % 128 != 0 for fp8 (partial last scale
+    // block), odd N, slice counts S = 1 (wq_b), 8 (w13, w2, wo_b), 16 (wkv, wq_a).
+    {
+      std::vector<GQ> g5 = {{F::BF16, 3, 520, 1032, 0, " (K%32!=0: partial chunk)"},
+                            {F::BF16, 13, 97, 256, 0, " (odd N, M>8)"},
+                            {F::BF16, 8, 264, 16384, 0, " (long K: launches of 4)"},
+                            {F::FP8_B128, 3, 97, 1104, 0, " (odd N, K%128!=0: partial scale block)"},
+                            {F::FP8_B128, 8, 1001, 1040, 0, " (odd N, K%128!=0, K%64!=0)"},
+                            {F::FP8_B128, 5, 44, 128, 0, " (tiny)"},
+                            {F::FP8_B128, 2, 264, 512, 1, " subnormal e4m3 (exact dequant)"},
+                            {F::FP8_B128, 7, 136, 256, 2, " scales 2^8..2^10 (two-step scale)"},
+                            {F::FP8_B128, 8, 264, 16384, 0, " (long K: launches of 4)"},
+                            {F::FP8_B128, 13, 1000, 4096, 0, " (M>8: launches of 8)"}};
+      for (int64_t M : {1, 2, 3, 5, 8}) {
+        g5.push_back({F::BF16, M, 1001, 4096, 0, " (odd N)"});
+        g5.push_back({F::FP8_B128, M, 1001, 4096, 0, " (odd N)"});
+        g5.push_back({F::FP8_B128, M, ql, D, 0, " (wq_a)"});
+      }
+      for (int64_t M : {1, 8}) {
+        g5.push_back({F::FP8_B128, M, d, D, 0, " (wkv)"});
+        g5.push_back({F::FP8_B128, M, H * d, ql, 0, " (wq_b)"});
+        g5.push_back({F::FP8_B128, M, D, G * ol, 0, " (wo_b)"});
+        g5.push_back({F::FP8_B128, M, 2 * I, D, 0, " (shared w13)"});
+        g5.push_back({F::FP8_B128, M, D, I, 0, " (shared w2)"});
+        g5.push_back({F::BF16, M, 2 * d, D, 0, " (compressor)"});
+        g5.push_back({F::BF16, M, 4095, 4096, 0, " (odd N)"});
+      }
+      for (auto c : g5) {
+        auto n = nm("gemv_q_v5 %s M=%ld N=%ld K=%ld%s", wfmt_name(c.f), c.M, c.N, c.K, c.what);
+        add(n, [=] { return gemv_case(c.f, c.M, c.N, c.K, c.variant, n, dc::gemv_q_v5); });
+      }
+      const GI g5i[] = {{F::BF16, 1000, 4096}, {F::BF16, 97, 16384}, {F::FP8_B128, 1000, 4096},
+                        {F::FP8_B128, 4096, 2048}, {F::FP8_B128, 512, 4096}, {F::FP8_B128, 264, 16384}};
+      for (auto c : g5i) {
+        auto n = nm("gemv_q_v5 invariance M=1..32 %s N=%ld K=%ld", wfmt_name(c.f), c.N, c.K);
+        add(n, [=] { return gemv_inv_case(c.f, c.N, c.K, n, dc::gemv_q_v5); });
+      }
+      // PDL launches: the same bits as the plain ones (gemv_case compares rows alone, launched with PDL
+      // too, against the f64 reference), and the dependency kept on a chain
+      for (int64_t M : {1, 8}) {
+        auto n = nm("gemv_q_v5_pdl fp8 M=%ld N=%ld K=%ld (shared w13)", M, 2 * I, D);
+        add(n, [=] { return gemv_case(F::FP8_B128, M, 2 * I, D, 0, n, dc::gemv_q_v5_pdl); });
+        n = nm("gemv_q_v5_pdl bf16 M=%ld N=%ld K=%ld (odd N)", M, (int64_t)1001, (int64_t)1032);
+        add(n, [=] { return gemv_case(F::BF16, M, 1001, 1032, 0, n, dc::gemv_q_v5_pdl); });
+      }
+      for (int64_t M : {1, 8}) {
+        auto n = nm("gemv_q_v5_pdl chain fp8 M=%ld x[%ld] -> %ld -> %ld", M, D, ql, (int64_t)520);
+        add(n, [=] { return gemv_pdl_chain_case(F::FP8_B128, M, ql, D, 520, n); });
+        n = nm("gemv_q_v5_pdl chain bf16 M=%ld x[%ld] -> %ld -> %ld", M, (int64_t)2048, (int64_t)4096, (int64_t)4096);
+        add(n, [=] { return gemv_pdl_chain_case(F::BF16, M, 4096, 2048, 4096, n); });
+      }
+      add("gemv_q_v5 unsupported (fp4, fp8 K%16!=0, bf16 K%8!=0)", [] {
+        Result res;
+        DBuf x = dalloc(4 * 2048 * 4, "x"), w = dalloc(64 * 2048 * 2, "w"), sc = dalloc(64 * 64 * 4, "s"),
+             y = dalloc(4 * 64 * 4, "y");
+        poison(y);
+        auto call = [&](dc::WFmt f, int64_t K) {
+          return dc::gemv_q_v5(x.as<float>(), 4, K, 2048, dc::WeightRef{f, w.p(), sc.p(), 64}, 64, y.as<float>(), 64, 0);
+        };
+        expect_true(res, call(F::FP4_B32, 1024) == cudaErrorNotSupported, "fp4 not refused");
+        expect_true(res, call(F::FP8_B128, 1000) == cudaErrorNotSupported, "fp8 K=1000 not refused");
+        expect_true(res, call(F::BF16, 1004) == cudaErrorNotSupported, "bf16 K=1004 not refused");
+        cudaGetLastError();
+        auto yv = down<float>(y, 4 * 64);
+        bool untouched = true;
+        for (float f : yv) {
+          uint32_t u;
+          memcpy(&u, &f, 4);
+          untouched &= u == 0xFFFFFFFFu;
+        }
+        expect_true(res, untouched, "y written by a refused call");
+        if (res.pass) res.detail += "refused with cudaErrorNotSupported, nothing launched ";
+        return res;
+      });
+    }
     if (g_perf) {
       struct GP { F f; int64_t N, K; const char* what; };
       const GP gp[] = {{F::FP8_B128, ql, D, "wq_a"}, {F::FP8_B128, H * d, ql, "wq_b"}, {F::FP8_B128, d, D, "wkv"},
@@ -2821,11 +2977,20 @@ void register_cases() {
       for (auto c : gp) {
         for (int64_t M : {1, 4, 8, 16, 32}) {
           auto n = nm("gemv_q perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
-          add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, false, n); });
+          add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 4, n); });
         }
         for (int64_t M : {1, 8}) {
           auto n = nm("gemv_q_v3 perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
-          add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, true, n); });
+          add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 3, n); });
+        }
+        if (c.f == F::FP4_B32) continue;  // v5: bf16 and fp8 only
+        for (int64_t M : {1, 2, 4, 8}) {
+          auto n = nm("gemv_q_v5 perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
+          add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 5, n); });
+        }
+        for (int64_t M : {1, 8}) {  // the graph's launches overlap (the next one streams its weights early)
+          auto n = nm("gemv_q_v5_pdl perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
+          add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 6, n); });
         }
       }
       for (int64_t T : {1, 4, 8, 16, 32}) {

@@ -124,6 +124,21 @@ int gemv_q_rows(WeightRef W, int64_t K);
 // GEMV v3 (launches of 8 rows, short-lived blocks), same contract: kept for the op test's side by side.
 cudaError_t gemv_q_v3(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
                       int64_t ldy, cudaStream_t s, const GemvPlan* plan = nullptr);
+// GEMV v5 (gemv_q_v5.cu; docs/cuda-notes.md "GEMV v5"): the same product for BF16 and FP8_B128 weights,
+// built for decode latency (no clusters, all of a warp's weight loads in flight before use, one block
+// an SM). Contract as gemv_q but: any M (launches of ≤ 8 rows), K % 8 (BF16) / K % 16 (FP8, the last
+// 128-k scale block may be partial; ldws ≥ ceil(K/128)), K ≤ ~13000 for 8 rows a launch (longer K runs
+// fewer rows a launch; cudaErrorNotSupported past one row's shared memory), any N; FP4_B32 and other K:
+// cudaErrorNotSupported. Batch invariant (the schedule depends only on fmt, N, K); results differ from
+// v3's in the last bits (other K-slices). Not used by CudaBackend yet.
+cudaError_t gemv_q_v5(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
+                      cudaStream_t s);
+// The same kernel launched with programmatic dependent launch (PDL): its blocks may start while the
+// previous kernel in the stream is finishing and stream their weights then; x is read and y written
+// only after that kernel has completed (griddepcontrol.wait). So W must not be written by the kernel
+// launched just before it (weights are constant during decode); x and y may be. Same bits as gemv_q_v5.
+cudaError_t gemv_q_v5_pdl(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
+                          int64_t ldy, cudaStream_t s);
 // The backend takes v3 for M ≤ 8: measured faster than v4 there on the H200 (session 3, run 2: routed
 // w13 T=1 45.7 vs 56.6 µs, the 6-layer b1 step's linears 1.02 vs 1.38 ms); v4 for 9..32 rows.
 // DEEPINFER_CUDA_OFF=gemv_v3 makes it take v4 there too (the comparison inside the model, no rebuild).
