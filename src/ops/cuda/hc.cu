@@ -436,7 +436,7 @@ constexpr int F_NT = 256, F_BR = 16;  // finish kernel: 256 threads, 16 rows a b
 constexpr int64_t kGemmMinRows = 1024;  // hc_pre uses the prefill path from here on (measured choice)
 
 template <int HC, int BM, int G>
-__global__ void __launch_bounds__(G * BM) hc_gemm_kernel(const float* __restrict__ X, int64_t M, int64_t D,
+__global__ void __launch_bounds__(G * BM, 1) hc_gemm_kernel(const float* __restrict__ X, int64_t M, int64_t D,
                                                            const float* __restrict__ fn, int L,
                                                            float* __restrict__ tot_out) {
   constexpr int MIX = HcDims<HC, false>::MIX, NV = HcDims<HC, false>::NV;
