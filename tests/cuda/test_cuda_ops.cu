@@ -700,17 +700,25 @@ void hc_invariance(Result& res, const HcIn& in, int64_t M, int hc, int64_t D, in
   if (ok) res.detail += "rows alone/in 8 == in batch (bitwise) ";
 }
 
-Result hc_pre_case(int64_t M, int hc, int64_t D, int iters, const std::string& name, bool invariance = false) {
+// path: what hc_pre runs by default (prefill "hc_gemm" path from M ≥ 1024), or the prefill path forced
+// for any M (dc::hc_pre_gemm; its invariance check compares against the v3 kernels at 1 and 8 rows).
+enum class HcPath { Default, Gemm };
+Result hc_pre_case(int64_t M, int hc, int64_t D, int iters, const std::string& name, bool invariance = false,
+                   HcPath path = HcPath::Default) {
   Rng r = rng_for(name);
   Result res;
   const int mix = (2 + hc) * hc;
   HcIn in = hc_inputs(r, M, hc, D, false);
   DBuf du = dalloc(M * D * 4, "u"), dp = dalloc(M * hc * 4, "post"), dcm = dalloc(M * hc * hc * 4, "comb");
   poison(du), poison(dp), poison(dcm);
-  auto launch = [&] {
+  auto launch_with = [&](bool gemm, bool force) {  // force: the prefill path whatever M
+    if (force)
+      return dc::hc_pre_gemm(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(),
+                             iters, 1e-6f, 1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(), 0);
     return dc::hc_pre(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(), iters,
-                      1e-6f, 1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(), 0);
+                      1e-6f, 1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(), 0, gemm);
   };
+  auto launch = [&] { return launch_with(true, path == HcPath::Gemm); };
   CK(launch());
   auto u = down<float>(du, M * D), p = down<float>(dp, M * hc), cm = down<float>(dcm, M * hc * hc);
   std::vector<float> ur(M * D), pr(M * hc), cr(M * hc * hc);
@@ -724,6 +732,12 @@ Result hc_pre_case(int64_t M, int hc, int64_t D, int iters, const std::string& n
     res.us = time_us([&] { launch(); });
     res.bytes = M * hc * D * 4.0 + mix * hc * D * 4.0 + M * D * 4.0;
     res.flops = 2.0 * M * hc * D * (mix + 1) + 2.0 * M * hc * D;
+    if (M >= 256) {  // both paths on the same inputs: v3 (DEEPINFER_CUDA_OFF=hc_gemm) and the prefill path
+      char buf[96];
+      snprintf(buf, sizeof buf, "v3(hc_gemm off) %.1f us, hc_gemm(forced) %.1f us ",
+               time_us([&] { launch_with(false, false); }), time_us([&] { launch_with(true, true); }));
+      res.detail += buf;
+    }
   }
   return res;
 }
@@ -2604,6 +2618,24 @@ void register_cases() {
   add("hc_pre M=40 hc=4 D=100 it=20 (S*NV == D)", [] { return hc_pre_case(40, 4, 100, 20, "hc5", true); });
   add("hc_pre M=5 hc=4 D=20 it=20 (D < NV: v1 kernel)", [] { return hc_pre_case(5, 4, 20, 20, "hc6"); });
   add("hc_pre M=33 hc=8 D=4096 it=20 (hc=8, serial Sinkhorn)", [] { return hc_pre_case(33, 8, 4096, 20, "hc7", true); });
+  // prefill path (hc_gemm): forced at small M and odd shapes, by default from M = 1024 on; the invariance
+  // checks compare its rows with the v3 kernels' (1 and 8 rows) bitwise
+  add("hc_pre_gemm M=300 hc=4 D=4096 it=20 (forced, + batch invariance)",
+      [] { return hc_pre_case(300, 4, 4096, 20, "hg1", true, HcPath::Gemm); });
+  add("hc_pre_gemm M=1024 hc=4 D=4096 it=20 (default path, + batch invariance)",
+      [] { return hc_pre_case(1024, 4, 4096, 20, "hg2", true); });
+  add("hc_pre_gemm M=4096 hc=4 D=4096 it=20 (default path, + batch invariance)",
+      [] { return hc_pre_case(4096, 4, 4096, 20, "hg3", true); });
+  add("hc_pre_gemm M=2100 hc=4 D=4096 it=20 (BM=16 tiles, + batch invariance)",
+      [] { return hc_pre_case(2100, 4, 4096, 20, "hg4", true); });
+  add("hc_pre_gemm M=301 hc=3 D=1000 it=20 (forced, partial chunk/slice, + batch invariance)",
+      [] { return hc_pre_case(301, 3, 1000, 20, "hg5", true, HcPath::Gemm); });
+  add("hc_pre_gemm M=40 hc=4 D=100 it=20 (forced, S*NV == D, + batch invariance)",
+      [] { return hc_pre_case(40, 4, 100, 20, "hg6", true, HcPath::Gemm); });
+  add("hc_pre_gemm M=7 hc=2 D=64 it=3 (forced, tiny, + batch invariance)",
+      [] { return hc_pre_case(7, 2, 64, 3, "hg7", true, HcPath::Gemm); });
+  add("hc_pre_gemm M=9 hc=1 D=256 it=1 (forced, hc=1, + batch invariance)",
+      [] { return hc_pre_case(9, 1, 256, 1, "hg8", true, HcPath::Gemm); });
   add("hc_post M=64 hc=4 D=4096", [] { return hc_post_case(64, 4, 4096, "hp1"); });
   add("hc_post M=1024 hc=4 D=4096", [] { return hc_post_case(1024, 4, 4096, "hp2"); });
   add("hc_head M=64 hc=4 D=4096 (+ batch invariance)", [] { return hc_head_case(64, 4, 4096, "hh1", true); });

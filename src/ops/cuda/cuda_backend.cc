@@ -723,7 +723,9 @@ void CudaBackend::hc_pre(const float* X, int64_t M, int hc, int64_t D, const flo
                          float* comb) {
   HostTimer ht_(impl_.get(), Impl::kOp);
   if (impl_->replaying()) return;
-  check(cuda::hc_pre(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, impl_->stream), "hc_pre");
+  // DEEPINFER_CUDA_OFF=hc_gemm: the v3 kernels for prefill too (hc.cu)
+  check(cuda::hc_pre(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, impl_->stream,
+                     !impl_->off("hc_gemm")), "hc_pre");
 }
 void CudaBackend::hc_mix(const float* X, int64_t M, int hc, int64_t D, const float* w, const float* fn,
                          const float* base, const float* scale, int iters, float hc_eps, float norm_eps, float* u,

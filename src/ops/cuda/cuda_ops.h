@@ -183,9 +183,15 @@ cudaError_t compress_pool(const float* kv, const float* gate, int64_t W, int S, 
 // X[M, hc, D]; fn[(2+hc)·hc, hc·D]; base[(2+hc)·hc]; scale[3] → u[M, D], post[M, hc], comb[M, hc, hc].
 // hc ∈ {1, 2, 3, 4, 8}, D % 4 == 0. u[M, D] doubles as the kernels' scratch (per-row partial sums): it
 // must not overlap X, fn, base or scale. Two launches (the second with programmatic dependent launch).
+// gemm: hc ≤ 4 with M ≥ 1024 takes the prefill path (whole rows a block, fn staged once per 8–32 rows);
+// same sums in the same order, so results are bitwise those of the v3 kernels. false: v3 for every M.
 cudaError_t hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                    const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
-                   float* comb, cudaStream_t s);
+                   float* comb, cudaStream_t s, bool gemm = true);
+// hc_pre's prefill path for any M (tests; falls back like hc_pre where hc > 4 or the shape has no v3).
+cudaError_t hc_pre_gemm(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                        const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
+                        float* comb, cudaStream_t s);
 // out[M, hc, D]: out[m, k] = post[m, k]·y[m] + Σ_j comb[m, j, k]·X[m, j]. y[M, D]. D % 4 == 0.
 cudaError_t hc_post(const float* X, const float* y, const float* post, const float* comb, int64_t M, int hc,
                     int64_t D, float* out, cudaStream_t s);

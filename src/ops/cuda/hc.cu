@@ -3,6 +3,7 @@
 // CPU twin. hc_pre / hc_head: one block handles R rows so the fn matrix (24 × 16384 f32 = 1.5 MiB for
 // V4-Flash) is read from L2 once per R rows instead of once per row.
 #include <algorithm>
+#include <type_traits>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
@@ -271,6 +272,43 @@ __global__ void __launch_bounds__(A_NT) hc_partials_kernel(const float* __restri
 }
 
 __device__ __forceinline__ float hc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+// Per-row coefficient math shared by kernel B and the prefill finish kernel: one definition, so a row's
+// bits do not depend on which of them ran it (batch invariance).
+__device__ __forceinline__ float hc_rr(float sumsq, int64_t K, float norm_eps) {
+  return (float)(1.0 / sqrt((double)sumsq / (double)K + (double)norm_eps));
+}
+__device__ __forceinline__ float hc_logit(float mu, float rr, float sc, float b) { return mu * rr * sc + b; }
+// Sinkhorn on HC·HC lanes of a warp: lane gb + j·HC + k holds C[j][k] (logit in, comb out); sums in the
+// CPU twin's order (k, resp. j, increasing). Every lane of the warp must call it (full-mask shuffles).
+template <int HC>
+__device__ __forceinline__ float hc_sinkhorn_lanes(float c, int gb, int j, int k, int iters, float hc_eps) {
+  float mx = -INFINITY;
+#pragma unroll
+  for (int q = 0; q < HC; ++q) mx = fmaxf(mx, __shfl_sync(0xffffffffu, c, gb + j * HC + q));
+  c = expf(c - mx);
+  float sum = 0.0f;
+#pragma unroll
+  for (int q = 0; q < HC; ++q) sum += __shfl_sync(0xffffffffu, c, gb + j * HC + q);
+  c = c / sum + hc_eps;
+  auto col_norm = [&] {
+    float cs = 0.0f;
+#pragma unroll
+    for (int q = 0; q < HC; ++q) cs += __shfl_sync(0xffffffffu, c, gb + q * HC + k);
+    c = c / (cs + hc_eps);
+  };
+  auto row_norm = [&] {
+    float rs = 0.0f;
+#pragma unroll
+    for (int q = 0; q < HC; ++q) rs += __shfl_sync(0xffffffffu, c, gb + j * HC + q);
+    c = c / (rs + hc_eps);
+  };
+  col_norm();
+  for (int it = 1; it < iters; ++it) {
+    row_norm();
+    col_norm();
+  }
+  return c;
+}
 
 // Kernel B: one block per row. X is loaded before the wait on A (it does not depend on A).
 template <int HC, bool HEAD>
@@ -304,8 +342,8 @@ __global__ void __launch_bounds__(B_NT) hc_finish_kernel(const float* __restrict
   }
   __syncthreads();
   if (t < HC) {
-    const float rr = (float)(1.0 / sqrt((double)mu_s[MIX] / (double)K + (double)norm_eps));
-    pre_s[t] = hc_sigmoid(mu_s[t] * rr * scale[0] + base[t]) + hc_eps;
+    const float rr = hc_rr(mu_s[MIX], K, norm_eps);
+    pre_s[t] = hc_sigmoid(hc_logit(mu_s[t], rr, scale[0], base[t])) + hc_eps;
     if (t == 0) rr_s = rr;
   }
   __syncthreads();
@@ -332,37 +370,13 @@ __global__ void __launch_bounds__(B_NT) hc_finish_kernel(const float* __restrict
     if (t >= 32) return;
     const float rr = rr_s;
     const int lane = t;
-    if (lane < HC) post[m * HC + lane] = 2.0f * hc_sigmoid(mu_s[HC + lane] * rr * scale[1] + base[HC + lane]);
+    if (lane < HC) post[m * HC + lane] = 2.0f * hc_sigmoid(hc_logit(mu_s[HC + lane], rr, scale[1], base[HC + lane]));
     if constexpr (HC * HC <= 32) {
       // lane l = j·HC + k holds C[j][k]; sums in the CPU twin's order (k, resp. j, increasing)
       const bool act = lane < HC * HC;
       const int l = act ? lane : 0, j = l / HC, k = l % HC;
-      float c = mu_s[2 * HC + l] * rr * scale[2] + base[2 * HC + l];
-      float mx = -INFINITY;
-#pragma unroll
-      for (int q = 0; q < HC; ++q) mx = fmaxf(mx, __shfl_sync(0xffffffffu, c, j * HC + q));
-      c = expf(c - mx);
-      float sum = 0.0f;
-#pragma unroll
-      for (int q = 0; q < HC; ++q) sum += __shfl_sync(0xffffffffu, c, j * HC + q);
-      c = c / sum + hc_eps;
-      auto col_norm = [&] {
-        float cs = 0.0f;
-#pragma unroll
-        for (int q = 0; q < HC; ++q) cs += __shfl_sync(0xffffffffu, c, q * HC + k);
-        c = c / (cs + hc_eps);
-      };
-      auto row_norm = [&] {
-        float rs = 0.0f;
-#pragma unroll
-        for (int q = 0; q < HC; ++q) rs += __shfl_sync(0xffffffffu, c, j * HC + q);
-        c = c / (rs + hc_eps);
-      };
-      col_norm();
-      for (int it = 1; it < iters; ++it) {
-        row_norm();
-        col_norm();
-      }
+      const float c = hc_sinkhorn_lanes<HC>(hc_logit(mu_s[2 * HC + l], rr, scale[2], base[2 * HC + l]), 0, j, k,
+                                            iters, hc_eps);
       if (act) comb[m * HC * HC + lane] = c;
     } else if (lane == 0) {  // hc > 5: serial (not a V4 shape)
       float C[HC][HC];
@@ -402,6 +416,178 @@ __global__ void __launch_bounds__(B_NT) hc_finish_kernel(const float* __restrict
   }
 }
 
+// ---- hc_pre prefill path ("hc_gemm"): the 25 dot products per row as a blocked pass over X ----------
+// Same chains and the same order as v3 (so a row's bits match its M = 1 launch): for each (row, value)
+// one thread walks all hc·D columns in increasing order, an fmaf chain restarted from 0 at every slice
+// boundary (multiples of L), and adds each finished slice partial to its running total in slice order
+// (v3's kernel B adds the same partials in the same order). A block owns BM rows and all columns, so fn
+// is staged once per BM rows (fn re-read from L2 per block, not per row) and X is streamed once.
+// Thread t: row r = t % BM, value group g = t / BM (G groups of NQ = ⌈NV / G⌉ values; for BM = 32 a
+// warp is a group, so the fn loads are shared-memory broadcasts). A thread's NQ chains each advance by 4
+// dependent FMAs per float4 column (≥ 16 cycles), issuing 5·NQ + 1 instructions: few rows a block
+// (small M) → small NQ, more threads; 32 rows → NQ = 7, one warp per scheduler. The sum of squares is value MIX with "fn row"
+// = the thread's own X row; values past NV point at the X row too and are dropped.
+// Columns go through shared memory in chunks of 32 (L is a multiple of 32, so slice ends are chunk
+// ends), P_ST stages deep with cp.async: (MIX + BM) rows of 32 floats, pitch 36 (8 consecutive rows
+// land in distinct 16-byte bank groups). The NV totals of row m go to u[m, 0 : NV) (scratch, as in v3);
+// the finish kernel turns them into pre/post/comb and overwrites u with the collapse.
+constexpr int P_KT = 32, P_LP = P_KT + 4, P_ST = 8;
+constexpr int F_NT = 256, F_BR = 16;  // finish kernel: 256 threads, 16 rows a block
+constexpr int64_t kGemmMinRows = 1024;  // hc_pre uses the prefill path from here on (measured choice)
+
+template <int HC, int BM, int G>
+__global__ void __launch_bounds__(G * BM, 1) hc_gemm_kernel(const float* __restrict__ X, int64_t M, int64_t D,
+                                                           const float* __restrict__ fn, int L,
+                                                           float* __restrict__ tot_out) {
+  constexpr int MIX = HcDims<HC, false>::MIX, NV = HcDims<HC, false>::NV;
+  constexpr int NQ = (NV + G - 1) / G, NT = G * BM, SROWS = MIX + BM, STAGE = SROWS * P_LP;
+  extern __shared__ float4 hc_smem4[];
+  float* sm = reinterpret_cast<float*>(hc_smem4);  // [P_ST][MIX + BM][P_LP]
+  const int64_t K = (int64_t)HC * D;
+  const int nch = (int)((K + P_KT - 1) / P_KT);
+  const int64_t m0 = (int64_t)blockIdx.x * BM;
+  const int rows = (int)min((int64_t)BM, M - m0);
+  const int t = threadIdx.x, r = t % BM, g = t / BM;
+  auto load = [&](int ch) {
+    if (ch < nch) {
+      float* st = sm + (ch % P_ST) * STAGE;
+      const int64_t c0 = (int64_t)ch * P_KT;
+      const int n4 = (int)min((int64_t)P_KT, K - c0) / 4;
+      for (int idx = t; idx < SROWS * (P_KT / 4); idx += NT) {
+        const int row = idx / (P_KT / 4), c = idx % (P_KT / 4);
+        if (c >= n4) continue;
+        if (row < MIX)
+          cp_async16(st + row * P_LP + 4 * c, fn + (int64_t)row * K + c0 + 4 * c);
+        else if (row - MIX < rows)
+          cp_async16(st + row * P_LP + 4 * c, X + (m0 + row - MIX) * K + c0 + 4 * c);
+      }
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");  // empty groups keep the count uniform
+  };
+  int foff[NQ];  // per value slot: its row in a stage
+#pragma unroll
+  for (int q = 0; q < NQ; ++q) {
+    const int v = g * NQ + q;
+    foff[q] = (v < MIX ? v : MIX + r) * P_LP;
+  }
+  float acc[NQ], tot[NQ];
+#pragma unroll
+  for (int q = 0; q < NQ; ++q) acc[q] = tot[q] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < P_ST - 1; ++i) load(i);
+  for (int ch = 0; ch < nch; ++ch) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(P_ST - 2) : "memory");
+    __syncthreads();        // chunk ch visible to all; stage (ch - 1) % P_ST free again
+    load(ch + P_ST - 1);    // into the stage computed last iteration
+    const float* st = sm + (ch % P_ST) * STAGE;
+    const float* xs = st + (MIX + r) * P_LP;
+    const int64_t cend = min((int64_t)(ch + 1) * P_KT, K);
+    const int n4 = (int)(cend - (int64_t)ch * P_KT) / 4;
+#pragma unroll
+    for (int c = 0; c < P_KT / 4; ++c) {
+      if (c < n4) {
+        const float4 x = *reinterpret_cast<const float4*>(xs + 4 * c);
+#pragma unroll
+        for (int q = 0; q < NQ; ++q) {
+          const float4 f = *reinterpret_cast<const float4*>(st + foff[q] + 4 * c);
+          acc[q] = fmaf(f.x, x.x, acc[q]);
+          acc[q] = fmaf(f.y, x.y, acc[q]);
+          acc[q] = fmaf(f.z, x.z, acc[q]);
+          acc[q] = fmaf(f.w, x.w, acc[q]);
+        }
+      }
+    }
+    if (cend % L == 0 || cend == K) {  // slice end: partial into the running total, in slice order
+#pragma unroll
+      for (int q = 0; q < NQ; ++q) {
+        tot[q] += acc[q];
+        acc[q] = 0.0f;
+      }
+    }
+  }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+  if (r < rows) {
+#pragma unroll
+    for (int q = 0; q < NQ; ++q)
+      if (g * NQ + q < NV) tot_out[(m0 + r) * D + g * NQ + q] = tot[q];
+  }
+}
+
+// Finish: F_BR rows a block. Totals → shared memory (before any u write), rr/pre per row, the collapse
+// u = Σ_j pre_j·X_j over all threads (4 float4 columns a thread in flight), then post and the Sinkhorn
+// on HC·HC lanes a row (2 rows a warp for hc = 3, 4).
+template <int HC>
+__global__ void __launch_bounds__(F_NT) hc_gemm_finish_kernel(const float* __restrict__ X, int64_t M, int64_t D,
+                                                              const float* __restrict__ base,
+                                                              const float* __restrict__ scale, int iters,
+                                                              float hc_eps, float norm_eps, float* __restrict__ u,
+                                                              float* __restrict__ post, float* __restrict__ comb) {
+  constexpr int MIX = HcDims<HC, false>::MIX, NV = HcDims<HC, false>::NV;
+  constexpr int LPR = HC * HC <= 1 ? 1 : HC * HC <= 4 ? 4 : 16, RPW = 32 / LPR;  // Sinkhorn lanes a row
+  static_assert(F_NT / 32 * RPW >= F_BR, "one Sinkhorn pass covers the block's rows");
+  __shared__ float mu_s[F_BR][NV];
+  __shared__ float pre_s[F_BR][HC];
+  __shared__ float rr_s[F_BR];
+  const int64_t m0 = (int64_t)blockIdx.x * F_BR;
+  const int rows = (int)min((int64_t)F_BR, M - m0);
+  const int64_t K = (int64_t)HC * D, D4 = D / 4;
+  const int t = threadIdx.x;
+  for (int i = t; i < rows * NV; i += F_NT) mu_s[i / NV][i % NV] = u[(m0 + i / NV) * D + i % NV];
+  __syncthreads();
+  if (t < rows * HC) {
+    const int r = t / HC, j = t % HC;
+    const float rr = hc_rr(mu_s[r][MIX], K, norm_eps);
+    pre_s[r][j] = hc_sigmoid(hc_logit(mu_s[r][j], rr, scale[0], base[j])) + hc_eps;
+    if (j == 0) rr_s[r] = rr;
+  }
+  __syncthreads();
+  // collapse, same fmaf order as kernel B: o = 0, then j = 0..HC-1
+  constexpr int U = 4;
+  const int64_t n = (int64_t)rows * D4;
+  for (int64_t b = t; b < n; b += (int64_t)F_NT * U) {
+    float4 xv[U][HC];
+#pragma unroll
+    for (int q = 0; q < U; ++q) {
+      const int64_t idx = b + (int64_t)q * F_NT;
+      if (idx < n) {
+        const int64_t r = idx / D4, i4 = idx % D4;
+#pragma unroll
+        for (int j = 0; j < HC; ++j)
+          xv[q][j] = __ldg(reinterpret_cast<const float4*>(X + (m0 + r) * K + (int64_t)j * D) + i4);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < U; ++q) {
+      const int64_t idx = b + (int64_t)q * F_NT;
+      if (idx < n) {
+        const int64_t r = idx / D4, i4 = idx % D4;
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int j = 0; j < HC; ++j) {
+          const float p = pre_s[r][j];
+          o.x = fmaf(p, xv[q][j].x, o.x);
+          o.y = fmaf(p, xv[q][j].y, o.y);
+          o.z = fmaf(p, xv[q][j].z, o.z);
+          o.w = fmaf(p, xv[q][j].w, o.w);
+        }
+        reinterpret_cast<float4*>(u + (m0 + r) * D)[i4] = o;
+      }
+    }
+  }
+  // post and Sinkhorn: row rw = warp·RPW + lane / LPR; all lanes shuffle, only live rows write
+  const int lane = t & 31, rw = (t >> 5) * RPW + lane / LPR, gb = lane / LPR * LPR, l0 = lane % LPR;
+  const bool live = rw < rows;
+  const int rs = live ? rw : 0;
+  const float rr = rr_s[rs];
+  if (live && l0 < HC)
+    post[(m0 + rw) * HC + l0] = 2.0f * hc_sigmoid(hc_logit(mu_s[rs][HC + l0], rr, scale[1], base[HC + l0]));
+  const bool act = l0 < HC * HC;
+  const int l = act ? l0 : 0, j = l / HC, k = l % HC;
+  const float c = hc_sinkhorn_lanes<HC>(hc_logit(mu_s[rs][2 * HC + l], rr, scale[2], base[2 * HC + l]), gb, j, k,
+                                        iters, hc_eps);
+  if (live && act) comb[(m0 + rw) * HC * HC + l] = c;
+}
+
 // Slice length L (floats) from hc and D only: the smallest multiple of 32 (≥ 128) with S·NV ≤ D so the
 // partials fit in the row's u. L = 0: no such L fits (D < NV), the caller uses the v1 kernel.
 int64_t hc_slice_len(int hc, int64_t D, int nv) {
@@ -421,6 +607,11 @@ cudaError_t hc_attrs() {
   if constexpr (HcDims<HC, HEAD>::NV <= 32)
     if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_partials_kernel<HC, HEAD, true>, (size_t)kMaxSmem);
   if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_finish_kernel<HC, HEAD>, (size_t)kMaxSmem);
+  if constexpr (!HEAD && HC <= 4) {
+    if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_gemm_kernel<HC, 8, 9>, (size_t)kMaxSmem);
+    if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_gemm_kernel<HC, 16, 5>, (size_t)kMaxSmem);
+    if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_gemm_kernel<HC, 32, 4>, (size_t)kMaxSmem);
+  }
   return e;
 }
 
@@ -466,10 +657,33 @@ cudaError_t launch_pre_v3(const float* X, int64_t M, int64_t D, int64_t L, const
   return e;
 }
 
+// Prefill path: BM rows a block, BM chosen so the grid covers the SMs (~120+ blocks) while fn is staged
+// as rarely as possible. The mapping changes with M, the chains do not.
+template <int HC>
+cudaError_t launch_pre_gemm(const float* X, int64_t M, int64_t D, int64_t L, const float* fn, const float* base,
+                            const float* scale, int iters, float hc_eps, float norm_eps, float* u, float* post,
+                            float* comb, cudaStream_t s) {
+  constexpr int MIX = HcDims<HC, false>::MIX;
+  auto go = [&](auto bm, auto g) {
+    constexpr int BM = decltype(bm)::value, G = decltype(g)::value;
+    const size_t smem = (size_t)P_ST * (MIX + BM) * P_LP * sizeof(float);
+    hc_gemm_kernel<HC, BM, G><<<(unsigned)cdiv(M, BM), G * BM, smem, s>>>(X, M, D, fn, (int)L, u);
+  };
+  using std::integral_constant;
+  if (M >= 32 * 120) go(integral_constant<int, 32>{}, integral_constant<int, 4>{});  // NQ = 7, 4 warps
+  else if (M >= 16 * 120) go(integral_constant<int, 16>{}, integral_constant<int, 5>{});  // NQ = 5, 80 thr
+  else go(integral_constant<int, 8>{}, integral_constant<int, 9>{});  // NQ = 3, 72 threads
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  hc_gemm_finish_kernel<HC><<<(unsigned)cdiv(M, F_BR), F_NT, 0, s>>>(X, M, D, base, scale, iters, hc_eps, norm_eps,
+                                                                      u, post, comb);
+  return cudaGetLastError();
+}
+
 template <bool HEAD>
 cudaError_t launch_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                        const float* scale, int iters, float hc_eps, float norm_eps, float* u, float* post, float* comb,
-                       cudaStream_t s) {
+                       cudaStream_t s, int gemm = 0) {
   if (D % 4) return cudaErrorInvalidValue;
   if (M <= 0) return cudaSuccess;
   // v3 where the partials fit (D ≥ NV and kernel A's shared memory); the choice depends on hc and D
@@ -477,6 +691,19 @@ cudaError_t launch_pre(const float* X, int64_t M, int hc, int64_t D, const float
   const int nv = (HEAD ? hc : (2 + hc) * hc) + 1;
   const int64_t L = hc_slice_len(hc, D, nv);
   if (L > 0 && hc_a_smem(nv - 1, A_RT_VAL, L) <= (size_t)kMaxSmem) {
+    // gemm: 0 = v3 only, 1 = prefill path from kGemmMinRows rows on, 2 = prefill path for any M (tests)
+    if constexpr (!HEAD) {
+      if (hc <= 4 && (gemm == 2 || (gemm == 1 && M >= kGemmMinRows))) {
+        switch (hc) {
+#define HC_GEMM(H)   case H: return launch_pre_gemm<H>(X, M, D, L, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, s);
+          HC_GEMM(1)
+          HC_GEMM(2)
+          HC_GEMM(3)
+          HC_GEMM(4)
+#undef HC_GEMM
+        }
+      }
+    }
     switch (hc) {
 #define HC_V3(H) \
   case H: return launch_pre_v3<H, HEAD>(X, M, D, L, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, s);
@@ -512,8 +739,15 @@ cudaError_t launch_pre(const float* X, int64_t M, int hc, int64_t D, const float
 
 cudaError_t hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                    const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
-                   float* comb, cudaStream_t s) {
-  return launch_pre<false>(X, M, hc, D, fn, base, scale, sinkhorn_iters, hc_eps, norm_eps, u, post, comb, s);
+                   float* comb, cudaStream_t s, bool gemm) {
+  return launch_pre<false>(X, M, hc, D, fn, base, scale, sinkhorn_iters, hc_eps, norm_eps, u, post, comb, s,
+                           gemm ? 1 : 0);
+}
+
+cudaError_t hc_pre_gemm(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                        const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
+                        float* comb, cudaStream_t s) {
+  return launch_pre<false>(X, M, hc, D, fn, base, scale, sinkhorn_iters, hc_eps, norm_eps, u, post, comb, s, 2);
 }
 
 cudaError_t hc_head(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
