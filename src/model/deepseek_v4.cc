@@ -588,7 +588,9 @@ std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk>
   // The step, from the uploads to the logits. A decode step's launches are a function of (this model,
   // B, R, the capacities): the backend may record them once and replay them (Backend::graph_begin).
   auto run = [&] {
-    const std::span<const V4SeqChunk> batch = steps;  // with its stand-ins
+    // From here on batch, B, T and R are the padded step's (stand-ins included); B_real and the outer R
+    // are what the caller sees.
+    const std::span<const V4SeqChunk> batch = steps;
     const int64_t T = Tp, B = Bp, R = Rp;
     Step st;
     st.n_real = B_real;
