@@ -243,14 +243,11 @@ double time_us(const std::function<void()>& f) {
 // f(stream) (the caller's rotation of inputs goes on across calls) captured once on a fresh stream, so
 // the launchers' host work happens at capture only; the graph is replayed 11 times (after 2 warm-up
 // replays), median replay / n. Throws when a launcher cannot be captured (synchronizes, allocates, …).
-double time_graph_us(const std::function<void(cudaStream_t)>& f, int n) {
-  cudaStream_t st = nullptr;
-  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+// n calls of f(st) captured into one graph (global mode: a call that may synchronize fails the capture).
+// Null, with err set, when they cannot be captured.
+cudaGraphExec_t capture_graph(const std::function<void(cudaStream_t)>& f, int n, cudaStream_t st, std::string& err) {
   cudaGraph_t g = nullptr;
   cudaGraphExec_t ge = nullptr;
-  cudaEvent_t a = nullptr, b = nullptr;
-  std::vector<float> t;
-  std::string err;
   CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
   try {
     for (int i = 0; i < n; ++i) f(st);
@@ -261,7 +258,37 @@ double time_graph_us(const std::function<void(cudaStream_t)>& f, int n) {
   if (err.empty() && e != cudaSuccess) err = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(e);
   if (err.empty() && (e = cudaGraphInstantiate(&ge, g, 0)) != cudaSuccess)
     err = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(e);
-  if (err.empty()) {
+  if (g) cudaGraphDestroy(g);
+  if (!err.empty() && ge) cudaGraphExecDestroy(ge), ge = nullptr;
+  cudaGetLastError();
+  return ge;
+}
+
+// f once from a graph, on a fresh non-blocking stream, after everything queued before it (the legacy
+// stream's uploads and output poisoning would otherwise race the graph). False, with err, when f cannot
+// be captured.
+bool run_in_graph(const std::function<void(cudaStream_t)>& f, std::string& err) {
+  CK(cudaDeviceSynchronize());
+  cudaStream_t st = nullptr;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaGraphExec_t ge = capture_graph(f, 1, st, err);
+  if (ge) {
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaStreamSynchronize(st));
+    cudaGraphExecDestroy(ge);
+  }
+  cudaStreamDestroy(st);
+  return ge != nullptr;
+}
+
+double time_graph_us(const std::function<void(cudaStream_t)>& f, int n) {
+  cudaStream_t st = nullptr;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaEvent_t a = nullptr, b = nullptr;
+  std::vector<float> t;
+  std::string err;
+  cudaGraphExec_t ge = capture_graph(f, n, st, err);
+  if (ge) {
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
     for (int i = 0; i < 2; ++i) CK(cudaGraphLaunch(ge, st));
@@ -280,7 +307,6 @@ double time_graph_us(const std::function<void(cudaStream_t)>& f, int n) {
   if (a) cudaEventDestroy(a);
   if (b) cudaEventDestroy(b);
   if (ge) cudaGraphExecDestroy(ge);
-  if (g) cudaGraphDestroy(g);
   cudaStreamDestroy(st);
   if (!err.empty()) throw std::runtime_error(err);
   std::sort(t.begin(), t.end());
@@ -1603,27 +1629,8 @@ Result gemv_pdl_chain_case(dc::WFmt fmt, int64_t M, int64_t N1, int64_t K, int64
   CK(cudaDeviceSynchronize());
   check("stream");
   poison(y2);
-  cudaStream_t st;
-  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cudaGraph_t gr = nullptr;
-  cudaGraphExec_t ge = nullptr;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
   std::string err;
-  try {
-    chain(st);
-  } catch (const std::exception& e) {
-    err = e.what();
-  }
-  const cudaError_t ce = cudaStreamEndCapture(st, &gr);
-  const bool captured = err.empty() && ce == cudaSuccess && cudaGraphInstantiate(&ge, gr, 0) == cudaSuccess;
-  if (captured) {
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaStreamSynchronize(st));
-  }
-  cudaGetLastError();
-  if (ge) cudaGraphExecDestroy(ge);
-  if (gr) cudaGraphDestroy(gr);
-  cudaStreamDestroy(st);
+  const bool captured = run_in_graph(chain, err);
   expect_true(res, captured, "PDL chain not capturable " + err);
   if (captured) check("graph");
   if (res.pass) res.detail += "12 PDL links == plain chain (bitwise), stream and graph ";
@@ -1681,30 +1688,8 @@ Result gemv_plan_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, const std::
     };
     run(0, false, 0);
     run(1, true, 0);
-    // the capture stream is non-blocking: everything on the legacy stream (input uploads, output
-    // poisoning, runs 0 and 1) must be done before the graph runs on it
-    CK(cudaDeviceSynchronize());
-    cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    cudaGraph_t gr = nullptr;
-    cudaGraphExec_t ge = nullptr;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
     std::string err;
-    try {
-      run(2, true, st);
-    } catch (const std::exception& e) {
-      err = e.what();
-    }
-    const cudaError_t ce = cudaStreamEndCapture(st, &gr);
-    const bool captured = err.empty() && ce == cudaSuccess && cudaGraphInstantiate(&ge, gr, 0) == cudaSuccess;
-    if (captured) {
-      CK(cudaGraphLaunch(ge, st));
-      CK(cudaStreamSynchronize(st));
-    }
-    cudaGetLastError();
-    if (ge) cudaGraphExecDestroy(ge);
-    if (gr) cudaGraphDestroy(gr);
-    cudaStreamDestroy(st);
+    const bool captured = run_in_graph([&](cudaStream_t st) { run(2, true, st); }, err);
     const char* vn = v3 ? "v3" : "v4";
     expect_true(res, captured, std::string(vn) + " launches not capturable " + err);
     std::vector<float> yv[3], gv[3];
