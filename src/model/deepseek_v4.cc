@@ -409,7 +409,7 @@ void DeepseekV4Model::attention(int l, Step& st) {
   // A step of single tokens (decode) closes every sequence's windows in one call per compressor (after
   // the pushes: each window then lies whole in its ring) and scores every sequence's keys in one call
   // (a key list per query). Chunks close and score per sequence (their queries share its keys).
-  const bool decode = (int64_t)B == T;
+  const bool decode = st.decode;
   const Step::CompPlan* cp = csa ? &st.csa : comp ? &st.hca : nullptr;
   float* comp_ring = comp ? slots + lay.slot_comp_off[l] : nullptr;  // this layer's regions in slot 0
   float* idx_ring = csa ? slots + lay.slot_idx_off[l] : nullptr;
@@ -419,7 +419,7 @@ void DeepseekV4Model::attention(int l, Step& st) {
   // CSA: each query keeps min(index_topk, visible entries) entries (offsets known on the host); which
   // ones is chosen on the backend (indexer_scores, then select_topk; a chunk's scores [n, nk] at
   // score_at[b] of one buffer, a decode step's [B, ld]).
-  Buffer<int32_t> ent_idx_d(be_, csa ? (st.decode ? T * cfg_.index_topk : cp->ent_off[T]) : 0);
+  Buffer<int32_t> ent_idx_d(be_, csa ? (decode ? T * cfg_.index_topk : cp->ent_off[T]) : 0);
   Buffer<float> score_d(be_, csa && decode ? (int64_t)B * kld : csa ? cp->score_at[B] : 0);
   for (size_t b = 0; comp && !decode && b < B; ++b) {
     const V4SeqState& S = *st.batch[b].state;

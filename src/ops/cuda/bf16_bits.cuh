@@ -48,4 +48,19 @@ __device__ __forceinline__ void e2m1x8_raw(uint32_t w, uint32_t (&r)[4]) {
   r[3] = ((w2 & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
 }
 
+// The fp8 GEMV step (gemv_q, gemv_q_v5). One 16-row tile × one chunk: rows g (w0) and g + 8 (w1), 16 e4m3
+// each → 4 MMAs, dequantized by ×c1 (and ×c2 when BIG). B of MMA i: the (i % 2) half of x unit i / 2.
+template <bool BIG>
+__device__ __forceinline__ void fp8_mma(float (&acc)[4], const uint4& w0, const uint4& w1, const uint4 (&X)[2],
+                                        uint32_t c1, uint32_t c2) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint32_t a0, a2, a1, a3;
+    e4m3x4_raw(u4get(w0, i), a0, a2);
+    e4m3x4_raw(u4get(w1, i), a1, a3);
+    a0 = bmul2(a0, c1), a1 = bmul2(a1, c1), a2 = bmul2(a2, c1), a3 = bmul2(a3, c1);
+    if (BIG) a0 = bmul2(a0, c2), a1 = bmul2(a1, c2), a2 = bmul2(a2, c2), a3 = bmul2(a3, c2);
+    mma16816(acc, a0, a1, a2, a3, u4get(X[i / 2], 2 * (i % 2)), u4get(X[i / 2], 2 * (i % 2) + 1));
+  }
+}
 }  // namespace deepinfer::cuda::detail

@@ -43,7 +43,7 @@ namespace deepinfer::cuda {
 namespace {
 namespace cg = cooperative_groups;
 using detail::cdiv;
-using detail::u4get, detail::mma16816, detail::bmul2, detail::pack_bf16, detail::pow2_bf16x2, detail::e4m3x4_raw,
+using detail::fp8_mma, detail::u4get, detail::mma16816, detail::bmul2, detail::pack_bf16, detail::pow2_bf16x2, detail::e4m3x4_raw,
     detail::e2m1x8_raw;
 
 constexpr int GQ_WARPS = 8, GQ_NT = GQ_WARPS * 32;
@@ -85,21 +85,6 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
   return v;
 }
 
-// One 16-row tile × one chunk: rows g (w0) and g + 8 (w1), 16 e4m3 each → 4 MMAs. B of MMA i: the
-// (i % 2) half of x unit i / 2.
-template <bool BIG>
-__device__ __forceinline__ void fp8_mma(float (&acc)[4], const uint4& w0, const uint4& w1, const uint4 (&X)[2],
-                                        uint32_t c1, uint32_t c2) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    uint32_t a0, a2, a1, a3;
-    e4m3x4_raw(u4get(w0, i), a0, a2);
-    e4m3x4_raw(u4get(w1, i), a1, a3);
-    a0 = bmul2(a0, c1), a1 = bmul2(a1, c1), a2 = bmul2(a2, c1), a3 = bmul2(a3, c1);
-    if (BIG) a0 = bmul2(a0, c2), a1 = bmul2(a1, c2), a2 = bmul2(a2, c2), a3 = bmul2(a3, c2);
-    mma16816(acc, a0, a1, a2, a3, u4get(X[i / 2], 2 * (i % 2)), u4get(X[i / 2], 2 * (i % 2) + 1));
-  }
-}
 // Rows g (w0, scale factors c0·c0b) and g + 8 (w1, c1·c1b), 32 e2m1 each → 8 MMAs; word i gives MMAs
 // {n0,n4 | n1,n5} and {n2,n6 | n3,n7} with x unit i stored in the same order.
 template <bool BIG>

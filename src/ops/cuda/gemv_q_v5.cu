@@ -32,7 +32,7 @@
 namespace deepinfer::cuda {
 namespace {
 using detail::cdiv;
-using detail::u4get, detail::mma16816, detail::bmul2, detail::pack_bf16, detail::pow2_bf16x2, detail::e4m3x4_raw;
+using detail::fp8_mma, detail::u4get, detail::mma16816, detail::pack_bf16, detail::pow2_bf16x2;
 
 constexpr int G5_WARPS = 16, G5_NT = G5_WARPS * 32;
 constexpr int G5_B = 8;               // chunks a batch (2 rows × 8 = 16 loads of 16 bytes a lane)
@@ -132,18 +132,8 @@ __device__ __forceinline__ void g5_compute(const G5Item& it, int cb, const uint4
       X[1] = xrow ? xrow[c * 8 + 2 * t + 1] : make_uint4(0, 0, 0, 0);
       const float s = __uint_as_float(sc[j / 2]);
       // value·2^-120 × bf16(2^120·s); two factors when 2^120·s would overflow bf16 (tile-uniform branch)
-      const bool big = s > 128.0f;
-      const uint32_t f1 = big ? pow2_bf16x2(60) : pack_bf16(s * 0x1p120f, s * 0x1p120f);
-      const uint32_t f2 = pack_bf16(s * 0x1p60f, s * 0x1p60f);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        uint32_t a0, a2, a1, a3;
-        e4m3x4_raw(u4get(w0, i), a0, a2);
-        e4m3x4_raw(u4get(w1, i), a1, a3);
-        a0 = bmul2(a0, f1), a1 = bmul2(a1, f1), a2 = bmul2(a2, f1), a3 = bmul2(a3, f1);
-        if (big) a0 = bmul2(a0, f2), a1 = bmul2(a1, f2), a2 = bmul2(a2, f2), a3 = bmul2(a3, f2);
-        mma16816(acc, a0, a1, a2, a3, u4get(X[i / 2], 2 * (i % 2)), u4get(X[i / 2], 2 * (i % 2) + 1));
-      }
+      if (s > 128.0f) fp8_mma<true>(acc, w0, w1, X, pow2_bf16x2(60), pack_bf16(s * 0x1p60f, s * 0x1p60f));
+      else fp8_mma<false>(acc, w0, w1, X, pack_bf16(s * 0x1p120f, s * 0x1p120f), 0u);
     }
   }
 }
