@@ -1,6 +1,6 @@
 #pragma once
 // Register-level helpers of the tensor-core kernels that dequantize stored weights into bf16 MMA
-// operands (gemv_q.cu, moe_grouped.cu): one definition, so both read a format the same way.
+// operands (gemv_q.cu, gemv_q_v5.cu, moe_grouped.cu): one definition, so all read a format the same way.
 #include <cuda_bf16.h>
 
 #include <cstdint>
