@@ -1,5 +1,6 @@
 #include "ops/cuda/cuda_backend.h"
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -549,6 +550,9 @@ void CudaBackend::graph_abort(const char* why) {
   m.graph = GraphMode::Off;
 }
 void CudaBackend::set_profiling(bool on) {
+  // DEEPINFER_PROFILER_RANGE=1: the profiled steps are also what an external profiler started with
+  // `ncu --profile-from-start off` looks at (kernel counters of exactly the steps `bench --profile` times).
+  if (on != impl_->profiling && std::getenv("DEEPINFER_PROFILER_RANGE")) on ? cudaProfilerStart() : cudaProfilerStop();
   if (impl_->profiling && !on) impl_->fold();
   impl_->profiling = on;
   impl_->depth = 0;
