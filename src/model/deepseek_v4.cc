@@ -148,7 +148,8 @@ struct DeepseekV4Model::Step {
   std::vector<int64_t> seq_begin;      // [B + 1] first row of each chunk
   std::vector<int32_t> tokens, pos;    // [T] (host)
   Buffer<int32_t> pos_d;               // [T] positions in backend memory
-  Buffer<int32_t> tok_d;               // [T] token ids in backend memory (hash routing)
+  Buffer<int32_t> tok_pack;            // [T + T·hc]: token ids (hash routing), then the embedding's rows
+  const int32_t* tok_d = nullptr;      // [T] = tok_pack
   Buffer<float> h;                     // [T, D] normed sub-block input
   Buffer<float> y;                     // [T, D] sub-block output
   // Where compressed entry w of sequence b lives, per (compress rate, row width) that the layers use:
@@ -518,7 +519,52 @@ int64_t entry_capacity(std::span<const V4SeqChunk> batch, int m) {
 uint64_t mix(uint64_t h, uint64_t v) { return (h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2))) * 0x100000001b3ull; }
 }  // namespace
 
+namespace {
+// The first upload of a step: token ids [T], then each residual stream's embedding row [T·hc].
+std::vector<int32_t> token_pack(std::span<const int32_t> tokens, int64_t hc) {
+  const int64_t T = (int64_t)tokens.size();
+  std::vector<int32_t> p(T + T * hc);
+  for (int64_t i = 0; i < T; ++i) p[i] = tokens[i];
+  for (int64_t i = 0; i < T * hc; ++i) p[T + i] = tokens[i / hc];
+  return p;
+}
+}  // namespace
+
 std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk> batch, V4Cache& cache) {
+  enqueue(batch, cache, false);
+  return logits();
+}
+
+bool DeepseekV4Model::prepare(std::span<const V4SeqChunk> batch, V4Cache& cache) {
+  if (ready_) throw Error("prepare: the prepared step was not launched");
+  for (const auto& c : batch)
+    if (c.tokens.size() != 1 || c.all_logits) throw Error("prepare: a decode step takes one token a sequence");
+  return enqueue(batch, cache, true);
+}
+
+void DeepseekV4Model::launch(std::span<const int32_t> ids) {
+  if (!ready_) throw Error("launch: no prepared step");
+  if ((int64_t)ids.size() != ready_rows_) throw Error("launch: one token id a sequence of the prepared step");
+  std::vector<int32_t> t(ready_padded_, 0);  // stand-in rows keep token 0
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
+      throw Error("launch: token id " + std::to_string(ids[i]) + " outside the vocabulary");
+    t[i] = ids[i];
+  }
+  const std::vector<int32_t> pack = token_pack(t, cfg_.hc_mult);
+  ready_ = false;
+  be_.graph_launch(pack.data(), (int64_t)(pack.size() * sizeof(int32_t)));
+}
+
+std::span<const float> DeepseekV4Model::logits() {
+  if (ready_) throw Error("logits: the prepared step was not launched");
+  return {static_cast<const float*>(be_.download_view(out_logits_, out_n_ * (int64_t)sizeof(float))), (size_t)out_n_};
+}
+
+bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache, bool ready_only) {
+  // The previous step's kept logits would move the arena top under a graph: prepare only after graph steps.
+  if (ready_only && out_buf_.data()) return false;
+  if (!ready_only) out_buf_ = Buffer<float>();  // valid until the next step: this one
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult, V = cfg_.vocab_size;
   const float eps = (float)cfg_.rms_norm_eps, hc_eps = (float)cfg_.hc_eps;
   std::vector<int64_t> seq_begin{0};
@@ -584,7 +630,7 @@ std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk>
   }
   const int64_t Tp = (int64_t)tokens.size(), Rp = (int64_t)rows.size(), B_real = B;
 
-  Buffer<float> logits;  // [Rp, V] (the first R rows returned)
+  Buffer<float> logits;  // [Rp, V] (the first R rows are the step's output)
   // The step, from the uploads to the logits. A decode step's launches are a function of (this model,
   // B, R, the capacities): the backend may record them once and replay them (Backend::graph_begin).
   auto run = [&] {
@@ -603,15 +649,13 @@ std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk>
     st.decode = decode;
     st.cap_csa = cap_csa;
     st.cap_hca = cap_hca;
+    // The token ids first of the step's uploads (prepare/launch replace them at launch).
+    st.tok_pack = Buffer<int32_t>(be_, token_pack(st.tokens, hc));
+    st.tok_d = st.tok_pack.data();
     st.pos_d = Buffer<int32_t>(be_, st.pos);
-    st.tok_d = Buffer<int32_t>(be_, st.tokens);
     Buffer<float> X(be_, T * hc * D), X2(be_, T * hc * D);  // [T, hc, D] residual streams
-    {  // every stream starts as the token's embedding
-      std::vector<int32_t> src(T * hc);
-      for (int64_t i = 0; i < T * hc; ++i) src[i] = st.tokens[i / hc];
-      Buffer<int32_t> src_d(be_, src);
-      be_.copy_rows(embed_.data(), D, src_d.data(), X.data(), D, nullptr, T * hc, D);
-    }
+    // every stream starts as the token's embedding
+    be_.copy_rows(embed_.data(), D, st.tok_pack.data() + T, X.data(), D, nullptr, T * hc, D);
     {
       const V4CacheLayout& lay = cache.layout();
       if (has_csa) {
@@ -676,7 +720,7 @@ std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk>
       be_.hc_pre(X.data(), T, (int)hc, D, L.hc_ffn_fn.data(), L.hc_ffn_base.data(), L.hc_ffn_scale.data(),
                  cfg_.hc_sinkhorn_iters, hc_eps, eps, u.data(), post.data(), comb.data());
       be_.rms_norm(u.data(), T, D, D, L.ffn_norm.data(), eps, st.h.data());
-      moe(L, st.h.data(), st.tok_d.data(), T, st.y.data());
+      moe(L, st.h.data(), st.tok_d, T, st.y.data());
       be_.hc_post(X.data(), st.y.data(), post.data(), comb.data(), T, (int)hc, D, X2.data());
       std::swap(X, X2);
     }
@@ -690,13 +734,29 @@ std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk>
     be_.linear(ur.data(), R, D, *head_, logits.data(), V);
   };
   // The key: everything the recorded launches depend on besides the uploaded bytes (the step's own
-  // buffers are checked by the backend).
+  // buffers are checked by the backend). Consecutive decode steps alternate between two graphs (parity):
+  // step N+1 is prepared (its uploads written into its graph's page-locked copies) while step N's graph
+  // may still read its own.
   uint64_t key = 0xcbf29ce484222325ull;
+  parity_ ^= decode ? 1 : 0;
   for (uint64_t v : {graph_owner_, (uint64_t)(uintptr_t)cache.pages_base(), (uint64_t)(uintptr_t)cache.slots_base(),
-                     (uint64_t)Bp, (uint64_t)Rp, (uint64_t)cap_csa, (uint64_t)cap_hca})
+                     (uint64_t)Bp, (uint64_t)Rp, (uint64_t)cap_csa, (uint64_t)cap_hca, parity_})
     key = mix(key, v);
   const Backend::GraphMode mode = decode ? be_.graph_begin(key) : Backend::GraphMode::Off;
-  if (mode == Backend::GraphMode::Off) {
+  bool graphed = mode != Backend::GraphMode::Off;
+  if (ready_only) {  // the step waits for its token ids (launch); nothing has run when it cannot
+    if (mode == Backend::GraphMode::Off) return false;
+    try {
+      run();
+      be_.graph_ready();
+    } catch (const Error& e) {
+      be_.graph_abort(e.what());
+      return false;
+    }
+    ready_ = true;
+    ready_rows_ = B_real;
+    ready_padded_ = Tp;
+  } else if (mode == Backend::GraphMode::Off) {
     run();
   } else {
     try {
@@ -705,12 +765,18 @@ std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk>
     } catch (const Error& e) {  // nothing ran: the step again, without a graph
       be_.graph_abort(e.what());
       logits = Buffer<float>();
+      graphed = false;
       run();
     }
   }
   for (const auto& c : batch) c.state->pos += (int64_t)c.tokens.size();
-  const int64_t n = R * V;
-  return {static_cast<const float*>(be_.download_view(logits.data(), n * (int64_t)sizeof(float))), (size_t)n};
+  // A graph's logits are freed with its other buffers, so that every graph of a key starts at the same
+  // arena top; nothing runs before the next launch, so they stay readable until then. Otherwise they are
+  // kept until the next step.
+  out_logits_ = logits.data();
+  out_n_ = R * V;
+  if (!graphed) out_buf_ = std::move(logits);
+  return true;
 }
 
 }  // namespace deepinfer

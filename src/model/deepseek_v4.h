@@ -104,6 +104,17 @@ class DeepseekV4Model {
   // until the next forward: no fresh vector to zero and fault in, and on CUDA a page-locked copy (a
   // batch of 256 returns 132 MB a step).
   std::span<const float> forward_view(std::span<const V4SeqChunk> batch, V4Cache& cache);
+  // Pipelined decode (the host work of step N+1 overlapping step N on the device): prepare() takes a
+  // decode step (one token a sequence; the tokens' values are ignored: they are not known yet) and, when
+  // the backend runs it from a graph, plans and records it without launching anything (positions
+  // advance as in forward). launch(ids) gives its token ids (one a sequence, in batch order) and launches
+  // it; logits() waits for the last launched step and returns its logits as forward_view does. Returns
+  // false (nothing changed) when the step cannot be prepared ahead: run it with forward_view once its
+  // tokens are known. Until launch, no other step may be prepared or run.
+  bool prepare(std::span<const V4SeqChunk> batch, V4Cache& cache);
+  void launch(std::span<const int32_t> ids);
+  std::span<const float> logits();
+  bool prepared() const { return ready_; }
   // Decode steps padded to a bucket of batch sizes (stand-in rows, results unchanged): −1 = when the
   // backend asks for it (Backend::decode_rows: CUDA graphs), 0 = never, 1 = always (tests).
   void set_decode_padding(int mode) { pad_decode_ = mode; }
@@ -126,6 +137,8 @@ class DeepseekV4Model {
                     const float* gate, int64_t ld, int64_t p0, const int32_t* wins, const int32_t* ring_rows,
                     const int32_t* wpos, const int32_t* page_rows, int64_t nw, float* page_base);
   void moe(const V4Layer& L, const float* h, const int32_t* tokens, int64_t T, float* out);
+  // Validates and plans a step, then runs it (ready_only: records it for launch(); false when it cannot).
+  bool enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache, bool ready_only);
 
   V4Config cfg_;
   Backend& be_;
@@ -138,6 +151,12 @@ class DeepseekV4Model {
   Buffer<float> inv_freq_main_, inv_freq_compress_;  // [r/2]
   uint64_t graph_owner_ = 0;  // keys this model's step graphs (Backend::graph_begin)
   int pad_decode_ = -1;       // set_decode_padding
+  uint64_t parity_ = 0;       // alternates per decode step: consecutive steps use different graphs
+  const float* out_logits_ = nullptr;  // the last enqueued step's logits [out_n_] (backend memory)
+  Buffer<float> out_buf_;              // holds them when the step did not run from a graph
+  int64_t out_n_ = 0;
+  bool ready_ = false;                 // a prepared step waits for launch()
+  int64_t ready_rows_ = 0, ready_padded_ = 0;  // its sequences, and its rows with stand-ins
 };
 
 }  // namespace deepinfer

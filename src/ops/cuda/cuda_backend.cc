@@ -134,6 +134,9 @@ struct CudaBackend::Impl {
   std::vector<std::unique_ptr<GraphEntry>> graphs;
   std::unique_ptr<GraphEntry> capturing;  // the entry being captured
   GraphEntry* cur = nullptr;              // the entry being captured or replayed
+  GraphEntry* ready = nullptr;            // ended by graph_ready, waiting for graph_launch
+  GraphEntry* end_region();
+  void launch(GraphEntry* e);
   size_t cur_alloc = 0, cur_upload = 0;   // replay cursors
   std::unordered_set<uint64_t> graph_failed;
   std::unordered_map<uint64_t, int> graph_recaptures;
@@ -450,6 +453,7 @@ int64_t CudaBackend::decode_rows(int64_t B) const {
 Backend::GraphMode CudaBackend::graph_begin(uint64_t key) {
   Impl& m = *impl_;
   if (m.graph != GraphMode::Off) throw Error("cuda graph: graph_begin inside a graph region");
+  if (m.ready) throw Error("cuda graph: graph_begin while a readied step waits for its launch");
   // The float32 mode brings MoE routing to the host (not capturable); DEEPINFER_CUDA_OFF=graphs turns
   // graphs off (every step runs op by op).
   if (m.profiling) key ^= 0x6a09e667f3bcc909ull;  // profiled graphs (an event pair per op) are recorded apart
@@ -488,45 +492,68 @@ Backend::GraphMode CudaBackend::graph_begin(uint64_t key) {
   return m.graph;
 }
 
-void CudaBackend::graph_end() {
-  Impl& m = *impl_;
-  if (m.graph == GraphMode::Off) return;
-  Impl::GraphEntry* e = m.cur;
-  if (m.graph == GraphMode::Capture) {
+// Ends the region (Capture: instantiates its graph) and returns the entry to launch; null when Off.
+CudaBackend::Impl::GraphEntry* CudaBackend::Impl::end_region() {
+  if (graph == GraphMode::Off) return nullptr;
+  GraphEntry* e = cur;
+  if (graph == GraphMode::Capture) {
     cudaGraph_t g = nullptr;
-    m.graph = GraphMode::Off;  // the stream leaves capture whatever happens below
-    check(cudaStreamEndCapture(m.stream, &g), "cudaStreamEndCapture");
+    graph = GraphMode::Off;  // the stream leaves capture whatever happens below
+    check(cudaStreamEndCapture(stream, &g), "cudaStreamEndCapture");
     const cudaError_t ie = cudaGraphInstantiate(&e->exec, g, 0);
     cudaGraphDestroy(g);
     check(ie, "cudaGraphInstantiate");
     check(cudaEventCreateWithFlags(&e->done, cudaEventDisableTiming), "cudaEventCreate (graph)");
-    if (m.graphs.size() >= Impl::kMaxGraphs) {  // the least recently used goes
-      auto lru = std::min_element(m.graphs.begin(), m.graphs.end(),
+    if (graphs.size() >= kMaxGraphs) {  // the least recently used goes
+      auto lru = std::min_element(graphs.begin(), graphs.end(),
                                   [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
-      m.graphs.erase(lru);
+      graphs.erase(lru);
     }
-    e->last_use = ++m.use_clock;
-    m.graphs.push_back(std::move(m.capturing));
+    e->last_use = ++use_clock;
+    graphs.push_back(std::move(capturing));
   } else {
-    if (m.cur_alloc != e->allocs.size() || m.cur_upload != e->uploads.size())
+    if (cur_alloc != e->allocs.size() || cur_upload != e->uploads.size())
       throw Error("cuda graph: a replayed step made fewer allocations or uploads than its capture");
-    m.graph = GraphMode::Off;
+    graph = GraphMode::Off;
   }
-  m.cur = nullptr;
+  cur = nullptr;
+  return e;
+}
+void CudaBackend::Impl::launch(GraphEntry* e) {
   const bool timed = !e->pev.empty() && e->pev.size() == 2 * e->pop.size();
-  if (timed) m.fold();  // the ops before it first (their last end opens the graph's first gap)
-  check(cudaGraphLaunch(e->exec, m.stream), "cudaGraphLaunch");
-  check(cudaEventRecord(e->done, m.stream), "cudaEventRecord (graph)");
+  if (timed) fold();  // the ops before it first (their last end opens the graph's first gap)
+  check(cudaGraphLaunch(e->exec, stream), "cudaGraphLaunch");
+  check(cudaEventRecord(e->done, stream), "cudaEventRecord (graph)");
   if (timed) {  // resolved now: the next replay records the same events again
-    cudaEvent_t& tail = m.graph_tail[m.tail_i ^= 1];  // not the one last_end may hold
+    cudaEvent_t& tail = graph_tail[tail_i ^= 1];  // not the one last_end may hold
     if (!tail) check(cudaEventCreate(&tail), "cudaEventCreate (graph profile)");
-    check(cudaEventRecord(tail, m.stream), "cudaEventRecord (graph profile)");
-    check(cudaStreamSynchronize(m.stream), "graph (profiled)");
+    check(cudaEventRecord(tail, stream), "cudaEventRecord (graph profile)");
+    check(cudaStreamSynchronize(stream), "graph (profiled)");
     for (size_t i = 0; i < e->pop.size(); ++i)
-      m.add_time(e->pop[i], i ? e->pev[2 * i - 1] : m.last_end, e->pev[2 * i], e->pev[2 * i + 1]);
-    m.last_end = tail;
-    ++m.n_graph_steps;
+      add_time(e->pop[i], i ? e->pev[2 * i - 1] : last_end, e->pev[2 * i], e->pev[2 * i + 1]);
+    last_end = tail;
+    ++n_graph_steps;
   }
+}
+void CudaBackend::graph_end() {
+  if (Impl::GraphEntry* e = impl_->end_region()) impl_->launch(e);
+}
+void CudaBackend::graph_ready() {
+  Impl& m = *impl_;
+  if (m.ready) throw Error("cuda graph: a readied step was not launched");
+  m.ready = m.end_region();
+}
+void CudaBackend::graph_launch(const void* first_upload, int64_t bytes) {
+  Impl& m = *impl_;
+  Impl::GraphEntry* e = m.ready;
+  if (!e) throw Error("cuda graph: graph_launch without a readied step");
+  m.ready = nullptr;
+  if (first_upload) {
+    if (e->uploads.empty() || e->uploads[0].bytes != (size_t)bytes)
+      throw Error("cuda graph: graph_launch's bytes do not match the step's first upload");
+    std::memcpy(e->uploads[0].host, first_upload, (size_t)bytes);
+  }
+  m.launch(e);
 }
 
 void CudaBackend::graph_abort(const char* why) {
@@ -547,6 +574,7 @@ void CudaBackend::graph_abort(const char* why) {
   }
   m.capturing.reset();
   m.cur = nullptr;
+  m.ready = nullptr;
   m.graph = GraphMode::Off;
 }
 void CudaBackend::set_profiling(bool on) {

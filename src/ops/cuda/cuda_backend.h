@@ -38,6 +38,8 @@ class CudaBackend final : public Backend {
   GraphMode graph_begin(uint64_t key) override;
   void graph_end() override;
   void graph_abort(const char* why) override;
+  void graph_ready() override;
+  void graph_launch(const void* first_upload, int64_t bytes) override;
   Profile take_profile() override;
 
   void fill(float* x, int64_t n, float v) override;
