@@ -33,6 +33,8 @@ struct EngineConfig {
   std::string backend;               // "cuda", "cpu" or "" (auto: cuda when built with it and a GPU is present)
   double gpu_memory_fraction = 0.9;  // cuda: share of the device memory free after weights and activations
                                      // that the paged cache takes (cache_bytes is the cpu budget)
+  bool async_scheduling = true;      // plan and record decode step N+1 while step N runs (where the backend
+                                     // runs decode steps from graphs: cuda); results are the same either way
   std::string dtype = "auto";        // cuda: "auto" keeps bf16 / fp8 / fp4 weights as stored (fast path);
                                      // "float32" dequantizes them (the cpu backend's numerics). cpu: float32.
 };

@@ -62,6 +62,7 @@ const char* kUsage =
     "  --seed S  --threads N  --device-name NAME\n"
     "  --profile N                after each decode case, N more steps with device time per op (prefill: the\n"
     "                             prompt again); busy/gap/idle per step and the top ops go to the JSON and stdout\n"
+    "  --overlap 0|1              decode: plan and record step N+1 while step N runs (default 1; needs graphs)\n"
     "  --cost-only                print bytes/FLOPs/floors of every case for the slice (--layers, default all), run nothing\n"
     "  --json FILE                write the results as JSON\n"
     "  --hf-json FILE             transformers' results (bench/hf_slice_bench.py) to print side by side\n";
@@ -71,6 +72,7 @@ struct Options {
   int layers = 0;  // 0: default
   bool cost_only = false;  // --cost-only: print the cost model of every case, run nothing
   int64_t profile_steps = 0;  // --profile N: after a case's timed steps, N more steps with device-time profiling
+  bool overlap = true;        // --overlap: decode step N+1 prepared while step N runs
   std::vector<int64_t> batches{1, 8, 32, 128, 256}, prefills{4096, 16384};
   int64_t context = 4096, steps = 16, warmup = 2, chunk = 0, seed = 1, threads = 0;
   double case_seconds = 60, gpu_fraction = 0.9;
@@ -352,12 +354,24 @@ CaseResult run_decode(DeepseekV4Model& model, Backend& be, const CostModel& cm, 
   std::vector<int32_t> toks(B);
   std::vector<V4SeqChunk> step(B);
   std::span<const float> logits;
+  // --overlap 1 (the engine's way): step N+1 is planned and recorded while step N runs, then N's logits
+  // are read and N+1 is launched with its token ids (random here: sampling is not part of the measurement).
+  bool in_flight = false;  // a launched step whose logits are not read yet
   auto one_step = [&] {
-    toks = random_tokens(g, B, c.vocab_size);  // sampling is not part of the measurement
+    toks = random_tokens(g, B, c.vocab_size);
     for (int64_t b = 0; b < B; ++b) step[b] = {&st[b], std::span<const int32_t>(&toks[b], 1), false};
-    logits = model.forward_view(step, cache);  // the logits on the host (the backend's buffer): synchronous
+    const bool ready = o.overlap && model.prepare(step, cache);
+    if (in_flight) logits = model.logits();
+    in_flight = ready;
+    if (ready) model.launch(toks);
+    else logits = model.forward_view(step, cache);  // the logits on the host (the backend's buffer): synchronous
+  };
+  auto drain = [&] {
+    if (in_flight) logits = model.logits();
+    in_flight = false;
   };
   for (int64_t i = 0; i < o.warmup; ++i) one_step();
+  drain();
   be.synchronize();
   const auto t0 = Clock::now();
   for (int64_t s = 0; s < o.steps; ++s) {
@@ -375,12 +389,14 @@ CaseResult run_decode(DeepseekV4Model& model, Backend& be, const CostModel& cm, 
       break;
     }
   }
+  drain();
   be.synchronize();
   r.seconds = seconds_since(t0);
   r.logits_finite = all_finite(logits);
   if (o.profile_steps > 0) {
     be.set_profiling(true);
     for (int64_t i = 0; i < o.profile_steps; ++i) one_step();
+    drain();
     be.set_profiling(false);
     r.profile = be.take_profile();
     r.profile_steps = o.profile_steps;
@@ -647,6 +663,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--gpu-memory-fraction") o.gpu_fraction = flag_double(a, v);
     else if (a == "--seed") o.seed = flag_int(a, v);
     else if (a == "--profile") o.profile_steps = flag_int(a, v);
+    else if (a == "--overlap") o.overlap = flag_int(a, v) != 0;
     else if (a == "--threads") o.threads = flag_int(a, v);
     else if (a == "--device-name") o.device_name = v;
     else if (a == "--json") o.json_out = v;
@@ -734,6 +751,7 @@ int cmd_bench(int argc, char** argv) {
              {"context", o.context},
              {"steps", o.steps},
              {"warmup", o.warmup},
+             {"overlap", o.overlap},
              {"prefill_chunk", chunk},
              {"seed", o.seed}};
     // How many layers.

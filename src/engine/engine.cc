@@ -256,8 +256,83 @@ struct Engine::Impl {
       it = seq_owner.count(it->first) ? std::next(it) : v41_states.erase(it);
   }
 
+  // ---- steps ----
+  // Pipelined decode (EngineConfig::async_scheduling; V4 on a backend that runs decode steps from
+  // graphs): a decode step is launched without waiting for it (`flight`). The next step() plans step
+  // N+1 (the scheduler plans ahead with placeholder tokens) and records it (DeepseekV4Model::prepare)
+  // while step N runs, then reads and samples step N's logits and launches N+1 with the sampled ids. A
+  // sequence that finishes while a planned step still holds it keeps its cache until that step is done
+  // (Scheduler: kFinishing); its row of that step is computed and dropped. Steps the model cannot
+  // prepare ahead (prefill chunks, no graphs, the CPU backend) run as before, one after the other.
+  std::optional<StepPlan> flight;  // launched, its logits not read yet
+
+  // The model's view of a plan's chunks. A chunk's tokens are the choice's (its last one not sampled
+  // yet when `placeholders`); a sequence that finished meanwhile (no owner) gets token 0, row dropped.
+  struct StepView {
+    std::vector<V4SeqState> states;
+    std::vector<V4SeqChunk> chunks;
+    std::vector<Choice*> who;  // null: finished, not sampled
+  };
+  const int32_t zero_token = 0;
+  StepView view_of(const StepPlan& plan, bool placeholders) {
+    StepView v;
+    v.states.resize(plan.chunks.size());
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+      const ScheduledChunk& c = plan.chunks[i];
+      const SchedSeq* s = sched->find(c.seq);
+      v.states[i].pos = c.start;
+      v.states[i].slot = s->slot;
+      v.states[i].pages = s->pages;
+      auto own = seq_owner.find(c.seq);
+      Choice* ch = own == seq_owner.end() ? nullptr : &reqs.at(own->second.first).choices[own->second.second];
+      const bool known = ch && !placeholders && c.start + c.len <= (int64_t)ch->tokens.size();
+      v.chunks.push_back({&v.states[i],
+                          known ? std::span<const int32_t>(ch->tokens.data() + c.start, c.len)
+                                : std::span<const int32_t>(&zero_token, 1),
+                          false});
+      v.who.push_back(ch);
+    }
+    return v;
+  }
+  // Every chunk one token: the shape DeepseekV4Model::prepare takes.
+  static bool decode_shaped(const StepPlan& plan) {
+    for (const auto& c : plan.chunks)
+      if (c.len != 1) return false;
+    return !plan.empty();
+  }
+  // Records and launches a decode plan ahead; false (nothing done) when the model cannot.
+  bool try_launch(const StepPlan& plan) {
+    if (!cfg.async_scheduling || model.v41 || !decode_shaped(plan)) return false;
+    StepView v = view_of(plan, true);
+    try {
+      if (!model.v4->prepare(v.chunks, *cache)) return false;
+    } catch (const std::exception&) {
+      return false;  // run_plan runs it and reports the error
+    }
+    if (launch_prepared(plan)) flight = plan;
+    return true;
+  }
+  // Launches the prepared plan with its token ids; a step that fails to launch fails its requests.
+  bool launch_prepared(const StepPlan& plan) {
+    std::vector<int32_t> ids(plan.chunks.size(), 0);
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+      auto own = seq_owner.find(plan.chunks[i].seq);
+      if (own == seq_owner.end()) continue;
+      const Choice& ch = reqs.at(own->second.first).choices[own->second.second];
+      if (plan.chunks[i].start < (int64_t)ch.tokens.size()) ids[i] = ch.tokens[plan.chunks[i].start];
+    }
+    try {
+      model.v4->launch(ids);
+    } catch (const std::exception& e) {
+      fail_plan(plan, view_of(plan, true).who, e.what());
+      return false;
+    }
+    return true;
+  }
+
   bool step() {
     admit_pending();
+    if (flight) return step_pipelined();
     StepPlan plan = sched->schedule();
     if (plan.empty()) {
       retire_finished_requests();
@@ -265,39 +340,98 @@ struct Engine::Impl {
       return !sched->idle();
     }
     stats_snapshot.preemptions += (int64_t)plan.preempted.size();
-    // Views of the scheduler's block tables for the model.
-    std::vector<V4SeqState> states(plan.chunks.size());
-    std::vector<V4SeqChunk> chunks;
-    std::vector<Choice*> who;
-    for (size_t i = 0; i < plan.chunks.size(); ++i) {
-      const ScheduledChunk& c = plan.chunks[i];
-      const SchedSeq* s = sched->find(c.seq);
-      auto [rid, idx] = seq_owner.at(c.seq);
-      Choice& ch = reqs.at(rid).choices[idx];
-      states[i].pos = c.start;
-      states[i].slot = s->slot;
-      states[i].pages = s->pages;
-      chunks.push_back({&states[i], std::span<const int32_t>(ch.tokens.data() + c.start, c.len), false});
-      who.push_back(&ch);
-    }
+    if (try_launch(plan)) return true;  // its results are read by the next step()
+    run_plan(plan);
+    return true;
+  }
+
+  // A plan run now, from its forward pass to its tokens.
+  void run_plan(const StepPlan& plan) {
+    StepView v = view_of(plan, false);
     std::span<const float> logits;  // valid until the next forward
     try {
-      if (model.v41) logits = logits_v41 = forward_v41(plan, chunks);
-      else logits = model.v4->forward_view(chunks, *cache);
+      if (model.v41) logits = logits_v41 = forward_v41(plan, v.chunks);
+      else logits = model.v4->forward_view(v.chunks, *cache);
     } catch (const std::exception& e) {
-      // A failed step fails the requests in it, never the engine.
-      for (size_t i = 0; i < who.size(); ++i) {
-        auto [rid, idx] = seq_owner.at(plan.chunks[i].seq);
-        emit_finish(reqs.at(rid), *who[i], Finish::kError, e.what());
+      fail_plan(plan, v.who, e.what());
+      return;
+    }
+    finish_plan(plan, v.who, logits);
+  }
+
+  // Step N is on the device: plan and record N+1, then read N, then launch N+1.
+  bool step_pipelined() {
+    const StepPlan now = std::move(*flight);
+    flight.reset();
+    StepPlan next = sched->schedule();
+    stats_snapshot.preemptions += (int64_t)next.preempted.size();
+    bool ready = false;
+    if (decode_shaped(next)) {
+      StepView nv = view_of(next, true);
+      try {
+        ready = model.v4->prepare(nv.chunks, *cache);
+      } catch (const std::exception&) {
+        ready = false;  // run it the ordinary way below (which reports a real error)
       }
-      sched->on_step_done(plan);
-      retire_finished_requests();
+    }
+    StepView v = view_of(now, true);  // the owners only (its tokens went in at launch)
+    std::span<const float> logits;
+    std::string error;
+    try {
+      logits = model.v4->logits();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (error.empty()) finish_plan(now, v.who, logits);
+    else fail_plan(now, v.who, error);
+    if (next.empty()) {
+      if (ready) throw Error("internal: an empty plan was prepared");
+      update_stats();
+      return !sched->idle();
+    }
+    if (ready) {
+      if (!launch_prepared(next)) {
+        update_stats();
+        return true;
+      }
+      flight = std::move(next);
+      // Nobody waits for it (every sequence in it finished meanwhile): done now, so the engine is idle.
+      bool owned = false;
+      for (const auto& c : flight->chunks) owned |= seq_owner.count(c.seq) > 0;
+      if (!owned) {
+        const StepPlan dead = std::move(*flight);
+        flight.reset();
+        StepView dv = view_of(dead, true);
+        try {
+          finish_plan(dead, dv.who, model.v4->logits());
+        } catch (const std::exception&) {
+          fail_plan(dead, dv.who, "");
+        }
+      }
+      update_stats();
       return true;
     }
+    if (!try_launch(next)) run_plan(next);
+    return true;
+  }
+
+  // A failed step fails the requests in it, never the engine.
+  void fail_plan(const StepPlan& plan, const std::vector<Choice*>& who, const std::string& why) {
+    for (size_t i = 0; i < who.size(); ++i) {
+      if (!who[i]) continue;
+      auto [rid, idx] = seq_owner.at(plan.chunks[i].seq);
+      emit_finish(reqs.at(rid), *who[i], Finish::kError, why);
+    }
+    sched->on_step_done(plan);
+    retire_finished_requests();
+  }
+
+  // Samples a plan's logits [chunks, vocab] and hands out the tokens.
+  void finish_plan(const StepPlan& plan, const std::vector<Choice*>& who, std::span<const float> logits) {
     std::vector<SampleRow> rows;
     std::vector<size_t> row_chunk;
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
-      if (!plan.chunks[i].sample) continue;
+      if (!plan.chunks[i].sample || !who[i]) continue;
       auto [rid, idx] = seq_owner.at(plan.chunks[i].seq);
       Req& r = reqs.at(rid);
       rows.push_back({logits.data() + i * vocab, &r.params, &who[i]->sampling, who[i]->sampling.next_position()});
@@ -343,7 +477,6 @@ struct Engine::Impl {
     ++stats_snapshot.steps;
     retire_finished_requests();
     update_stats();
-    return true;
   }
 
   void update_stats() {

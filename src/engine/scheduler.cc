@@ -31,10 +31,14 @@ void Scheduler::release(SchedSeq& s) {
 
 void Scheduler::abort(uint64_t id) {
   auto it = seqs_.find(id);
-  if (it == seqs_.end()) return;
-  release(it->second);
+  if (it == seqs_.end() || it->second.status == SeqStatus::kFinishing) return;
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
   running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
+  if (it->second.in_flight > 0) {  // a planned step still writes its cache: freed when that step is done
+    it->second.status = SeqStatus::kFinishing;
+    return;
+  }
+  release(it->second);
   seqs_.erase(it);
 }
 
@@ -130,6 +134,10 @@ void Scheduler::on_step_done(const StepPlan& plan) {
   for (const auto& c : plan.chunks) {
     auto it = seqs_.find(c.seq);
     if (it != seqs_.end() && it->second.in_flight > 0) --it->second.in_flight;
+    if (it != seqs_.end() && it->second.status == SeqStatus::kFinishing && it->second.in_flight == 0) {
+      release(it->second);
+      seqs_.erase(it);
+    }
   }
 }
 
@@ -141,8 +149,10 @@ const SchedSeq* Scheduler::find(uint64_t id) const {
 std::string Scheduler::check_invariants() const {
   if (auto e = slots_.check_invariants(); !e.empty()) return "slots: " + e;
   if (auto e = pages_.check_invariants(); !e.empty()) return "pages: " + e;
-  int64_t slots = 0, pages = 0;
+  int64_t slots = 0, pages = 0, finishing = 0;
   for (const auto& [id, s] : seqs_) {
+    if (s.status == SeqStatus::kFinishing && s.in_flight == 0) return "finished sequence with no step in flight kept";
+    finishing += s.status == SeqStatus::kFinishing;
     if (s.status == SeqStatus::kWaiting && (s.slot >= 0 || !s.pages.empty()))
       return "waiting sequence " + std::to_string(id) + " holds cache";
     if (s.status == SeqStatus::kRunning && s.slot < 0) return "running sequence without a slot";
@@ -153,7 +163,7 @@ std::string Scheduler::check_invariants() const {
   }
   if (slots != slots_.num_used()) return "slot pool used count differs from sequences' slots";
   if (pages != pages_.num_used()) return "page pool used count differs from sequences' pages";
-  if (waiting_.size() + running_.size() != seqs_.size()) return "a sequence is in no queue or in both";
+  if (waiting_.size() + running_.size() + (size_t)finishing != seqs_.size()) return "a sequence is in no queue or in both";
   return "";
 }
 

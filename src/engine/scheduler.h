@@ -31,7 +31,9 @@ struct SchedulerConfig {
   int64_t tokens_per_page = 256;     // V4CacheLayout::tokens_per_page
 };
 
-enum class SeqStatus { kWaiting, kRunning };
+// kFinishing: finished or aborted while a planned step still computes it; its cache is freed (and the
+// sequence forgotten) when the last such step is done.
+enum class SeqStatus { kWaiting, kRunning, kFinishing };
 
 struct SchedSeq {
   uint64_t id = 0;
@@ -64,7 +66,7 @@ class Scheduler {
   Scheduler(const SchedulerConfig& cfg, BlockManager& slots, BlockManager& pages);
 
   void add(uint64_t id, int64_t num_prompt_tokens);  // joins the waiting queue
-  void abort(uint64_t id);                           // frees its slot and pages, forgets it
+  void abort(uint64_t id);  // frees its slot and pages and forgets it (once no planned step computes it)
   StepPlan schedule();
   // The engine calls this when a plan's results are in: for every chunk still known, the step is no
   // longer in flight; `sampled` chunks' placeholder stays as the real token.

@@ -538,8 +538,20 @@ std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk>
 bool DeepseekV4Model::prepare(std::span<const V4SeqChunk> batch, V4Cache& cache) {
   if (ready_) throw Error("prepare: the prepared step was not launched");
   for (const auto& c : batch)
-    if (c.tokens.size() != 1 || c.all_logits) throw Error("prepare: a decode step takes one token a sequence");
-  return enqueue(batch, cache, true);
+    if (!c.state || c.tokens.size() != 1 || c.all_logits)
+      throw Error("prepare: a decode step takes one token a sequence");
+  if (batch.empty()) throw Error("prepare: an empty step");
+  if (enqueue(batch, cache, true)) return true;
+  // No graph for it: the step is kept (its sequences' states as they are now) and runs at launch.
+  deferred_states_.clear();
+  for (const auto& c : batch) {
+    deferred_states_.push_back(*c.state);
+    c.state->pos += 1;
+  }
+  deferred_cache_ = &cache;
+  ready_ = true;
+  ready_rows_ = ready_padded_ = (int64_t)batch.size();
+  return true;
 }
 
 void DeepseekV4Model::launch(std::span<const int32_t> ids) {
@@ -551,13 +563,23 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids) {
       throw Error("launch: token id " + std::to_string(ids[i]) + " outside the vocabulary");
     t[i] = ids[i];
   }
-  const std::vector<int32_t> pack = token_pack(t, cfg_.hc_mult);
   ready_ = false;
+  if (deferred_cache_) {  // no graph: the whole step runs now
+    V4Cache& cache = *deferred_cache_;
+    deferred_cache_ = nullptr;
+    std::vector<V4SeqChunk> batch;
+    for (size_t i = 0; i < ids.size(); ++i)
+      batch.push_back({&deferred_states_[i], std::span<const int32_t>(&ids[i], 1), false});
+    enqueue(batch, cache, false);
+    return;
+  }
+  const std::vector<int32_t> pack = token_pack(t, cfg_.hc_mult);
   be_.graph_launch(pack.data(), (int64_t)(pack.size() * sizeof(int32_t)));
+  out_logits_ = ready_logits_;
+  out_n_ = ready_n_;
 }
 
 std::span<const float> DeepseekV4Model::logits() {
-  if (ready_) throw Error("logits: the prepared step was not launched");
   return {static_cast<const float*>(be_.download_view(out_logits_, out_n_ * (int64_t)sizeof(float))), (size_t)out_n_};
 }
 
@@ -756,6 +778,10 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     ready_ = true;
     ready_rows_ = B_real;
     ready_padded_ = Tp;
+    ready_logits_ = logits.data();  // the launched step's stay readable (logits()) until launch
+    ready_n_ = R * V;
+    for (const auto& c : batch) c.state->pos += (int64_t)c.tokens.size();
+    return true;
   } else if (mode == Backend::GraphMode::Off) {
     run();
   } else {

@@ -108,13 +108,15 @@ class DeepseekV4Model {
   // decode step (one token a sequence; the tokens' values are ignored: they are not known yet) and, when
   // the backend runs it from a graph, plans and records it without launching anything (positions
   // advance as in forward). launch(ids) gives its token ids (one a sequence, in batch order) and launches
-  // it; logits() waits for the last launched step and returns its logits as forward_view does. Returns
-  // false (nothing changed) when the step cannot be prepared ahead: run it with forward_view once its
-  // tokens are known. Until launch, no other step may be prepared or run.
+  // it; logits() waits for the last launched step and returns its logits as forward_view does. Without a
+  // graph (CPU, graphs off, the step after a prefill) prepare only keeps the step and launch runs it whole
+  // (the same results, no overlap); `prepared_ahead()` tells which. Until launch, no other step may be
+  // prepared or run. Errors in the step (a bad slot) may surface at launch.
   bool prepare(std::span<const V4SeqChunk> batch, V4Cache& cache);
   void launch(std::span<const int32_t> ids);
   std::span<const float> logits();
   bool prepared() const { return ready_; }
+  bool prepared_ahead() const { return ready_ && !deferred_cache_; }
   // Decode steps padded to a bucket of batch sizes (stand-in rows, results unchanged): −1 = when the
   // backend asks for it (Backend::decode_rows: CUDA graphs), 0 = never, 1 = always (tests).
   void set_decode_padding(int mode) { pad_decode_ = mode; }
@@ -157,6 +159,10 @@ class DeepseekV4Model {
   int64_t out_n_ = 0;
   bool ready_ = false;                 // a prepared step waits for launch()
   int64_t ready_rows_ = 0, ready_padded_ = 0;  // its sequences, and its rows with stand-ins
+  const float* ready_logits_ = nullptr;        // its logits [ready_n_], once launched
+  V4Cache* deferred_cache_ = nullptr;          // a prepared step without a graph: runs whole at launch
+  std::vector<V4SeqState> deferred_states_;    // its sequences' states at prepare
+  int64_t ready_n_ = 0;
 };
 
 }  // namespace deepinfer

@@ -424,6 +424,59 @@ GreedyRun greedy(DeepseekV4Model& m, Backend& be, const std::vector<std::vector<
   return r;
 }
 
+// greedy() with the engine's pipelining (DeepseekV4Model::prepare/launch): step N+1 is planned and
+// recorded before step N's logits are read; its token ids go in at launch. Counts the steps prepared ahead
+// (recorded in a graph, not just kept for launch).
+GreedyRun greedy_pipelined(DeepseekV4Model& m, Backend& be, const std::vector<std::vector<int32_t>>& prompts,
+                           int n_new, int* n_prepared) {
+  const int64_t V = m.config().vocab_size, B = (int64_t)prompts.size();
+  const V4CacheLayout lay = V4CacheLayout::make(m.config());
+  int64_t pages = 0;
+  for (auto& p : prompts) pages += lay.pages_for((int64_t)p.size() + n_new);
+  V4Cache cache(m.config(), (int32_t)B, (int32_t)pages, &be);
+  std::vector<V4SeqState> st(B);
+  for (int64_t b = 0; b < B; ++b)
+    if (!cache.open(&st[b]) || !cache.reserve(&st[b], (int64_t)prompts[b].size() + n_new)) throw Error("cache");
+  GreedyRun r;
+  r.out.resize(B);
+  *n_prepared = 0;
+  std::vector<V4SeqChunk> batch;
+  for (int64_t b = 0; b < B; ++b) batch.push_back({&st[b], std::span<const int32_t>(prompts[b]), false});
+  std::span<const float> l = m.forward_view(batch, cache);
+  for (int64_t b = 0; b < B; ++b) r.out[b].push_back(argmax(l.data() + b * V, V));
+  const int32_t placeholder = 0;
+  bool in_flight = false;  // a launched step whose token is not read yet
+  for (int issued = 0; issued < n_new - 1 || in_flight;) {
+    // the next step is planned and recorded before the running one's logits are read
+    bool ready = false;
+    if (issued < n_new - 1) {
+      batch.clear();
+      for (int64_t b = 0; b < B; ++b) batch.push_back({&st[b], std::span<const int32_t>(&placeholder, 1), false});
+      ready = m.prepare(batch, cache);
+    }
+    if (in_flight) {
+      l = m.logits();
+      for (int64_t b = 0; b < B; ++b) r.out[b].push_back(argmax(l.data() + b * V, V));
+      in_flight = false;
+    }
+    if (issued == n_new - 1) break;
+    std::vector<int32_t> ids(B);
+    for (int64_t b = 0; b < B; ++b) ids[b] = r.out[b].back();
+    ++issued;
+    if (ready) {
+      *n_prepared += m.prepared_ahead();
+      m.launch(ids);
+      in_flight = true;
+      continue;
+    }
+    batch.clear();
+    for (int64_t b = 0; b < B; ++b) batch.push_back({&st[b], std::span<const int32_t>(&ids[b], 1), false});
+    l = m.forward_view(batch, cache);
+    for (int64_t b = 0; b < B; ++b) r.out[b].push_back(argmax(l.data() + b * V, V));
+  }
+  return r;
+}
+
 void nano(const std::string& root, CpuBackend& cpu, CudaBackend& gpu, int n_new) {
   const std::string dir = root + "/models/nano-v4";
   std::ifstream f(dir + "/greedy_reference.json");
@@ -773,6 +826,18 @@ void stored_section(const std::string& root, CpuBackend& cpu, int n_new) {
     GreedyRun pr = greedy(*mp.v4, plain, prompts, n_new);
     GreedyRun p1 = greedy(*mp.v4, plain, one, n_new);
     expect(pr.out == gr.out && p1.out == g1.out, "graphs: greedy tokens equal the op-by-op run's (batch and single)");
+    // (f) pipelined decode (step N+1 recorded before step N's logits are read; ids patched in at launch)
+    int np_b = 0, np_1 = 0;
+    GreedyRun qb = greedy_pipelined(*mg.v4, fast, prompts, n_new, &np_b);
+    GreedyRun q1 = greedy_pipelined(*mg.v4, fast, one, n_new, &np_1);
+    expect(np_b > n_new / 2 && np_1 > n_new / 2, "pipelined: most decode steps were prepared ahead (" +
+                                                     std::to_string(np_b) + ", " + std::to_string(np_1) + " of " +
+                                                     std::to_string(n_new - 1) + ")");
+    expect(qb.out == gr.out && q1.out == g1.out, "pipelined: greedy tokens equal the step-by-step run's (batch and single)");
+    int np_plain = 0;
+    GreedyRun qp = greedy_pipelined(*mp.v4, plain, one, 8, &np_plain);
+    expect(np_plain == 0 && std::equal(qp.out[0].begin(), qp.out[0].end(), g1.out[0].begin()),
+           "pipelined without graphs: nothing prepared ahead, the same tokens");
     std::printf("graphs nano: batch of %zu %.3f ms/step with graphs, %.3f op by op; one sequence %.3f vs %.3f "
                 "ms/token\n",
                 prompts.size(), 1e3 * gr.decode_s / (n_new - 1), 1e3 * pr.decode_s / (n_new - 1),

@@ -156,5 +156,13 @@ TEST(Scheduler, StrictFcfsAdmissionAndBudget) {
   sch.abort(1);
   sch.abort(2);
   sch.abort(3);
+  // 1 and 2 are in plan q, which may still be writing their cache: kept until q is done; 3 goes at once.
+  EXPECT_EQ(sch.check_invariants(), "");
+  EXPECT_EQ(slots.num_used(), 2);
+  EXPECT_EQ(sch.num_running() + sch.num_waiting(), 0u);
+  EXPECT_TRUE(sch.schedule().empty()) << "finished sequences are not planned again";
+  sch.on_step_done(q);
   EXPECT_EQ(slots.num_used() + pages.num_used(), 0);
+  EXPECT_TRUE(sch.idle());
+  EXPECT_EQ(sch.check_invariants(), "");
 }

@@ -211,7 +211,21 @@ struct CudaBackend::Impl {
     if (op) cur->pop.push_back(op);
     check(cudaEventRecordWithFlags(e, stream, cudaEventRecordExternal), "cudaEventRecordWithFlags (graph profile)");
   }
+  // A profiled graph's events are read once it has run, at the next fold (the next timed launch at the
+  // latest): a pipelined step's host work overlaps the graph even while profiling.
+  GraphEntry* timed_pending = nullptr;
+  cudaEvent_t timed_prev = nullptr;  // what ended before it (its first gap)
+  void resolve_graph() {
+    if (!timed_pending) return;
+    GraphEntry* e = timed_pending;
+    timed_pending = nullptr;
+    check(cudaEventSynchronize(e->pev.back()), "graph (profiled)");
+    for (size_t i = 0; i < e->pop.size(); ++i)
+      add_time(e->pop[i], i ? e->pev[2 * i - 1] : timed_prev, e->pev[2 * i], e->pev[2 * i + 1]);
+    ++n_graph_steps;
+  }
   void fold() {
+    resolve_graph();
     if (used == 0) return;
     check(cudaStreamSynchronize(stream), "profile");
     for (size_t i = 0; i < used; ++i) add_time(ev_op[i], i ? ev[2 * i - 1] : last_end, ev[2 * i], ev[2 * i + 1]);
@@ -475,6 +489,7 @@ Backend::GraphMode CudaBackend::graph_begin(uint64_t key) {
     return m.graph;
   }
   if (it != m.graphs.end()) {  // recorded at another arena top: record again (a few times, then op by op)
+    if (it->get() == m.timed_pending) m.resolve_graph();
     m.graphs.erase(it);
     if (++m.graph_recaptures[key] > 3) {
       std::fprintf(stderr, "cuda graph: a step's buffers keep moving (arena top); it runs op by op\n");
@@ -507,6 +522,7 @@ CudaBackend::Impl::GraphEntry* CudaBackend::Impl::end_region() {
     if (graphs.size() >= kMaxGraphs) {  // the least recently used goes
       auto lru = std::min_element(graphs.begin(), graphs.end(),
                                   [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
+      if (lru->get() == timed_pending) resolve_graph();
       graphs.erase(lru);
     }
     e->last_use = ++use_clock;
@@ -524,15 +540,13 @@ void CudaBackend::Impl::launch(GraphEntry* e) {
   if (timed) fold();  // the ops before it first (their last end opens the graph's first gap)
   check(cudaGraphLaunch(e->exec, stream), "cudaGraphLaunch");
   check(cudaEventRecord(e->done, stream), "cudaEventRecord (graph)");
-  if (timed) {  // resolved now: the next replay records the same events again
+  if (timed) {  // read at the next fold, before this graph can run again
     cudaEvent_t& tail = graph_tail[tail_i ^= 1];  // not the one last_end may hold
     if (!tail) check(cudaEventCreate(&tail), "cudaEventCreate (graph profile)");
     check(cudaEventRecord(tail, stream), "cudaEventRecord (graph profile)");
-    check(cudaStreamSynchronize(stream), "graph (profiled)");
-    for (size_t i = 0; i < e->pop.size(); ++i)
-      add_time(e->pop[i], i ? e->pev[2 * i - 1] : last_end, e->pev[2 * i], e->pev[2 * i + 1]);
+    timed_pending = e;
+    timed_prev = last_end;
     last_end = tail;
-    ++n_graph_steps;
   }
 }
 void CudaBackend::graph_end() {
@@ -558,6 +572,7 @@ void CudaBackend::graph_launch(const void* first_upload, int64_t bytes) {
 
 void CudaBackend::graph_abort(const char* why) {
   Impl& m = *impl_;
+
   if (m.graph_failed.size() < 3)
     std::fprintf(stderr, "cuda graph: a step could not run from a graph (%s); it runs op by op\n", why ? why : "?");
   if (m.graph == GraphMode::Capture) {
@@ -566,6 +581,7 @@ void CudaBackend::graph_abort(const char* why) {
     if (g) cudaGraphDestroy(g);
     cudaGetLastError();
   }
+  m.resolve_graph();  // its entry may be the one erased below
   if (m.cur) {
     m.graph_failed.insert(m.cur->key);
     const uint64_t key = m.cur->key;
