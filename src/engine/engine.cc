@@ -348,15 +348,14 @@ struct Engine::Impl {
   // A plan run now, from its forward pass to its tokens.
   void run_plan(const StepPlan& plan) {
     StepView v = view_of(plan, false);
-    std::span<const float> logits;  // valid until the next forward
     try {
-      if (model.v41) logits = logits_v41 = forward_v41(plan, v.chunks);
-      else logits = model.v4->forward_view(v.chunks, *cache);
+      if (model.v41) logits_v41 = forward_v41(plan, v.chunks);
+      else model.v4->forward_launch(v.chunks, *cache);
     } catch (const std::exception& e) {
       fail_plan(plan, v.who, e.what());
       return;
     }
-    finish_plan(plan, v.who, logits);
+    finish_plan(plan, v.who);
   }
 
   // Step N is on the device: plan and record N+1, then read N, then launch N+1.
@@ -375,15 +374,7 @@ struct Engine::Impl {
       }
     }
     StepView v = view_of(now, true);  // the owners only (its tokens went in at launch)
-    std::span<const float> logits;
-    std::string error;
-    try {
-      logits = model.v4->logits();
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    if (error.empty()) finish_plan(now, v.who, logits);
-    else fail_plan(now, v.who, error);
+    finish_plan(now, v.who);
     if (next.empty()) {
       if (ready) throw Error("internal: an empty plan was prepared");
       update_stats();
@@ -402,11 +393,7 @@ struct Engine::Impl {
         const StepPlan dead = std::move(*flight);
         flight.reset();
         StepView dv = view_of(dead, true);
-        try {
-          finish_plan(dead, dv.who, model.v4->logits());
-        } catch (const std::exception&) {
-          fail_plan(dead, dv.who, "");
-        }
+        finish_plan(dead, dv.who);
       }
       update_stats();
       return true;
@@ -426,16 +413,57 @@ struct Engine::Impl {
     retire_finished_requests();
   }
 
-  // Samples a plan's logits [chunks, vocab] and hands out the tokens.
-  void finish_plan(const StepPlan& plan, const std::vector<Choice*>& who, std::span<const float> logits) {
-    std::vector<SampleRow> rows;
+  // A row the backend's greedy pick decides exactly as the host sampler would: temperature 0, nothing
+  // that changes the logits first (bias, penalties, an active min_tokens mask, a grammar), no logprobs.
+  static bool plain_greedy(const SamplingParams& p, const Choice& ch) {
+    return !(effective_temperature(p.temperature) > 0.0f) && p.logit_bias.empty() && p.repetition_penalty == 1.0f &&
+           p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && !p.logprobs && !ch.structured &&
+           (ch.sampling.num_output() >= p.min_tokens || ch.sampling.min_tokens_masked().empty());
+  }
+
+  // Samples the last launched step's results (its logits [chunks, vocab], or only the backend's greedy
+  // picks when every sampled row is plain greedy) and hands out the tokens. A step that failed on the
+  // device fails its requests.
+  void finish_plan(const StepPlan& plan, const std::vector<Choice*>& who) {
     std::vector<size_t> row_chunk;
+    bool greedy = !model.v41;
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
       if (!plan.chunks[i].sample || !who[i]) continue;
+      row_chunk.push_back(i);
+      greedy = greedy && plain_greedy(reqs.at(seq_owner.at(plan.chunks[i].seq).first).params, *who[i]);
+    }
+    std::span<const float> logits;
+    std::span<const int32_t> picks;
+    try {
+      if (greedy && !row_chunk.empty()) {
+        picks = model.v4->argmax();
+        for (size_t i : row_chunk) greedy = greedy && i < picks.size() && picks[i] >= 0;
+      }
+      if (!greedy && !row_chunk.empty()) logits = model.v41 ? std::span<const float>(logits_v41) : model.v4->logits();
+    } catch (const std::exception& e) {
+      fail_plan(plan, who, e.what());
+      return;
+    }
+    if (greedy && !row_chunk.empty()) {  // only the ids crossed
+      sched->on_step_done(plan);
+      for (size_t i : row_chunk) {
+        auto [rid, idx] = seq_owner.at(plan.chunks[i].seq);
+        SampleResult s;
+        s.token = picks[i];
+        on_token(reqs.at(rid), *who[i], s);
+      }
+      for (const auto& c : plan.chunks) stats_snapshot.prompt_tokens += c.sample ? c.len - 1 : c.len;
+      stats_snapshot.generated_tokens += (int64_t)row_chunk.size();
+      ++stats_snapshot.steps;
+      retire_finished_requests();
+      update_stats();
+      return;
+    }
+    std::vector<SampleRow> rows;
+    for (size_t i : row_chunk) {
       auto [rid, idx] = seq_owner.at(plan.chunks[i].seq);
       Req& r = reqs.at(rid);
       rows.push_back({logits.data() + i * vocab, &r.params, &who[i]->sampling, who[i]->sampling.next_position()});
-      row_chunk.push_back(i);
     }
     // Grammar masks, one per structured row (each matcher is its own; rows run in parallel).
     // A matcher that fails (a limit on live parse stacks) fails its row only: no throw may leave a
@@ -513,6 +541,7 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>(cfg)) {
   const std::string be_name = resolve_backend(cfg.backend);
   if (be_name != "cpu") m.device = make_backend(be_name, cfg.threads, cfg.dtype);
   m.model = load_model(m.dir, m.model_backend(), cfg.progress);
+  if (m.model.v4) m.model.v4->set_device_argmax(true);  // greedy batches read ids, not logits
   for (const auto& n : m.model.unused) std::fprintf(stderr, "deepinfer: warning: tensor '%s' is not used\n", n.c_str());
   // The few config values the engine needs, from either architecture.
   const int vocab = m.model.vocab_size();

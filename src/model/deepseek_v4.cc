@@ -576,7 +576,15 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids) {
   const std::vector<int32_t> pack = token_pack(t, cfg_.hc_mult);
   be_.graph_launch(pack.data(), (int64_t)(pack.size() * sizeof(int32_t)));
   out_logits_ = ready_logits_;
+  out_ids_ = ready_ids_;
   out_n_ = ready_n_;
+}
+
+std::span<const int32_t> DeepseekV4Model::argmax() {
+  if (!out_ids_) return {};
+  ids_host_.resize((size_t)(out_n_ / cfg_.vocab_size));
+  be_.download(ids_host_.data(), out_ids_, (int64_t)(ids_host_.size() * sizeof(int32_t)));
+  return ids_host_;
 }
 
 std::span<const float> DeepseekV4Model::logits() {
@@ -586,7 +594,7 @@ std::span<const float> DeepseekV4Model::logits() {
 bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache, bool ready_only) {
   // The previous step's kept logits would move the arena top under a graph: prepare only after graph steps.
   if (ready_only && out_buf_.data()) return false;
-  if (!ready_only) out_buf_ = Buffer<float>();  // valid until the next step: this one
+  if (!ready_only) out_buf_ = Buffer<float>(), out_ids_buf_ = Buffer<int32_t>();  // valid until the next step
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult, V = cfg_.vocab_size;
   const float eps = (float)cfg_.rms_norm_eps, hc_eps = (float)cfg_.hc_eps;
   std::vector<int64_t> seq_begin{0};
@@ -653,6 +661,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
   const int64_t Tp = (int64_t)tokens.size(), Rp = (int64_t)rows.size(), B_real = B;
 
   Buffer<float> logits;  // [Rp, V] (the first R rows are the step's output)
+  Buffer<int32_t> ids;   // [Rp] their greedy picks, when argmax_
   // The step, from the uploads to the logits. A decode step's launches are a function of (this model,
   // B, R, the capacities): the backend may record them once and replay them (Backend::graph_begin).
   auto run = [&] {
@@ -754,6 +763,10 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
                 eps, ur.data());
     be_.rms_norm(ur.data(), R, D, D, norm_.data(), eps, ur.data());
     be_.linear(ur.data(), R, D, *head_, logits.data(), V);
+    if (argmax_) {  // greedy picks on the backend: only R ids need to cross (argmax())
+      ids = Buffer<int32_t>(be_, R);
+      be_.argmax_rows(logits.data(), R, V, V, ids.data());
+    }
   };
   // The key: everything the recorded launches depend on besides the uploaded bytes (the step's own
   // buffers are checked by the backend). Consecutive decode steps alternate between two graphs (parity):
@@ -762,7 +775,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
   uint64_t key = 0xcbf29ce484222325ull;
   parity_ ^= decode ? 1 : 0;
   for (uint64_t v : {graph_owner_, (uint64_t)(uintptr_t)cache.pages_base(), (uint64_t)(uintptr_t)cache.slots_base(),
-                     (uint64_t)Bp, (uint64_t)Rp, (uint64_t)cap_csa, (uint64_t)cap_hca, parity_})
+                     (uint64_t)Bp, (uint64_t)Rp, (uint64_t)cap_csa, (uint64_t)cap_hca, parity_, (uint64_t)argmax_})
     key = mix(key, v);
   const Backend::GraphMode mode = decode ? be_.graph_begin(key) : Backend::GraphMode::Off;
   bool graphed = mode != Backend::GraphMode::Off;
@@ -779,6 +792,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     ready_rows_ = B_real;
     ready_padded_ = Tp;
     ready_logits_ = logits.data();  // the launched step's stay readable (logits()) until launch
+    ready_ids_ = ids.data();
     ready_n_ = R * V;
     for (const auto& c : batch) c.state->pos += (int64_t)c.tokens.size();
     return true;
@@ -791,6 +805,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     } catch (const Error& e) {  // nothing ran: the step again, without a graph
       be_.graph_abort(e.what());
       logits = Buffer<float>();
+      ids = Buffer<int32_t>();
       graphed = false;
       run();
     }
@@ -800,8 +815,9 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
   // arena top; nothing runs before the next launch, so they stay readable until then. Otherwise they are
   // kept until the next step.
   out_logits_ = logits.data();
+  out_ids_ = ids.data();
   out_n_ = R * V;
-  if (!graphed) out_buf_ = std::move(logits);
+  if (!graphed) out_buf_ = std::move(logits), out_ids_buf_ = std::move(ids);
   return true;
 }
 

@@ -113,9 +113,16 @@ class DeepseekV4Model {
   // (the same results, no overlap); `prepared_ahead()` tells which. Until launch, no other step may be
   // prepared or run. Errors in the step (a bad slot) may surface at launch.
   bool prepare(std::span<const V4SeqChunk> batch, V4Cache& cache);
+  // forward_view without reading the result: logits() / argmax() read it (any step, chunks of any length).
+  void forward_launch(std::span<const V4SeqChunk> batch, V4Cache& cache) { enqueue(batch, cache, false); }
   void launch(std::span<const int32_t> ids);
   std::span<const float> logits();
   bool prepared() const { return ready_; }
+  // Greedy picks on the backend (Backend::argmax_rows) with every step's logits, so that a greedy batch
+  // reads R ids instead of R·V logits: argmax() returns those of the last launched step (−1 / −2 as
+  // argmax_rows says), empty when it was not computed.
+  void set_device_argmax(bool on) { argmax_ = on; }
+  std::span<const int32_t> argmax();
   bool prepared_ahead() const { return ready_ && !deferred_cache_; }
   // Decode steps padded to a bucket of batch sizes (stand-in rows, results unchanged): −1 = when the
   // backend asks for it (Backend::decode_rows: CUDA graphs), 0 = never, 1 = always (tests).
@@ -156,6 +163,11 @@ class DeepseekV4Model {
   uint64_t parity_ = 0;       // alternates per decode step: consecutive steps use different graphs
   const float* out_logits_ = nullptr;  // the last enqueued step's logits [out_n_] (backend memory)
   Buffer<float> out_buf_;              // holds them when the step did not run from a graph
+  const int32_t* out_ids_ = nullptr;   // its argmax_rows picks [out_n_ / V], when argmax_
+  Buffer<int32_t> out_ids_buf_;
+  std::vector<int32_t> ids_host_;
+  bool argmax_ = false;
+  const int32_t* ready_ids_ = nullptr;
   int64_t out_n_ = 0;
   bool ready_ = false;                 // a prepared step waits for launch()
   int64_t ready_rows_ = 0, ready_padded_ = 0;  // its sequences, and its rows with stand-ins

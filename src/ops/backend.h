@@ -221,6 +221,11 @@ class Backend {
   virtual void select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk,
                            const int32_t* rowmap, int64_t rowmap_ld, const int64_t* out_off, int32_t* out) = 0;
 
+  // Greedy sampling on the backend: out[m] = the lowest id of the largest value of row m of x[M, N] (row
+  // stride ld) — the host sampler's greedy pick (argmax_lowest_id) — or −1 when every value is −inf, −2
+  // when the row holds a NaN or +inf (the host sampler rejects those rows: the caller asks it for the error).
+  virtual void argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out) = 0;
+
   // y[M, D] = x / sqrt(mean(x²) + eps) (* w[D] if w). In place allowed (y == x).
   virtual void rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps,
                         float* y) = 0;

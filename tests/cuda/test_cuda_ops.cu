@@ -2538,6 +2538,47 @@ Result sample_case(int64_t B, int64_t V, const std::string& name) {
   return res;
 }
 
+// argmax_rows (greedy sampling on the GPU) against the CPU twin, bitwise: ties placed on purpose (the
+// lowest id wins), rows of −inf with one finite value, all −inf (−1), a NaN or +inf (−2).
+Result argmax_case(int64_t M, int64_t N, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  std::vector<float> x = randn(r, M * N, 3.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t m = 0; m < M; ++m) {
+    float* row = x.data() + m * N;
+    const int kind = (int)(m % 6);
+    if (kind == 1) {  // the max value at several ids
+      const int64_t a = r.range(0, (int)N), b = r.range(0, (int)N);
+      row[a] = row[b] = 50.0f;
+    } else if (kind == 2) {
+      for (int64_t i = 0; i < N; ++i) row[i] = -inf;
+      row[r.range(0, (int)N)] = -7.0f;
+    } else if (kind == 3) {
+      for (int64_t i = 0; i < N; ++i) row[i] = -inf;
+    } else if (kind == 4) {
+      row[r.range(0, (int)N)] = std::numeric_limits<float>::quiet_NaN();
+    } else if (kind == 5 && m % 12 == 5) {
+      row[r.range(0, (int)N)] = inf;
+    }
+  }
+  DBuf dx = dup(x, "x"), dout = dalloc(M * 4, "out");
+  poison(dout);
+  CK(dc::argmax_rows(dx.as<float>(), M, N, N, dout.as<int32_t>(), 0));
+  auto got = down<int32_t>(dout, M);
+  std::vector<int32_t> want(M);
+  cpu().argmax_rows(x.data(), M, N, N, want.data());
+  int64_t bad = 0;
+  for (int64_t m = 0; m < M; ++m) bad += got[m] != want[m];
+  expect_true(res, bad == 0, std::to_string(bad) + " rows differ");
+  res.detail += "bitwise ";
+  if (g_perf) {
+    res.us = time_us([&] { dc::argmax_rows(dx.as<float>(), M, N, N, dout.as<int32_t>(), 0); });
+    res.bytes = M * N * 4.0;
+  }
+  return res;
+}
+
 // =================================================================================================
 void register_cases() {
   const int64_t D = 4096, H = 64, d = 512, ql = 1024, ol = 1024, G = 8, I = 2048, Vv = 129280;
@@ -2553,6 +2594,10 @@ void register_cases() {
     add(n, [=] { return quant_case(M, K, n); });
   }
   add("cublaslt_fp8_scale_layout_probe", [] { return lt_fp8_layout_probe("probe"); });
+  for (auto MN : {std::pair<int64_t, int64_t>{1, Vv}, {37, 1000}, {256, Vv}}) {
+    auto n = nm("argmax_rows M=%ld N=%ld", MN.first, MN.second);
+    add(n, [=] { return argmax_case(MN.first, MN.second, n); });
+  }
   struct GS { int64_t M, N, K; const char* what; };
   const GS bf[] = {{1, ql, D, "wq_a decode"}, {2, H * d, ql, "wq_b decode M=2"}, {4, Vv, D, "head decode M=4"},
                    {64, ql, D, "wq_a"}, {64, H * d, ql, "wq_b"}, {512, d, D, "wkv"},

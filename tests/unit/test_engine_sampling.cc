@@ -587,3 +587,30 @@ TEST(Sampler, OverflowingPenaltyStaysOrdered) {
 
 }  // namespace
 }  // namespace deepinfer
+
+// argmax_rows is the host sampler's greedy pick (the engine reads it instead of the logits for greedy
+// rows): the same id on random rows and on ties, −1 when every value is −inf, −2 for NaN / +inf (rows
+// the host sampler rejects).
+TEST(Sampler, BackendArgmaxRowsIsTheGreedyPick) {
+  CpuBackend be(1);
+  std::mt19937 g(3);
+  std::normal_distribution<float> n(0.0f, 2.0f);
+  const int64_t M = 9, N = 777;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x(M * N);
+  for (auto& v : x) v = n(g);
+  x[1 * N + 5] = x[1 * N + 600] = 40.0f;                 // a tie: 5 wins
+  for (int64_t i = 0; i < N; ++i) x[2 * N + i] = -inf;   // all −inf
+  for (int64_t i = 0; i < N; ++i) x[3 * N + i] = -inf;
+  x[3 * N + 700] = -1e30f;
+  x[4 * N + 9] = std::numeric_limits<float>::quiet_NaN();
+  x[5 * N + 3] = inf;
+  std::vector<int32_t> out(M);
+  be.argmax_rows(x.data(), M, N, N, out.data());
+  EXPECT_EQ(out[1], 5);
+  EXPECT_EQ(out[2], -1);
+  EXPECT_EQ(out[3], 700);
+  EXPECT_EQ(out[4], -2);
+  EXPECT_EQ(out[5], -2);
+  for (int64_t m : {0, 1, 2, 3, 6, 7, 8}) EXPECT_EQ(out[m], argmax_lowest_id(x.data() + m * N, (int)N)) << m;
+}

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -137,3 +138,4 @@ TEST(CpuOps, CompressPoolIgnoresAbsentSlots) {
   // slots 1, 2, 3 with weights 1/4, 1/4, 2/4
   for (int c = 0; c < d; ++c) EXPECT_NEAR(out[c], 0.25 * kv[3 + c] + 0.25 * kv[6 + c] + 0.5 * kv[9 + c], 1e-5);
 }
+

@@ -509,6 +509,22 @@ void CpuBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const in
   moe_ffn_loop(*this, h, T, ex.D, ex.I, ex.w13, ex.w2, sel, wsel, K, limit, out);
 }
 
+void CpuBackend::argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out) {
+  for (int64_t m = 0; m < M; ++m) {
+    const float* r = x + m * ld;
+    int32_t best = -1;
+    float bv = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < N; ++i) {
+      if (std::isnan(r[i]) || r[i] == std::numeric_limits<float>::infinity()) {
+        best = -2;
+        break;
+      }
+      if (r[i] > bv) bv = r[i], best = (int32_t)i;  // strict: equal values keep the lower id
+    }
+    out[m] = best;
+  }
+}
+
 void CpuBackend::select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk,
                              const int32_t* rowmap, int64_t rowmap_ld, const int64_t* out_off, int32_t* out) {
   std::vector<int32_t> cand;

@@ -1139,6 +1139,12 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
   moe_ffn_loop(*this, h, T, D, I, ex.w13, ex.w2, sel_h.data(), w_h.data(), K, limit, out);
 }
 
+void CudaBackend::argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out) {
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
+  if (M > 0) check(cuda::argmax_rows(x, M, N, ld, out, impl_->stream), "argmax_rows");
+}
+
 void CudaBackend::select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk,
                               const int32_t* rowmap, int64_t rowmap_ld, const int64_t* out_off, int32_t* out) {
   HostTimer ht_(impl_.get(), Impl::kOp);

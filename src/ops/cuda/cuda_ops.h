@@ -357,6 +357,9 @@ cudaError_t engram_gate(float* X, int64_t M, int hc, int64_t D, const float* kv,
 // ------------------------------------------------------------------------------------------------
 // Sampling
 // ------------------------------------------------------------------------------------------------
+// out[m] = lowest id of the largest value of row m of x[M, N] (stride ld); −1: all −inf; −2: a NaN or +inf
+// in the row (Backend::argmax_rows). One block a row.
+cudaError_t argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out, cudaStream_t s);
 // Per row b of logits[B, V] (row stride ld): temperature[b] ≤ 0 → argmax (ties: lower id). Otherwise
 // z = logits / T; kept = the top_k[b] largest z (1..1024; 0 or larger → the top 1024, see notes);
 // mass_i = exp(z_i − max); denominator = Σ_kept mass if top_k[b] > 0, else Σ_all mass; top-p keeps the

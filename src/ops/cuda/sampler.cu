@@ -169,4 +169,40 @@ cudaError_t sample(const float* logits, int64_t B, int64_t V, int64_t ld, const 
   return cudaGetLastError();
 }
 
+namespace {
+constexpr int ANT = 512;
+// Better of two (value, id) candidates: the larger value, then the lower id; id −1 = none yet.
+__device__ __forceinline__ void better(float& bv, int& bi, float ov, int oi) {
+  if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
+}
+__global__ void __launch_bounds__(ANT) argmax_rows_kernel(const float* __restrict__ x, int64_t N, int64_t ld,
+                                                          int32_t* __restrict__ out) {
+  const float* row = x + (int64_t)blockIdx.x * ld;
+  float bv = -INFINITY;
+  int bi = -1;
+  int bad = 0;
+  for (int64_t i = threadIdx.x; i < N; i += ANT) {  // ascending ids: strict > keeps the lowest
+    const float v = row[i];
+    bad |= isnan(v) || v == INFINITY;
+    if (v > bv) bv = v, bi = (int)i;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) better(bv, bi, __shfl_xor_sync(0xffffffffu, bv, o), __shfl_xor_sync(0xffffffffu, bi, o));
+  __shared__ float wv[ANT / 32];
+  __shared__ int wi[ANT / 32];
+  if ((threadIdx.x & 31) == 0) wv[threadIdx.x >> 5] = bv, wi[threadIdx.x >> 5] = bi;
+  bad = __syncthreads_or(bad);
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < ANT / 32; ++w) better(bv, bi, wv[w], wi[w]);
+    out[blockIdx.x] = bad ? -2 : bi;
+  }
+}
+}  // namespace
+
+cudaError_t argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out, cudaStream_t s) {
+  if (M <= 0) return cudaSuccess;
+  argmax_rows_kernel<<<(unsigned)M, ANT, 0, s>>>(x, N, ld, out);
+  return cudaGetLastError();
+}
+
 }  // namespace deepinfer::cuda
