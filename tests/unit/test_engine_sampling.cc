@@ -12,6 +12,7 @@
 
 #include "engine/philox.h"
 #include "engine/sampler.h"
+#include "ops/cpu/cpu_backend.h"
 #include "engine/stop_matcher.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -592,7 +593,7 @@ TEST(Sampler, OverflowingPenaltyStaysOrdered) {
 // rows): the same id on random rows and on ties, −1 when every value is −inf, −2 for NaN / +inf (rows
 // the host sampler rejects).
 TEST(Sampler, BackendArgmaxRowsIsTheGreedyPick) {
-  CpuBackend be(1);
+  deepinfer::CpuBackend be(1);
   std::mt19937 g(3);
   std::normal_distribution<float> n(0.0f, 2.0f);
   const int64_t M = 9, N = 777;
@@ -612,5 +613,5 @@ TEST(Sampler, BackendArgmaxRowsIsTheGreedyPick) {
   EXPECT_EQ(out[3], 700);
   EXPECT_EQ(out[4], -2);
   EXPECT_EQ(out[5], -2);
-  for (int64_t m : {0, 1, 2, 3, 6, 7, 8}) EXPECT_EQ(out[m], argmax_lowest_id(x.data() + m * N, (int)N)) << m;
+  for (int64_t m : {0, 1, 2, 3, 6, 7, 8}) EXPECT_EQ(out[m], deepinfer::argmax_lowest_id(x.data() + m * N, (int)N)) << m;
 }
