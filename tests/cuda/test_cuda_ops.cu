@@ -1502,6 +1502,11 @@ cudaError_t gemv_q_noplan(const float* x, int64_t M, int64_t K, int64_t ldx, dc:
   return dc::gemv_q(x, M, K, ldx, W, N, y, ldy, s);
 }
 
+cudaError_t gemv_q_v6_noplan(const float* x, int64_t M, int64_t K, int64_t ldx, dc::WeightRef W, int64_t N, float* y,
+                             int64_t ldy, cudaStream_t s) {
+  return dc::gemv_q_v6(x, M, K, ldx, W, N, y, ldy, s);
+}
+
 // Dense: NMSE against the f64 reference, the padding of y untouched, and batch invariance: every row
 // of the M-row launch is bitwise the same as that row launched alone (M = 1).
 Result gemv_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int variant, const std::string& name,
@@ -1513,6 +1518,12 @@ Result gemv_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int variant, con
   std::vector<float> x = randn(r, M * ldx);
   if (variant == 1)  // subnormal weights: x = ±1 so that every product is a weight
     for (auto& v : x) v = v < 0 ? -1.0f : 1.0f;
+  if (variant == 3)  // x's 128-k blocks scaled by 2^-40..2^40 (beyond f16's range: gemv_q_v6's pre-scale)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k0 = 0; k0 < K; k0 += 128) {
+        const float f = std::ldexp(1.0f, r.range(-40, 41));
+        for (int64_t k = k0; k < std::min(K, k0 + 128); ++k) x[m * ldx + k] *= f;
+      }
   DevQ dq = upload_q(q);
   DBuf dx = dup(x, "x"), dy = dalloc(M * ldy * 4, "y"), dy1 = dalloc(ldy * 4, "y_alone");
   poison(dy);
@@ -1721,13 +1732,15 @@ Result gemv_plan_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, const std::
 
 // Perf (and a sampled check): the weight is rotated among ⌈256 MB / bytes⌉ copies so that every timed
 // launch reads it from HBM (the H200's L2 is 60 MB).
-// ver: 4 = gemv_q (v4, v3 fallback), 3 = gemv_q_v3, 5 = gemv_q_v5, 6 = gemv_q_v5_pdl (no plan argument).
+// ver: 4 = gemv_q (v4, v3 fallback), 3 = gemv_q_v3, 5 = gemv_q_v5, 6 = gemv_q_v5_pdl (no plan argument),
+// 7 = gemv_q_v6 (with the plan).
 Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int ver, const std::string& name) {
   // (plan: the backend's, made once for the weight's shape)
   auto gemv = [ver](const float* x, int64_t M_, int64_t K_, int64_t ldx_, dc::WeightRef W_, int64_t N_, float* y,
                     int64_t ldy_, cudaStream_t st, const dc::GemvPlan* pl) {
     if (ver == 5) return dc::gemv_q_v5(x, M_, K_, ldx_, W_, N_, y, ldy_, st);
     if (ver == 6) return dc::gemv_q_v5_pdl(x, M_, K_, ldx_, W_, N_, y, ldy_, st);
+    if (ver == 7) return dc::gemv_q_v6(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
     return (ver == 3 ? dc::gemv_q_v3 : dc::gemv_q)(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
   };
   Rng r = rng_for(name);
@@ -2981,6 +2994,73 @@ void register_cases() {
         return res;
       });
     }
+    // gemv_q_v6 (bf16 / fp8, K % 128 == 0): the same checks as gemv_q (f64 reference, padding, every row
+    // alone bitwise), the V4-Flash decode shapes at M = 1, 2, 5, 8, odd N, x spanning 2^±40 (the f16
+    // pre-scale), subnormal e4m3, large scales, M = 13 (launches of 8), K up to 32768 (8 cluster ranks).
+    // Schedules (cluster ranks × warp slices, steps a slice; tests/cuda/gemv_q_v6_model.py prints them):
+    // wq_b 1×1 (8), wo_b 4×2 (8), w13 4×2 (4), w2 4×2 (2), wq_a 4×8 (1), wkv 4×8 (1), bf16 router 8×8 (1).
+    {
+      std::vector<GQ> g6 = {{F::FP8_B128, 5, 44, 128, 0, " (tiny)"},
+                            {F::FP8_B128, 2, 264, 512, 1, " subnormal e4m3 (exact dequant)"},
+                            {F::FP8_B128, 8, 264, 512, 1, " subnormal e4m3 (exact dequant)"},
+                            {F::FP8_B128, 7, 136, 256, 2, " scales 2^8..2^10"},
+                            {F::FP8_B128, 13, 1000, 4096, 0, " (M>8: launches of 8)"},
+                            {F::FP8_B128, 3, 264, 16384, 0, " (8 cluster ranks)"},
+                            {F::FP8_B128, 2, 136, 32768, 0, " (K=32768: 8 ranks of 4096)"},
+                            {F::FP8_B128, 3, 1000, 1152, 0, " (odd N, 9 steps: ragged slices)"},
+                            {F::BF16, 13, 97, 256, 0, " (odd N, M>8)"},
+                            {F::BF16, 3, 264, 16384, 0, " (8 cluster ranks)"},
+                            {F::BF16, 3, 1000, 1152, 0, " (odd N, ragged slices)"}};
+      for (int64_t M : {1, 2, 5, 8}) {
+        g6.push_back({F::FP8_B128, M, d, D, 0, " (wkv)"});
+        g6.push_back({F::FP8_B128, M, ql, D, 0, " (wq_a)"});
+        g6.push_back({F::FP8_B128, M, H * d, ql, 0, " (wq_b)"});
+        g6.push_back({F::FP8_B128, M, D, G * ol, 0, " (wo_b)"});
+        g6.push_back({F::FP8_B128, M, 2 * I, D, 0, " (shared w13)"});
+        g6.push_back({F::FP8_B128, M, D, I, 0, " (shared w2)"});
+        g6.push_back({F::FP8_B128, M, 1001, 4096, 0, " (odd N)"});
+        g6.push_back({F::FP8_B128, M, 1001, 4096, 3, " (odd N, x blocks 2^-40..2^40)"});
+        g6.push_back({F::BF16, M, 1001, 4096, 0, " (odd N)"});
+        g6.push_back({F::BF16, M, 256, D, 0, " (router gate)"});
+        g6.push_back({F::BF16, M, 2 * d, D, 0, " (compressor)"});
+      }
+      for (auto c : g6) {
+        auto n = nm("gemv_q_v6 %s M=%ld N=%ld K=%ld%s", wfmt_name(c.f), c.M, c.N, c.K, c.what);
+        add(n, [=] { return gemv_case(c.f, c.M, c.N, c.K, c.variant, n, gemv_q_v6_noplan); });
+      }
+      const GI g6i[] = {{F::FP8_B128, 1000, 4096}, {F::FP8_B128, 512, 4096}, {F::FP8_B128, 4096, 2048},
+                        {F::FP8_B128, 264, 16384}, {F::BF16, 256, 4096}, {F::BF16, 1000, 4096}};
+      for (auto c : g6i) {
+        auto n = nm("gemv_q_v6 invariance M=1..32 %s N=%ld K=%ld", wfmt_name(c.f), c.N, c.K);
+        add(n, [=] { return gemv_inv_case(c.f, c.N, c.K, n, gemv_q_v6_noplan); });
+      }
+      add("gemv_q_v6 unsupported (fp4, K%128!=0, K>32768)", [] {
+        Result res;
+        DBuf x = dalloc(4 * 2048 * 4, "x"), w = dalloc(64 * 2048 * 2, "w"), sc = dalloc(64 * 64 * 4, "s"),
+             y = dalloc(4 * 64 * 4, "y");
+        poison(y);
+        auto call = [&](dc::WFmt f, int64_t K) {
+          return dc::gemv_q_v6(x.as<float>(), 4, K, 2048, dc::WeightRef{f, w.p(), sc.p(), 64}, 64, y.as<float>(), 64, 0);
+        };
+        expect_true(res, call(F::FP4_B32, 1024) == cudaErrorNotSupported, "fp4 not refused");
+        expect_true(res, call(F::FP8_B128, 1088) == cudaErrorNotSupported, "fp8 K=1088 not refused");
+        expect_true(res, call(F::BF16, 1000) == cudaErrorNotSupported, "bf16 K=1000 not refused");
+        expect_true(res, call(F::BF16, 32896) == cudaErrorNotSupported, "bf16 K=32896 not refused");
+        expect_true(res, !dc::gemv_q_v6_supported(F::FP8_B128, 1088) && dc::gemv_q_v6_supported(F::FP8_B128, 4096),
+                    "gemv_q_v6_supported");
+        cudaGetLastError();
+        auto yv = down<float>(y, 4 * 64);
+        bool untouched = true;
+        for (float f : yv) {
+          uint32_t u;
+          memcpy(&u, &f, 4);
+          untouched &= u == 0xFFFFFFFFu;
+        }
+        expect_true(res, untouched, "y written by a refused call");
+        if (res.pass) res.detail += "refused with cudaErrorNotSupported, nothing launched ";
+        return res;
+      });
+    }
     if (g_perf) {
       struct GP { F f; int64_t N, K; const char* what; };
       const GP gp[] = {{F::FP8_B128, ql, D, "wq_a"}, {F::FP8_B128, H * d, ql, "wq_b"}, {F::FP8_B128, d, D, "wkv"},
@@ -3004,6 +3084,10 @@ void register_cases() {
         for (int64_t M : {1, 2, 4, 8}) {
           auto n = nm("gemv_q_v5 perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
           add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 5, n); });
+        }
+        for (int64_t M : {1, 2, 4, 8}) {
+          auto n = nm("gemv_q_v6 perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
+          add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 7, n); });
         }
         for (int64_t M : {1, 8}) {  // the graph's launches overlap (the next one streams its weights early)
           auto n = nm("gemv_q_v5_pdl perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
