@@ -15,9 +15,9 @@ def cdiv(a, b):
     return -(-a // b)
 
 
-def schedule(fmt, N, K):
+def schedule(fmt, N, K, groups=1):
     kstep = 64 if fmt == "bf16" else 128
-    tiles, nst = cdiv(N, 16), K // kstep
+    tiles, nst = groups * cdiv(N, 16), K // kstep
     s = 1
     while s < MAXS and tiles * s < ITEMS and nst >= 2 * s:
         s *= 2
@@ -64,9 +64,11 @@ def mma(C, A, B):
     C += Am @ Bm
 
 
-def run(fmt, M, N, K, ldws_pad=0, seed=0):
+def run(fmt, M, N, K, ldws_pad=0, seed=0, groups=1):
+    """One group's product under the schedule of `groups` groups (gemv_q_v6_groups: the other groups only
+    offset the pointers)."""
     rng = np.random.default_rng(seed)
-    cs, sw, sps, kr = schedule(fmt, N, K)
+    cs, sw, sps, kr = schedule(fmt, N, K, groups)
     kstep = 64 if fmt == "bf16" else 128
     x = rng.standard_normal((M, K)) * np.exp2(rng.integers(-30, 30, (M, K // 128)).repeat(128, 1))
     if fmt == "fp8":
@@ -183,20 +185,22 @@ def run(fmt, M, N, K, ldws_pad=0, seed=0):
 
 if __name__ == "__main__":
     cases = [("fp8", 3, 40, 1152), ("fp8", 8, 20, 4096), ("fp8", 2, 33, 256), ("fp8", 1, 17, 16384),
-             ("bf16", 5, 40, 1152), ("bf16", 2, 24, 4096), ("bf16", 8, 17, 512), ("fp8", 4, 300, 1024)]
+             ("bf16", 5, 40, 1152), ("bf16", 2, 24, 4096), ("bf16", 8, 17, 512), ("fp8", 4, 300, 1024),
+             ("fp8", 3, 136, 512, 8), ("fp8", 2, 1001, 1152, 3)]
     ok = True
-    for fmt, M, N, K in cases:
-        sched, err = run(fmt, M, N, K, ldws_pad=3)
+    for fmt, M, N, K, *grp in cases:
+        sched, err = run(fmt, M, N, K, ldws_pad=3, groups=grp[0] if grp else 1)
         good = err < 1e-12
         ok &= good
-        print(f"{fmt} M={M} N={N} K={K} schedule(cs, sw, sps, kr)={sched} max rel err {err:.2e} {'ok' if good else 'FAIL'}")
+        print(f"{fmt} M={M} N={N} K={K} groups={grp[0] if grp else 1} schedule(cs, sw, sps, kr)={sched} max rel err {err:.2e} {'ok' if good else 'FAIL'}")
     # the schedules of the V4-Flash shapes (printed for the notes)
     for fmt, N, K, what in [("fp8", 512, 4096, "wkv"), ("fp8", 1024, 4096, "wq_a"), ("fp8", 32768, 1024, "wq_b"),
                             ("fp8", 4096, 8192, "wo_b"), ("fp8", 4096, 4096, "w13"), ("fp8", 4096, 2048, "w2"),
                             ("bf16", 256, 4096, "router"), ("bf16", 1024, 4096, "compressor"),
-                            ("bf16", 129280, 4096, "head")]:
-        cs, sw, sps, kr = schedule(fmt, N, K)
+                            ("bf16", 129280, 4096, "head"), ("fp8", 1024, 4096, "wo_a x8")]:
+        G = 8 if "x8" in what else 1
+        cs, sw, sps, kr = schedule(fmt, N, K, G)
         rounds = cdiv(cdiv(N, 16), WARPS // sw)
         print(f"{what:10s} {fmt} N={N} K={K}: cs={cs} sw={sw} steps/slice={sps} k/rank={kr} tile groups={rounds} "
-              f"blocks={rounds * cs if cs > 1 else min(rounds, 264)}")
+              f"blocks={G * (rounds * cs if cs > 1 else min(rounds, 264 // G))}")
     raise SystemExit(0 if ok else 1)

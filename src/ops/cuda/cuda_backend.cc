@@ -957,6 +957,12 @@ void CudaBackend::linear_groups(const float* x, int64_t M, int64_t ldx, const We
     HostTimer ht_(impl_.get(), Impl::kOp);
     if (impl_->replaying()) return;
   if (impl_->replaying()) return;
+    if (M <= 8 && !impl_->off("gemv_v6") && cuda::gemv_q_v6_supported(g.r.fmt, K)) {  // (as in linear)
+      check(cuda::gemv_q_v6_groups(x, M, K, ldx, g.r, g.w_stride, g.s_stride, (int)g.G, N, y, ldy, impl_->stream,
+                                   &g.plan),
+            "linear_groups (gemv v6)");
+      return;
+    }
     check((M <= 8 && !impl_->off("gemv_v3") ? cuda::gemv_q_grouped_v3 : cuda::gemv_q_grouped)(
               x, K, true, g.sel, M, (int)g.G, K, g.r, g.w_stride, g.s_stride, N, false, 0.0f, y, N, impl_->stream,
               &g.plan),

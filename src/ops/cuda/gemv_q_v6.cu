@@ -65,6 +65,7 @@ struct G6Params {
   int rounds;  // tile groups (8 / sw tiles each)
   int kr;      // k a rank covers: sw · sps · k a step
   int xs_u4;   // row stride of the x staging, 16-byte units
+  int64_t xg, yg, wg, sg;  // groups (blockIdx.z): offsets of group 1 in x, y (elements), w, ws (bytes)
 };
 
 template <WFmt WF>
@@ -105,10 +106,12 @@ template <WFmt WF>
 __device__ __forceinline__ G6Rows g6_rows(const G6Params& p, int64_t n0, int g, int t) {
   const int64_t rb = WF == WFmt::BF16 ? p.K * 2 : p.K;  // row bytes
   const int64_t nA = n0 + g, nB = nA + 8;
+  const uint8_t* w = p.w + blockIdx.z * p.wg;
+  const float* ws = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(p.ws) + blockIdx.z * p.sg);
   G6Rows r;
-  r.a = nA < p.N ? p.w + nA * rb + t * 16 : nullptr;
-  r.b = nB < p.N ? p.w + nB * rb + t * 16 : nullptr;
-  r.s = WF == WFmt::FP8_B128 && n0 < p.N ? p.ws + (n0 / 128) * p.ldws : nullptr;
+  r.a = nA < p.N ? w + nA * rb + t * 16 : nullptr;
+  r.b = nB < p.N ? w + nB * rb + t * 16 : nullptr;
+  r.s = WF == WFmt::FP8_B128 && n0 < p.N ? ws + (n0 / 128) * p.ldws : nullptr;
   return r;
 }
 // One step st of a warp: bytes [128·st + 64h + 16t, +16) of rows a, b for h = 0, 1 (wv[2h] row a,
@@ -188,7 +191,7 @@ __device__ __forceinline__ void g6_stage_x(const G6Params& p, uint4* xs, float* 
       a[q] = b[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (i < total) {
         const int m = i / units;
-        const float* xr = p.x + m * p.ldx + kb0 + (int64_t)(i - m * units) * 8;
+        const float* xr = p.x + blockIdx.z * p.xg + m * p.ldx + kb0 + (int64_t)(i - m * units) * 8;
         a[q] = *reinterpret_cast<const float4*>(xr), b[q] = *reinterpret_cast<const float4*>(xr + 4);
       }
     }
@@ -277,7 +280,7 @@ __global__ void __launch_bounds__(G6_NT, G6_BPS) gemv6_kernel(const G6Params p) 
       const int q = e / 128, r = (e / 32) % 4, ln = e % 32;
       const int64_t n = ((int64_t)rnd * tpb + q) * 16 + (ln >> 2) + 8 * (r >> 1);
       const int m = 2 * (ln & 3) + (r & 1);
-      if (m < p.M && n < p.N) p.y[m * p.ldy + n] = v;
+      if (m < p.M && n < p.N) p.y[blockIdx.z * p.yg + m * p.ldy + n] = v;
     };
     if (p.sw == 1 && p.cs == 1) {
 #pragma unroll
@@ -317,13 +320,13 @@ __global__ void __launch_bounds__(G6_NT, G6_BPS) gemv6_kernel(const G6Params p) 
   }
 }
 
-// The schedule of (fmt, N, K): slices a tile S = cs · sw, steps a slice. Depends on nothing else.
+// The schedule of (fmt, N, K, groups): slices a tile S = cs · sw, steps a slice. Depends on nothing else.
 struct G6Sched {
   int cs, sw, sps, kr;
 };
-G6Sched g6_schedule(WFmt f, int64_t N, int64_t K) {
+G6Sched g6_schedule(WFmt f, int64_t N, int64_t K, int groups) {
   const int kstep = f == WFmt::BF16 ? 64 : 128;
-  const int64_t tiles = cdiv(N, 16), nst = K / kstep;
+  const int64_t tiles = groups * cdiv(N, 16), nst = K / kstep;
   int s = 1;
   while (s < G6_MAXS && tiles * s < G6_ITEMS && nst >= 2 * s) s *= 2;  // every slice keeps ≥ 1 step
   int cs = 1;
@@ -349,15 +352,20 @@ bool gemv_q_v6_supported(WFmt f, int64_t K) {
   return (f == WFmt::BF16 || f == WFmt::FP8_B128) && K > 0 && K % 128 == 0 && K <= 32768;
 }
 
-cudaError_t gemv_q_v6(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
-                      cudaStream_t s, const GemvPlan* plan) {
+// Dense (G = 1) and groups: y[m, g·yg + n] = Σ_k bf16(x[m, g·xg + k]) · W_g[n, k] for g < G, W_g at
+// W.w + g·wg bytes (scales + g·sg bytes); blockIdx.z = g.
+static cudaError_t g6_run(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
+                          int64_t ldy, bool grouped, int G, int64_t xg, int64_t yg, int64_t wg, int64_t sg,
+                          cudaStream_t s, const GemvPlan* plan) {
   if (!gemv_q_v6_supported(W.fmt, K)) return cudaErrorNotSupported;
-  if (ldx % 4 || reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(W.w) % 16) return cudaErrorInvalidValue;
+  if (ldx % 4 || xg % 4 || wg % 16 || sg % 4 || reinterpret_cast<uintptr_t>(x) % 16 ||
+      reinterpret_cast<uintptr_t>(W.w) % 16 || G < 1 || G > 65535)
+    return cudaErrorInvalidValue;
   if (W.fmt == WFmt::FP8_B128 && (!W.scale || W.ldws < K / 128)) return cudaErrorInvalidValue;
   if (M <= 0 || N <= 0) return cudaSuccess;
   int sms = 0;
   if (plan && plan->sms > 0) {
-    if (plan->fmt != W.fmt || plan->N != N || plan->K != K || plan->grouped) return cudaErrorInvalidValue;
+    if (plan->fmt != W.fmt || plan->N != N || plan->K != K || plan->grouped != grouped) return cudaErrorInvalidValue;
     sms = plan->sms;
   } else {
     int dev = 0;
@@ -365,23 +373,25 @@ cudaError_t gemv_q_v6(const float* x, int64_t M, int64_t K, int64_t ldx, WeightR
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (e != cudaSuccess) return e;
   }
-  const G6Sched sc = g6_schedule(W.fmt, N, K);
+  const G6Sched sc = g6_schedule(W.fmt, N, K, G);
   G6Params p = {};
   p.ldx = ldx;
   p.w = static_cast<const uint8_t*>(W.w), p.ws = static_cast<const float*>(W.scale), p.ldws = W.ldws;
   p.N = N, p.K = K, p.ldy = ldy;
   p.sps = sc.sps, p.sw = sc.sw, p.cs = sc.cs, p.kr = sc.kr;
+  p.xg = xg, p.yg = yg, p.wg = wg, p.sg = sg;
   // row stride: + 1 unit (fp8: lanes read units 2t, 2t+1 of rows g) / + 4 units (bf16: unit t) keeps
   // the 8 lanes of a quarter-warp on distinct banks
   p.xs_u4 = sc.kr / 8 + (W.fmt == WFmt::BF16 ? 4 : 1);
   p.rounds = (int)cdiv(cdiv(N, 16), G6_WARPS / sc.sw);
-  const int64_t gy = sc.cs == 1 ? std::min<int64_t>(p.rounds, (int64_t)G6_BPS * sms) : p.rounds;
+  const int64_t gy =
+      sc.cs == 1 ? std::min<int64_t>(p.rounds, std::max<int64_t>(1, (int64_t)G6_BPS * sms / G)) : p.rounds;
   if (gy > 65535) return cudaErrorNotSupported;
   for (int64_t m0 = 0; m0 < M; m0 += 8) {  // rows are independent: 8 at a time
     p.x = x + m0 * ldx, p.y = y + m0 * ldy;
     p.M = (int)std::min<int64_t>(8, M - m0);
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)sc.cs, (unsigned)gy, 1);
+    cfg.gridDim = dim3((unsigned)sc.cs, (unsigned)gy, (unsigned)G);
     cfg.blockDim = dim3(G6_NT, 1, 1);
     cfg.dynamicSmemBytes = g6_smem_bytes(p.M, p.xs_u4);
     cfg.stream = s;
@@ -397,6 +407,18 @@ cudaError_t gemv_q_v6(const float* x, int64_t M, int64_t K, int64_t ldx, WeightR
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
+}
+
+cudaError_t gemv_q_v6(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
+                      cudaStream_t s, const GemvPlan* plan) {
+  return g6_run(x, M, K, ldx, W, N, y, ldy, false, 1, 0, 0, 0, 0, s, plan);
+}
+
+cudaError_t gemv_q_v6_groups(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t w_stride,
+                             int64_t s_stride, int G, int64_t N, float* y, int64_t ldy, cudaStream_t s,
+                             const GemvPlan* plan) {
+  if (W.fmt == WFmt::FP8_B128 && s_stride % 4) return cudaErrorInvalidValue;
+  return g6_run(x, M, K, ldx, W, N, y, ldy, true, G, K, N, w_stride, W.fmt == WFmt::FP8_B128 ? s_stride : 0, s, plan);
 }
 
 namespace detail {
