@@ -1502,6 +1502,11 @@ cudaError_t gemv_q_noplan(const float* x, int64_t M, int64_t K, int64_t ldx, dc:
   return dc::gemv_q(x, M, K, ldx, W, N, y, ldy, s);
 }
 
+cudaError_t gemv_q_v6_noplan(const float* x, int64_t M, int64_t K, int64_t ldx, dc::WeightRef W, int64_t N, float* y,
+                             int64_t ldy, cudaStream_t s) {
+  return dc::gemv_q_v6(x, M, K, ldx, W, N, y, ldy, s);
+}
+
 // Dense: NMSE against the f64 reference, the padding of y untouched, and batch invariance: every row
 // of the M-row launch is bitwise the same as that row launched alone (M = 1).
 Result gemv_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int variant, const std::string& name,
@@ -1513,6 +1518,12 @@ Result gemv_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int variant, con
   std::vector<float> x = randn(r, M * ldx);
   if (variant == 1)  // subnormal weights: x = ±1 so that every product is a weight
     for (auto& v : x) v = v < 0 ? -1.0f : 1.0f;
+  if (variant == 3)  // x's 128-k blocks scaled by 2^-40..2^40 (beyond f16's range: gemv_q_v6's pre-scale)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k0 = 0; k0 < K; k0 += 128) {
+        const float f = std::ldexp(1.0f, r.range(-40, 41));
+        for (int64_t k = k0; k < std::min(K, k0 + 128); ++k) x[m * ldx + k] *= f;
+      }
   DevQ dq = upload_q(q);
   DBuf dx = dup(x, "x"), dy = dalloc(M * ldy * 4, "y"), dy1 = dalloc(ldy * 4, "y_alone");
   poison(dy);
@@ -1548,6 +1559,61 @@ Result gemv_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int variant, con
   expect_true(res, inv_ok, "batch invariance: a row alone differs from the same row in the batch");
   if (inv_ok) res.detail += "rows alone == in batch (bitwise) ";
   expect_nmse(res, "y", yc, yr, variant == 1 ? 1e-10 : 1e-6);
+  return res;
+}
+
+// gemv_q_v6_groups (linear_groups' layout: y[m, g·N + n] = x[m, g·K ..] · W_gᵀ, G weights at a byte
+// stride): NMSE against the f64 reference of every group, y's padding untouched, and every row launched
+// alone bitwise equal to the same row in the M-row launch.
+Result gemv_groups_case(dc::WFmt fmt, int64_t M, int G, int64_t N, int64_t K, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  std::vector<HostQ> qs;
+  for (int g = 0; g < G; ++g) qs.push_back(make_hostq(r, fmt, N, K, 0));
+  const int64_t wstr = ((int64_t)qs[0].w.size() + 255) / 256 * 256 + 16,  // not a multiple of 256: any 16
+      sstr = ((int64_t)qs[0].s.size() + 15) / 16 * 16 + 4;
+  std::vector<uint8_t> wall(G * wstr, 0), sall(G * sstr, 0);
+  for (int g = 0; g < G; ++g) {
+    memcpy(wall.data() + g * wstr, qs[g].w.data(), qs[g].w.size());
+    if (!qs[g].s.empty()) memcpy(sall.data() + g * sstr, qs[g].s.data(), qs[g].s.size());
+  }
+  const int64_t ldx = G * K + 4, ldy = G * N + 3;
+  std::vector<float> x = randn(r, M * ldx);
+  DBuf dw = dup(wall, "w_groups"), ds = dup(sall, "s_groups"), dx = dup(x, "x"), dy = dalloc(M * ldy * 4, "y"),
+       dy1 = dalloc(ldy * 4, "y_alone");
+  const dc::WeightRef W{fmt, dw.p(), fmt == dc::WFmt::BF16 ? nullptr : ds.p(), qs[0].ldws};
+  poison(dy);
+  CK(dc::gemv_q_v6_groups(dx.as<float>(), M, K, ldx, W, wstr, sstr, G, N, dy.as<float>(), ldy, 0));
+  auto yg = down<float>(dy, M * ldy);
+  std::vector<int64_t> all;
+  if (N * K <= (4ll << 20)) {
+    all.resize(N);
+    std::iota(all.begin(), all.end(), 0);
+  } else {
+    for (int i = 0; i < 64; ++i) all.push_back(std::min<int64_t>(N - 1, (N * i) / 63));
+  }
+  std::vector<float> yc, yr;
+  std::vector<double> yd;
+  bool pad_ok = true, inv_ok = true;
+  for (int64_t m = 0; m < M; ++m) {
+    for (int g = 0; g < G; ++g) {
+      gemv_ref_rows(qs[g], x.data() + m * ldx + g * K, all, yd);
+      for (size_t i = 0; i < all.size(); ++i) yc.push_back(yg[m * ldy + g * N + all[i]]), yr.push_back((float)yd[i]);
+    }
+    for (int64_t n = G * N; n < ldy && m + 1 < M; ++n) {
+      uint32_t u;
+      memcpy(&u, &yg[m * ldy + n], 4);
+      pad_ok &= u == 0xFFFFFFFFu;
+    }
+    poison(dy1);
+    CK(dc::gemv_q_v6_groups(dx.as<float>() + m * ldx, 1, K, ldx, W, wstr, sstr, G, N, dy1.as<float>(), ldy, 0));
+    auto y1 = down<float>(dy1, G * N);
+    inv_ok &= rows_bitwise_equal(y1.data(), yg.data() + m * ldy, G * N);
+  }
+  expect_true(res, pad_ok, "row padding written");
+  expect_true(res, inv_ok, "batch invariance: a row alone differs from the same row in the batch");
+  if (inv_ok) res.detail += "rows alone == in batch (bitwise) ";
+  expect_nmse(res, "y", yc, yr, 1e-6);
   return res;
 }
 
@@ -1721,13 +1787,15 @@ Result gemv_plan_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, const std::
 
 // Perf (and a sampled check): the weight is rotated among ⌈256 MB / bytes⌉ copies so that every timed
 // launch reads it from HBM (the H200's L2 is 60 MB).
-// ver: 4 = gemv_q (v4, v3 fallback), 3 = gemv_q_v3, 5 = gemv_q_v5, 6 = gemv_q_v5_pdl (no plan argument).
+// ver: 4 = gemv_q (v4, v3 fallback), 3 = gemv_q_v3, 5 = gemv_q_v5, 6 = gemv_q_v5_pdl (no plan argument),
+// 7 = gemv_q_v6 (with the plan).
 Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int ver, const std::string& name) {
   // (plan: the backend's, made once for the weight's shape)
   auto gemv = [ver](const float* x, int64_t M_, int64_t K_, int64_t ldx_, dc::WeightRef W_, int64_t N_, float* y,
                     int64_t ldy_, cudaStream_t st, const dc::GemvPlan* pl) {
     if (ver == 5) return dc::gemv_q_v5(x, M_, K_, ldx_, W_, N_, y, ldy_, st);
     if (ver == 6) return dc::gemv_q_v5_pdl(x, M_, K_, ldx_, W_, N_, y, ldy_, st);
+    if (ver == 7) return dc::gemv_q_v6(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
     return (ver == 3 ? dc::gemv_q_v3 : dc::gemv_q)(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
   };
   Rng r = rng_for(name);
@@ -1884,8 +1952,9 @@ Result gemv_grouped_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t N, in
 // Grouped perf. routed: E = 256 experts (one copy: 2.2 GB / 1.1 GB), 16 routing sets rotated, bytes =
 // the distinct experts each set reads. wo_a: E = 8 groups, sel[t, g] = g, x per slot; the 8 groups'
 // weight (32 MB) rotated among copies. The swiglu case times the fused w13.
+// v6: gemv_q_v6_groups instead (identity_sel, per_slot, E == topk only: linear_groups' layout).
 Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t N, int64_t K, bool per_slot,
-                              bool swiglu, bool identity_sel, bool v3, const std::string& name) {
+                              bool swiglu, bool identity_sel, bool v3, const std::string& name, bool v6 = false) {
   auto gemv = v3 ? dc::gemv_q_grouped_v3 : dc::gemv_q_grouped;
   Rng r = rng_for(name);
   Result res;
@@ -1933,6 +2002,9 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
   CK(dc::gemv_q_plan(W(0), N, K, true, &plan));
   const dc::GemvPlan* pl = &plan;
   auto launch = [&](int c, int st, cudaStream_t stream = 0) {
+    if (v6)
+      return dc::gemv_q_v6_groups(dx.as<float>(), T, K, topk * K, W(c), wstr, sstr, topk, N, dy.as<float>(), topk * N,
+                                  stream, pl);
     return gemv(dx.as<float>(), K, per_slot, dsel.as<int32_t>() + st * S, T, topk, K, W(c), wstr, sstr, N, swiglu,
                 10.0f, dy.as<float>(), ncol, stream, pl);
   };
@@ -1941,13 +2013,27 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
   // slot 0 of set 0 against gemv_q of its row alone (+ swiglu_clamp), bitwise
   const int e0 = sel[0];
   const dc::WeightRef We0{fmt, dw.as<uint8_t>() + e0 * wstr, ds.base ? ds.as<uint8_t>() + e0 * sstr : nullptr, ldws};
-  CK((v3 ? dc::gemv_q_v3 : dc::gemv_q)(dx.as<float>(), 1, K, K, We0, N, dgu.as<float>(), N, 0, nullptr));
-  if (swiglu) CK(dc::swiglu_clamp(dgu.as<float>(), 1, I, 10.0f, nullptr, da1.as<float>(), nullptr, 0));
-  auto yg = down<float>(dy, ncol);
-  auto y1 = down<float>(swiglu ? da1 : dgu, ncol);
-  bool finite = true;
-  for (float v : yg) finite &= std::isfinite(v);
-  expect_true(res, finite && rows_bitwise_equal(yg.data(), y1.data(), ncol), "slot 0 != gemv_q alone");
+  if (v6) {  // (another schedule than gemv_q alone: a sampled f64 check of slot 0 instead)
+    HostQ q{fmt, N, K, ldws};
+    q.w = down<uint8_t>(dw, wb);
+    if (sb) q.s = down<uint8_t>(ds, sb);
+    std::vector<int64_t> rows;
+    for (int i = 0; i < 64; ++i) rows.push_back(std::min<int64_t>(N - 1, (N * i) / 64 + i % 7));
+    std::vector<double> yd;
+    gemv_ref_rows(q, x.data(), rows, yd);
+    auto yg = down<float>(dy, N);
+    std::vector<float> yc, yr;
+    for (size_t i = 0; i < rows.size(); ++i) yc.push_back(yg[rows[i]]), yr.push_back((float)yd[i]);
+    expect_nmse(res, "slot 0 (64 rows)", yc, yr, 1e-6);
+  } else {
+    CK((v3 ? dc::gemv_q_v3 : dc::gemv_q)(dx.as<float>(), 1, K, K, We0, N, dgu.as<float>(), N, 0, nullptr));
+    if (swiglu) CK(dc::swiglu_clamp(dgu.as<float>(), 1, I, 10.0f, nullptr, da1.as<float>(), nullptr, 0));
+    auto yg = down<float>(dy, ncol);
+    auto y1 = down<float>(swiglu ? da1 : dgu, ncol);
+    bool finite = true;
+    for (float v : yg) finite &= std::isfinite(v);
+    expect_true(res, finite && rows_bitwise_equal(yg.data(), y1.data(), ncol), "slot 0 != gemv_q alone");
+  }
   int it = 0;
   res.us = time_us([&] {
     const int i = it++;
@@ -3026,6 +3112,83 @@ void register_cases() {
         return res;
       });
     }
+    // gemv_q_v6 (bf16 / fp8, K % 128 == 0): the same checks as gemv_q (f64 reference, padding, every row
+    // alone bitwise), the V4-Flash decode shapes at M = 1, 2, 5, 8, odd N, x spanning 2^±40 (the f16
+    // pre-scale), subnormal e4m3, large scales, M = 13 (launches of 8), K up to 32768 (8 cluster ranks).
+    // Schedules (cluster ranks × warp slices, steps a slice; tests/cuda/gemv_q_v6_model.py prints them):
+    // wq_b 1×1 (8), wo_b 4×2 (8), w13 4×2 (4), w2 4×2 (2), wq_a 4×8 (1), wkv 4×8 (1), bf16 router 8×8 (1).
+    {
+      std::vector<GQ> g6 = {{F::FP8_B128, 5, 44, 128, 0, " (tiny)"},
+                            {F::FP8_B128, 2, 264, 512, 1, " subnormal e4m3 (exact dequant)"},
+                            {F::FP8_B128, 8, 264, 512, 1, " subnormal e4m3 (exact dequant)"},
+                            {F::FP8_B128, 7, 136, 256, 2, " scales 2^8..2^10"},
+                            {F::FP8_B128, 13, 1000, 4096, 0, " (M>8: launches of 8)"},
+                            {F::FP8_B128, 3, 264, 16384, 0, " (8 cluster ranks)"},
+                            {F::FP8_B128, 2, 136, 32768, 0, " (K=32768: 8 ranks of 4096)"},
+                            {F::FP8_B128, 3, 1000, 1152, 0, " (odd N, 9 steps: ragged slices)"},
+                            {F::BF16, 13, 97, 256, 0, " (odd N, M>8)"},
+                            {F::BF16, 3, 264, 16384, 0, " (8 cluster ranks)"},
+                            {F::BF16, 3, 1000, 1152, 0, " (odd N, ragged slices)"}};
+      for (int64_t M : {1, 2, 5, 8}) {
+        g6.push_back({F::FP8_B128, M, d, D, 0, " (wkv)"});
+        g6.push_back({F::FP8_B128, M, ql, D, 0, " (wq_a)"});
+        g6.push_back({F::FP8_B128, M, H * d, ql, 0, " (wq_b)"});
+        g6.push_back({F::FP8_B128, M, D, G * ol, 0, " (wo_b)"});
+        g6.push_back({F::FP8_B128, M, 2 * I, D, 0, " (shared w13)"});
+        g6.push_back({F::FP8_B128, M, D, I, 0, " (shared w2)"});
+        g6.push_back({F::FP8_B128, M, 1001, 4096, 0, " (odd N)"});
+        g6.push_back({F::FP8_B128, M, 1001, 4096, 3, " (odd N, x blocks 2^-40..2^40)"});
+        g6.push_back({F::BF16, M, 1001, 4096, 0, " (odd N)"});
+        g6.push_back({F::BF16, M, 256, D, 0, " (router gate)"});
+        g6.push_back({F::BF16, M, 2 * d, D, 0, " (compressor)"});
+      }
+      for (auto c : g6) {
+        auto n = nm("gemv_q_v6 %s M=%ld N=%ld K=%ld%s", wfmt_name(c.f), c.M, c.N, c.K, c.what);
+        add(n, [=] { return gemv_case(c.f, c.M, c.N, c.K, c.variant, n, gemv_q_v6_noplan); });
+      }
+      const GI g6i[] = {{F::FP8_B128, 1000, 4096}, {F::FP8_B128, 512, 4096}, {F::FP8_B128, 4096, 2048},
+                        {F::FP8_B128, 264, 16384}, {F::BF16, 256, 4096}, {F::BF16, 1000, 4096}};
+      for (auto c : g6i) {
+        auto n = nm("gemv_q_v6 invariance M=1..32 %s N=%ld K=%ld", wfmt_name(c.f), c.N, c.K);
+        add(n, [=] { return gemv_inv_case(c.f, c.N, c.K, n, gemv_q_v6_noplan); });
+      }
+      // groups (wo_a: 8 groups of 1024×4096, linear_groups' layout), odd N, bf16, M > 8
+      struct GR { F f; int64_t M; int G; int64_t N, K; const char* what; };
+      const GR g6g[] = {{F::FP8_B128, 1, G, ol, H * d / G, "wo_a"}, {F::FP8_B128, 2, G, ol, H * d / G, "wo_a"},
+                        {F::FP8_B128, 5, G, ol, H * d / G, "wo_a"},  {F::FP8_B128, 8, G, ol, H * d / G, "wo_a"},
+                        {F::FP8_B128, 3, 3, 1001, 1152, "odd N"},   {F::BF16, 4, 2, 264, 4096, "bf16"},
+                        {F::FP8_B128, 13, 8, 136, 512, "M>8"}};
+      for (auto c : g6g) {
+        auto n = nm("gemv_q_v6_groups %s M=%ld G=%d N=%ld K=%ld (%s)", wfmt_name(c.f), c.M, c.G, c.N, c.K, c.what);
+        add(n, [=] { return gemv_groups_case(c.f, c.M, c.G, c.N, c.K, n); });
+      }
+      add("gemv_q_v6 unsupported (fp4, K%128!=0, K>32768)", [] {
+        Result res;
+        DBuf x = dalloc(4 * 2048 * 4, "x"), w = dalloc(64 * 2048 * 2, "w"), sc = dalloc(64 * 64 * 4, "s"),
+             y = dalloc(4 * 64 * 4, "y");
+        poison(y);
+        auto call = [&](dc::WFmt f, int64_t K) {
+          return dc::gemv_q_v6(x.as<float>(), 4, K, 2048, dc::WeightRef{f, w.p(), sc.p(), 64}, 64, y.as<float>(), 64, 0);
+        };
+        expect_true(res, call(F::FP4_B32, 1024) == cudaErrorNotSupported, "fp4 not refused");
+        expect_true(res, call(F::FP8_B128, 1088) == cudaErrorNotSupported, "fp8 K=1088 not refused");
+        expect_true(res, call(F::BF16, 1000) == cudaErrorNotSupported, "bf16 K=1000 not refused");
+        expect_true(res, call(F::BF16, 32896) == cudaErrorNotSupported, "bf16 K=32896 not refused");
+        expect_true(res, !dc::gemv_q_v6_supported(F::FP8_B128, 1088) && dc::gemv_q_v6_supported(F::FP8_B128, 4096),
+                    "gemv_q_v6_supported");
+        cudaGetLastError();
+        auto yv = down<float>(y, 4 * 64);
+        bool untouched = true;
+        for (float f : yv) {
+          uint32_t u;
+          memcpy(&u, &f, 4);
+          untouched &= u == 0xFFFFFFFFu;
+        }
+        expect_true(res, untouched, "y written by a refused call");
+        if (res.pass) res.detail += "refused with cudaErrorNotSupported, nothing launched ";
+        return res;
+      });
+    }
     if (g_perf) {
       struct GP { F f; int64_t N, K; const char* what; };
       const GP gp[] = {{F::FP8_B128, ql, D, "wq_a"}, {F::FP8_B128, H * d, ql, "wq_b"}, {F::FP8_B128, d, D, "wkv"},
@@ -3050,6 +3213,10 @@ void register_cases() {
           auto n = nm("gemv_q_v5 perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
           add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 5, n); });
         }
+        for (int64_t M : {1, 2, 4, 8}) {
+          auto n = nm("gemv_q_v6 perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
+          add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 7, n); });
+        }
         for (int64_t M : {1, 8}) {  // the graph's launches overlap (the next one streams its weights early)
           auto n = nm("gemv_q_v5_pdl perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
           add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 6, n); });
@@ -3059,6 +3226,8 @@ void register_cases() {
         auto n = nm("gemv_q_grouped perf fp8 T=%ld x 8 groups N=%ld K=%ld (wo_a, sel=0..7)", T, ol, H * d / G);
         add(n, [=] { return gemv_grouped_perf_case(F::FP8_B128, T, 8, 8, ol, H * d / G, true, false, true, false, n); });
         if (T > 8) continue;
+        n = nm("gemv_q_v6_groups perf fp8 T=%ld x 8 groups N=%ld K=%ld (wo_a)", T, ol, H * d / G);
+        add(n, [=] { return gemv_grouped_perf_case(F::FP8_B128, T, 8, 8, ol, H * d / G, true, false, true, false, n, true); });
         n = nm("gemv_q_grouped_v3 perf fp8 T=%ld x 8 groups N=%ld K=%ld (wo_a, sel=0..7)", T, ol, H * d / G);
         add(n, [=] { return gemv_grouped_perf_case(F::FP8_B128, T, 8, 8, ol, H * d / G, true, false, true, true, n); });
       }

@@ -724,10 +724,14 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
   const int64_t kmul = w.fmt == WeightFormat::BF16 ? 8 : w.fmt == WeightFormat::FP8 ? 128 : 32;
   if (!impl_->off("gemv_q") && M <= cuda::gemv_q_rows(w.ref(), K) && K % kmul == 0 && K <= 32768 && ldx % 4 == 0 &&
       (uintptr_t)x % 16 == 0) {
-    // M ≤ 8: v3 (measured faster there), v4 with DEEPINFER_CUDA_OFF=gemv_v3
-    check(M <= 8 && !impl_->off("gemv_v3") ? cuda::gemv_q_v3(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv)
-                                            : cuda::gemv_q(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv),
-          "linear (gemv)");
+    // M ≤ 8: v6 where it applies (bf16/fp8, K % 128 == 0; DEEPINFER_CUDA_OFF=gemv_v6 → v3), else v3
+    // (measured faster than v4 there), v4 with DEEPINFER_CUDA_OFF=gemv_v3
+    if (M <= 8 && !impl_->off("gemv_v6") && cuda::gemv_q_v6_supported(w.ref().fmt, K))
+      check(cuda::gemv_q_v6(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv), "linear (gemv v6)");
+    else
+      check(M <= 8 && !impl_->off("gemv_v3") ? cuda::gemv_q_v3(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv)
+                                              : cuda::gemv_q(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv),
+            "linear (gemv)");
     return;
   }
   // Large fp8 GEMMs: activations to e4m3 with 1×128 power-of-two scales, cuBLASLt's block-scaled kernel.
@@ -997,6 +1001,12 @@ void CudaBackend::linear_groups(const float* x, int64_t M, int64_t ldx, const We
     HostTimer ht_(impl_.get(), Impl::kOp);
     if (impl_->replaying()) return;
   if (impl_->replaying()) return;
+    if (M <= 8 && !impl_->off("gemv_v6") && cuda::gemv_q_v6_supported(g.r.fmt, K)) {  // (as in linear)
+      check(cuda::gemv_q_v6_groups(x, M, K, ldx, g.r, g.w_stride, g.s_stride, (int)g.G, N, y, ldy, impl_->stream,
+                                   &g.plan),
+            "linear_groups (gemv v6)");
+      return;
+    }
     check((M <= 8 && !impl_->off("gemv_v3") ? cuda::gemv_q_grouped_v3 : cuda::gemv_q_grouped)(
               x, K, true, g.sel, M, (int)g.G, K, g.r, g.w_stride, g.s_stride, N, false, 0.0f, y, N, impl_->stream,
               &g.plan),

@@ -139,6 +139,25 @@ cudaError_t gemv_q_v5(const float* x, int64_t M, int64_t K, int64_t ldx, WeightR
 // launched just before it (weights are constant during decode); x and y may be. Same bits as gemv_q_v5.
 cudaError_t gemv_q_v5_pdl(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
                           int64_t ldy, cudaStream_t s);
+// GEMV v6 (gemv_q_v6.cu; docs/cuda-notes.md "GEMV v6"): the same product for BF16 and FP8_B128 weights,
+// built to stream at HBM rate (fp8 decoded by the hardware e4m3 → f16 conversion, f16 MMA with x
+// pre-scaled by a power of two a 128-k block, block scales applied once a 128-k step; a register ring of
+// weight loads; K split over warps and cluster ranks so that every SM streams). Contract as gemv_q_v3 but
+// K % 128 == 0 and K ≤ 32768 (gemv_q_v6_supported), M any (launches of 8 rows); FP4_B32 and other K:
+// cudaErrorNotSupported. x products are bf16(x)·w exactly (f16 holds bf16(x)·2^(14−E) exactly down to
+// 2^-31 of a 128-k block's largest |x|). Batch invariant (the schedule depends only on fmt, N, K); bits
+// differ from v3/v5. The backend takes it for M ≤ 8 where supported; DEEPINFER_CUDA_OFF=gemv_v6: v3.
+bool gemv_q_v6_supported(WFmt f, int64_t K);
+cudaError_t gemv_q_v6(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
+                      cudaStream_t s, const GemvPlan* plan = nullptr);
+// Groups of one shape (linear_groups' layout, e.g. wo_a's 8 groups): for g < G,
+//   y[m, g·N + n] (row stride ldy) = bf16(x[m, g·K .. g·K + K)) (row stride ldx) · dequant(W_g)[N, K]ᵀ,
+// W_g = W.w + g·w_stride bytes, its scales W.scale + g·s_stride bytes (w_stride % 16, s_stride % 4). One
+// launch (blockIdx.z = group); the schedule depends on (fmt, N, K, G), so a row's bits do not depend on M
+// (batch invariant) but may differ from gemv_q_v6 on W_g alone. Plan: one made with grouped = true.
+cudaError_t gemv_q_v6_groups(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t w_stride,
+                             int64_t s_stride, int G, int64_t N, float* y, int64_t ldy, cudaStream_t s,
+                             const GemvPlan* plan = nullptr);
 // The backend takes v3 for M ≤ 8: measured faster than v4 there on the H200 (session 3, run 2: routed
 // w13 T=1 45.7 vs 56.6 µs, the 6-layer b1 step's linears 1.02 vs 1.38 ms); v4 for 9..32 rows.
 // DEEPINFER_CUDA_OFF=gemv_v3 makes it take v4 there too (the comparison inside the model, no rebuild).
