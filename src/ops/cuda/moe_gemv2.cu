@@ -14,7 +14,8 @@
 // * Loads: one TMA bulk copy a weight row (K/2 bytes) and one a scale row (K/32 bytes), issued by lane 0
 //   of each warp (2 rows a warp), completing on the stage's mbarrier; a ring of S stages (2 for
 //   K = 4096, 4–5 for K = 2048): ≥ 70 KiB in flight an SM, no registers held for it. Weight rows are
-//   padded by 64 bytes in shared memory so the two rows of an 8-lane phase hit different banks.
+//   padded by 64 bytes in shared memory so the two rows of an 8-lane phase hit different banks, scale
+//   rows by 16 so a warp's 8 rows of scale bytes sit in 8 banks.
 // * Compute: 16 warps; warp w takes the 64-byte chunks c = w, w + 16, … of every row (chunk = 128 k):
 //   lane (g, t) reads 16 bytes (one 32-k scale block) of rows g and g + 8 of each tile and does gemv_q's
 //   fp4 step (fp4_mma: exact decode by bit placement, × 2^(e8m0 − 1) in bf16, m16n8k16 with the run's
@@ -46,7 +47,7 @@ constexpr int MV_MAXS = 6;                         // ring stages at most
 constexpr int MV_MAXSLOTS = 64;                    // T·topk a launch
 constexpr int MV_MAXRUN = 8;                       // slots a run (the MMA's n8 side)
 constexpr int MV_RED = 2 * 128;                    // a warp's partial sums of an item: [tile][4][32]
-constexpr size_t MV_SMEM = 220 * 1024;             // dynamic shared memory budget (static part: < 4 KiB)
+constexpr size_t MV_SMEM = 224 * 1024;  // dynamic shared memory budget (+ 2.5 KiB static ≤ the 227 KiB opt-in)
 
 struct MvParams {
   const float* x;
@@ -136,8 +137,9 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
   const int K = (int)p.K;
   const int RS = K / 2 + MV_PAD;  // shared-memory bytes a weight row
   const int SB = K / 32;          // scale bytes a row
-  const int stage_bytes = MV_ROWS * (RS + SB);
-  uint8_t* ring = mv_smem;  // [S][32 rows × RS | 32 rows × SB]
+  const int SS = SB + 16;         // shared-memory bytes a scale row (padded: the 8 rows g of a load in 8 banks)
+  const int stage_bytes = MV_ROWS * (RS + SS);
+  uint8_t* ring = mv_smem;  // [S][32 rows × RS | 32 rows × SS]
   uint4* xs = reinterpret_cast<uint4*>(mv_smem + (size_t)S * stage_bytes);
   float* red = reinterpret_cast<float*>(xs + (size_t)(K / 8) * mmr);  // [16 warps][MV_RED]
 
@@ -194,7 +196,7 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
       const int L = 2 * warp + h;  // row of the item: tile L / 16, row L % 16
       const int64_t n = p.fuse ? (L >> 4) * p.I + (int64_t)rg * 16 + (L & 15) : (int64_t)rg * MV_ROWS + L;
       bulk_load(smem_u32(sw + L * RS), p.w + e * p.w_stride + n * (K / 2), (uint32_t)(K / 2), bar);
-      bulk_load(smem_u32(sw + MV_ROWS * RS + L * SB), p.ws + e * p.s_stride + n * SB, (uint32_t)SB, bar);
+      bulk_load(smem_u32(sw + MV_ROWS * RS + L * SS), p.ws + e * p.s_stride + n * SB, (uint32_t)SB, bar);
     }
   };
   for (int q = 0; q < S && q < nq; ++q) issue(q);
@@ -222,7 +224,7 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
     // byte, and its x unit (columns ≥ rows read row rows − 1: valid values whose outputs are not stored;
     // an MMA column depends on its own B column only)
     const uint8_t* wl = ring + (size_t)st * stage_bytes + g * RS + t * 16;
-    const uint8_t* sl = ring + (size_t)st * stage_bytes + MV_ROWS * RS + g * SB + t;
+    const uint8_t* sl = ring + (size_t)st * stage_bytes + MV_ROWS * RS + g * SS + t;
     const uint4* xl = xs + min(g, rows - 1) * 4 + t;
     float acc[2][4];
 #pragma unroll
@@ -238,10 +240,10 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
         const uint8_t* wp = wl + rt * 16 * RS + c * 64;
         const uint4 w0 = *reinterpret_cast<const uint4*>(wp);
         const uint4 w1 = *reinterpret_cast<const uint4*>(wp + 8 * RS);
-        const uint8_t* sp = sl + rt * 16 * SB + 4 * c;
+        const uint8_t* sp = sl + rt * 16 * SS + 4 * c;
         // value·2^-126 × 2^(b−1); b > 128 needs a second factor 2^(b−128) (warp-uniform branch: mma.sync
         // needs the whole warp on one path; both paths give the same bits, every product being exact)
-        const int e0 = (int)sp[0] - 1, e1 = (int)sp[8 * SB] - 1;
+        const int e0 = (int)sp[0] - 1, e1 = (int)sp[8 * SS] - 1;
         if (!__any_sync(0xffffffffu, max(e0, e1) > 127))
           fp4_mma<false>(acc[rt], w0, w1, X, pow2_bf16x2(e0), pow2_bf16x2(e1), 0u, 0u);
         else
@@ -281,13 +283,13 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
 
 // Ring stages for (K, mmr): as many as the budget holds (≤ MV_MAXS); < 2 means the shape does not fit.
 int mv_stages(int64_t K, int mmr) {
-  const int64_t stage = MV_ROWS * (K / 2 + MV_PAD + K / 32);
+  const int64_t stage = MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16);
   const int64_t fixed = (int64_t)mmr * K * 2 + (int64_t)MV_WARPS * MV_RED * 4;
   const int64_t room = (int64_t)MV_SMEM - fixed;
   return room < 2 * stage ? 0 : (int)std::min<int64_t>(MV_MAXS, room / stage);
 }
 size_t mv_smem_bytes(int64_t K, int mmr, int stages) {
-  return (size_t)stages * MV_ROWS * (K / 2 + MV_PAD + K / 32) + (size_t)mmr * K * 2 + (size_t)MV_WARPS * MV_RED * 4;
+  return (size_t)stages * MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16) + (size_t)mmr * K * 2 + (size_t)MV_WARPS * MV_RED * 4;
 }
 int mv_mmr(int64_t T) {
   const int64_t m = std::min<int64_t>(MV_MAXRUN, std::max<int64_t>(1, T));
