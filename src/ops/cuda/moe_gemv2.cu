@@ -12,7 +12,8 @@
 //   (tile 0 / tile 1), else rows 32·rg... Items are ordered run-major; block b of G takes the contiguous
 //   range [b·n/G, (b+1)·n/G) (one block an SM, G = SMs), so x is restaged only when the run changes.
 // * Loads: one TMA bulk copy a weight row (K/2 bytes) and one a scale row (K/32 bytes), issued by lane 0
-//   of each warp (2 rows a warp), completing on the stage's mbarrier; a ring of S stages (2 for
+//   of each warp (2 rows a warp) after a block barrier, completing on the stage's mbarrier (its one
+//   arrival, with the byte count, made by thread 0 before that barrier); a ring of S stages (2 for
 //   K = 4096, 4–5 for K = 2048): ≥ 70 KiB in flight an SM, no registers held for it. Weight rows are
 //   padded by 64 bytes in shared memory so the two rows of an 8-lane phase hit different banks, scale
 //   rows by 16 so a warp's 8 rows of scale bytes sit in 8 banks.
@@ -179,17 +180,18 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
   const int nq = (int)(i1 - i0);
   if (nq <= 0) return;  // (block-uniform; nothing issued)
 
-  // Item q's 32 weight rows and their scale rows → stage q % S. Lane 0 of warp w copies rows 2w, 2w + 1
-  // (a bulk copy takes uniform operands: one issuing lane a warp keeps it to 4 copies, no lane loop);
-  // warp 0 also makes the stage's one arrival with the byte count (a copy may complete before it: the
-  // transaction count may go negative, the phase cannot complete while the arrival is pending).
+  // Item q's 32 weight rows and their scale rows → stage q % S. The stage's one arrival, with the byte
+  // count, is made by thread 0 before a block barrier that precedes every copy of the phase; then lane 0
+  // of warp w copies rows 2w, 2w + 1 (a bulk copy takes uniform operands: one issuing lane a warp keeps
+  // it to 4 copies, no lane loop).
+  const uint32_t stage_tx = (uint32_t)(MV_ROWS * (K / 2 + SB));
+  auto expect = [&](int q) { mbar_expect(smem_u32(&full[q % S]), stage_tx); };
   auto issue = [&](int q) {
     if (lane != 0) return;
     const int64_t it = i0 + q;
     const int run = (int)(it / RG), rg = (int)(it % RG), st = q % S;
     uint8_t* sw = ring + (size_t)st * stage_bytes;
     const uint32_t bar = smem_u32(&full[st]);
-    if (warp == 0) mbar_expect(bar, (uint32_t)(MV_ROWS * (K / 2 + SB)));
     const int64_t e = s_run_e[run];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -199,6 +201,9 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
       bulk_load(smem_u32(sw + MV_ROWS * RS + L * SS), p.ws + e * p.s_stride + n * SB, (uint32_t)SB, bar);
     }
   };
+  if (tid == 0)
+    for (int q = 0; q < S && q < nq; ++q) expect(q);
+  __syncthreads();
   for (int q = 0; q < S && q < nq; ++q) issue(q);
 
   const int nch = K / 128;  // 64-byte chunks a row
@@ -255,6 +260,8 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
     for (int rt = 0; rt < 2; ++rt)
 #pragma unroll
       for (int r = 0; r < 4; ++r) red[warp * MV_RED + (rt * 4 + r) * 32 + lane] = acc[rt][r];
+    // thread 0 has seen stage st's phase complete (its wait above): the next phase's arrival may go now
+    if (tid == 0 && q + S < nq) expect(q + S);
     __syncthreads();  // every warp is done with stage st and has stored its sums
     if (q + S < nq) issue(q + S);
 
