@@ -237,23 +237,31 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[rt][r] = 0.0f;
     for (int c = warp; c < nch; c += MV_WARPS) {
-      uint4 X[4];
+      // all shared loads of the chunk first (both tiles), then the decode and MMAs
+      uint4 X[4], wv[2][2];
+      int e[2][2];
 #pragma unroll
       for (int qq = 0; qq < 4; ++qq) X[qq] = xl[(c * 4 + qq) * mmr * 4];
 #pragma unroll
       for (int rt = 0; rt < 2; ++rt) {
         const uint8_t* wp = wl + rt * 16 * RS + c * 64;
-        const uint4 w0 = *reinterpret_cast<const uint4*>(wp);
-        const uint4 w1 = *reinterpret_cast<const uint4*>(wp + 8 * RS);
         const uint8_t* sp = sl + rt * 16 * SS + 4 * c;
-        // value·2^-126 × 2^(b−1); b > 128 needs a second factor 2^(b−128) (warp-uniform branch: mma.sync
-        // needs the whole warp on one path; both paths give the same bits, every product being exact)
-        const int e0 = (int)sp[0] - 1, e1 = (int)sp[8 * SS] - 1;
-        if (!__any_sync(0xffffffffu, max(e0, e1) > 127))
-          fp4_mma<false>(acc[rt], w0, w1, X, pow2_bf16x2(e0), pow2_bf16x2(e1), 0u, 0u);
-        else
-          fp4_mma<true>(acc[rt], w0, w1, X, pow2_bf16x2(min(e0, 127)), pow2_bf16x2(min(e1, 127)),
-                        pow2_bf16x2(max(e0 - 127, 0)), pow2_bf16x2(max(e1 - 127, 0)));
+        wv[rt][0] = *reinterpret_cast<const uint4*>(wp);
+        wv[rt][1] = *reinterpret_cast<const uint4*>(wp + 8 * RS);
+        e[rt][0] = (int)sp[0] - 1, e[rt][1] = (int)sp[8 * SS] - 1;
+      }
+      // value·2^-126 × 2^(b−1); b > 128 needs a second factor 2^(b−128). One warp-uniform branch a chunk
+      // (mma.sync needs the whole warp on one path); both paths give the same bits, every product exact.
+      if (!__any_sync(0xffffffffu, max(max(e[0][0], e[0][1]), max(e[1][0], e[1][1])) > 127)) {
+#pragma unroll
+        for (int rt = 0; rt < 2; ++rt)
+          fp4_mma<false>(acc[rt], wv[rt][0], wv[rt][1], X, pow2_bf16x2(e[rt][0]), pow2_bf16x2(e[rt][1]), 0u, 0u);
+      } else {
+#pragma unroll
+        for (int rt = 0; rt < 2; ++rt)
+          fp4_mma<true>(acc[rt], wv[rt][0], wv[rt][1], X, pow2_bf16x2(min(e[rt][0], 127)),
+                        pow2_bf16x2(min(e[rt][1], 127)), pow2_bf16x2(max(e[rt][0] - 127, 0)),
+                        pow2_bf16x2(max(e[rt][1] - 127, 0)));
       }
     }
 #pragma unroll
