@@ -1949,13 +1949,136 @@ Result gemv_grouped_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t N, in
   return res;
 }
 
+// moe_gemv2 (fp4 routed experts at decode). sel_mode 0: K distinct experts a token, uniform over E
+// (small E: experts shared by many tokens); 1: every token picks experts 0..topk−1 (runs of T slots);
+// 2: experts drawn with repeats inside a token too (an expert has more slots than the run cap: runs of
+// mmr). Checked: NMSE against the f64 reference (all rows, or 256 spread over N for the V4-Flash shapes),
+// y's row padding untouched, every token bitwise equal to itself launched alone (T = 1, its own routing:
+// a token's result does not depend on the other tokens), and with swiglu the fused act bitwise equal to
+// swiglu_clamp of the unfused output (the clamp reached).
+Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per_slot, bool swiglu, int variant,
+                      int sel_mode, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const dc::WFmt fmt = dc::WFmt::FP4_B32;
+  const int64_t S = T * topk, I = N / 2;
+  const float lim = 1.0f;
+  std::vector<HostQ> qs;
+  for (int e = 0; e < E; ++e) qs.push_back(make_hostq(r, fmt, N, K, variant));
+  const int64_t wstr = ((int64_t)qs[0].w.size() + 15) / 16 * 16, sstr = ((int64_t)qs[0].s.size() + 15) / 16 * 16;
+  std::vector<uint8_t> wall(E * wstr, 0), sall(E * sstr, 0);
+  for (int e = 0; e < E; ++e) {
+    memcpy(wall.data() + e * wstr, qs[e].w.data(), qs[e].w.size());
+    memcpy(sall.data() + e * sstr, qs[e].s.data(), qs[e].s.size());
+  }
+  std::vector<int32_t> sel(S);
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> ids(E);
+    std::iota(ids.begin(), ids.end(), 0);
+    for (int k = 0; k < topk; ++k) {
+      if (sel_mode == 0) std::swap(ids[k], ids[k + r.range(0, E - k)]);
+      sel[t * topk + k] = sel_mode == 2 ? r.range(0, E) : ids[k];
+    }
+  }
+  const int64_t nx = per_slot ? S : T, ldx = K + 4, ldy = N + 4, lda = I + 4;
+  std::vector<float> x = randn(r, nx * ldx);
+  DBuf dw = dup(wall, "w_experts"), ds = dup(sall, "s_experts"), dx = dup(x, "x"), dsel = dup(sel, "sel"),
+       dy = dalloc(S * ldy * 4, "y"), dy1 = dalloc(topk * ldy * 4, "y_token_alone");
+  const dc::WeightRef W{fmt, dw.p(), ds.p(), 0};
+  expect_true(res, dc::moe_gemv2_ok(W, T, topk, N, K, wstr, sstr), "moe_gemv2_ok refuses the shape");
+  poison(dy);
+  CK(dc::moe_gemv2(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f,
+                   dy.as<float>(), ldy, 0));
+  auto yg = down<float>(dy, S * ldy);
+  std::vector<int64_t> rows_n;
+  if (N * K <= (4ll << 20)) {
+    rows_n.resize(N);
+    std::iota(rows_n.begin(), rows_n.end(), 0);
+  } else {
+    for (int i = 0; i < 256; ++i) rows_n.push_back(std::min<int64_t>(N - 1, (N * i) / 255 + (i % 5) * (i < 255)));
+  }
+  std::vector<float> yc, yr;
+  std::vector<double> yd;
+  bool pad_ok = true;
+  for (int64_t j = 0; j < S; ++j) {
+    gemv_ref_rows(qs[sel[j]], x.data() + (per_slot ? j : j / topk) * ldx, rows_n, yd);
+    for (size_t i = 0; i < rows_n.size(); ++i) yc.push_back(yg[j * ldy + rows_n[i]]), yr.push_back((float)yd[i]);
+    for (int64_t c = N; c < ldy && j + 1 < S; ++c) {
+      uint32_t u;
+      memcpy(&u, &yg[j * ldy + c], 4);
+      pad_ok &= u == 0xFFFFFFFFu;
+    }
+  }
+  expect_nmse(res, "y", yc, yr, 1e-6);
+  expect_true(res, pad_ok, "y row padding written");
+  bool inv_ok = true;
+  for (int64_t t = 0; t < T; ++t) {
+    poison(dy1);
+    CK(dc::moe_gemv2(dx.as<float>() + (per_slot ? t * topk : t) * ldx, ldx, per_slot, dsel.as<int32_t>() + t * topk, 1,
+                     topk, K, W, wstr, sstr, N, false, 0.0f, dy1.as<float>(), ldy, 0));
+    auto y1 = down<float>(dy1, topk * ldy);
+    for (int k = 0; k < topk; ++k) inv_ok &= rows_bitwise_equal(y1.data() + k * ldy, yg.data() + (t * topk + k) * ldy, N);
+  }
+  expect_true(res, inv_ok, "a token differs from itself launched alone");
+  if (inv_ok) res.detail += "tokens alone == in batch (bitwise) ";
+  if (swiglu) {
+    DBuf dgu = dalloc(S * N * 4, "gu"), dref = dalloc(S * I * 4, "act_ref"), dact = dalloc(S * lda * 4, "act");
+    poison(dact);
+    CK(dc::moe_gemv2(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f,
+                     dgu.as<float>(), N, 0));
+    CK(dc::swiglu_clamp(dgu.as<float>(), S, I, lim, nullptr, dref.as<float>(), nullptr, 0));
+    CK(dc::moe_gemv2(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, true, lim,
+                     dact.as<float>(), lda, 0));
+    auto ar = down<float>(dref, S * I), ag = down<float>(dact, S * lda), gu = down<float>(dgu, S * N);
+    bool eq = true, apad = true;
+    int64_t clamped = 0;
+    for (int64_t j = 0; j < S; ++j) {
+      eq &= rows_bitwise_equal(ar.data() + j * I, ag.data() + j * lda, I);
+      for (int64_t c = I; c < lda && j + 1 < S; ++c) {
+        uint32_t u;
+        memcpy(&u, &ag[j * lda + c], 4);
+        apad &= u == 0xFFFFFFFFu;
+      }
+      for (int64_t c = 0; c < N; ++c) clamped += std::fabs(gu[j * N + c]) > lim;
+    }
+    expect_true(res, eq, "fused swiglu != swiglu_clamp(gu)");
+    expect_true(res, apad, "act row padding written");
+    expect_true(res, clamped > 0, "no value reached the clamp (test too weak)");
+    if (eq) res.detail += "fused swiglu == swiglu_clamp (bitwise) ";
+  }
+  return res;
+}
+
+// Shapes moe_gemv2 does not take: cudaErrorNotSupported (the backend then takes gemv_q_grouped).
+Result moe_gemv2_unsupported_case() {
+  Result res;
+  DBuf dw = dalloc(1 << 20, "w"), ds = dalloc(1 << 16, "s"), dx = dalloc(1 << 16, "x"), dy = dalloc(1 << 16, "y"),
+       dsel = dalloc(1024, "sel");
+  const dc::WeightRef W{dc::WFmt::FP4_B32, dw.p(), ds.p(), 0}, W8{dc::WFmt::FP8_B128, dw.p(), ds.p(), 4};
+  auto call = [&](dc::WeightRef w, int64_t T, int topk, int64_t N, int64_t K) {
+    return dc::moe_gemv2(dx.as<float>(), K, false, dsel.as<int32_t>(), T, topk, K, w, 1 << 14, 1 << 10, N, false, 0.0f,
+                         dy.as<float>(), N, 0);
+  };
+  expect_true(res, call(W8, 1, 6, 256, 512) == cudaErrorNotSupported, "fp8 accepted");
+  expect_true(res, call(W, 1, 6, 48, 512) == cudaErrorNotSupported, "N % 32 != 0 accepted");
+  expect_true(res, call(W, 1, 6, 256, 640) == cudaErrorNotSupported, "K % 512 != 0 accepted");
+  expect_true(res, call(W, 11, 6, 256, 512) == cudaErrorNotSupported, "66 slots accepted");
+  cudaGetLastError();
+  return res;
+}
+
 // Grouped perf. routed: E = 256 experts (one copy: 2.2 GB / 1.1 GB), 16 routing sets rotated, bytes =
 // the distinct experts each set reads. wo_a: E = 8 groups, sel[t, g] = g, x per slot; the 8 groups'
-// weight (32 MB) rotated among copies. The swiglu case times the fused w13.
-// v6: gemv_q_v6_groups instead (identity_sel, per_slot, E == topk only: linear_groups' layout).
+// weight (32 MB) rotated among copies. The swiglu case times the fused w13. kind: 0 gemv_q_grouped,
+// 1 gemv_q_grouped_v3, 2 moe_gemv2 (fp4 only), 3 gemv_q_v6_groups (identity_sel, per_slot, E == topk only:
+// linear_groups' layout).
+using GroupedGemv = cudaError_t (*)(const float*, int64_t, bool, const int32_t*, int64_t, int, int64_t, dc::WeightRef,
+                                    int64_t, int64_t, int64_t, bool, float, float*, int64_t, cudaStream_t,
+                                    const dc::GemvPlan*);
 Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t N, int64_t K, bool per_slot,
-                              bool swiglu, bool identity_sel, bool v3, const std::string& name, bool v6 = false) {
-  auto gemv = v3 ? dc::gemv_q_grouped_v3 : dc::gemv_q_grouped;
+                              bool swiglu, bool identity_sel, int kind, const std::string& name) {
+  const bool v3 = kind == 1, v6 = kind == 3;
+  const GroupedGemv gemv = kind == 2 ? dc::moe_gemv2 : v3 ? dc::gemv_q_grouped_v3 : dc::gemv_q_grouped;
   Rng r = rng_for(name);
   Result res;
   const int64_t S = T * topk;
@@ -2010,9 +2133,7 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
   };
   poison(dy);
   CK(launch(0, 0));
-  // slot 0 of set 0 against gemv_q of its row alone (+ swiglu_clamp), bitwise
-  const int e0 = sel[0];
-  const dc::WeightRef We0{fmt, dw.as<uint8_t>() + e0 * wstr, ds.base ? ds.as<uint8_t>() + e0 * sstr : nullptr, ldws};
+  auto yg = down<float>(dy, ncol);
   if (v6) {  // (another schedule than gemv_q alone: a sampled f64 check of slot 0 instead)
     HostQ q{fmt, N, K, ldws};
     q.w = down<uint8_t>(dw, wb);
@@ -2021,18 +2142,29 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
     for (int i = 0; i < 64; ++i) rows.push_back(std::min<int64_t>(N - 1, (N * i) / 64 + i % 7));
     std::vector<double> yd;
     gemv_ref_rows(q, x.data(), rows, yd);
-    auto yg = down<float>(dy, N);
     std::vector<float> yc, yr;
     for (size_t i = 0; i < rows.size(); ++i) yc.push_back(yg[rows[i]]), yr.push_back((float)yd[i]);
     expect_nmse(res, "slot 0 (64 rows)", yc, yr, 1e-6);
   } else {
-    CK((v3 ? dc::gemv_q_v3 : dc::gemv_q)(dx.as<float>(), 1, K, K, We0, N, dgu.as<float>(), N, 0, nullptr));
-    if (swiglu) CK(dc::swiglu_clamp(dgu.as<float>(), 1, I, 10.0f, nullptr, da1.as<float>(), nullptr, 0));
-    auto yg = down<float>(dy, ncol);
-    auto y1 = down<float>(swiglu ? da1 : dgu, ncol);
+    std::vector<float> y1;
+    if (kind == 2) {
+      // slot 0 of set 0 against token 0 launched alone (T = 1, its own routing), bitwise
+      DBuf d1 = dalloc(topk * ncol * 4, "token0_alone");
+      CK(gemv(dx.as<float>(), K, per_slot, dsel.as<int32_t>(), 1, topk, K, W(0), wstr, sstr, N, swiglu, 10.0f,
+              d1.as<float>(), ncol, 0, nullptr));
+      y1 = down<float>(d1, ncol);
+    } else {
+      // slot 0 of set 0 against gemv_q of its row alone (+ swiglu_clamp), bitwise
+      const int e0 = sel[0];
+      const dc::WeightRef We0{fmt, dw.as<uint8_t>() + e0 * wstr, ds.base ? ds.as<uint8_t>() + e0 * sstr : nullptr, ldws};
+      CK((v3 ? dc::gemv_q_v3 : dc::gemv_q)(dx.as<float>(), 1, K, K, We0, N, dgu.as<float>(), N, 0, nullptr));
+      if (swiglu) CK(dc::swiglu_clamp(dgu.as<float>(), 1, I, 10.0f, nullptr, da1.as<float>(), nullptr, 0));
+      y1 = down<float>(swiglu ? da1 : dgu, ncol);
+    }
     bool finite = true;
     for (float v : yg) finite &= std::isfinite(v);
-    expect_true(res, finite && rows_bitwise_equal(yg.data(), y1.data(), ncol), "slot 0 != gemv_q alone");
+    expect_true(res, finite && rows_bitwise_equal(yg.data(), y1.data(), ncol),
+                kind == 2 ? "slot 0 != token 0 alone" : "slot 0 != gemv_q alone");
   }
   int it = 0;
   res.us = time_us([&] {
@@ -3035,6 +3167,29 @@ void register_cases() {
       auto n = nm("gemv_q_grouped %s T=%ld topk=%d E=%d N=%ld K=%ld %s", wfmt_name(c.f), c.T, c.topk, c.E, c.N, c.K, c.what);
       add(n, [=] { return gemv_grouped_case(c.f, c.T, c.topk, c.E, c.N, c.K, c.per_slot, c.swiglu, n); });
     }
+    // moe_gemv2 (fp4 routed experts at decode, T ≤ 8): T = 1, 3, 8; experts shared among tokens (small E,
+    // every token the same experts), runs split at the cap, fused SwiGLU, large scales (two-factor path),
+    // the V4-Flash w13 / w2 shapes (16 experts: the host reference's memory)
+    struct MG { int64_t T; int topk, E; int64_t N, K; bool per_slot, swiglu; int variant, sel_mode; const char* what; };
+    const MG mg[] = {{1, 6, 16, 256, 512, false, false, 0, 0, "x[t]"},
+                     {1, 6, 16, 512, 1024, false, true, 0, 0, "x[t], fused swiglu"},
+                     {3, 6, 8, 256, 1024, true, false, 0, 0, "x[slot], experts shared"},
+                     {3, 6, 8, 512, 512, false, true, 0, 0, "x[t], fused swiglu, experts shared"},
+                     {8, 6, 8, 512, 1024, false, true, 0, 0, "x[t], fused swiglu, experts shared"},
+                     {8, 6, 12, 256, 2048, true, false, 0, 1, "x[slot], every token experts 0..5 (runs of 8)"},
+                     {3, 6, 2, 256, 512, true, false, 0, 2, "x[slot], repeats in a token (runs of 4)"},
+                     {5, 6, 6, 128, 512, false, true, 0, 2, "x[t], fused swiglu, repeats in a token (runs of 8)"},
+                     {2, 6, 8, 256, 512, false, false, 2, 0, "x[t], scales 2^-1..2^8 (two-factor path)"},
+                     {8, 8, 16, 96, 1536, true, false, 0, 0, "x[slot], 64 slots, K=1536, N=96"},
+                     {1, 6, 16, 2 * I, D, false, true, 0, 0, "routed w13 + fused swiglu"},
+                     {8, 6, 16, 2 * I, D, false, true, 0, 0, "routed w13 + fused swiglu"},
+                     {1, 6, 16, D, I, true, false, 0, 0, "routed w2"},
+                     {8, 6, 16, D, I, true, false, 0, 0, "routed w2"}};
+    for (auto c : mg) {
+      auto n = nm("moe_gemv2 fp4 T=%ld topk=%d E=%d N=%ld K=%ld %s", c.T, c.topk, c.E, c.N, c.K, c.what);
+      add(n, [=] { return moe_gemv2_case(c.T, c.topk, c.E, c.N, c.K, c.per_slot, c.swiglu, c.variant, c.sel_mode, n); });
+    }
+    add("moe_gemv2 unsupported shapes", [] { return moe_gemv2_unsupported_case(); });
     // gemv_q_v5 (decode GEMV v5, bf16 / fp8 only): the same checks as gemv_q (f64 reference, padding,
     // every row alone bitwise), small and V4-Flash shapes at M = 1..8 (13: launches of 8; K = 16384:
     // launches of 4 rows, x of 8 would not fit shared memory), K % 128 != 0 for fp8 (partial last scale
@@ -3227,7 +3382,7 @@ void register_cases() {
         add(n, [=] { return gemv_grouped_perf_case(F::FP8_B128, T, 8, 8, ol, H * d / G, true, false, true, false, n); });
         if (T > 8) continue;
         n = nm("gemv_q_v6_groups perf fp8 T=%ld x 8 groups N=%ld K=%ld (wo_a)", T, ol, H * d / G);
-        add(n, [=] { return gemv_grouped_perf_case(F::FP8_B128, T, 8, 8, ol, H * d / G, true, false, true, false, n, true); });
+        add(n, [=] { return gemv_grouped_perf_case(F::FP8_B128, T, 8, 8, ol, H * d / G, true, false, true, 3, n); });
         n = nm("gemv_q_grouped_v3 perf fp8 T=%ld x 8 groups N=%ld K=%ld (wo_a, sel=0..7)", T, ol, H * d / G);
         add(n, [=] { return gemv_grouped_perf_case(F::FP8_B128, T, 8, 8, ol, H * d / G, true, false, true, true, n); });
       }
@@ -3240,6 +3395,13 @@ void register_cases() {
         add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, 2 * I, D, false, true, false, true, n); });
         n = nm("gemv_q_grouped_v3 perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w2)", T, T * 6, D, I);
         add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, D, I, true, false, false, true, n); });
+      }
+      // moe_gemv2 next to them: same shapes, same routing sets and byte counts (T = 2, 4 for the scaling)
+      for (int64_t T : {1, 2, 4, 8}) {
+        auto n = nm("moe_gemv2 perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w13 + fused swiglu)", T, T * 6, 2 * I, D);
+        add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, 2 * I, D, false, true, false, 2, n); });
+        n = nm("moe_gemv2 perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w2)", T, T * 6, D, I);
+        add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, D, I, true, false, false, 2, n); });
       }
     }
   }

@@ -1,6 +1,7 @@
 #pragma once
 // Register-level helpers of the tensor-core kernels that dequantize stored weights into bf16 MMA
-// operands (gemv_q.cu, gemv_q_v5.cu, moe_grouped.cu): one definition, so all read a format the same way.
+// operands (gemv_q.cu, gemv_q_v5.cu, moe_grouped.cu, moe_gemv2.cu): one definition, so all read a format
+// the same way.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -61,6 +62,26 @@ __device__ __forceinline__ void fp8_mma(float (&acc)[4], const uint4& w0, const 
     a0 = bmul2(a0, c1), a1 = bmul2(a1, c1), a2 = bmul2(a2, c1), a3 = bmul2(a3, c1);
     if (BIG) a0 = bmul2(a0, c2), a1 = bmul2(a1, c2), a2 = bmul2(a2, c2), a3 = bmul2(a3, c2);
     mma16816(acc, a0, a1, a2, a3, u4get(X[i / 2], 2 * (i % 2)), u4get(X[i / 2], 2 * (i % 2) + 1));
+  }
+}
+// The fp4 GEMV step (gemv_q, moe_gemv2). Rows g (w0, scale factors c0·c0b) and g + 8 (w1, c1·c1b), 32 e2m1
+// each → 8 MMAs; word i gives MMAs {n0,n4 | n1,n5} and {n2,n6 | n3,n7} with x unit i stored in the same order.
+template <bool BIG>
+__device__ __forceinline__ void fp4_mma(float (&acc)[4], const uint4& w0, const uint4& w1, const uint4 (&X)[4],
+                                        uint32_t c0, uint32_t c1, uint32_t c0b, uint32_t c1b) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint32_t r0[4], r1[4];
+    e2m1x8_raw(u4get(w0, i), r0);
+    e2m1x8_raw(u4get(w1, i), r1);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) r0[j] = bmul2(r0[j], c0), r1[j] = bmul2(r1[j], c1);
+    if (BIG) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) r0[j] = bmul2(r0[j], c0b), r1[j] = bmul2(r1[j], c1b);
+    }
+    mma16816(acc, r0[0], r1[0], r0[1], r1[1], X[i].x, X[i].y);
+    mma16816(acc, r0[2], r1[2], r0[3], r1[3], X[i].z, X[i].w);
   }
 }
 }  // namespace deepinfer::cuda::detail

@@ -177,6 +177,18 @@ cudaError_t gemv_q_grouped_v3(const float* x, int64_t ldx, bool x_per_slot, cons
 cudaError_t gemv_q_grouped(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
                            int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
                            float limit, float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan = nullptr);
+// moe_gemv2 (moe_gemv2.cu; docs/cuda-notes.md "MoE decode GEMV v2"): gemv_q_grouped's contract for fp4
+// (FP4_B32) experts, built for the routed experts at decode (T ≤ 8): TMA bulk copies of whole weight rows
+// into a shared-memory ring, one block an SM, 32 rows × K a work item. Shapes it takes (moe_gemv2_ok):
+// T·topk ≤ 64, N % 32 == 0, K % 512 == 0, 16-byte aligned W, scales and strides; others return
+// cudaErrorNotSupported (the caller falls back to gemv_q_grouped). Only plan->sms is read from a plan.
+// Batch invariant: a slot's bits depend on (N, K) only, not on the other slots' experts or on T; they
+// differ from gemv_q_grouped's in the last bits (other k split). swiglu: the same bits as swiglu_clamp
+// applied to this kernel's unfused output.
+bool moe_gemv2_ok(WeightRef W, int64_t T, int topk, int64_t N, int64_t K, int64_t w_stride, int64_t s_stride);
+cudaError_t moe_gemv2(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk, int64_t K,
+                      WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit, float* y,
+                      int64_t ldy, cudaStream_t s, const GemvPlan* plan = nullptr);
 
 // ------------------------------------------------------------------------------------------------
 // Norms, RoPE, activations, pooling (float32 in/out like the op table; optional fused bf16 copy)

@@ -43,7 +43,7 @@ namespace deepinfer::cuda {
 namespace {
 namespace cg = cooperative_groups;
 using detail::cdiv;
-using detail::fp8_mma, detail::u4get, detail::mma16816, detail::bmul2, detail::pack_bf16, detail::pow2_bf16x2, detail::e4m3x4_raw,
+using detail::fp8_mma, detail::fp4_mma, detail::u4get, detail::mma16816, detail::bmul2, detail::pack_bf16, detail::pow2_bf16x2, detail::e4m3x4_raw,
     detail::e2m1x8_raw;
 
 constexpr int GQ_WARPS = 8, GQ_NT = GQ_WARPS * 32;
@@ -83,27 +83,6 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
-}
-
-// Rows g (w0, scale factors c0·c0b) and g + 8 (w1, c1·c1b), 32 e2m1 each → 8 MMAs; word i gives MMAs
-// {n0,n4 | n1,n5} and {n2,n6 | n3,n7} with x unit i stored in the same order.
-template <bool BIG>
-__device__ __forceinline__ void fp4_mma(float (&acc)[4], const uint4& w0, const uint4& w1, const uint4 (&X)[4],
-                                        uint32_t c0, uint32_t c1, uint32_t c0b, uint32_t c1b) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    uint32_t r0[4], r1[4];
-    e2m1x8_raw(u4get(w0, i), r0);
-    e2m1x8_raw(u4get(w1, i), r1);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) r0[j] = bmul2(r0[j], c0), r1[j] = bmul2(r1[j], c1);
-    if (BIG) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) r0[j] = bmul2(r0[j], c0b), r1[j] = bmul2(r1[j], c1b);
-    }
-    mma16816(acc, r0[0], r1[0], r0[1], r1[1], X[i].x, X[i].y);
-    mma16816(acc, r0[2], r1[2], r0[3], r1[3], X[i].z, X[i].w);
-  }
 }
 
 template <WFmt WF>

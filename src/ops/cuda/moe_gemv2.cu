@@ -1,0 +1,354 @@
+// Routed experts at decode, fp4 weights (e2m1 + ue8m0 1×32 scales as stored): moe_gemv2. Design notes,
+// byte counts and predictions: docs/cuda-notes.md, "MoE decode GEMV v2 (moe_gemv2)".
+//
+// Why a new kernel: gemv_q_grouped (v3 and v4) reads fp4 experts at ~23 % of HBM at T = 1 and T = 8 alike
+// (so not a launch or bytes-in-flight limit alone: v4 has > 100 KiB in flight an SM). Per weight byte it
+// issues the e2m1 decode (≈ 17 instructions a 4-byte word) plus address math, per-row byte loads of
+// the scales, prefetches, and a block + cluster reduction every 32 KiB. Here the loads cost almost
+// no issue slots and the reduction comes once per 32 rows × K:
+//
+// * Work item = (run, 32 weight rows × all of K). A run = ≤ mmr slots of one expert (slot order; the
+//   weight is read once for them). fused SwiGLU: the rows are gate rows 16·rg.. and up rows I + 16·rg..
+//   (tile 0 / tile 1), else rows 32·rg... Items are ordered run-major; block b of G takes the contiguous
+//   range [b·n/G, (b+1)·n/G) (one block an SM, G = SMs), so x is restaged only when the run changes.
+// * Loads: one TMA bulk copy a weight row (K/2 bytes) and one a scale row (K/32 bytes), issued by lane 0
+//   of each warp (2 rows a warp) after a block barrier, completing on the stage's mbarrier (its one
+//   arrival, with the byte count, made by thread 0 before that barrier); a ring of S stages (2 for
+//   K = 4096, 4–5 for K = 2048): ≥ 70 KiB in flight an SM, no registers held for it. Weight rows are
+//   padded by 64 bytes in shared memory so the two rows of an 8-lane phase hit different banks, scale
+//   rows by 16 so a warp's 8 rows of scale bytes sit in 8 banks.
+// * Compute: 16 warps; warp w takes the 64-byte chunks c = w, w + 16, … of every row (chunk = 128 k):
+//   lane (g, t) reads 16 bytes (one 32-k scale block) of rows g and g + 8 of each tile and does gemv_q's
+//   fp4 step (fp4_mma: exact decode by bit placement, × 2^(e8m0 − 1) in bf16, m16n8k16 with the run's
+//   ≤ 8 x rows as the n8 side). x is staged as bf16 in the fragment order of gemv_q (fill_x).
+// * Fixed-order reduction: warps 0..15 added in order through shared memory (one barrier), then the
+//   outputs written (or swiglu_clamp_one of gate and up: the same bits as swiglu_clamp on the unfused y).
+//
+// Batch invariance: an output's value is the chain of its warp's chunks in ascending order, then warps
+// 0..15 in order; that depends on (N, K) only. MMA column j depends on x row j only, rows ≥ the run's
+// size are zero columns, and the run grouping, mmr, the stage count and the grid change no summation.
+// So a slot's result is bitwise the same whatever the other tokens picked (and for every T), and the
+// fused act equals swiglu_clamp of the unfused output bitwise. (Not the same bits as gemv_q_grouped:
+// other k split.)
+#include <algorithm>
+
+#include "ops/cuda/bf16_bits.cuh"
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_attrs.h"
+
+namespace deepinfer::cuda {
+namespace {
+using detail::fp4_mma, detail::pack_bf16, detail::pow2_bf16x2;
+
+constexpr int MV_WARPS = 16, MV_NT = MV_WARPS * 32;
+constexpr int MV_ROWS = 32;                        // weight rows an item (two 16-row tiles)
+constexpr int MV_PAD = 64;                         // shared-memory bytes after each weight row
+constexpr int MV_MAXS = 6;                         // ring stages at most
+constexpr int MV_MAXSLOTS = 64;                    // T·topk a launch
+constexpr int MV_MAXRUN = 8;                       // slots a run (the MMA's n8 side)
+constexpr int MV_RED = 2 * 128;                    // a warp's partial sums of an item: [tile][4][32]
+constexpr size_t MV_SMEM = 224 * 1024;  // dynamic shared memory budget (+ 2.5 KiB static ≤ the 227 KiB opt-in)
+
+struct MvParams {
+  const float* x;
+  int64_t ldx;
+  const uint8_t* w;   // expert e's rows at w + e·w_stride, [N, K/2] bytes
+  const uint8_t* ws;  // its e8m0 scales at ws + e·s_stride, [N, K/32] bytes
+  int64_t w_stride, s_stride;
+  int64_t N, K;
+  float* y;
+  int64_t ldy;
+  const int32_t* sel;  // [slots]
+  int slots, topk, x_per_slot;
+  int fuse;  // y = swiglu(gate, up)[slot, I]
+  int64_t I;
+  float lim;
+  int mmr, stages;  // x staging rows (= run cap), ring stages
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// The stage's one arrival, announcing the bytes its copies will complete.
+__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  while (!mbar_test(bar, parity)) {
+  }
+}
+// global → shared bulk copy (TMA), bytes % 16 == 0, both ends 16-byte aligned; completes on `bar`.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+// x rows of a run → bf16 in shared memory, in gemv_q's fp4 fragment order: unit ((c·4 + q)·mmr + m)·4 + t
+// holds x[m][128c + 32t + 8q + (0, 4, 1, 5, 2, 6, 3, 7)].
+__device__ __forceinline__ void mv_stage_x(uint4* xs, const float* __restrict__ x, const int64_t* xoff, int rows,
+                                           int mmr, int K) {
+  constexpr int B = 4;  // units a thread loads before converting
+  const int units = K / 8, total = rows * units;
+  for (int i0 = threadIdx.x; i0 < total; i0 += B * MV_NT) {
+    float4 a[B], b[B];
+#pragma unroll
+    for (int j = 0; j < B; ++j) {
+      const int idx = i0 + j * MV_NT;
+      if (idx < total) {
+        const int m = idx / units, u = idx - m * units;
+        const float* xr = x + xoff[m] + (int64_t)u * 8;
+        a[j] = *reinterpret_cast<const float4*>(xr), b[j] = *reinterpret_cast<const float4*>(xr + 4);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < B; ++j) {
+      const int idx = i0 + j * MV_NT;
+      if (idx < total) {
+        const int m = idx / units, u = idx - m * units;
+        const int c = u >> 4, t = (u >> 2) & 3, q = u & 3;
+        xs[((c * 4 + q) * mmr + m) * 4 + t] = make_uint4(pack_bf16(a[j].x, b[j].x), pack_bf16(a[j].y, b[j].y),
+                                                         pack_bf16(a[j].z, b[j].z), pack_bf16(a[j].w, b[j].w));
+      }
+    }
+  }
+}
+
+__global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
+  extern __shared__ __align__(128) uint8_t mv_smem[];
+  __shared__ __align__(8) uint64_t full[MV_MAXS];
+  __shared__ int s_sel[MV_MAXSLOTS], s_lead[MV_MAXSLOTS], s_run_e[MV_MAXSLOTS];
+  __shared__ uint8_t s_run_n[MV_MAXSLOTS], s_run_slot[MV_MAXSLOTS][MV_MAXRUN];
+  __shared__ int s_nruns;
+  __shared__ int64_t s_xoff[MV_MAXRUN], s_yoff[MV_MAXRUN];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int S = p.stages, mmr = p.mmr, slots = p.slots;
+  const int K = (int)p.K;
+  const int RS = K / 2 + MV_PAD;  // shared-memory bytes a weight row
+  const int SB = K / 32;          // scale bytes a row
+  const int SS = SB + 16;         // shared-memory bytes a scale row (padded: the 8 rows g of a load in 8 banks)
+  const int stage_bytes = MV_ROWS * (RS + SS);
+  uint8_t* ring = mv_smem;  // [S][32 rows × RS | 32 rows × SS]
+  uint4* xs = reinterpret_cast<uint4*>(mv_smem + (size_t)S * stage_bytes);
+  float* red = reinterpret_cast<float*>(xs + (size_t)(K / 8) * mmr);  // [16 warps][MV_RED]
+
+  // Runs: slot s leads a run when the number of earlier slots with its expert is a multiple of mmr; the
+  // run holds that slot and the next ≤ mmr − 1 slots with the expert (slot order). Runs ordered by leader.
+  if (tid < S) mbar_init(smem_u32(&full[tid]), 1);
+  if (tid < slots) s_sel[tid] = p.sel[tid];
+  __syncthreads();
+  if (tid < slots) {
+    const int e = s_sel[tid];
+    int before = 0;
+    for (int j = 0; j < tid; ++j) before += s_sel[j] == e;
+    s_lead[tid] = before % mmr == 0;
+  }
+  __syncthreads();
+  if (tid < slots && s_lead[tid]) {
+    int r = 0;
+    for (int j = 0; j < tid; ++j) r += s_lead[j];
+    const int e = s_sel[tid];
+    int n = 0;
+    for (int j = tid; j < slots && n < mmr; ++j)
+      if (s_sel[j] == e) s_run_slot[r][n++] = (uint8_t)j;
+    s_run_e[r] = e;
+    s_run_n[r] = (uint8_t)n;
+  }
+  if (tid == 0) {
+    int c = 0;
+    for (int j = 0; j < slots; ++j) c += s_lead[j];
+    s_nruns = c;
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // the inits, seen by the copy engine
+  __syncthreads();
+
+  const int RG = p.fuse ? (int)(p.I / 16) : (int)(p.N / MV_ROWS);  // items a run
+  const int64_t nitems = (int64_t)s_nruns * RG;
+  const int64_t i0 = nitems * blockIdx.x / gridDim.x, i1 = nitems * (blockIdx.x + 1) / gridDim.x;
+  const int nq = (int)(i1 - i0);
+  if (nq <= 0) return;  // (block-uniform; nothing issued)
+
+  // Item q's 32 weight rows and their scale rows → stage q % S. The stage's one arrival, with the byte
+  // count, is made by thread 0 before a block barrier that precedes every copy of the phase; then lane 0
+  // of warp w copies rows 2w, 2w + 1 (a bulk copy takes uniform operands: one issuing lane a warp keeps
+  // it to 4 copies, no lane loop).
+  const uint32_t stage_tx = (uint32_t)(MV_ROWS * (K / 2 + SB));
+  auto expect = [&](int q) { mbar_expect(smem_u32(&full[q % S]), stage_tx); };
+  auto issue = [&](int q) {
+    if (lane != 0) return;
+    const int64_t it = i0 + q;
+    const int run = (int)(it / RG), rg = (int)(it % RG), st = q % S;
+    uint8_t* sw = ring + (size_t)st * stage_bytes;
+    const uint32_t bar = smem_u32(&full[st]);
+    const int64_t e = s_run_e[run];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int L = 2 * warp + h;  // row of the item: tile L / 16, row L % 16
+      const int64_t n = p.fuse ? (L >> 4) * p.I + (int64_t)rg * 16 + (L & 15) : (int64_t)rg * MV_ROWS + L;
+      bulk_load(smem_u32(sw + L * RS), p.w + e * p.w_stride + n * (K / 2), (uint32_t)(K / 2), bar);
+      bulk_load(smem_u32(sw + MV_ROWS * RS + L * SS), p.ws + e * p.s_stride + n * SB, (uint32_t)SB, bar);
+    }
+  };
+  if (tid == 0)
+    for (int q = 0; q < S && q < nq; ++q) expect(q);
+  __syncthreads();
+  for (int q = 0; q < S && q < nq; ++q) issue(q);
+
+  const int nch = K / 128;  // 64-byte chunks a row
+  int cur = -1;
+  for (int q = 0; q < nq; ++q) {
+    const int64_t it = i0 + q;
+    const int run = (int)(it / RG), rg = (int)(it % RG), st = q % S;
+    const int rows = s_run_n[run];
+    if (run != cur) {  // block-uniform; every thread is past the previous item's last barrier
+      if (tid < rows) {
+        const int j = s_run_slot[run][tid];
+        s_xoff[tid] = (int64_t)(p.x_per_slot ? j : j / p.topk) * p.ldx;
+        s_yoff[tid] = (int64_t)j * p.ldy;
+      }
+      __syncthreads();
+      mv_stage_x(xs, p.x, s_xoff, rows, mmr, K);
+      __syncthreads();
+      cur = run;
+    }
+    mbar_wait(smem_u32(&full[st]), (uint32_t)((q / S) & 1));
+
+    // This lane's 16 bytes of chunk 0 in row g of tile 0 (+ 16·RS: tile 1, + 8·RS: row g + 8), its scale
+    // byte, and its x unit (columns ≥ rows read row rows − 1: valid values whose outputs are not stored;
+    // an MMA column depends on its own B column only)
+    const uint8_t* wl = ring + (size_t)st * stage_bytes + g * RS + t * 16;
+    const uint8_t* sl = ring + (size_t)st * stage_bytes + MV_ROWS * RS + g * SS + t;
+    const uint4* xl = xs + min(g, rows - 1) * 4 + t;
+    float acc[2][4];
+#pragma unroll
+    for (int rt = 0; rt < 2; ++rt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[rt][r] = 0.0f;
+    for (int c = warp; c < nch; c += MV_WARPS) {
+      // all shared loads of the chunk first (both tiles), then the decode and MMAs
+      uint4 X[4], wv[2][2];
+      int e[2][2];
+#pragma unroll
+      for (int qq = 0; qq < 4; ++qq) X[qq] = xl[(c * 4 + qq) * mmr * 4];
+#pragma unroll
+      for (int rt = 0; rt < 2; ++rt) {
+        const uint8_t* wp = wl + rt * 16 * RS + c * 64;
+        const uint8_t* sp = sl + rt * 16 * SS + 4 * c;
+        wv[rt][0] = *reinterpret_cast<const uint4*>(wp);
+        wv[rt][1] = *reinterpret_cast<const uint4*>(wp + 8 * RS);
+        e[rt][0] = (int)sp[0] - 1, e[rt][1] = (int)sp[8 * SS] - 1;
+      }
+      // value·2^-126 × 2^(b−1); b > 128 needs a second factor 2^(b−128). One warp-uniform branch a chunk
+      // (mma.sync needs the whole warp on one path); both paths give the same bits, every product exact.
+      if (!__any_sync(0xffffffffu, max(max(e[0][0], e[0][1]), max(e[1][0], e[1][1])) > 127)) {
+#pragma unroll
+        for (int rt = 0; rt < 2; ++rt)
+          fp4_mma<false>(acc[rt], wv[rt][0], wv[rt][1], X, pow2_bf16x2(e[rt][0]), pow2_bf16x2(e[rt][1]), 0u, 0u);
+      } else {
+#pragma unroll
+        for (int rt = 0; rt < 2; ++rt)
+          fp4_mma<true>(acc[rt], wv[rt][0], wv[rt][1], X, pow2_bf16x2(min(e[rt][0], 127)),
+                        pow2_bf16x2(min(e[rt][1], 127)), pow2_bf16x2(max(e[rt][0] - 127, 0)),
+                        pow2_bf16x2(max(e[rt][1] - 127, 0)));
+      }
+    }
+#pragma unroll
+    for (int rt = 0; rt < 2; ++rt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) red[warp * MV_RED + (rt * 4 + r) * 32 + lane] = acc[rt][r];
+    // thread 0 has seen stage st's phase complete (its wait above): the next phase's arrival may go now
+    if (tid == 0 && q + S < nq) expect(q + S);
+    __syncthreads();  // every warp is done with stage st and has stored its sums
+    if (q + S < nq) issue(q + S);
+
+    // element el of the [tile][4][32] fragment image: lane (gg, tt), register r → row gg + 8·(r / 2),
+    // column (run row) 2·tt + r % 2
+    if (!p.fuse) {
+      if (tid < MV_RED) {
+        float v = red[tid];
+#pragma unroll
+        for (int w = 1; w < MV_WARPS; ++w) v += red[w * MV_RED + tid];
+        const int rt = tid >> 7, r = (tid >> 5) & 3, ln = tid & 31;
+        const int row = (ln >> 2) + 8 * (r >> 1), col = 2 * (ln & 3) + (r & 1);
+        if (col < rows) p.y[s_yoff[col] + (int64_t)rg * MV_ROWS + rt * 16 + row] = v;
+      }
+    } else if (tid < 128) {  // tile 0 = gate rows, tile 1 = the matching up rows
+      float gt = red[tid], up = red[128 + tid];
+#pragma unroll
+      for (int w = 1; w < MV_WARPS; ++w) gt += red[w * MV_RED + tid], up += red[w * MV_RED + 128 + tid];
+      const int r = tid >> 5, ln = tid & 31;
+      const int row = (ln >> 2) + 8 * (r >> 1), col = 2 * (ln & 3) + (r & 1);
+      if (col < rows) p.y[s_yoff[col] + (int64_t)rg * 16 + row] = detail::swiglu_clamp_one(gt, up, p.lim, 1.0f);
+    }
+    __syncthreads();  // red, s_yoff and (at a run change) x are free again
+  }
+}
+
+// Ring stages for (K, mmr): as many as the budget holds (≤ MV_MAXS); < 2 means the shape does not fit.
+int mv_stages(int64_t K, int mmr) {
+  const int64_t stage = MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16);
+  const int64_t fixed = (int64_t)mmr * K * 2 + (int64_t)MV_WARPS * MV_RED * 4;
+  const int64_t room = (int64_t)MV_SMEM - fixed;
+  return room < 2 * stage ? 0 : (int)std::min<int64_t>(MV_MAXS, room / stage);
+}
+size_t mv_smem_bytes(int64_t K, int mmr, int stages) {
+  return (size_t)stages * MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16) + (size_t)mmr * K * 2 + (size_t)MV_WARPS * MV_RED * 4;
+}
+int mv_mmr(int64_t T) {
+  const int64_t m = std::min<int64_t>(MV_MAXRUN, std::max<int64_t>(1, T));
+  return m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : 8;
+}
+}  // namespace
+
+bool moe_gemv2_ok(WeightRef W, int64_t T, int topk, int64_t N, int64_t K, int64_t w_stride, int64_t s_stride) {
+  const int64_t slots = T * topk;
+  return W.fmt == WFmt::FP4_B32 && W.w && W.scale && T > 0 && topk > 0 && slots <= MV_MAXSLOTS && N > 0 &&
+         N % MV_ROWS == 0 && K >= 512 && K % 512 == 0 && K <= 65536 && w_stride % 16 == 0 && s_stride % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(W.w) % 16 == 0 && reinterpret_cast<uintptr_t>(W.scale) % 16 == 0 &&
+         mv_stages(K, mv_mmr(T)) >= 2;
+}
+
+cudaError_t moe_gemv2(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk, int64_t K,
+                      WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit, float* y,
+                      int64_t ldy, cudaStream_t s, const GemvPlan* plan) {
+  if (!moe_gemv2_ok(W, T, topk, N, K, w_stride, s_stride)) return cudaErrorNotSupported;
+  if (ldx % 4 || reinterpret_cast<uintptr_t>(x) % 16) return cudaErrorInvalidValue;
+  if (swiglu && limit <= 0.0f) return cudaErrorInvalidValue;
+  int sms = plan && plan->sms > 0 ? plan->sms : 0;  // (only the SM count is taken from a plan)
+  if (sms == 0) {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return e;
+  }
+  MvParams p = {};
+  p.x = x, p.ldx = ldx;
+  p.w = static_cast<const uint8_t*>(W.w), p.ws = static_cast<const uint8_t*>(W.scale);
+  p.w_stride = w_stride, p.s_stride = s_stride;
+  p.N = N, p.K = K, p.y = y, p.ldy = ldy;
+  p.sel = sel, p.slots = (int)(T * topk), p.topk = topk, p.x_per_slot = x_per_slot ? 1 : 0;
+  p.fuse = swiglu ? 1 : 0, p.I = N / 2, p.lim = limit;
+  p.mmr = mv_mmr(T);
+  p.stages = mv_stages(K, p.mmr);
+  // (the max dynamic shared memory attribute MV_SMEM: set by init_kernel_attributes)
+  moe_gemv2_kernel<<<sms, MV_NT, mv_smem_bytes(K, p.mmr, p.stages), s>>>(p);
+  return cudaGetLastError();
+}
+
+namespace detail {
+cudaError_t init_attributes_moe_gemv2() { return set_max_dynamic_smem(moe_gemv2_kernel, MV_SMEM); }
+}  // namespace detail
+
+}  // namespace deepinfer::cuda
