@@ -2285,6 +2285,12 @@ Result group_par_case(int64_t T, int K, int E, int tile_m, int skew, const std::
   if (g_perf) {
     res.us = time_us([&] { launch(); });
     res.bytes = S * 4.0 * 4 + (E + 1) * 4.0;
+    res.graph_us = time_graph_us(
+        [&](cudaStream_t st) {
+          CK(dc::moe_group_par(dsel.as<int32_t>(), T, K, E, tile_m, doff.as<int32_t>(), dperm.as<int32_t>(),
+                               dslot.as<int32_t>(), dtile.as<int2>(), dnt.as<int32_t>(), dscr.as<int32_t>(), st));
+        },
+        20);
   }
   return res;
 }
@@ -2798,6 +2804,206 @@ Result argmax_case(int64_t M, int64_t N, const std::string& name) {
 }
 
 // =================================================================================================
+// smallk: the decode-size kernels (rms_norm, hc finish, moe_route, moe_combine) against their previous
+// versions (the *_v1 launchers, DEEPINFER_CUDA_OFF=smallk). Each case runs both on the same inputs and
+// wants the outputs bitwise equal (new eager, v1 eager, new from a CUDA graph); --perf times 20 calls of
+// each from a CUDA graph (graph: the new kernel, detail: v1's graph time) — the per-call latency a
+// decode step sees. The CPU-twin accuracy of the new kernels is covered by the ops' own cases, which
+// now run them.
+// =================================================================================================
+struct SmallkRun {
+  std::function<void(bool v1, cudaStream_t)> run;
+  std::vector<DBuf> outs;  // bitwise-compared outputs (poisoned before each run)
+  double bytes = 0;
+};
+Result smallk_case(const SmallkRun& k) {
+  Result res;
+  auto grab = [&](const std::function<void()>& f) {
+    for (auto& o : k.outs) poison(o);
+    f();
+    std::vector<std::vector<uint8_t>> v;
+    for (auto& o : k.outs) v.push_back(down<uint8_t>(o, o.bytes));
+    return v;
+  };
+  auto a = grab([&] { k.run(false, 0); CK(cudaGetLastError()); });
+  auto b = grab([&] { k.run(true, 0); CK(cudaGetLastError()); });
+  std::string err;
+  bool captured = false;
+  auto c = grab([&] { captured = run_in_graph([&](cudaStream_t st) { k.run(false, st); }, err); });
+  expect_true(res, a == b, "new != v1 (bitwise)");
+  expect_true(res, captured, "graph capture: " + err);
+  if (captured) expect_true(res, a == c, "graph != eager (bitwise)");
+  if (res.pass) res.detail += "new == v1 == graph (bitwise) ";
+  if (g_perf) {
+    constexpr int n = 20;
+    res.graph_us = time_graph_us([&](cudaStream_t st) { k.run(false, st); }, n);
+    const double v1 = time_graph_us([&](cudaStream_t st) { k.run(true, st); }, n);
+    res.us = time_us([&] { k.run(false, 0); });
+    res.bytes = k.bytes;
+    char buf[120];
+    snprintf(buf, sizeof buf, "graph/call: new %.2f us, v1 %.2f us (%.2fx) ", res.graph_us, v1, v1 / res.graph_us);
+    res.detail += buf;
+  }
+  return res;
+}
+
+Result smallk_rms(int64_t M, int64_t D, int64_t ld, bool weight, const std::string& name) {
+  Rng r = rng_for(name);
+  std::vector<float> x = randn(r, M * ld, 3.0f), w = randn(r, D);
+  DBuf dx = dup(x, "x"), dw = dup(w, "w"), dy = dalloc(M * ld * 4, "y"), dyb = dalloc(M * D * 2, "y_bf16");
+  SmallkRun k;
+  k.outs = {dy, dyb};
+  k.bytes = M * D * 4.0 * 2 + M * D * 2.0 + (weight ? D * 4.0 : 0.0);
+  k.run = [=](bool v1, cudaStream_t st) {
+    CK((v1 ? dc::rms_norm_v1 : dc::rms_norm)(dx.as<float>(), M, D, ld, weight ? dw.as<float>() : nullptr, 1e-6f,
+                                              dy.as<float>(), dyb.as<bf16>(), st));
+  };
+  return smallk_case(k);
+}
+
+Result smallk_hc(int64_t M, int hc, int64_t D, bool head, const std::string& name) {
+  Rng r = rng_for(name);
+  const int mix = head ? hc : (2 + hc) * hc;
+  std::vector<float> X = randn(r, M * hc * D), fn = randn(r, mix * hc * D, 0.02f), base = randn(r, mix, 0.5f);
+  std::vector<float> scale = {0.8f + r.uni(), 0.8f + r.uni(), 0.8f + r.uni()};
+  DBuf dX = dup(X, "X"), df = dup(fn, "fn"), db = dup(base, "base"), ds = dup(scale, "scale");
+  DBuf du = dalloc(M * D * 4, "u"), dp = dalloc(M * hc * 4, "post"), dcm = dalloc(M * hc * hc * 4, "comb");
+  SmallkRun k;
+  k.outs = head ? std::vector<DBuf>{du} : std::vector<DBuf>{du, dp, dcm};
+  k.bytes = M * hc * D * 4.0 + mix * hc * D * 4.0 + M * D * 4.0;
+  k.run = [=](bool v1, cudaStream_t st) {
+    if (head)
+      CK((v1 ? dc::hc_head_v1 : dc::hc_head)(dX.as<float>(), M, hc, D, df.as<float>(), db.as<float>(), ds.as<float>(),
+                                             1e-6f, 1e-6f, du.as<float>(), st));
+    else
+      CK((v1 ? dc::hc_pre_v1 : dc::hc_pre)(dX.as<float>(), M, hc, D, df.as<float>(), db.as<float>(), ds.as<float>(),
+                                           20, 1e-6f, 1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(), st,
+                                           true));
+  };
+  return smallk_case(k);
+}
+
+Result smallk_route(int64_t T, int E, int K, dc::Scoring sf, bool hash, const std::string& name) {
+  Rng r = rng_for(name);
+  const int V = 1000;
+  std::vector<float> lg = randn(r, T * E, 2.0f), bias = randn(r, E, 0.1f);
+  // a few exact ties (equal logits): the lower id must win on both kernels
+  for (int64_t t = 0; t < T; ++t) lg[t * E + 7] = lg[t * E + 200 % E], bias[7] = bias[200 % E];
+  std::vector<int32_t> tid2eid(V * K), tok(T);
+  for (int v = 0; v < V; ++v)
+    for (int k = 0; k < K; ++k) tid2eid[v * K + k] = r.range(0, E);
+  for (auto& t : tok) t = r.range(0, V);
+  DBuf dl = dup(lg, "logits"), db = dup(bias, "bias"), dt = dup(tid2eid, "tid2eid"), dtok = dup(tok, "tokens");
+  DBuf ds = dalloc(T * K * 4, "sel"), dw = dalloc(T * K * 4, "w");
+  SmallkRun k;
+  k.outs = {ds, dw};
+  k.bytes = T * E * 4.0 + E * 4.0 + T * K * 8.0;
+  k.run = [=](bool v1, cudaStream_t st) {
+    CK((v1 ? dc::moe_route_v1 : dc::moe_route)(dl.as<float>(), T, E, K, sf, hash ? nullptr : db.as<float>(),
+                                               hash ? dt.as<int32_t>() : nullptr, dtok.as<int32_t>(), true, 1.5f,
+                                               ds.as<int32_t>(), dw.as<float>(), st));
+  };
+  return smallk_case(k);
+}
+
+Result smallk_combine(int64_t T, int K, int64_t D, int E, bool slots, bool shared, const std::string& name) {
+  Rng r = rng_for(name);
+  const int64_t S = T * K;
+  std::vector<float> ye = randn(r, S * D), w = randn(r, S), sh = randn(r, T * D, 0.1f);
+  std::vector<int32_t> sel(S), slot(S);
+  for (int64_t t = 0; t < T; ++t)
+    for (int k = 0; k < K; ++k) {  // distinct experts a token, random order (plus one repeat when E is small)
+      int e;
+      bool dup_e;
+      do {
+        e = r.range(0, E);
+        dup_e = false;
+        for (int q = 0; q < k; ++q) dup_e |= sel[t * K + q] == e;
+      } while (dup_e && E >= 2 * K);
+      sel[t * K + k] = e;
+    }
+  std::vector<int64_t> perm(S);
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int64_t i = S - 1; i > 0; --i) std::swap(perm[i], perm[r.range(0, (int)i + 1)]);
+  for (int64_t i = 0; i < S; ++i) slot[i] = (int32_t)perm[i];
+  DBuf dye = dup(ye, "ye"), dw = dup(w, "wsel"), dsh = dup(sh, "shared"), dsel = dup(sel, "sel"), dsl = dup(slot, "slot");
+  DBuf dout = dalloc(T * D * 4, "out");
+  SmallkRun k;
+  k.outs = {dout};
+  k.bytes = S * D * 4.0 + T * D * 4.0 * (shared ? 2 : 1);
+  k.run = [=](bool v1, cudaStream_t st) {
+    CK((v1 ? dc::moe_combine_v1 : dc::moe_combine)(dye.as<float>(), dsel.as<int32_t>(), dw.as<float>(),
+                                                   slots ? dsl.as<int32_t>() : nullptr, T, K, D,
+                                                   shared ? dsh.as<float>() : nullptr, dout.as<float>(), st));
+  };
+  return smallk_case(k);
+}
+
+Result smallk_pool(int64_t W, int S, int d, const std::string& name) {
+  Rng r = rng_for(name);
+  std::vector<float> kv = randn(r, W * S * d), gate = randn(r, W * S * d, 2.0f);
+  for (size_t i = 0; i < gate.size(); i += 7) gate[i] = -INFINITY;  // absent slots
+  if (W > 1)
+    for (int s = 0; s < S; ++s) gate[(int64_t)s * d] = -INFINITY;  // a column with no slot: 0/0 on both
+  DBuf dkv = dup(kv, "kv"), dg = dup(gate, "gate"), dout = dalloc(W * d * 4, "out");
+  SmallkRun k;
+  k.outs = {dout};
+  k.bytes = W * S * d * 8.0 + W * d * 4.0;
+  k.run = [=](bool v1, cudaStream_t st) {
+    CK((v1 ? dc::compress_pool_v1 : dc::compress_pool)(dkv.as<float>(), dg.as<float>(), W, S, d, dout.as<float>(), st));
+  };
+  return smallk_case(k);
+}
+
+void register_smallk(const std::function<std::string(const char*, int64_t)>& nm1) {
+  // decode sizes (M = 1..8) and one prefill size each (must not get slower)
+  for (int64_t M : {1, 2, 8, 4096}) {
+    add(nm1("smallk rms_norm M=%ld D=4096 w (block row)", M), [=] { return smallk_rms(M, 4096, 4096, true, "sk_rms1"); });
+    add(nm1("smallk rms_norm M=%ld D=1024 w (warp row, q_lora)", M), [=] { return smallk_rms(M, 1024, 1024, true, "sk_rms2"); });
+    add(nm1("smallk rms_norm M=%ld D=512 w (warp row, kv)", M), [=] { return smallk_rms(M, 512, 512, true, "sk_rms3"); });
+  }
+  add("smallk rms_norm M=3 D=1000 ld=1000 (warp row, partial float4 tail)", [] { return smallk_rms(3, 1000, 1000, true, "sk_rms4"); });
+  add("smallk rms_norm M=3 D=3000 ld=3004 (block row, tail)", [] { return smallk_rms(3, 3000, 3004, false, "sk_rms5"); });
+  add("smallk rms_norm M=2 D=7000 ld=7000 (block row, NC=8)", [] { return smallk_rms(2, 7000, 7000, true, "sk_rms6"); });
+  add("smallk rms_norm M=4096 D=512 (per-head q norm, 256-thread blocks)", [] { return smallk_rms(64 * 64, 512, 512, false, "sk_rms7"); });
+  for (int64_t M : {1, 2, 8, 64}) {
+    add(nm1("smallk hc_pre M=%ld hc=4 D=4096 it=20 (finish2)", M), [=] { return smallk_hc(M, 4, 4096, false, "sk_hc1"); });
+  }
+  add("smallk hc_pre M=3 hc=3 D=1000 it=20 (finish2, partial slice)", [] { return smallk_hc(3, 3, 1000, false, "sk_hc2"); });
+  add("smallk hc_pre M=2 hc=8 D=1024 it=20 (hc=8: finish v1 both)", [] { return smallk_hc(2, 8, 1024, false, "sk_hc3"); });
+  add("smallk hc_head M=1 hc=4 D=4096 (finish2)", [] { return smallk_hc(1, 4, 4096, true, "sk_hh1"); });
+  add("smallk hc_head M=8 hc=4 D=4096 (finish2)", [] { return smallk_hc(8, 4, 4096, true, "sk_hh2"); });
+  for (int64_t T : {1, 8, 128, 4096}) {
+    add(nm1("smallk moe_route T=%ld E=256 K=6 sqrtsoftplus", T),
+        [=] { return smallk_route(T, 256, 6, dc::Scoring::SqrtSoftplus, false, "sk_rt1"); });
+  }
+  add("smallk moe_route T=8 E=256 K=6 hash", [] { return smallk_route(8, 256, 6, dc::Scoring::SqrtSoftplus, true, "sk_rt2"); });
+  add("smallk moe_route T=8 E=384 K=6 sqrtsoftplus (V4.1: J=12)", [] { return smallk_route(8, 384, 6, dc::Scoring::SqrtSoftplus, false, "sk_rt3"); });
+  add("smallk moe_route T=8 E=100 K=2 softmax", [] { return smallk_route(8, 100, 2, dc::Scoring::Softmax, false, "sk_rt4"); });
+  add("smallk moe_route T=8 E=1024 K=16 sigmoid (J=32)", [] { return smallk_route(8, 1024, 16, dc::Scoring::Sigmoid, false, "sk_rt5"); });
+  for (int64_t T : {1, 8, 4096}) {
+    add(nm1("smallk moe_combine T=%ld K=6 D=4096 (slot order, decode)", T),
+        [=] { return smallk_combine(T, 6, 4096, 256, false, false, "sk_cb1"); });
+    add(nm1("smallk moe_combine T=%ld K=6 D=4096 (slot_row + shared, prefill)", T),
+        [=] { return smallk_combine(T, 6, 4096, 256, true, true, "sk_cb2"); });
+  }
+  add("smallk moe_combine T=5 K=12 D=1000 E=8 (KM=16, repeated experts, tail)",
+      [] { return smallk_combine(5, 12, 1000, 8, true, true, "sk_cb3"); });
+  // moe_group_par's kernels (sel prefetched, the scan's last chunks loaded together; no v1 kept: exact
+  // integer results, checked against the host and the single-block moe_group); graph: 3 launches a call
+  for (int64_t T : {8, 128, 290, 4096})  // 1, 3, 7 (4 + 3), 96 chunks of 256 slots
+    add(nm1("smallk moe_group_par T=%ld K=6 E=256 tile=32 (exact)", T), [=] { return group_par_case(T, 6, 256, 32, 0, "sk_gp"); });
+  add("smallk compress_pool W=1 S=128 d=512 (HCA decode)", [] { return smallk_pool(1, 128, 512, "sk_cp1"); });
+  add("smallk compress_pool W=1 S=8 d=512 (CSA decode)", [] { return smallk_pool(1, 8, 512, "sk_cp2"); });
+  add("smallk compress_pool W=8 S=128 d=512 (HCA, 8 windows)", [] { return smallk_pool(8, 128, 512, "sk_cp3"); });
+  add("smallk compress_pool W=1024 S=8 d=512 (CSA prefill: v1 both)", [] { return smallk_pool(1024, 8, 512, "sk_cp4"); });
+  add("smallk compress_pool W=32 S=128 d=512 (HCA prefill, 4k tokens)", [] { return smallk_pool(32, 128, 512, "sk_cp5"); });
+  add("smallk compress_pool W=64 S=8 d=512 (CSA, 256 tokens: new)", [] { return smallk_pool(64, 8, 512, "sk_cp8"); });
+  add("smallk compress_pool W=3 S=5 d=100 (column tail)", [] { return smallk_pool(3, 5, 100, "sk_cp6"); });
+  add("smallk compress_pool W=2 S=200 d=64 (S > 128: v1 both)", [] { return smallk_pool(2, 200, 64, "sk_cp7"); });
+}
+
+// =================================================================================================
 void register_cases() {
   const int64_t D = 4096, H = 64, d = 512, ql = 1024, ol = 1024, G = 8, I = 2048, Vv = 129280;
   char buf[200];
@@ -2805,6 +3011,7 @@ void register_cases() {
     snprintf(buf, sizeof buf, fmt, a...);
     return std::string(buf);
   };
+  register_smallk([&](const char* fmt, int64_t v) { return nm(fmt, (long)v); });
   add(nm("f32_to_bf16 n=%d", 1 << 24), [] { return cvt_case(1 << 24, "cvt"); });
   for (auto MK : {std::pair<int64_t, int64_t>{64, D}, {4096, 7168}}) {
     const int64_t M = MK.first, K = MK.second;

@@ -762,7 +762,9 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
 void CudaBackend::rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y) {
   HostTimer ht_(impl_.get(), Impl::kOp);
   if (impl_->replaying()) return;
-  check(cuda::rms_norm(x, M, D, ld, w, eps, y, nullptr, impl_->stream), "rms_norm");
+  // DEEPINFER_CUDA_OFF=smallk: the previous small kernels (rms_norm, hc finish, route, combine, compress_pool)
+  check((impl_->off("smallk") ? cuda::rms_norm_v1 : cuda::rms_norm)(x, M, D, ld, w, eps, y, nullptr, impl_->stream),
+        "rms_norm");
 }
 void CudaBackend::rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim, const int32_t* pos,
                        const float* inv_freq, bool inverse) {
@@ -776,7 +778,8 @@ void CudaBackend::hc_pre(const float* X, int64_t M, int hc, int64_t D, const flo
   HostTimer ht_(impl_.get(), Impl::kOp);
   if (impl_->replaying()) return;
   // DEEPINFER_CUDA_OFF=hc_gemm: the v3 kernels for prefill too (hc.cu)
-  check(cuda::hc_pre(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, impl_->stream,
+  check((impl_->off("smallk") ? cuda::hc_pre_v1 : cuda::hc_pre)(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, u,
+                                                                post, comb, impl_->stream,
                      !impl_->off("hc_gemm")), "hc_pre");
 }
 void CudaBackend::hc_mix(const float* X, int64_t M, int hc, int64_t D, const float* w, const float* fn,
@@ -807,7 +810,9 @@ void CudaBackend::hc_head(const float* X, int64_t M, int hc, int64_t D, const fl
                           const float* scale, float hc_eps, float norm_eps, float* u) {
   HostTimer ht_(impl_.get(), Impl::kOp);
   if (impl_->replaying()) return;
-  check(cuda::hc_head(X, M, hc, D, fn, base, scale, hc_eps, norm_eps, u, impl_->stream), "hc_head");
+  check((impl_->off("smallk") ? cuda::hc_head_v1 : cuda::hc_head)(X, M, hc, D, fn, base, scale, hc_eps, norm_eps, u,
+                                                                  impl_->stream),
+        "hc_head");
 }
 void CudaBackend::sink_attention(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
                                  const int32_t* win_lo, const int32_t* win_hi, const float* ent,
@@ -864,7 +869,8 @@ void CudaBackend::compress_windows(const float* ring_kv, const float* ring_gate,
 void CudaBackend::compress_pool(const float* kv, const float* gate, int64_t W, int S, int d, float* out) {
   HostTimer ht_(impl_.get(), Impl::kOp);
   if (impl_->replaying()) return;
-  check(cuda::compress_pool(kv, gate, W, S, d, out, impl_->stream), "compress_pool");
+  check((impl_->off("smallk") ? cuda::compress_pool_v1 : cuda::compress_pool)(kv, gate, W, S, d, out, impl_->stream),
+        "compress_pool");
 }
 void CudaBackend::swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, const float* row_scale,
                                float* act) {
@@ -1052,7 +1058,8 @@ void CudaBackend::moe_route(const float* logits, int64_t T, int E, int K, RouteS
   const cuda::Scoring sc = scoring == RouteScoring::Sigmoid   ? cuda::Scoring::Sigmoid
                            : scoring == RouteScoring::Softmax ? cuda::Scoring::Softmax
                                                               : cuda::Scoring::SqrtSoftplus;
-  check(cuda::moe_route(logits, T, E, K, sc, bias, tid2eid, tokens, normalize, route_scale, sel, wsel, impl_->stream),
+  check((impl_->off("smallk") ? cuda::moe_route_v1 : cuda::moe_route)(logits, T, E, K, sc, bias, tid2eid, tokens,
+                                                                      normalize, route_scale, sel, wsel, impl_->stream),
         "moe_route");
 }
 
@@ -1080,7 +1087,8 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
     if (e == cudaSuccess)
       e = g2(act.data(), I, true, sel, T, K, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, ye.data(), D, s,
              &ex.plan2);
-    if (e == cudaSuccess) e = cuda::moe_combine(ye.data(), sel, wsel, nullptr, T, K, D, nullptr, out, s);
+    if (e == cudaSuccess) e = (impl_->off("smallk") ? cuda::moe_combine_v1 : cuda::moe_combine)(
+                                ye.data(), sel, wsel, nullptr, T, K, D, nullptr, out, s);
     check(e, "moe_ffn (decode)");
     return;
   }
@@ -1114,7 +1122,8 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
       e = cuda::moe_expert_gemm(act.data(), I, nullptr, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, false,
                                 reinterpret_cast<const int2*>(tiles.data()), n_tiles.data(), maxt, offsets.data(), tm,
                                 ye.data(), D, s);
-    if (e == cudaSuccess) e = cuda::moe_combine(ye.data(), sel, wsel, slot.data(), T, K, D, nullptr, out, s);
+    if (e == cudaSuccess) e = (impl_->off("smallk") ? cuda::moe_combine_v1 : cuda::moe_combine)(
+                                ye.data(), sel, wsel, slot.data(), T, K, D, nullptr, out, s);
     check(e, "moe_ffn (grouped experts)");
     return;
   }
@@ -1141,7 +1150,8 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
       e = cuda::gemm_grouped(act.data(), I, nullptr, I, ex.r2, ex.w2_stride, ex.s2_stride, D,
                              reinterpret_cast<const int2*>(tiles.data()), n_tiles.data(), maxt, offsets.data(),
                              ye.data(), D, s);
-    if (e == cudaSuccess) e = cuda::moe_combine(ye.data(), sel, wsel, slot.data(), T, K, D, nullptr, out, s);
+    if (e == cudaSuccess) e = (impl_->off("smallk") ? cuda::moe_combine_v1 : cuda::moe_combine)(
+                                ye.data(), sel, wsel, slot.data(), T, K, D, nullptr, out, s);
     check(e, "moe_ffn");
     return;
   }

@@ -197,6 +197,10 @@ cudaError_t moe_gemv2(const float* x, int64_t ldx, bool x_per_slot, const int32_
 // y_bf16[M, D] (row stride D), if not null, receives bf16(y) for the next GEMM.
 cudaError_t rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y,
                      bf16* y_bf16, cudaStream_t s);
+// smallk: rms_norm keeps each row and its weights in registers (one read, every load before the
+// reduction), bitwise the results of the two-pass kernels that rms_norm_v1 runs (DEEPINFER_CUDA_OFF=smallk).
+cudaError_t rms_norm_v1(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y,
+                        bf16* y_bf16, cudaStream_t s);
 // Interleaved RoPE on the trailing rope_dim channels of each of `heads` vectors of width head_dim:
 // x[M, heads, head_dim] (row stride ld), pos[M], inv_freq[rope_dim/2]; inverse rotates by −angle.
 cudaError_t rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim, const int32_t* pos,
@@ -207,6 +211,8 @@ cudaError_t swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, con
                          bf16* act_bf16, cudaStream_t s);
 // out[W, d] = Σ_s softmax_s(gate[w, s, c]) · kv[w, s, c]; kv/gate[W, S, d]; gate −inf = absent slot.
 cudaError_t compress_pool(const float* kv, const float* gate, int64_t W, int S, int d, float* out, cudaStream_t s);
+// The previous pooling kernel, a thread a column (DEEPINFER_CUDA_OFF=smallk); compress_pool is bitwise it.
+cudaError_t compress_pool_v1(const float* kv, const float* gate, int64_t W, int S, int d, float* out, cudaStream_t s);
 
 // ------------------------------------------------------------------------------------------------
 // Manifold-constrained hyper-connections (float32)
@@ -219,6 +225,12 @@ cudaError_t compress_pool(const float* kv, const float* gate, int64_t W, int S, 
 cudaError_t hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                    const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
                    float* comb, cudaStream_t s, bool gemm = true);
+// hc_pre / hc_head with the previous finish kernel (DEEPINFER_CUDA_OFF=smallk); same results bitwise.
+cudaError_t hc_pre_v1(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                      const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
+                      float* comb, cudaStream_t s, bool gemm = true);
+cudaError_t hc_head_v1(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                       const float* scale, float hc_eps, float norm_eps, float* u, cudaStream_t s);
 // hc_pre's prefill path for any M (tests; falls back like hc_pre where hc > 4 or the shape has no v3).
 cudaError_t hc_pre_gemm(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                         const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
@@ -277,6 +289,11 @@ enum class Scoring : int { SqrtSoftplus = 0, Sigmoid = 1, Softmax = 2 };
 cudaError_t moe_route(const float* logits, int64_t T, int E, int K, Scoring scoring, const float* bias,
                       const int32_t* tid2eid, const int32_t* tokens, bool normalize, float route_scale,
                       int32_t* sel, float* wsel, cudaStream_t s);
+// The previous router kernel (DEEPINFER_CUDA_OFF=smallk): 32 score registers a lane, shuffle top-k;
+// moe_route gives the same selection and weights bitwise.
+cudaError_t moe_route_v1(const float* logits, int64_t T, int E, int K, Scoring scoring, const float* bias,
+                         const int32_t* tid2eid, const int32_t* tokens, bool normalize, float route_scale,
+                         int32_t* sel, float* wsel, cudaStream_t s);
 // Groups the T·K routed slots by expert, tokens ascending within an expert (deterministic).
 // Outputs (device): offsets[E+1]; perm_tok[T·K] (token of each grouped row); slot_row[T·K] (grouped
 // row of slot t·K+k); tiles: tile_info[max_tiles] int2 {expert, first grouped row}, n_tiles[1]
@@ -295,6 +312,9 @@ cudaError_t gemm_grouped(const bf16* x, int64_t ldx, const int32_t* gather, int6
 // slot_row null: ye row t·K+k (ye in slot order, as gemv_q_grouped writes it).
 cudaError_t moe_combine(const float* ye, const int32_t* sel, const float* wsel, const int32_t* slot_row, int64_t T,
                         int K, int64_t D, const float* shared, float* out, cudaStream_t s);
+// The previous combine kernel, one block a token (DEEPINFER_CUDA_OFF=smallk); moe_combine is bitwise it.
+cudaError_t moe_combine_v1(const float* ye, const int32_t* sel, const float* wsel, const int32_t* slot_row, int64_t T,
+                           int K, int64_t D, const float* shared, float* out, cudaStream_t s);
 
 // ------------------------------------------------------------------------------------------------
 // float32 kernels for any shape (f32_ops.cu): the CUDA backend's model path (CudaBackend) keeps

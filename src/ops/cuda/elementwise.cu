@@ -84,6 +84,96 @@ __global__ void rms_norm_warp_kernel(const float* x, int64_t M, int64_t D, int64
   }
 }
 
+// smallk rms_norm: the same thread ↔ element mapping and the same sums as rms_norm_kernel (256 threads a
+// row, float4 c of thread t at 4t + 1024c) and rms_norm_warp_kernel (a warp a row, 4·lane + 128c), with
+// the row and the weights held in registers: every load of x and w is issued before the reduction, the
+// row is read once. The two-pass kernels wait for their loads one loop trip at a time (loops of run-time
+// length), which made a one-row decode norm cost 5–7 µs. Bitwise the results of the kernels they replace.
+template <int NC>
+__global__ void __launch_bounds__(256) rms_norm_reg_kernel(const float* x, int64_t D, int64_t ld,
+                                                           const float* __restrict__ w, float eps, float* y,
+                                                           bf16* __restrict__ yb) {
+  __shared__ float red[32];
+  const int64_t m = blockIdx.x;
+  const float* xr = x + m * ld;
+  float* yr = y + m * ld;
+  float4 v[NC], g[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c) {
+    const int64_t i = threadIdx.x * 4 + (int64_t)c * 1024;
+    if (i < D) {
+      v[c] = *reinterpret_cast<const float4*>(xr + i);
+      if (w) g[c] = __ldg(reinterpret_cast<const float4*>(w + i));
+    }
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int c = 0; c < NC; ++c)
+    if (threadIdx.x * 4 + (int64_t)c * 1024 < D) ss += v[c].x * v[c].x + v[c].y * v[c].y + v[c].z * v[c].z + v[c].w * v[c].w;
+  ss = detail::block_sum(ss, red);
+  const float r = rsqrtf(ss / (float)D + eps);
+#pragma unroll
+  for (int c = 0; c < NC; ++c) {
+    const int64_t i = threadIdx.x * 4 + (int64_t)c * 1024;
+    if (i < D) {
+      float4 o = v[c];
+      if (w) {
+        o.x = g[c].x * (o.x * r), o.y = g[c].y * (o.y * r), o.z = g[c].z * (o.z * r), o.w = g[c].w * (o.w * r);
+      } else {
+        o.x *= r, o.y *= r, o.z *= r, o.w *= r;
+      }
+      *reinterpret_cast<float4*>(yr + i) = o;
+      if (yb) {
+        *reinterpret_cast<__nv_bfloat162*>(yb + m * D + i) = __floats2bfloat162_rn(o.x, o.y);
+        *reinterpret_cast<__nv_bfloat162*>(yb + m * D + i + 2) = __floats2bfloat162_rn(o.z, o.w);
+      }
+    }
+  }
+}
+
+// Warp-a-row twin (D ≤ 128·NC). WPB warps a block: 1 for a single decode row (no idle warps), 8 else.
+template <int NC>
+__global__ void rms_norm_warp_reg_kernel(const float* x, int64_t M, int64_t D, int64_t ld, const float* __restrict__ w,
+                                         float eps, float* y, bf16* __restrict__ yb) {
+  const int64_t m = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (m >= M) return;
+  const float* xr = x + m * ld;
+  float* yr = y + m * ld;
+  float4 v[NC], g[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c) {
+    const int64_t i = lane * 4 + c * 128;
+    if (i < D) {
+      v[c] = *reinterpret_cast<const float4*>(xr + i);
+      if (w) g[c] = __ldg(reinterpret_cast<const float4*>(w + i));
+    }
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int c = 0; c < NC; ++c)
+    if (lane * 4 + c * 128 < D) ss += v[c].x * v[c].x + v[c].y * v[c].y + v[c].z * v[c].z + v[c].w * v[c].w;
+  ss = detail::warp_sum(ss);
+  const float r = rsqrtf(ss / (float)D + eps);
+#pragma unroll
+  for (int c = 0; c < NC; ++c) {
+    const int64_t i = lane * 4 + c * 128;
+    if (i < D) {
+      float4 o = v[c];
+      if (w) {
+        o.x = g[c].x * (o.x * r), o.y = g[c].y * (o.y * r), o.z = g[c].z * (o.z * r), o.w = g[c].w * (o.w * r);
+      } else {
+        o.x *= r, o.y *= r, o.z *= r, o.w *= r;
+      }
+      *reinterpret_cast<float4*>(yr + i) = o;
+      if (yb) {
+        *reinterpret_cast<__nv_bfloat162*>(yb + m * D + i) = __floats2bfloat162_rn(o.x, o.y);
+        *reinterpret_cast<__nv_bfloat162*>(yb + m * D + i + 2) = __floats2bfloat162_rn(o.z, o.w);
+      }
+    }
+  }
+}
+
 // One thread per (row, head, pair).
 __global__ void rope_kernel(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim,
                             const int32_t* __restrict__ pos, const float* __restrict__ inv_freq, bool inverse) {
@@ -143,16 +233,98 @@ __global__ void compress_pool_kernel(const float* __restrict__ kv, const float* 
   out[w * d + c] = num / den;
 }
 
+// smallk compress_pool: a block per (window, 32 columns). The S gate and kv rows of those columns are
+// staged in shared memory by all 256 threads (every load in flight at once, instead of one dependent
+// load per loop trip of a single thread: S = 128 at decode made one call ~19 µs); the 8 warps take the
+// max over slot groups (order-free), then warp 0 runs each column's den / num chains in slot order with
+// compress_pool_kernel's expressions: bitwise its results.
+constexpr int CP_NT = 256, CP_C = 32, CP_MAXS = 128;  // S ≤ 128: 32 KiB of staging
+__global__ void __launch_bounds__(CP_NT) compress_pool2_kernel(const float* __restrict__ kv,
+                                                               const float* __restrict__ gate, int S, int d,
+                                                               int64_t ncb, float* __restrict__ out) {
+  __shared__ float gs[CP_MAXS][CP_C], ks[CP_MAXS][CP_C];
+  __shared__ float mx_s[CP_NT / 32][CP_C];
+  const int64_t w = blockIdx.x / ncb;
+  const int c0 = (int)(blockIdx.x % ncb) * CP_C;
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const int c = c0 + lane;
+  const int n = S * CP_C;
+  for (int i0 = 0; i0 < n; i0 += 4 * CP_NT) {  // 4 rows of each a thread in flight, then the stores
+    float gv[4], kvv[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int i = i0 + q * CP_NT + t, sl = i / CP_C, cc = c0 + i % CP_C;
+      if (i < n && cc < d) {
+        const int64_t off = (w * S + sl) * (int64_t)d + cc;
+        gv[q] = gate[off], kvv[q] = kv[off];
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int i = i0 + q * CP_NT + t;
+      if (i < n && c0 + i % CP_C < d) gs[i / CP_C][i % CP_C] = gv[q], ks[i / CP_C][i % CP_C] = kvv[q];
+    }
+  }
+  __syncthreads();
+  float mx = -INFINITY;
+  if (c < d)
+    for (int sl = warp; sl < S; sl += CP_NT / 32) mx = fmaxf(mx, gs[sl][lane]);
+  mx_s[warp][lane] = mx;
+  __syncthreads();
+  if (warp != 0 || c >= d) return;
+#pragma unroll
+  for (int q = 1; q < CP_NT / 32; ++q) mx = fmaxf(mx, mx_s[q][lane]);
+  float den = 0.0f, num = 0.0f;
+#pragma unroll 8
+  for (int sl = 0; sl < S; ++sl) {
+    const float g = gs[sl][lane];
+    if (g == -INFINITY) continue;
+    const float p = expf(g - mx);
+    den += p;
+    num += p * ks[sl][lane];
+  }
+  out[w * d + c] = num / den;
+}
+
 }  // namespace
 
-cudaError_t rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y,
-                     bf16* y_bf16, cudaStream_t s) {
+cudaError_t rms_norm_v1(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y,
+                        bf16* y_bf16, cudaStream_t s) {
   if (M <= 0) return cudaSuccess;
   if (D <= 1024 && D % 4 == 0 && ld % 4 == 0) {
     rms_norm_warp_kernel<<<(unsigned)cdiv(M * 32, 256), 256, 0, s>>>(x, M, D, ld, w, eps, y, y_bf16);
   } else {
     rms_norm_kernel<<<(unsigned)M, 256, 0, s>>>(x, D, ld, w, eps, y, y_bf16);
   }
+  return cudaGetLastError();
+}
+
+cudaError_t rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y,
+                     bf16* y_bf16, cudaStream_t s) {
+  if (M <= 0) return cudaSuccess;
+  if (D <= 1024 && D % 4 == 0 && ld % 4 == 0) {
+    // the warp kernel's shape condition (its float4 accesses assume aligned rows there too)
+    const int nt = M == 1 ? 32 : 256;
+    const unsigned blocks = (unsigned)cdiv(M * 32, nt);
+    if (D <= 256)
+      rms_norm_warp_reg_kernel<2><<<blocks, nt, 0, s>>>(x, M, D, ld, w, eps, y, y_bf16);
+    else if (D <= 512)
+      rms_norm_warp_reg_kernel<4><<<blocks, nt, 0, s>>>(x, M, D, ld, w, eps, y, y_bf16);
+    else
+      rms_norm_warp_reg_kernel<8><<<blocks, nt, 0, s>>>(x, M, D, ld, w, eps, y, y_bf16);
+    return cudaGetLastError();
+  }
+  // rms_norm_kernel's float4 condition, evaluated here so the register kernel only sees aligned rows
+  const bool vec = (D % 4 == 0) && (ld % 4 == 0) && ((uintptr_t)x % 16 == 0) && ((uintptr_t)y % 16 == 0) &&
+                   (!w || (uintptr_t)w % 16 == 0);
+  if (vec && D <= 2048)
+    rms_norm_reg_kernel<2><<<(unsigned)M, 256, 0, s>>>(x, D, ld, w, eps, y, y_bf16);
+  else if (vec && D <= 4096)
+    rms_norm_reg_kernel<4><<<(unsigned)M, 256, 0, s>>>(x, D, ld, w, eps, y, y_bf16);
+  else if (vec && D <= 8192)
+    rms_norm_reg_kernel<8><<<(unsigned)M, 256, 0, s>>>(x, D, ld, w, eps, y, y_bf16);
+  else
+    rms_norm_kernel<<<(unsigned)M, 256, 0, s>>>(x, D, ld, w, eps, y, y_bf16);
   return cudaGetLastError();
 }
 
@@ -173,9 +345,20 @@ cudaError_t swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, con
   return cudaGetLastError();
 }
 
-cudaError_t compress_pool(const float* kv, const float* gate, int64_t W, int S, int d, float* out, cudaStream_t s) {
+cudaError_t compress_pool_v1(const float* kv, const float* gate, int64_t W, int S, int d, float* out, cudaStream_t s) {
   if (W <= 0) return cudaSuccess;
   compress_pool_kernel<<<(unsigned)cdiv(W * d, 256), 256, 0, s>>>(kv, gate, W, S, d, out);
+  return cudaGetLastError();
+}
+
+cudaError_t compress_pool(const float* kv, const float* gate, int64_t W, int S, int d, float* out, cudaStream_t s) {
+  if (W <= 0 || d <= 0) return cudaSuccess;
+  const int64_t ncb = cdiv(d, CP_C);
+  // v1 for many windows of few slots (prefill CSA: W = T/4, S = 8): there its threads are all busy and a
+  // block a 32-column window would stage 2 floats a thread. Same bits either way.
+  if (S < 1 || S > CP_MAXS || (S < 32 && W * ncb > 1024) || W * ncb > 0x7fffffff)
+    return compress_pool_v1(kv, gate, W, S, d, out, s);
+  compress_pool2_kernel<<<(unsigned)(W * ncb), CP_NT, 0, s>>>(kv, gate, S, d, ncb, out);
   return cudaGetLastError();
 }
 

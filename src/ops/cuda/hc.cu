@@ -252,6 +252,9 @@ __global__ void __launch_bounds__(A_NT) hc_partials_kernel(const float* __restri
       fr[q] = Fs + min(lane + 32 * q, MIX - 1) * LP;
     }
     const float* xr = Xs + r * LP;
+    // unrolled (smallk): the next columns' shared-memory loads issue ahead of this column's 4 dependent
+    // FMAs instead of after them (decode: 32 columns a slice on one warp); the chains are unchanged
+#pragma unroll 8
     for (int c = 0; c < len4; ++c) {
       const float4 x = *reinterpret_cast<const float4*>(xr + 4 * c);  // broadcast
 #pragma unroll
@@ -413,6 +416,94 @@ __global__ void __launch_bounds__(B_NT) hc_finish_kernel(const float* __restrict
       for (int j = 0; j < HC; ++j)
         for (int k = 0; k < HC; ++k) comb[m * HC * HC + j * HC + k] = C[j][k];
     }
+  }
+}
+
+// smallk finish (NV ≤ 32: hc_head, hc_pre with hc ≤ 4): hc_finish_kernel's operations in the same order,
+// with less of the single row's serial tail. The partials are staged with all their loads in flight (up
+// to 4 a thread); warp 0 then does everything up to the collapse: lanes < NV run the slice sums (the
+// same left-to-right chains, unrolled so the shared-memory loads run ahead of the adds), the row's rr and
+// pre follow on the same warp after a __syncwarp (two __syncthreads in all instead of three), and the
+// Sinkhorn runs on warp 0 while the other warps do the collapse. Bitwise hc_finish_kernel.
+template <int HC, bool HEAD>
+__global__ void __launch_bounds__(B_NT) hc_finish2_kernel(const float* __restrict__ X, int64_t D, int S,
+                                                          const float* __restrict__ base,
+                                                          const float* __restrict__ scale, int iters, float hc_eps,
+                                                          float norm_eps, float* u, float* __restrict__ post,
+                                                          float* __restrict__ comb) {
+  constexpr int MIX = HcDims<HC, HEAD>::MIX, NV = HcDims<HC, HEAD>::NV;
+  static_assert(NV <= 32, "warp 0 holds the row's values");
+  extern __shared__ float pbuf[];  // [S][NV]
+  __shared__ float mu_s[NV];
+  __shared__ float pre_s[HC];
+  const int64_t m = blockIdx.x;
+  const int64_t K = (int64_t)HC * D, D4 = D / 4;
+  const float* xr = X + m * K;
+  float* ur = u + m * D;
+  const int t = threadIdx.x;
+  float4 xv[HC];
+  if (t < D4) {
+#pragma unroll
+    for (int j = 0; j < HC; ++j) xv[j] = __ldg(reinterpret_cast<const float4*>(xr + (int64_t)j * D) + t);
+  }
+  pdl_wait();
+  const int n = S * NV;
+  for (int i0 = 0; i0 < n; i0 += 4 * B_NT) {  // 4 loads in flight a thread, then the stores
+    float pv[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int i = i0 + q * B_NT + t;
+      if (i < n) pv[q] = ur[i];
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int i = i0 + q * B_NT + t;
+      if (i < n) pbuf[i] = pv[q];
+    }
+  }
+  __syncthreads();  // every partial is in shared memory before any u write below
+  float rr = 0.0f;
+  if (t < 32) {
+    if (t < NV) {
+      float a = 0.0f;
+#pragma unroll 16
+      for (int s = 0; s < S; ++s) a += pbuf[s * NV + t];
+      mu_s[t] = a;
+    }
+    __syncwarp();
+    rr = hc_rr(mu_s[MIX], K, norm_eps);
+    if (t < HC) pre_s[t] = hc_sigmoid(hc_logit(mu_s[t], rr, scale[0], base[t])) + hc_eps;
+  }
+  __syncthreads();
+  float pre[HC];
+#pragma unroll
+  for (int j = 0; j < HC; ++j) pre[j] = pre_s[j];
+  // collapse: u[m, i] = Σ_j pre_j · X[m, j, i]
+  for (int64_t i4 = t; i4 < D4; i4 += B_NT) {
+    if (i4 != t) {
+#pragma unroll
+      for (int j = 0; j < HC; ++j) xv[j] = __ldg(reinterpret_cast<const float4*>(xr + (int64_t)j * D) + i4);
+    }
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int j = 0; j < HC; ++j) {
+      o.x = fmaf(pre[j], xv[j].x, o.x);
+      o.y = fmaf(pre[j], xv[j].y, o.y);
+      o.z = fmaf(pre[j], xv[j].z, o.z);
+      o.w = fmaf(pre[j], xv[j].w, o.w);
+    }
+    reinterpret_cast<float4*>(ur)[i4] = o;
+  }
+  if constexpr (!HEAD) {
+    static_assert(HC * HC <= 32, "one Sinkhorn entry a lane");
+    if (t >= 32) return;
+    const int lane = t;
+    if (lane < HC) post[m * HC + lane] = 2.0f * hc_sigmoid(hc_logit(mu_s[HC + lane], rr, scale[1], base[HC + lane]));
+    const bool act = lane < HC * HC;
+    const int l = act ? lane : 0, j = l / HC, k = l % HC;
+    const float c = hc_sinkhorn_lanes<HC>(hc_logit(mu_s[2 * HC + l], rr, scale[2], base[2 * HC + l]), 0, j, k,
+                                          iters, hc_eps);
+    if (act) comb[m * HC * HC + lane] = c;
   }
 }
 
@@ -610,6 +701,8 @@ cudaError_t hc_attrs() {
   if constexpr (HcDims<HC, HEAD>::NV <= 32)
     if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_partials_kernel<HC, HEAD, true>, (size_t)kMaxSmem);
   if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_finish_kernel<HC, HEAD>, (size_t)kMaxSmem);
+  if constexpr (HcDims<HC, HEAD>::NV <= 32)
+    if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_finish2_kernel<HC, HEAD>, (size_t)kMaxSmem);
   if constexpr (!HEAD && HC <= 4) {
     if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_gemm_kernel<HC, 8, 9>, (size_t)kMaxSmem);
     if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_gemm_kernel<HC, 16, 5>, (size_t)kMaxSmem);
@@ -621,7 +714,7 @@ cudaError_t hc_attrs() {
 template <int HC, bool HEAD>
 cudaError_t launch_pre_v3(const float* X, int64_t M, int64_t D, int64_t L, const float* fn, const float* base,
                           const float* scale, int iters, float hc_eps, float norm_eps, float* u, float* post,
-                          float* comb, cudaStream_t s) {
+                          float* comb, cudaStream_t s, bool v1) {
   constexpr int MIX = HcDims<HC, HEAD>::MIX, NV = HcDims<HC, HEAD>::NV;
   const int64_t K = (int64_t)HC * D;
   const int S = (int)cdiv(K, L);
@@ -640,6 +733,8 @@ cudaError_t launch_pre_v3(const float* X, int64_t M, int64_t D, int64_t L, const
   }
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   auto kb = hc_finish_kernel<HC, HEAD>;
+  if constexpr (NV <= 32)
+    if (!v1) kb = hc_finish2_kernel<HC, HEAD>;  // DEEPINFER_CUDA_OFF=smallk: v1 = hc_finish_kernel
   const size_t smem_b = (size_t)S * NV * sizeof(float);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)M, 1, 1);
@@ -686,7 +781,7 @@ cudaError_t launch_pre_gemm(const float* X, int64_t M, int64_t D, int64_t L, con
 template <bool HEAD>
 cudaError_t launch_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                        const float* scale, int iters, float hc_eps, float norm_eps, float* u, float* post, float* comb,
-                       cudaStream_t s, int gemm = 0) {
+                       cudaStream_t s, int gemm = 0, bool v1 = false) {
   if (D % 4) return cudaErrorInvalidValue;
   if (M <= 0) return cudaSuccess;
   // v3 where the partials fit (D ≥ NV and kernel A's shared memory); the choice depends on hc and D
@@ -709,7 +804,7 @@ cudaError_t launch_pre(const float* X, int64_t M, int hc, int64_t D, const float
     }
     switch (hc) {
 #define HC_V3(H) \
-  case H: return launch_pre_v3<H, HEAD>(X, M, D, L, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, s);
+  case H: return launch_pre_v3<H, HEAD>(X, M, D, L, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, s, v1);
       HC_V3(1)
       HC_V3(2)
       HC_V3(3)
@@ -745,6 +840,18 @@ cudaError_t hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn
                    float* comb, cudaStream_t s, bool gemm) {
   return launch_pre<false>(X, M, hc, D, fn, base, scale, sinkhorn_iters, hc_eps, norm_eps, u, post, comb, s,
                            gemm ? 1 : 0);
+}
+
+cudaError_t hc_pre_v1(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                      const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
+                      float* comb, cudaStream_t s, bool gemm) {
+  return launch_pre<false>(X, M, hc, D, fn, base, scale, sinkhorn_iters, hc_eps, norm_eps, u, post, comb, s,
+                           gemm ? 1 : 0, true);
+}
+
+cudaError_t hc_head_v1(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                       const float* scale, float hc_eps, float norm_eps, float* u, cudaStream_t s) {
+  return launch_pre<true>(X, M, hc, D, fn, base, scale, 0, hc_eps, norm_eps, u, nullptr, nullptr, s, 0, true);
 }
 
 cudaError_t hc_pre_gemm(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,

@@ -75,13 +75,24 @@ __global__ void __launch_bounds__(GR_WARPS * 32) group_chunks_kernel(const int32
   const int64_t chunk = (int64_t)blockIdx.x * GR_WARPS + warp;
   const int64_t nchunks = (S + GR_CH - 1) / GR_CH;
   if (chunk >= nchunks) return;  // whole warps only: no block-wide barrier below
+  const int64_t s0 = chunk * GR_CH, s1 = min(S, s0 + GR_CH);
+  // the chunk's expert ids, every load in flight before the counters' init and the loop (smallk: one
+  // load a loop trip made the batch-128 launch ~8 µs, an L2 round trip per 32 slots)
+  int ev[GR_CH / 32];
+#pragma unroll
+  for (int q = 0; q < GR_CH / 32; ++q) {
+    const int64_t i = s0 + q * 32 + lane;
+    ev[q] = i < s1 ? sel[i] : -1;
+  }
   int* cnt = gr_cnt + warp * E;
   for (int e = lane; e < E; e += 32) cnt[e] = MODE == 0 ? 0 : offsets[e] + scratch[chunk * E + e];
   __syncwarp();
-  const int64_t s0 = chunk * GR_CH, s1 = min(S, s0 + GR_CH);
-  for (int64_t b = s0; b < s1; b += 32) {
+#pragma unroll
+  for (int q = 0; q < GR_CH / 32; ++q) {
+    const int64_t b = s0 + q * 32;
+    if (b >= s1) break;
     const int64_t i = b + lane;
-    const int e = i < s1 ? sel[i] : -1;
+    const int e = ev[q];
     const uint32_t m = __match_any_sync(0xffffffffu, e);
     const int leader = __ffs(m) - 1;
     if (MODE == 1 && e >= 0) {
@@ -142,11 +153,19 @@ __global__ void __launch_bounds__(1024) group_scan_kernel(int64_t S, int E, int 
       scratch[(c + 3) * E + e] = run + v0 + v1 + v2;
       run += v0 + v1 + v2 + v3;
     }
-    for (; c < nchunks; ++c) {
-      const int v = scratch[c * E + e];
-      scratch[c * E + e] = run;
-      run += v;
-    }
+    // the last ≤ 3 chunks (all of them at decode, T ≤ 128): loads first, then the stores (smallk: the
+    // store between two loads kept them one L2 round trip apart)
+    const int rem = (int)(nchunks - c);
+    int v[3];
+#pragma unroll
+    for (int q = 0; q < 3; ++q)
+      if (q < rem) v[q] = scratch[(c + q) * E + e];
+#pragma unroll
+    for (int q = 0; q < 3; ++q)
+      if (q < rem) {
+        scratch[(c + q) * E + e] = run;
+        run += v[q];
+      }
   }
   int total = 0;
   const int off = block_exscan(run, red, &total);
