@@ -63,6 +63,7 @@ const char* kUsage =
     "  --profile N                after each decode case, N more steps with device time per op (prefill: the\n"
     "                             prompt again); busy/gap/idle per step and the top ops go to the JSON and stdout\n"
     "  --overlap 0|1              decode: plan and record step N+1 while step N runs (default 1; needs graphs)\n"
+    "  --logits 0|1               decode: read every step's logits (1) or only its greedy picks (default 0)\n"
     "  --cost-only                print bytes/FLOPs/floors of every case for the slice (--layers, default all), run nothing\n"
     "  --json FILE                write the results as JSON\n"
     "  --hf-json FILE             transformers' results (bench/hf_slice_bench.py) to print side by side\n";
@@ -73,6 +74,7 @@ struct Options {
   bool cost_only = false;  // --cost-only: print the cost model of every case, run nothing
   int64_t profile_steps = 0;  // --profile N: after a case's timed steps, N more steps with device-time profiling
   bool overlap = true;        // --overlap: decode step N+1 prepared while step N runs
+  bool read_logits = false;   // --logits: decode steps read every logit (else the greedy picks only)
   std::vector<int64_t> batches{1, 8, 32, 128, 256}, prefills{4096, 16384};
   int64_t context = 4096, steps = 16, warmup = 2, chunk = 0, seed = 1, threads = 0;
   double case_seconds = 60, gpu_fraction = 0.9;
@@ -356,18 +358,25 @@ CaseResult run_decode(DeepseekV4Model& model, Backend& be, const CostModel& cm, 
   std::span<const float> logits;
   // --overlap 1 (the engine's way): step N+1 is planned and recorded while step N runs, then N's logits
   // are read and N+1 is launched with its token ids (random here: sampling is not part of the measurement).
-  bool in_flight = false;  // a launched step whose logits are not read yet
+  // --logits 0 (a greedy engine's way): only the step's greedy picks (argmax_rows) cross to the host;
+  // the logits are read once at the end of a case (finiteness check).
+  model.set_device_argmax(!o.read_logits);
+  bool in_flight = false;  // a launched step whose results are not read yet
+  auto read = [&] {
+    if (o.read_logits) logits = model.logits();
+    else model.argmax();
+  };
   auto one_step = [&] {
     toks = random_tokens(g, B, c.vocab_size);
     for (int64_t b = 0; b < B; ++b) step[b] = {&st[b], std::span<const int32_t>(&toks[b], 1), false};
     const bool ready = o.overlap && model.prepare(step, cache);
-    if (in_flight) logits = model.logits();
-    in_flight = ready;
+    if (in_flight) read();
+    in_flight = true;
     if (ready) model.launch(toks);
-    else logits = model.forward_view(step, cache);  // the logits on the host (the backend's buffer): synchronous
+    else model.forward_launch(step, cache);
   };
   auto drain = [&] {
-    if (in_flight) logits = model.logits();
+    if (in_flight) read();
     in_flight = false;
   };
   for (int64_t i = 0; i < o.warmup; ++i) one_step();
@@ -392,7 +401,7 @@ CaseResult run_decode(DeepseekV4Model& model, Backend& be, const CostModel& cm, 
   drain();
   be.synchronize();
   r.seconds = seconds_since(t0);
-  r.logits_finite = all_finite(logits);
+  r.logits_finite = all_finite(model.logits());  // the last step's
   if (o.profile_steps > 0) {
     be.set_profiling(true);
     for (int64_t i = 0; i < o.profile_steps; ++i) one_step();
@@ -664,6 +673,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--seed") o.seed = flag_int(a, v);
     else if (a == "--profile") o.profile_steps = flag_int(a, v);
     else if (a == "--overlap") o.overlap = flag_int(a, v) != 0;
+    else if (a == "--logits") o.read_logits = flag_int(a, v) != 0;
     else if (a == "--threads") o.threads = flag_int(a, v);
     else if (a == "--device-name") o.device_name = v;
     else if (a == "--json") o.json_out = v;
@@ -752,6 +762,7 @@ int cmd_bench(int argc, char** argv) {
              {"steps", o.steps},
              {"warmup", o.warmup},
              {"overlap", o.overlap},
+             {"read_logits", o.read_logits},
              {"prefill_chunk", chunk},
              {"seed", o.seed}};
     // How many layers.
