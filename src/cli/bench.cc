@@ -315,6 +315,8 @@ struct CaseResult {
                       {"gap_ms_per_step", profile.gap_ms / P},
                       {"calls_per_step", profile.calls / P},
                       {"graph_steps", profile.graph_steps},
+                      {"idle_between_graphs_us",
+                       profile.graph_gaps > 0 ? 1e3 * profile.graph_gap_ms / (double)profile.graph_gaps : 0.0},
                       {"idle_est_ms_per_step", 1e3 * seconds / S - profile.busy_ms / P},
                       {"ops", ops}};
     }
@@ -636,6 +638,9 @@ void print_profiles(const std::vector<json>& cases) {
                 p["busy_ms_per_step"].get<double>(), p["gap_ms_per_step"].get<double>(),
                 p["idle_est_ms_per_step"].get<double>(), p["calls_per_step"].get<double>(),
                 p.value("graph_steps", 0) > 0 ? " (from CUDA graphs, timed inside)" : "");
+    if (p.value("graph_steps", 0) > 1)
+      std::printf("  GPU idle between steps (end of one step's graph to the start of the next): %.1f us\n",
+                  p.value("idle_between_graphs_us", 0.0));
     int shown = 0;
     for (const auto& op : p["ops"]) {
       if (shown++ == 16) break;

@@ -128,6 +128,8 @@ class Backend {
     double busy_ms = 0, gap_ms = 0;
     int64_t calls = 0;
     int64_t graph_steps = 0;  // graph regions (graph_begin) among them, timed op by op inside the graph
+    double graph_gap_ms = 0;  // device idle before a graph's first op (between steps), summed over
+    int64_t graph_gaps = 0;   // the graphs that had something before them in the profiled window
   };
   virtual void set_profiling(bool) {}
   virtual Profile take_profile() { return {}; }

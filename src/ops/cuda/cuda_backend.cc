@@ -222,12 +222,21 @@ struct CudaBackend::Impl {
     check(cudaEventSynchronize(e->pev.back()), "graph (profiled)");
     for (size_t i = 0; i < e->pop.size(); ++i)
       add_time(e->pop[i], i ? e->pev[2 * i - 1] : timed_prev, e->pev[2 * i], e->pev[2 * i + 1]);
+    float gap = 0;
+    if (timed_prev && !e->pev.empty() && cudaEventElapsedTime(&gap, timed_prev, e->pev[0]) == cudaSuccess)
+      graph_gap_ms += gap, ++n_graph_gaps;
     ++n_graph_steps;
   }
+  double graph_gap_ms = 0;
+  int64_t n_graph_gaps = 0;
   void fold() {
     resolve_graph();
+    fold_ops();
+  }
+  // The ops timed since the last fold (their events are recorded; waits for the last one only).
+  void fold_ops() {
     if (used == 0) return;
-    check(cudaStreamSynchronize(stream), "profile");
+    check(cudaEventSynchronize(ev[2 * used - 1]), "profile");
     for (size_t i = 0; i < used; ++i) add_time(ev_op[i], i ? ev[2 * i - 1] : last_end, ev[2 * i], ev[2 * i + 1]);
     // The last end event opens the next fold's first gap: it moves out of the pool (a spare takes its slot).
     if (!spare) check(cudaEventCreate(&spare), "cudaEventCreate (profile)");
@@ -537,10 +546,13 @@ CudaBackend::Impl::GraphEntry* CudaBackend::Impl::end_region() {
 }
 void CudaBackend::Impl::launch(GraphEntry* e) {
   const bool timed = !e->pev.empty() && e->pev.size() == 2 * e->pop.size();
-  if (timed) fold();  // the ops before it first (their last end opens the graph's first gap)
+  if (timed) fold_ops();  // the ops before it first (their last end opens the graph's first gap)
   check(cudaGraphLaunch(e->exec, stream), "cudaGraphLaunch");
   check(cudaEventRecord(e->done, stream), "cudaEventRecord (graph)");
-  if (timed) {  // read at the next fold, before this graph can run again
+  if (timed) {
+    // The previous profiled graph is read now, while this one runs (reading it before the launch would
+    // add its ~2 event queries an op to the idle time being measured); this one at the next launch or fold.
+    resolve_graph();  // (before its first gap's start event, a graph_tail, is recorded again below)
     cudaEvent_t& tail = graph_tail[tail_i ^= 1];  // not the one last_end may hold
     if (!tail) check(cudaEventCreate(&tail), "cudaEventCreate (graph profile)");
     check(cudaEventRecord(tail, stream), "cudaEventRecord (graph profile)");
@@ -598,6 +610,7 @@ void CudaBackend::set_profiling(bool on) {
   // `ncu --profile-from-start off` looks at (kernel counters of exactly the steps `bench --profile` times).
   if (on != impl_->profiling && std::getenv("DEEPINFER_PROFILER_RANGE")) on ? cudaProfilerStart() : cudaProfilerStop();
   if (impl_->profiling && !on) impl_->fold();
+  if (on && !impl_->profiling) impl_->last_end = nullptr;  // no gap before the window's first call
   impl_->profiling = on;
   impl_->depth = 0;
 }
@@ -611,7 +624,10 @@ Backend::Profile CudaBackend::take_profile() {
   p.gap_ms = m.gap_ms;
   p.calls = m.n_calls;
   p.graph_steps = m.n_graph_steps;
-  m.n_graph_steps = 0;
+  p.graph_gap_ms = m.graph_gap_ms;
+  p.graph_gaps = m.n_graph_gaps;
+  m.n_graph_steps = m.n_graph_gaps = 0;
+  m.graph_gap_ms = 0;
   m.acc.clear();
   m.busy_ms = m.gap_ms = 0;
   m.n_calls = 0;
