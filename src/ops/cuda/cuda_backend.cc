@@ -215,6 +215,8 @@ struct CudaBackend::Impl {
   // latest): a pipelined step's host work overlaps the graph even while profiling.
   GraphEntry* timed_pending = nullptr;
   cudaEvent_t timed_prev = nullptr;  // what ended before it (its first gap)
+  cudaEvent_t timed_prev_graph = nullptr;  // the end of the profiled graph before it (the step gap)
+  cudaEvent_t last_graph_tail = nullptr;
   void resolve_graph() {
     if (!timed_pending) return;
     GraphEntry* e = timed_pending;
@@ -223,7 +225,8 @@ struct CudaBackend::Impl {
     for (size_t i = 0; i < e->pop.size(); ++i)
       add_time(e->pop[i], i ? e->pev[2 * i - 1] : timed_prev, e->pev[2 * i], e->pev[2 * i + 1]);
     float gap = 0;
-    if (timed_prev && !e->pev.empty() && cudaEventElapsedTime(&gap, timed_prev, e->pev[0]) == cudaSuccess)
+    if (timed_prev_graph && !e->pev.empty() &&
+        cudaEventElapsedTime(&gap, timed_prev_graph, e->pev[0]) == cudaSuccess)
       graph_gap_ms += gap, ++n_graph_gaps;
     ++n_graph_steps;
   }
@@ -558,7 +561,8 @@ void CudaBackend::Impl::launch(GraphEntry* e) {
     check(cudaEventRecord(tail, stream), "cudaEventRecord (graph profile)");
     timed_pending = e;
     timed_prev = last_end;
-    last_end = tail;
+    timed_prev_graph = last_graph_tail;
+    last_end = last_graph_tail = tail;
   }
 }
 void CudaBackend::graph_end() {
@@ -610,7 +614,7 @@ void CudaBackend::set_profiling(bool on) {
   // `ncu --profile-from-start off` looks at (kernel counters of exactly the steps `bench --profile` times).
   if (on != impl_->profiling && std::getenv("DEEPINFER_PROFILER_RANGE")) on ? cudaProfilerStart() : cudaProfilerStop();
   if (impl_->profiling && !on) impl_->fold();
-  if (on && !impl_->profiling) impl_->last_end = nullptr;  // no gap before the window's first call
+  if (on && !impl_->profiling) impl_->last_end = impl_->last_graph_tail = nullptr;  // no gap before the window's first call
   impl_->profiling = on;
   impl_->depth = 0;
 }
@@ -631,7 +635,7 @@ Backend::Profile CudaBackend::take_profile() {
   m.acc.clear();
   m.busy_ms = m.gap_ms = 0;
   m.n_calls = 0;
-  m.last_end = nullptr;  // the next take starts a new window: no gap across it
+  m.last_end = m.last_graph_tail = nullptr;  // the next take starts a new window: no gap across it
   return p;
 }
 
