@@ -30,6 +30,7 @@ __global__ void __launch_bounds__(256) sink_attn_kernel(const bf16* __restrict__
                                                         const int64_t* __restrict__ ent_off,
                                                         const float* __restrict__ sinks, float scale,
                                                         float* __restrict__ out, int64_t ldo) {
+  DI_PDL_WAIT();
   constexpr int d = DV * 256, VPR = d / 8, KLD = d + 8;  // 16-byte vectors a key row; padded row
   __shared__ __align__(16) bf16 ks[ATT_CH * KLD];
   __shared__ __align__(16) bf16 qsm[ATT_HG * d];
@@ -133,6 +134,7 @@ __global__ void __launch_bounds__(256) sink_attn_tc_kernel(const bf16* __restric
                                                            const int64_t* __restrict__ ent_off,
                                                            const float* __restrict__ sinks, float scale,
                                                            float* __restrict__ out, int64_t ldo) {
+  DI_PDL_WAIT();
   constexpr int LQ = D + 8, LO = D + 4, LS = TC_CH + 4, LP = TC_CH + 8, VPR = D / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);                   // [TC_HB][LQ]
@@ -246,6 +248,7 @@ __global__ void __launch_bounds__(128) indexer_kernel(const bf16* __restrict__ q
                                                       const int32_t* __restrict__ key_rows, int64_t n_keys,
                                                       const int32_t* __restrict__ n_vis, float qk_scale,
                                                       float* __restrict__ score) {
+  DI_PDL_WAIT();
   extern __shared__ __align__(128) unsigned char smem[];
   const int64_t m = blockIdx.y;
   const int64_t k0 = (int64_t)blockIdx.x * IDX_KT;
@@ -309,6 +312,7 @@ constexpr int TK_NT = 1024;
 __global__ void __launch_bounds__(TK_NT) topk_kernel(const float* __restrict__ score, int64_t n, int64_t ld,
                                                      const int32_t* __restrict__ n_valid, int topk,
                                                      int32_t* __restrict__ idx, int32_t* __restrict__ count) {
+  DI_PDL_WAIT();
   using Scan = cub::BlockScan<int, TK_NT>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int hist[256];
@@ -388,6 +392,7 @@ constexpr int TK_CL = 8;
 __global__ void __cluster_dims__(TK_CL, 1, 1) __launch_bounds__(TK_NT)
     topk_cluster_kernel(const float* __restrict__ score, int64_t n, int64_t ld, const int32_t* __restrict__ n_valid,
                         int topk, int32_t* __restrict__ idx, int32_t* __restrict__ count) {
+  DI_PDL_WAIT();
   namespace cg = cooperative_groups;
   using Scan = cub::BlockScan<int, TK_NT>;
   __shared__ typename Scan::TempStorage scan_tmp;

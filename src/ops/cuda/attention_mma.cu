@@ -103,6 +103,7 @@ __global__ void __cluster_dims__(AM_CS, 1, 1) __launch_bounds__(AM_NT, 2)
                          const float* __restrict__ ent, const int32_t* __restrict__ ent_idx,
                          const int64_t* __restrict__ ent_off, const float* __restrict__ sinks, float scale,
                          float* __restrict__ out, int64_t ldo) {
+  DI_PDL_WAIT();
   constexpr int DH = D / 2;
   constexpr int QS = DH + 8;             // Q / K row stride (bf16): (DH+8)·2 B ≡ 16 mod 32 B
   constexpr int KSTEPS = DH / 16;        // S: k-steps over this half of d
@@ -412,6 +413,7 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A2_NT, 1)
                           const float* __restrict__ ent, const int32_t* __restrict__ ent_idx,
                           const int64_t* __restrict__ ent_off, const float* __restrict__ sinks, float scale,
                           float* __restrict__ out, int64_t ldo) {
+  DI_PDL_WAIT();
   constexpr int DH = D / 2;
   constexpr int QS = D + 8;              // Q / K row stride (bf16): (D+8)·2 B ≡ 16 mod 128 B
   constexpr int KSTEPS = DH / 16;        // S: k-steps over one half of d

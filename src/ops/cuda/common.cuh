@@ -6,6 +6,12 @@
 
 #include <cstdint>
 
+// First statement of every kernel: programmatic dependent launch. In a step graph CudaBackend makes the
+// edges between our kernels programmatic, so a kernel's blocks may start while its predecessor finishes;
+// they wait here, before touching any memory, until the predecessors are complete and their writes
+// visible (so the order of reads and writes is that of the stream). A no-op for an ordinary launch.
+#define DI_PDL_WAIT() asm volatile("griddepcontrol.wait;\n" ::: "memory")
+
 namespace deepinfer::cuda::detail {
 
 inline cudaError_t last_error() { return cudaGetLastError(); }

@@ -10,6 +10,7 @@ using detail::cdiv;
 // One block per row; the row is read twice (sum of squares, then scale): the second read hits L1/L2.
 __global__ void rms_norm_kernel(const float* x, int64_t D, int64_t ld, const float* __restrict__ w, float eps,
                                 float* y, bf16* __restrict__ yb) {
+  DI_PDL_WAIT();
   __shared__ float red[32];
   const int64_t m = blockIdx.x;
   const float* xr = x + m * ld;
@@ -56,6 +57,7 @@ __global__ void rms_norm_kernel(const float* x, int64_t D, int64_t ld, const flo
 // Many short rows (per-head q norm: D = 512, M = T·H): one warp a row.
 __global__ void rms_norm_warp_kernel(const float* x, int64_t M, int64_t D, int64_t ld, const float* __restrict__ w,
                                      float eps, float* y, bf16* __restrict__ yb) {
+  DI_PDL_WAIT();
   const int64_t m = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (m >= M) return;
@@ -93,6 +95,7 @@ template <int NC>
 __global__ void __launch_bounds__(256) rms_norm_reg_kernel(const float* x, int64_t D, int64_t ld,
                                                            const float* __restrict__ w, float eps, float* y,
                                                            bf16* __restrict__ yb) {
+  DI_PDL_WAIT();
   __shared__ float red[32];
   const int64_t m = blockIdx.x;
   const float* xr = x + m * ld;
@@ -135,6 +138,7 @@ __global__ void __launch_bounds__(256) rms_norm_reg_kernel(const float* x, int64
 template <int NC>
 __global__ void rms_norm_warp_reg_kernel(const float* x, int64_t M, int64_t D, int64_t ld, const float* __restrict__ w,
                                          float eps, float* y, bf16* __restrict__ yb) {
+  DI_PDL_WAIT();
   const int64_t m = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (m >= M) return;
@@ -177,6 +181,7 @@ __global__ void rms_norm_warp_reg_kernel(const float* x, int64_t M, int64_t D, i
 // One thread per (row, head, pair).
 __global__ void rope_kernel(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim,
                             const int32_t* __restrict__ pos, const float* __restrict__ inv_freq, bool inverse) {
+  DI_PDL_WAIT();
   const int half = rope_dim / 2;
   const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= M * heads * half) return;
@@ -195,6 +200,7 @@ __global__ void rope_kernel(float* x, int64_t M, int64_t ld, int heads, int head
 
 __global__ void swiglu_kernel(const float* __restrict__ gu, int64_t M, int64_t I, float lim,
                               const float* __restrict__ rs, float* __restrict__ act, bf16* __restrict__ ab) {
+  DI_PDL_WAIT();
   const int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
   if (t >= M * I) return;
   const int64_t m = t / I, i = t % I;
@@ -216,6 +222,7 @@ __global__ void swiglu_kernel(const float* __restrict__ gu, int64_t M, int64_t I
 
 __global__ void compress_pool_kernel(const float* __restrict__ kv, const float* __restrict__ gate, int64_t W, int S,
                                      int d, float* __restrict__ out) {
+  DI_PDL_WAIT();
   const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= W * d) return;
   const int64_t w = t / d;
@@ -242,6 +249,7 @@ constexpr int CP_NT = 256, CP_C = 32, CP_MAXS = 128;  // S ≤ 128: 32 KiB of st
 __global__ void __launch_bounds__(CP_NT) compress_pool2_kernel(const float* __restrict__ kv,
                                                                const float* __restrict__ gate, int S, int d,
                                                                int64_t ncb, float* __restrict__ out) {
+  DI_PDL_WAIT();
   __shared__ float gs[CP_MAXS][CP_C], ks[CP_MAXS][CP_C];
   __shared__ float mx_s[CP_NT / 32][CP_C];
   const int64_t w = blockIdx.x / ncb;
@@ -367,6 +375,7 @@ cudaError_t compress_pool(const float* kv, const float* gate, int64_t W, int S, 
 namespace deepinfer::cuda {
 namespace {
 __global__ void f32_to_bf16_rows_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t ldx, bf16* __restrict__ y) {
+  DI_PDL_WAIT();
   for (int64_t m = blockIdx.y; m < M; m += gridDim.y)
     for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < K; k += (int64_t)gridDim.x * blockDim.x)
       y[m * K + k] = __float2bfloat16_rn(x[m * ldx + k]);

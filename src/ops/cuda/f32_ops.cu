@@ -20,6 +20,7 @@ constexpr int GT = 64, GK = 16;
 __global__ void __launch_bounds__(256) gemm_f32_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t ldx,
                                                        const float* __restrict__ w, int64_t N, float* __restrict__ y,
                                                        int64_t ldy) {
+  DI_PDL_WAIT();
   __shared__ float xs[GK][GT + 1], ws[GK][GT + 1];  // [k][row]
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int64_t m0 = (int64_t)blockIdx.y * GT, n0 = (int64_t)blockIdx.x * GT;
@@ -62,6 +63,7 @@ __global__ void __launch_bounds__(AW * 32) sink_attn_f32_kernel(
     const int32_t* __restrict__ win_lo, const int32_t* __restrict__ win_hi, const float* __restrict__ ent,
     const int32_t* __restrict__ ent_idx, const int64_t* __restrict__ ent_off, const float* __restrict__ sinks,
     float scale, float* __restrict__ out, int64_t ldo) {
+  DI_PDL_WAIT();
   extern __shared__ float sm[];  // q[d], then per warp: acc[d], m, l
   const int64_t m = blockIdx.x;
   const int h = blockIdx.y, lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
@@ -159,6 +161,7 @@ __global__ void __launch_bounds__(SA_NT, 1) sink_attn_f32_v2_kernel(
     const int32_t* __restrict__ win_lo, const int32_t* __restrict__ win_hi, const float* __restrict__ ent,
     const int32_t* __restrict__ ent_idx, const int64_t* __restrict__ ent_off, const float* __restrict__ sinks,
     float scale, float* __restrict__ out, int64_t ldo, int HG, bool vec) {
+  DI_PDL_WAIT();
   constexpr int KJ = CK / 8;  // keys a thread in the score phase
   static_assert(CK % 8 == 0 && CK <= 32, "tile");
   extern __shared__ float4 sa_smem4[];
@@ -394,6 +397,7 @@ __global__ void indexer_f32_kernel(const float* __restrict__ qI, const float* __
                                    int dI, const float* __restrict__ K, const int32_t* __restrict__ key_rows,
                                    int64_t key_ld, int64_t n_keys, const int32_t* __restrict__ n_vis, float qk_scale,
                                    float* __restrict__ score) {
+  DI_PDL_WAIT();
   const int64_t gw = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (gw >= M * n_keys) return;
@@ -419,6 +423,7 @@ __global__ void copy_rows_kernel(const float* __restrict__ src, int64_t lds, con
                                  int64_t s0, int64_t sR, float* __restrict__ dst, int64_t ldd,
                                  const int32_t* __restrict__ dst_rows, int64_t d0, int64_t dR, int64_t n,
                                  int64_t width) {
+  DI_PDL_WAIT();
   const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= n * width) return;
   const int64_t i = t / width, c = t % width;
@@ -432,6 +437,7 @@ __global__ void copy_rows_kernel(const float* __restrict__ src, int64_t lds, con
 
 __global__ void add_rows_kernel(const float* __restrict__ src, int64_t n, int64_t width, const float* __restrict__ w,
                                 const int32_t* __restrict__ dst_rows, float* __restrict__ dst) {
+  DI_PDL_WAIT();
   const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= n * width) return;
   const int64_t i = t / width, c = t % width;
@@ -441,10 +447,12 @@ __global__ void add_rows_kernel(const float* __restrict__ src, int64_t n, int64_
 }
 
 __global__ void fill_kernel(float* x, int64_t n, float v) {
+  DI_PDL_WAIT();
   const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (t < n) x[t] = v;
 }
 __global__ void scale_kernel(float* x, int64_t n, float a) {
+  DI_PDL_WAIT();
   const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (t < n) x[t] *= a;
 }
@@ -454,6 +462,7 @@ __global__ void compress_windows_kernel(const float* __restrict__ ring_kv, const
                                         int64_t p0, const float* __restrict__ ape, int m, int width, bool overlap,
                                         const int32_t* __restrict__ win_ids, const int32_t* __restrict__ ring_rows,
                                         int64_t nw, float* __restrict__ skv, float* __restrict__ sg) {
+  DI_PDL_WAIT();
   const int S = overlap ? 2 * m : m;
   const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= nw * S * width) return;

@@ -7,6 +7,7 @@ namespace {
 __global__ void map_topk_kernel(const int32_t* __restrict__ idx, const int32_t* __restrict__ count, int topk,
                                 const int32_t* __restrict__ rowmap, int64_t rowmap_ld,
                                 const int64_t* __restrict__ out_off, int32_t* __restrict__ out) {
+  DI_PDL_WAIT();
   const int64_t m = blockIdx.x;
   const int k = count[m];
   const int32_t* map = rowmap + m * rowmap_ld;

@@ -183,6 +183,7 @@ template <AFmt AF, WFmt WF>
 __global__ void __launch_bounds__(NT) gemm_dq_kernel(const void* x, const float* xs_t, int64_t M, int64_t ldx,
                                                      const void* w, const void* ws, int64_t ldws, int64_t N,
                                                      int64_t K, float* y, int64_t ldy) {
+  DI_PDL_WAIT();
   __shared__ SmemAll sm;
   const int64_t n0 = (int64_t)blockIdx.x * BN, r0 = (int64_t)blockIdx.y * BM;
   gemm_tile<AF, WF>(sm, x, xs_t, M, ldx, nullptr, r0, min(r0 + BM, M), w, ws, ldws, N, K, n0, y, ldy);
@@ -195,6 +196,7 @@ __global__ void __launch_bounds__(NT) gemm_grouped_kernel(const bf16* x, int64_t
                                                           const int2* tile_info, const int32_t* n_tiles,
                                                           const int32_t* offsets, float* y, int64_t ldy,
                                                           bool small_to_gemv) {
+  DI_PDL_WAIT();
   __shared__ SmemAll sm;
   if ((int)blockIdx.y >= *n_tiles) return;
   const int2 t = tile_info[blockIdx.y];
@@ -244,6 +246,7 @@ template <AFmt AF, WFmt WF, int MM>
 __global__ void __launch_bounds__(GV_WARPS * 32) gemv_kernel(const void* x, const float* xs_t, int64_t M, int64_t K,
                                                              int64_t ldx, const void* w, const void* ws, int64_t ldws,
                                                              int64_t N, float* y, int64_t ldy) {
+  DI_PDL_WAIT();
   extern __shared__ float xsm[];  // [MM][K]
   for (int64_t i = threadIdx.x; i < MM * K; i += blockDim.x) {
     const int64_t m = i / K, k = i % K;
@@ -314,6 +317,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_grouped_kernel(const bf16*
                                                                      const int32_t* __restrict__ n_tiles,
                                                                      const int32_t* __restrict__ offsets, float* y,
                                                                      int64_t ldy) {
+  DI_PDL_WAIT();
   extern __shared__ float xsm[];  // [4][K]
   if ((int)blockIdx.y >= *n_tiles) return;
   const int2 t = tile_info[blockIdx.y];
@@ -390,6 +394,7 @@ cudaError_t launch_dense(const void* x, const float* xs_t, int64_t M, int64_t K,
 
 // ---- conversions / quantization ----
 __global__ void f32_to_bf16_kernel(const float* __restrict__ x, int64_t n, bf16* __restrict__ y) {
+  DI_PDL_WAIT();
   const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
   if (i + 3 < n) {
     const float4 v = *reinterpret_cast<const float4*>(x + i);
@@ -404,6 +409,7 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ x, int64_t n, bf16*
 // One warp per 1×128 group, 4 values a lane.
 __global__ void quant_act_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t ldx, uint8_t* __restrict__ q,
                                  float* __restrict__ sc_t) {
+  DI_PDL_WAIT();
   const int64_t g = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   const int64_t groups = K / 128;

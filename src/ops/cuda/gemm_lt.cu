@@ -22,6 +22,7 @@ struct GemmContext {
 };
 
 __global__ void widen_rows(const bf16* __restrict__ x, int64_t N, float* __restrict__ y, int64_t ldy) {
+  DI_PDL_WAIT();
   const int64_t m = blockIdx.x;
   for (int64_t i = threadIdx.x; i < N; i += blockDim.x) y[m * ldy + i] = __bfloat162float(x[m * N + i]);
 }

@@ -127,6 +127,7 @@ template <WFmt WF, bool GROUPED>
 // 3 blocks an SM (≤ 80 registers); fp4's dequantization needs more registers than that (it spilled 24
 // bytes at 80), so it runs 2 blocks an SM.
 __global__ void __launch_bounds__(GQ_NT, WF == WFmt::FP4_B32 ? 2 : 3) gemv_q_kernel(const GqParams p) {
+  DI_PDL_WAIT();
   constexpr int VPT = GqFmt<WF>::VPT, NQ = GqFmt<WF>::NQ, CK = GqFmt<WF>::CK;
   extern __shared__ uint4 gq_smem[];
   __shared__ int64_t s_xoff[8], s_yoff[8];
@@ -558,6 +559,7 @@ __device__ __forceinline__ void fill_x4(uint4* xs, const float* __restrict__ x, 
 
 template <WFmt WF, bool GROUPED>
 __global__ void __launch_bounds__(G4_NT, 2) gemv4_kernel(const G4Params p) {
+  DI_PDL_WAIT();
   constexpr int VPT = GqFmt<WF>::VPT, NQ = GqFmt<WF>::NQ, CK = GqFmt<WF>::CK;
   extern __shared__ uint4 g4_smem[];
   __shared__ int64_t s_xoff[G4_MAXM], s_yoff[G4_MAXM];

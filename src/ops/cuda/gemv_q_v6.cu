@@ -229,6 +229,7 @@ __device__ __forceinline__ void g6_stage_x(const G6Params& p, uint4* xs, float* 
 
 template <WFmt WF>
 __global__ void __launch_bounds__(G6_NT, G6_BPS) gemv6_kernel(const G6Params p) {
+  DI_PDL_WAIT();
   constexpr int KSTEP = G6Fmt<WF>::KSTEP;
   extern __shared__ uint4 g6_smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;

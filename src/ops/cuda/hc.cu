@@ -21,6 +21,7 @@ __global__ void __launch_bounds__(NT) hc_pre_kernel(const float* __restrict__ X,
                                                     const float* __restrict__ scale, int iters, float hc_eps,
                                                     float norm_eps, float* __restrict__ u, float* __restrict__ post,
                                                     float* __restrict__ comb) {
+  DI_PDL_WAIT();
   constexpr int MIX = HEAD ? HC : (2 + HC) * HC;
   constexpr int NV = MIX + 1;  // mixes + sum of squares
   __shared__ float part[NW][R * NV];
@@ -133,6 +134,7 @@ __global__ void __launch_bounds__(NT) hc_pre_kernel(const float* __restrict__ X,
 template <int HC>
 __global__ void hc_post_kernel(const float* __restrict__ X, const float* __restrict__ y, const float* __restrict__ post,
                                const float* __restrict__ comb, int64_t M, int64_t D, float* __restrict__ out) {
+  DI_PDL_WAIT();
   const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const int64_t D4 = D / 4;
   if (t >= M * D4) return;
@@ -192,6 +194,7 @@ template <int HC, bool HEAD, bool ROWMODE>
 __global__ void __launch_bounds__(A_NT) hc_partials_kernel(const float* __restrict__ X, int64_t M, int64_t D,
                                                            const float* __restrict__ fn, int L,
                                                            float* __restrict__ part) {
+  DI_PDL_WAIT();
   constexpr int MIX = HcDims<HC, HEAD>::MIX, NV = HcDims<HC, HEAD>::NV;
   constexpr int RT = ROWMODE ? A_RT_ROW : A_RT_VAL;
   extern __shared__ float4 hc_smem4[];
@@ -320,6 +323,7 @@ __global__ void __launch_bounds__(B_NT) hc_finish_kernel(const float* __restrict
                                                          const float* __restrict__ scale, int iters, float hc_eps,
                                                          float norm_eps, float* u, float* __restrict__ post,
                                                          float* __restrict__ comb) {
+  DI_PDL_WAIT();
   constexpr int MIX = HcDims<HC, HEAD>::MIX, NV = HcDims<HC, HEAD>::NV;
   extern __shared__ float pbuf[];  // [S][NV]
   __shared__ float mu_s[NV];
@@ -431,6 +435,7 @@ __global__ void __launch_bounds__(B_NT) hc_finish2_kernel(const float* __restric
                                                           const float* __restrict__ scale, int iters, float hc_eps,
                                                           float norm_eps, float* u, float* __restrict__ post,
                                                           float* __restrict__ comb) {
+  DI_PDL_WAIT();
   constexpr int MIX = HcDims<HC, HEAD>::MIX, NV = HcDims<HC, HEAD>::NV;
   static_assert(NV <= 32, "warp 0 holds the row's values");
   extern __shared__ float pbuf[];  // [S][NV]
@@ -533,6 +538,7 @@ template <int HC, int BM, int G>
 __global__ void __launch_bounds__(G * BM, 1) hc_gemm_kernel(const float* __restrict__ X, int64_t M, int64_t D,
                                                            const float* __restrict__ fn, int L,
                                                            float* __restrict__ tot_out) {
+  DI_PDL_WAIT();
   constexpr int MIX = HcDims<HC, false>::MIX, NV = HcDims<HC, false>::NV;
   constexpr int NQ = (NV + G - 1) / G, NT = G * BM, SROWS = MIX + BM, STAGE = SROWS * P_LP;
   extern __shared__ float4 hc_smem4[];
@@ -616,6 +622,7 @@ __global__ void __launch_bounds__(F_NT) hc_gemm_finish_kernel(const float* __res
                                                               const float* __restrict__ scale, int iters,
                                                               float hc_eps, float norm_eps, float* __restrict__ u,
                                                               float* __restrict__ post, float* __restrict__ comb) {
+  DI_PDL_WAIT();
   constexpr int MIX = HcDims<HC, false>::MIX, NV = HcDims<HC, false>::NV;
   constexpr int LPR = HC * HC <= 1 ? 1 : HC * HC <= 4 ? 4 : 16, RPW = 32 / LPR;  // Sinkhorn lanes a row
   static_assert(F_NT / 32 * RPW >= F_BR, "one Sinkhorn pass covers the block's rows");

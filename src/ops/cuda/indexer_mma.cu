@@ -94,6 +94,7 @@ struct Walk {
 // Keys [n_keys, dI] f32 (gathered through key_rows) → Kb [n_keys, dI] bf16, contiguous.
 __global__ void gather_keys_bf16(const float* __restrict__ K, const int32_t* __restrict__ key_rows, int64_t n_keys,
                                  int dI, bf16* __restrict__ Kb) {
+  DI_PDL_WAIT();
   const int c4 = dI >> 2;
   const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (e >= n_keys * c4) return;
@@ -113,6 +114,7 @@ __global__ void __launch_bounds__(IM_THREADS, 1)
                        const float* __restrict__ Kf, const int32_t* __restrict__ key_rows,
                        const bf16* __restrict__ Kb, int64_t n_keys, const int32_t* __restrict__ n_vis,
                        float qk_scale, float* __restrict__ score, int tiles_per_split) {
+  DI_PDL_WAIT();
   extern __shared__ __align__(128) unsigned char smem[];
   const int LD = dI + 8;  // bf16 per shared row: 16 B of padding, ldmatrix phases hit 8 distinct bank groups
   bf16* qs = reinterpret_cast<bf16*>(smem);                    // [BQ·hI][LD]

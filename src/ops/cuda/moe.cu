@@ -17,6 +17,7 @@ __global__ void route_kernel(const float* __restrict__ logits, int64_t T, int E,
                              const float* __restrict__ bias, const int32_t* __restrict__ tid2eid,
                              const int32_t* __restrict__ tokens, bool normalize, float route_scale,
                              int32_t* __restrict__ sel, float* __restrict__ wsel) {
+  DI_PDL_WAIT();
   const int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (t >= T) return;
@@ -105,6 +106,7 @@ __global__ void __launch_bounds__(64) route2_kernel(const float* __restrict__ lo
                                                     const int32_t* __restrict__ tokens, bool normalize,
                                                     float route_scale, int32_t* __restrict__ sel,
                                                     float* __restrict__ wsel) {
+  DI_PDL_WAIT();
   const int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (t >= T) return;
@@ -193,6 +195,7 @@ __global__ void __launch_bounds__(1024) group_kernel(const int32_t* __restrict__
                                                      int32_t* __restrict__ offsets, int32_t* __restrict__ perm_tok,
                                                      int32_t* __restrict__ slot_row, int2* __restrict__ tile_info,
                                                      int32_t* __restrict__ n_tiles, int K) {
+  DI_PDL_WAIT();
   extern __shared__ int cnt[];  // E + 1
   for (int e = threadIdx.x; e <= E; e += blockDim.x) cnt[e] = 0;
   __syncthreads();
@@ -225,6 +228,7 @@ __global__ void __launch_bounds__(1024) group_kernel(const int32_t* __restrict__
 __global__ void combine_kernel(const float* __restrict__ ye, const int32_t* __restrict__ sel,
                                const float* __restrict__ wsel, const int32_t* __restrict__ slot_row, int K, int64_t D,
                                const float* __restrict__ shared, float* __restrict__ out) {
+  DI_PDL_WAIT();
   const int64_t t = blockIdx.x;
   int ord[16];
   for (int k = 0; k < K; ++k) ord[k] = k;
@@ -262,6 +266,7 @@ __global__ void __launch_bounds__(CB_NT) combine2_kernel(const float* __restrict
                                                          const int32_t* __restrict__ slot_row, int K, int64_t D,
                                                          int64_t nb, const float* __restrict__ shared,
                                                          float* __restrict__ out) {
+  DI_PDL_WAIT();
   __shared__ int64_t row_s[KM];
   __shared__ float w_s[KM];
   const int64_t t = blockIdx.x / nb, cb = blockIdx.x % nb;

@@ -126,6 +126,7 @@ __device__ __forceinline__ void mv_stage_x(uint4* xs, const float* __restrict__ 
 }
 
 __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
+  DI_PDL_WAIT();
   extern __shared__ __align__(128) uint8_t mv_smem[];
   __shared__ __align__(8) uint64_t full[MV_MAXS];
   __shared__ int s_sel[MV_MAXSLOTS], s_lead[MV_MAXSLOTS], s_run_e[MV_MAXSLOTS];

@@ -70,6 +70,7 @@ __global__ void __launch_bounds__(GR_WARPS * 32) group_chunks_kernel(const int32
                                                                      const int32_t* __restrict__ offsets,
                                                                      int32_t* __restrict__ perm_tok,
                                                                      int32_t* __restrict__ slot_row) {
+  DI_PDL_WAIT();
   extern __shared__ int gr_cnt[];  // [GR_WARPS][E]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t chunk = (int64_t)blockIdx.x * GR_WARPS + warp;
@@ -138,6 +139,7 @@ __device__ __forceinline__ int block_exscan(int v, int* red, int* total) {
 __global__ void __launch_bounds__(1024) group_scan_kernel(int64_t S, int E, int tile_m, int32_t* __restrict__ scratch,
                                                           int32_t* __restrict__ offsets, int2* __restrict__ tile_info,
                                                           int32_t* __restrict__ n_tiles) {
+  DI_PDL_WAIT();
   __shared__ int red[65];
   const int e = threadIdx.x;
   const int64_t nchunks = (S + GR_CH - 1) / GR_CH;
@@ -252,6 +254,7 @@ __host__ __device__ __forceinline__ int pair_pos(int k8) { return k8 < 4 ? 2 * k
 
 template <WFmt WF, int NT8>
 __global__ void __launch_bounds__(MG_NT, mg_min_blocks<NT8>()) moe_expert_gemm_kernel(const MgParams p) {
+  DI_PDL_WAIT();
   constexpr int KC = MgFmt<WF>::KC, XROW = MgFmt<WF>::XROW, SROW = MgFmt<WF>::SROW;
   constexpr int MR = 8 * NT8;  // rows a tile
   constexpr int MG_NST = mg_nst<NT8>();
@@ -489,6 +492,7 @@ static_assert(MW_SMEM <= 227 * 1024, "moe_expert_gemm_wg: shared memory");
 static_assert(MW_STAGE % 128 == 0, "stage alignment");
 
 __global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgParams p) {
+  DI_PDL_WAIT();
   extern __shared__ __align__(128) uint8_t mw_smem[];
   __shared__ int64_t s_xrow[MW_MR];
 
@@ -656,6 +660,7 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgPa
 // y[M, K] bf16 (row stride K) = x[M, K] f32 (row stride ldx), each group of 8 k in pair order. K % 8 == 0.
 __global__ void bf16_pair_rows_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t ldx,
                                       bf16* __restrict__ y) {
+  DI_PDL_WAIT();
   const int64_t g8 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, per = K / 8;
   if (g8 >= M * per) return;
   const int64_t m = g8 / per, k = (g8 % per) * 8;

@@ -16,6 +16,7 @@ __global__ void __launch_bounds__(SNT) sample_kernel(const float* __restrict__ l
                                                      const int32_t* __restrict__ top_k, const float* __restrict__ top_p,
                                                      const uint64_t* __restrict__ seed,
                                                      const uint64_t* __restrict__ counter, int32_t* __restrict__ out) {
+  DI_PDL_WAIT();
   using ScanI = cub::BlockScan<int, SNT>;
   using ScanF = cub::BlockScan<float, SNT>;
   __shared__ union {
@@ -177,6 +178,7 @@ __device__ __forceinline__ void better(float& bv, int& bi, float ov, int oi) {
 }
 __global__ void __launch_bounds__(ANT) argmax_rows_kernel(const float* __restrict__ x, int64_t N, int64_t ld,
                                                           int32_t* __restrict__ out) {
+  DI_PDL_WAIT();
   const float* row = x + (int64_t)blockIdx.x * ld;
   float bv = -INFINITY;
   int bi = -1;

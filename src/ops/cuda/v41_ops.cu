@@ -37,6 +37,7 @@ __global__ void __launch_bounds__(NT) hc_mix_kernel(const float* __restrict__ X,
                                                     const float* __restrict__ base, const float* __restrict__ scale,
                                                     int iters, float hc_eps, float norm_eps, float* __restrict__ u,
                                                     float* pre, float* __restrict__ post, float* __restrict__ comb) {
+  DI_PDL_WAIT();
   __shared__ float wsh[MAX_HC];                      // this row's collapse weights
   __shared__ float mu[(2 + MAX_HC) * MAX_HC];        // mixes · rms
   __shared__ float part[NW][KC];
@@ -148,6 +149,7 @@ __device__ __forceinline__ float pow2_ceil(double x) {
 }
 
 __global__ void kv_qdq_kernel(float* __restrict__ x, int64_t nb, int fmt) {
+  DI_PDL_WAIT();
   const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= nb) return;
   const int bs = fmt == 2 ? 16 : 32;
@@ -171,6 +173,7 @@ __global__ void kv_qdq_kernel(float* __restrict__ x, int64_t nb, int fmt) {
 __global__ void __launch_bounds__(NT) engram_gate_kernel(float* __restrict__ X, int hc, int64_t D,
                                                          const float* __restrict__ kv, const float* __restrict__ w,
                                                          double eps) {
+  DI_PDL_WAIT();
   __shared__ double red[NW];
   __shared__ double gate_s;
   const int64_t t = blockIdx.x / hc;
