@@ -262,8 +262,9 @@ struct Engine::Impl {
   // N+1 (the scheduler plans ahead with placeholder tokens) and records it (DeepseekV4Model::prepare)
   // while step N runs, then reads and samples step N's logits and launches N+1 with the sampled ids. A
   // sequence that finishes while a planned step still holds it keeps its cache until that step is done
-  // (Scheduler: kFinishing); its row of that step is computed and dropped. Steps the model cannot
-  // prepare ahead (prefill chunks, no graphs, the CPU backend) run as before, one after the other.
+  // (Scheduler: kFinishing); its row of that step is computed and dropped. Steps with prefill chunks run
+  // as before, one after the other. Without graphs (the CPU backend) prepare only keeps the step and
+  // launch runs it whole: the same loop and results, no overlap.
   std::optional<StepPlan> flight;  // launched, its logits not read yet
 
   // The model's view of a plan's chunks. A chunk's tokens are the choice's (its last one not sampled
