@@ -1788,11 +1788,13 @@ Result gemv_plan_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, const std::
 // Perf (and a sampled check): the weight is rotated among ⌈256 MB / bytes⌉ copies so that every timed
 // launch reads it from HBM (the H200's L2 is 60 MB).
 // ver: 4 = gemv_q (v4, v3 fallback), 3 = gemv_q_v3, 5 = gemv_q_v5, 6 = gemv_q_v5_pdl (no plan argument),
-// 7 = gemv_q_v6 (with the plan).
-Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int ver, const std::string& name) {
+// 7 = gemv_q_v6 (with the plan), 8 = gemv_q_v6_tuned with `tune` (a schedule sweep).
+Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int ver, const std::string& name,
+                      dc::GemvV6Tune tune = {}) {
   // (plan: the backend's, made once for the weight's shape)
-  auto gemv = [ver](const float* x, int64_t M_, int64_t K_, int64_t ldx_, dc::WeightRef W_, int64_t N_, float* y,
-                    int64_t ldy_, cudaStream_t st, const dc::GemvPlan* pl) {
+  auto gemv = [ver, tune](const float* x, int64_t M_, int64_t K_, int64_t ldx_, dc::WeightRef W_, int64_t N_, float* y,
+                          int64_t ldy_, cudaStream_t st, const dc::GemvPlan* pl) {
+    if (ver == 8) return dc::gemv_q_v6_tuned(x, M_, K_, ldx_, W_, N_, y, ldy_, st, tune);
     if (ver == 5) return dc::gemv_q_v5(x, M_, K_, ldx_, W_, N_, y, ldy_, st);
     if (ver == 6) return dc::gemv_q_v5_pdl(x, M_, K_, ldx_, W_, N_, y, ldy_, st);
     if (ver == 7) return dc::gemv_q_v6(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
@@ -3583,6 +3585,15 @@ void register_cases() {
           auto n = nm("gemv_q_v5_pdl perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
           add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 6, n); });
         }
+        // v6 schedule sweep (session 5: v6 loses to v3 on N ≤ 8192, where the default splits K into
+        // one-step slices over 4-rank clusters): fewer, longer slices and fewer ranks, M = 1
+        if (c.N < 16384)
+          for (dc::GemvV6Tune t : {dc::GemvV6Tune{2048, 1, 4}, dc::GemvV6Tune{1024, 2, 4}, dc::GemvV6Tune{512, 4, 4},
+                                   dc::GemvV6Tune{512, 4, 1}, dc::GemvV6Tune{256, 4, 1}, dc::GemvV6Tune{1024, 4, 2}}) {
+            auto n = nm("gemv_q_v6 tune items=%d steps=%d ranks=%d perf %s M=1 N=%ld K=%ld (%s)", t.items,
+                        t.min_steps, t.ranks, wfmt_name(c.f), c.N, c.K, c.what);
+            add(n, [=] { return gemv_perf_case(c.f, 1, c.N, c.K, 8, n, t); });
+          }
       }
       for (int64_t T : {1, 4, 8, 16, 32}) {
         auto n = nm("gemv_q_grouped perf fp8 T=%ld x 8 groups N=%ld K=%ld (wo_a, sel=0..7)", T, ol, H * d / G);

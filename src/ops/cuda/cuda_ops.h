@@ -150,6 +150,15 @@ cudaError_t gemv_q_v5_pdl(const float* x, int64_t M, int64_t K, int64_t ldx, Wei
 bool gemv_q_v6_supported(WFmt f, int64_t K);
 cudaError_t gemv_q_v6(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
                       cudaStream_t s, const GemvPlan* plan = nullptr);
+// v6's schedule knobs, for a sweep in the op test's perf mode (the backend uses the defaults): K is split
+// until tiles · slices ≥ items while every slice keeps ≥ min_steps steps of 128 k (64 for bf16), and
+// over up to `ranks` cluster ranks before a block's warps take the rest. Same contract as gemv_q_v6;
+// another schedule gives other (equally valid) bits.
+struct GemvV6Tune {
+  int items = 2048, min_steps = 1, ranks = 4;  // items ≈ 2 blocks × 8 warps × 128 SMs
+};
+cudaError_t gemv_q_v6_tuned(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
+                            int64_t ldy, cudaStream_t s, const GemvV6Tune& tune);
 // Groups of one shape (linear_groups' layout, e.g. wo_a's 8 groups): for g < G,
 //   y[m, g·N + n] (row stride ldy) = bf16(x[m, g·K .. g·K + K)) (row stride ldx) · dequant(W_g)[N, K]ᵀ,
 // W_g = W.w + g·w_stride bytes, its scales W.scale + g·s_stride bytes (w_stride % 16, s_stride % 4). One

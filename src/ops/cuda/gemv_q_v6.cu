@@ -43,7 +43,6 @@ using detail::cdiv, detail::u4get, detail::mma16816, detail::pack_bf16;
 constexpr int G6_WARPS = 8, G6_NT = G6_WARPS * 32;
 constexpr int G6_BPS = 2;          // blocks an SM (launch bound: ≤ 128 registers)
 constexpr int G6_NB = 4;           // steps in flight a warp (register ring)
-constexpr int G6_ITEMS = 2048;     // split K until tiles · S reaches this (≈ 2 blocks × 8 warps × 128 SMs)
 constexpr int G6_MAXS = 64;        // slices a tile: SW ≤ 8 warps × CS ≤ 8 ranks
 constexpr int G6_KR = 4096;        // k of x a cluster rank stages, about (8 rows × 8 KiB f16/bf16)
 constexpr int G6_XU = 4;           // x staging: units of 8 k a thread loads before converting
@@ -325,17 +324,18 @@ __global__ void __launch_bounds__(G6_NT, G6_BPS) gemv6_kernel(const G6Params p) 
 struct G6Sched {
   int cs, sw, sps, kr;
 };
-G6Sched g6_schedule(WFmt f, int64_t N, int64_t K, int groups) {
+G6Sched g6_schedule(WFmt f, int64_t N, int64_t K, int groups, const GemvV6Tune& t) {
   const int kstep = f == WFmt::BF16 ? 64 : 128;
   const int64_t tiles = groups * cdiv(N, 16), nst = K / kstep;
   int s = 1;
-  while (s < G6_MAXS && tiles * s < G6_ITEMS && nst >= 2 * s) s *= 2;  // every slice keeps ≥ 1 step
+  while (s < G6_MAXS && tiles * s < t.items && nst >= 2 * s * (int64_t)std::max(1, t.min_steps))
+    s *= 2;  // every slice keeps ≥ min_steps steps
   int cs = 1;
   while (cs < 8 && cdiv(K, cs) > G6_KR) cs *= 2;  // a rank stages ≤ ~4096 k of x
   // K over ranks first (up to 4): a block then holds more tiles (8 / sw), and the f32 x it reads from L2
   // (kr·M·4 bytes a block, 2/tiles-a-block × the weight bytes at M = 8) shrinks; clusters of 4 place
   // easily at 2 blocks an SM. Past 4 ranks, the warps of a block take the rest.
-  cs = std::max(cs, std::min(s, 4));
+  cs = std::max(cs, std::min(s, std::clamp(t.ranks, 1, 4)));
   cs = std::max(cs, s / G6_WARPS);
   s = std::max(s, cs);
   G6Sched sc;
@@ -357,7 +357,7 @@ bool gemv_q_v6_supported(WFmt f, int64_t K) {
 // W.w + g·wg bytes (scales + g·sg bytes); blockIdx.z = g.
 static cudaError_t g6_run(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
                           int64_t ldy, bool grouped, int G, int64_t xg, int64_t yg, int64_t wg, int64_t sg,
-                          cudaStream_t s, const GemvPlan* plan) {
+                          cudaStream_t s, const GemvPlan* plan, const GemvV6Tune& tune = GemvV6Tune{}) {
   if (!gemv_q_v6_supported(W.fmt, K)) return cudaErrorNotSupported;
   if (ldx % 4 || xg % 4 || wg % 16 || sg % 4 || reinterpret_cast<uintptr_t>(x) % 16 ||
       reinterpret_cast<uintptr_t>(W.w) % 16 || G < 1 || G > 65535)
@@ -374,7 +374,7 @@ static cudaError_t g6_run(const float* x, int64_t M, int64_t K, int64_t ldx, Wei
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (e != cudaSuccess) return e;
   }
-  const G6Sched sc = g6_schedule(W.fmt, N, K, G);
+  const G6Sched sc = g6_schedule(W.fmt, N, K, G, tune);
   G6Params p = {};
   p.ldx = ldx;
   p.w = static_cast<const uint8_t*>(W.w), p.ws = static_cast<const float*>(W.scale), p.ldws = W.ldws;
@@ -413,6 +413,11 @@ static cudaError_t g6_run(const float* x, int64_t M, int64_t K, int64_t ldx, Wei
 cudaError_t gemv_q_v6(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
                       cudaStream_t s, const GemvPlan* plan) {
   return g6_run(x, M, K, ldx, W, N, y, ldy, false, 1, 0, 0, 0, 0, s, plan);
+}
+
+cudaError_t gemv_q_v6_tuned(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
+                            int64_t ldy, cudaStream_t s, const GemvV6Tune& tune) {
+  return g6_run(x, M, K, ldx, W, N, y, ldy, false, 1, 0, 0, 0, 0, s, nullptr, tune);
 }
 
 cudaError_t gemv_q_v6_groups(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t w_stride,
