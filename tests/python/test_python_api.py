@@ -71,6 +71,18 @@ def test_seeded_sampling_is_reproducible_and_batch_independent(llm):
     assert other_seed.token_ids != alone.token_ids  # 20 tokens at T=1: equal only by a fluke
 
 
+def test_async_scheduling_off_gives_the_same_outputs(llm):
+    prompts = ["Thou shalt", "The LORD is my shepherd", "Blessed are the meek", "Amen"]
+    params = [deepinfer.SamplingParams(temperature=0.0, max_tokens=12),
+              deepinfer.SamplingParams(temperature=0.9, seed=5, max_tokens=9, logprobs=1),
+              deepinfer.SamplingParams(temperature=0.0, max_tokens=3),
+              deepinfer.SamplingParams(temperature=1.0, seed=8, max_tokens=15)]
+    sequential = deepinfer.LLM(threads=2, async_scheduling=False)
+    a = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+    b = [o.outputs[0].token_ids for o in sequential.generate(prompts, params)]
+    assert a == b
+
+
 def test_n_choices_and_logprob_shapes(llm):
     sp = deepinfer.SamplingParams(n=3, temperature=1.0, seed=7, max_tokens=6, logprobs=3)
     out = llm.generate("For God so loved", sp)[0]
