@@ -301,12 +301,13 @@ struct Engine::Impl {
       if (c.len != 1) return false;
     return !plan.empty();
   }
-  // Records and launches a decode plan ahead; false (nothing done) when the model cannot.
+  // Records (or keeps) and launches a decode plan; false (nothing done) when it is not one or async
+  // scheduling is off, or when preparing it failed (run_plan then runs it and reports the error).
   bool try_launch(const StepPlan& plan) {
     if (!cfg.async_scheduling || model.v41 || !decode_shaped(plan)) return false;
     StepView v = view_of(plan, true);
     try {
-      if (!model.v4->prepare(v.chunks, *cache)) return false;
+      model.v4->prepare(v.chunks, *cache);
     } catch (const std::exception&) {
       return false;  // run_plan runs it and reports the error
     }
@@ -369,7 +370,8 @@ struct Engine::Impl {
     if (decode_shaped(next)) {
       StepView nv = view_of(next, true);
       try {
-        ready = model.v4->prepare(nv.chunks, *cache);
+        model.v4->prepare(nv.chunks, *cache);
+        ready = true;
       } catch (const std::exception&) {
         ready = false;  // run it the ordinary way below (which reports a real error)
       }

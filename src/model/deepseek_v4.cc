@@ -535,13 +535,13 @@ std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk>
   return logits();
 }
 
-bool DeepseekV4Model::prepare(std::span<const V4SeqChunk> batch, V4Cache& cache) {
+void DeepseekV4Model::prepare(std::span<const V4SeqChunk> batch, V4Cache& cache) {
   if (ready_) throw Error("prepare: the prepared step was not launched");
   for (const auto& c : batch)
     if (!c.state || c.tokens.size() != 1 || c.all_logits)
       throw Error("prepare: a decode step takes one token a sequence");
   if (batch.empty()) throw Error("prepare: an empty step");
-  if (enqueue(batch, cache, true)) return true;
+  if (enqueue(batch, cache, true)) return;
   // No graph for it: the step is kept (its sequences' states as they are now) and runs at launch.
   deferred_states_.clear();
   for (const auto& c : batch) {
@@ -551,7 +551,6 @@ bool DeepseekV4Model::prepare(std::span<const V4SeqChunk> batch, V4Cache& cache)
   deferred_cache_ = &cache;
   ready_ = true;
   ready_rows_ = ready_padded_ = (int64_t)batch.size();
-  return true;
 }
 
 void DeepseekV4Model::launch(std::span<const int32_t> ids) {

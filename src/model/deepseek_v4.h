@@ -111,8 +111,8 @@ class DeepseekV4Model {
   // it; logits() waits for the last launched step and returns its logits as forward_view does. Without a
   // graph (CPU, graphs off, the step after a prefill) prepare only keeps the step and launch runs it whole
   // (the same results, no overlap); `prepared_ahead()` tells which. Until launch, no other step may be
-  // prepared or run. Errors in the step (a bad slot) may surface at launch.
-  bool prepare(std::span<const V4SeqChunk> batch, V4Cache& cache);
+  // prepared or run. A malformed step throws here (nothing changed) or, kept for launch, there.
+  void prepare(std::span<const V4SeqChunk> batch, V4Cache& cache);
   // forward_view without reading the result: logits() / argmax() read it (any step, chunks of any length).
   void forward_launch(std::span<const V4SeqChunk> batch, V4Cache& cache) { enqueue(batch, cache, false); }
   void launch(std::span<const int32_t> ids);

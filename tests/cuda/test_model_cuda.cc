@@ -445,34 +445,23 @@ GreedyRun greedy_pipelined(DeepseekV4Model& m, Backend& be, const std::vector<st
   std::span<const float> l = m.forward_view(batch, cache);
   for (int64_t b = 0; b < B; ++b) r.out[b].push_back(argmax(l.data() + b * V, V));
   const int32_t placeholder = 0;
-  bool in_flight = false;  // a launched step whose token is not read yet
-  for (int issued = 0; issued < n_new - 1 || in_flight;) {
-    // the next step is planned and recorded before the running one's logits are read
-    bool ready = false;
-    if (issued < n_new - 1) {
+  for (int step = 1; step <= n_new; ++step) {
+    // step `step` (its input: the previous token) is prepared before the running step's logits are read
+    const bool more = step < n_new;
+    if (more) {
       batch.clear();
       for (int64_t b = 0; b < B; ++b) batch.push_back({&st[b], std::span<const int32_t>(&placeholder, 1), false});
-      ready = m.prepare(batch, cache);
+      m.prepare(batch, cache);
+      *n_prepared += m.prepared_ahead();
     }
-    if (in_flight) {
+    if (step > 1) {  // the step launched last round
       l = m.logits();
       for (int64_t b = 0; b < B; ++b) r.out[b].push_back(argmax(l.data() + b * V, V));
-      in_flight = false;
     }
-    if (issued == n_new - 1) break;
+    if (!more) break;
     std::vector<int32_t> ids(B);
     for (int64_t b = 0; b < B; ++b) ids[b] = r.out[b].back();
-    ++issued;
-    if (ready) {
-      *n_prepared += m.prepared_ahead();
-      m.launch(ids);
-      in_flight = true;
-      continue;
-    }
-    batch.clear();
-    for (int64_t b = 0; b < B; ++b) batch.push_back({&st[b], std::span<const int32_t>(&ids[b], 1), false});
-    l = m.forward_view(batch, cache);
-    for (int64_t b = 0; b < B; ++b) r.out[b].push_back(argmax(l.data() + b * V, V));
+    m.launch(ids);
   }
   return r;
 }
