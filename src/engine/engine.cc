@@ -435,10 +435,11 @@ struct Engine::Impl {
       row_chunk.push_back(i);
       greedy = greedy && plain_greedy(reqs.at(seq_owner.at(plan.chunks[i].seq).first).params, *who[i]);
     }
+    greedy = greedy && !row_chunk.empty();
     std::span<const float> logits;
     std::span<const int32_t> picks;
     try {
-      if (greedy && !row_chunk.empty()) {
+      if (greedy) {
         picks = model.v4->argmax();
         for (size_t i : row_chunk) greedy = greedy && i < picks.size() && picks[i] >= 0;
       }
@@ -447,54 +448,43 @@ struct Engine::Impl {
       fail_plan(plan, who, e.what());
       return;
     }
-    if (greedy && !row_chunk.empty()) {  // only the ids crossed
-      sched->on_step_done(plan);
+    std::vector<SampleResult> results(row_chunk.size());
+    if (greedy) {  // only the ids crossed
+      for (size_t k = 0; k < row_chunk.size(); ++k) results[k].token = picks[row_chunk[k]];
+    } else {
+      std::vector<SampleRow> rows;
       for (size_t i : row_chunk) {
         auto [rid, idx] = seq_owner.at(plan.chunks[i].seq);
-        SampleResult s;
-        s.token = picks[i];
-        on_token(reqs.at(rid), *who[i], s);
+        Req& r = reqs.at(rid);
+        rows.push_back({logits.data() + i * vocab, &r.params, &who[i]->sampling, who[i]->sampling.next_position()});
       }
-      for (const auto& c : plan.chunks) stats_snapshot.prompt_tokens += c.sample ? c.len - 1 : c.len;
-      stats_snapshot.generated_tokens += (int64_t)row_chunk.size();
-      ++stats_snapshot.steps;
-      retire_finished_requests();
-      update_stats();
-      return;
-    }
-    std::vector<SampleRow> rows;
-    for (size_t i : row_chunk) {
-      auto [rid, idx] = seq_owner.at(plan.chunks[i].seq);
-      Req& r = reqs.at(rid);
-      rows.push_back({logits.data() + i * vocab, &r.params, &who[i]->sampling, who[i]->sampling.next_position()});
-    }
-    // Grammar masks, one per structured row (each matcher is its own; rows run in parallel).
-    // A matcher that fails (a limit on live parse stacks) fails its row only: no throw may leave a
-    // pool worker, so the error is kept per row and the row is not sampled.
-    std::vector<size_t> masked_rows;
-    for (size_t k = 0; k < rows.size(); ++k)
-      if (who[row_chunk[k]]->structured) masked_rows.push_back(k);
-    std::vector<std::string> mask_error(rows.size());
-    if (!masked_rows.empty())
-      backend.pool().parallel_for((int64_t)masked_rows.size(), [&](int64_t b, int64_t e) {
-        for (int64_t j = b; j < e; ++j) {
-          const size_t k = masked_rows[j];
-          try {
-            rows[k].allowed = who[row_chunk[k]]->structured->fill_mask();
-          } catch (const std::exception& ex) {
-            mask_error[k] = std::string("structured output: ") + ex.what();
+      // Grammar masks, one per structured row (each matcher is its own; rows run in parallel).
+      // A matcher that fails (a limit on live parse stacks) fails its row only: no throw may leave a
+      // pool worker, so the error is kept per row and the row is not sampled.
+      std::vector<size_t> masked_rows;
+      for (size_t k = 0; k < rows.size(); ++k)
+        if (who[row_chunk[k]]->structured) masked_rows.push_back(k);
+      std::vector<std::string> mask_error(rows.size());
+      if (!masked_rows.empty())
+        backend.pool().parallel_for((int64_t)masked_rows.size(), [&](int64_t b, int64_t e) {
+          for (int64_t j = b; j < e; ++j) {
+            const size_t k = masked_rows[j];
+            try {
+              rows[k].allowed = who[row_chunk[k]]->structured->fill_mask();
+            } catch (const std::exception& ex) {
+              mask_error[k] = std::string("structured output: ") + ex.what();
+            }
           }
-        }
-      });
-    std::vector<SampleRow> ok_rows;
-    std::vector<size_t> ok_index;  // ok_rows[j] is rows[ok_index[j]]
-    for (size_t k = 0; k < rows.size(); ++k)
-      if (mask_error[k].empty()) ok_rows.push_back(rows[k]), ok_index.push_back(k);
-    auto ok_results = sample_batch(ok_rows, (int)vocab, &backend.pool());
-    std::vector<SampleResult> results(rows.size());
-    for (size_t j = 0; j < ok_index.size(); ++j) results[ok_index[j]] = std::move(ok_results[j]);
-    for (size_t k = 0; k < rows.size(); ++k)
-      if (!mask_error[k].empty()) results[k].error = mask_error[k];
+        });
+      std::vector<SampleRow> ok_rows;
+      std::vector<size_t> ok_index;  // ok_rows[j] is rows[ok_index[j]]
+      for (size_t k = 0; k < rows.size(); ++k)
+        if (mask_error[k].empty()) ok_rows.push_back(rows[k]), ok_index.push_back(k);
+      auto ok_results = sample_batch(ok_rows, (int)vocab, &backend.pool());
+      for (size_t j = 0; j < ok_index.size(); ++j) results[ok_index[j]] = std::move(ok_results[j]);
+      for (size_t k = 0; k < rows.size(); ++k)
+        if (!mask_error[k].empty()) results[k].error = mask_error[k];
+    }
     sched->on_step_done(plan);
     for (size_t k = 0; k < results.size(); ++k) {
       const size_t i = row_chunk[k];

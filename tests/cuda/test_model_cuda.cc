@@ -391,8 +391,12 @@ struct GreedyRun {
 
 int32_t argmax(const float* x, int64_t V) { return (int32_t)(std::max_element(x, x + V) - x); }
 
-// Greedy decoding of all prompts together (one prefill step, then one token per sequence a step).
-GreedyRun greedy(DeepseekV4Model& m, Backend& be, const std::vector<std::vector<int32_t>>& prompts, int n_new) {
+// Greedy decoding of all prompts together (one prefill step, then one token per sequence a step). With
+// `prepared_ahead`, the engine's pipelining (DeepseekV4Model::prepare/launch): step N+1 is planned and
+// recorded before step N's logits are read, its token ids go in at launch; counts the steps prepared
+// ahead (recorded in a graph, not just kept for launch).
+GreedyRun greedy(DeepseekV4Model& m, Backend& be, const std::vector<std::vector<int32_t>>& prompts, int n_new,
+                 int* prepared_ahead = nullptr) {
   const int64_t V = m.config().vocab_size, B = (int64_t)prompts.size();
   const V4CacheLayout lay = V4CacheLayout::make(m.config());
   int64_t pages = 0;
@@ -407,62 +411,46 @@ GreedyRun greedy(DeepseekV4Model& m, Backend& be, const std::vector<std::vector<
   double t0 = now_s();
   std::vector<V4SeqChunk> batch;
   for (int64_t b = 0; b < B; ++b) batch.push_back({&st[b], std::span<const int32_t>(prompts[b]), false});
-  auto l = m.forward(batch, cache);
-  for (int64_t b = 0; b < B; ++b) r.out[b].push_back(argmax(l.data() + b * V, V));
-  double t1 = now_s();
-  for (int i = 1; i < n_new; ++i) {
-    batch.clear();
-    for (int64_t b = 0; b < B; ++b) batch.push_back({&st[b], std::span<const int32_t>(&r.out[b].back(), 1), false});
-    l = m.forward(batch, cache);
+  std::span<const float> l = m.forward_view(batch, cache);
+  auto take = [&] {
     for (int64_t b = 0; b < B; ++b) r.out[b].push_back(argmax(l.data() + b * V, V));
+  };
+  take();
+  double t1 = now_s();
+  if (!prepared_ahead) {
+    for (int i = 1; i < n_new; ++i) {
+      batch.clear();
+      for (int64_t b = 0; b < B; ++b) batch.push_back({&st[b], std::span<const int32_t>(&r.out[b].back(), 1), false});
+      l = m.forward_view(batch, cache);
+      take();
+    }
+  } else {
+    *prepared_ahead = 0;
+    const int32_t placeholder = 0;
+    for (int step = 1; step <= n_new; ++step) {
+      // step `step` (its input: the previous token) is prepared before the running step's logits are read
+      const bool more = step < n_new;
+      if (more) {
+        batch.clear();
+        for (int64_t b = 0; b < B; ++b) batch.push_back({&st[b], std::span<const int32_t>(&placeholder, 1), false});
+        m.prepare(batch, cache);
+        *prepared_ahead += m.prepared_ahead();
+      }
+      if (step > 1) {  // the step launched last round
+        l = m.logits();
+        take();
+      }
+      if (!more) break;
+      std::vector<int32_t> ids(B);
+      for (int64_t b = 0; b < B; ++b) ids[b] = r.out[b].back();
+      m.launch(ids);
+    }
   }
   be.synchronize();
   double t2 = now_s();
   r.prefill_s = t1 - t0;
   r.decode_s = t2 - t1;
   r.decode_tokens = B * (n_new - 1);
-  return r;
-}
-
-// greedy() with the engine's pipelining (DeepseekV4Model::prepare/launch): step N+1 is planned and
-// recorded before step N's logits are read; its token ids go in at launch. Counts the steps prepared ahead
-// (recorded in a graph, not just kept for launch).
-GreedyRun greedy_pipelined(DeepseekV4Model& m, Backend& be, const std::vector<std::vector<int32_t>>& prompts,
-                           int n_new, int* n_prepared) {
-  const int64_t V = m.config().vocab_size, B = (int64_t)prompts.size();
-  const V4CacheLayout lay = V4CacheLayout::make(m.config());
-  int64_t pages = 0;
-  for (auto& p : prompts) pages += lay.pages_for((int64_t)p.size() + n_new);
-  V4Cache cache(m.config(), (int32_t)B, (int32_t)pages, &be);
-  std::vector<V4SeqState> st(B);
-  for (int64_t b = 0; b < B; ++b)
-    if (!cache.open(&st[b]) || !cache.reserve(&st[b], (int64_t)prompts[b].size() + n_new)) throw Error("cache");
-  GreedyRun r;
-  r.out.resize(B);
-  *n_prepared = 0;
-  std::vector<V4SeqChunk> batch;
-  for (int64_t b = 0; b < B; ++b) batch.push_back({&st[b], std::span<const int32_t>(prompts[b]), false});
-  std::span<const float> l = m.forward_view(batch, cache);
-  for (int64_t b = 0; b < B; ++b) r.out[b].push_back(argmax(l.data() + b * V, V));
-  const int32_t placeholder = 0;
-  for (int step = 1; step <= n_new; ++step) {
-    // step `step` (its input: the previous token) is prepared before the running step's logits are read
-    const bool more = step < n_new;
-    if (more) {
-      batch.clear();
-      for (int64_t b = 0; b < B; ++b) batch.push_back({&st[b], std::span<const int32_t>(&placeholder, 1), false});
-      m.prepare(batch, cache);
-      *n_prepared += m.prepared_ahead();
-    }
-    if (step > 1) {  // the step launched last round
-      l = m.logits();
-      for (int64_t b = 0; b < B; ++b) r.out[b].push_back(argmax(l.data() + b * V, V));
-    }
-    if (!more) break;
-    std::vector<int32_t> ids(B);
-    for (int64_t b = 0; b < B; ++b) ids[b] = r.out[b].back();
-    m.launch(ids);
-  }
   return r;
 }
 
@@ -817,14 +805,14 @@ void stored_section(const std::string& root, CpuBackend& cpu, int n_new) {
     expect(pr.out == gr.out && p1.out == g1.out, "graphs: greedy tokens equal the op-by-op run's (batch and single)");
     // (f) pipelined decode (step N+1 recorded before step N's logits are read; ids patched in at launch)
     int np_b = 0, np_1 = 0;
-    GreedyRun qb = greedy_pipelined(*mg.v4, fast, prompts, n_new, &np_b);
-    GreedyRun q1 = greedy_pipelined(*mg.v4, fast, one, n_new, &np_1);
+    GreedyRun qb = greedy(*mg.v4, fast, prompts, n_new, &np_b);
+    GreedyRun q1 = greedy(*mg.v4, fast, one, n_new, &np_1);
     expect(np_b > n_new / 2 && np_1 > n_new / 2, "pipelined: most decode steps were prepared ahead (" +
                                                      std::to_string(np_b) + ", " + std::to_string(np_1) + " of " +
                                                      std::to_string(n_new - 1) + ")");
     expect(qb.out == gr.out && q1.out == g1.out, "pipelined: greedy tokens equal the step-by-step run's (batch and single)");
     int np_plain = 0;
-    GreedyRun qp = greedy_pipelined(*mp.v4, plain, one, 8, &np_plain);
+    GreedyRun qp = greedy(*mp.v4, plain, one, 8, &np_plain);
     expect(np_plain == 0 && std::equal(qp.out[0].begin(), qp.out[0].end(), g1.out[0].begin()),
            "pipelined without graphs: nothing prepared ahead, the same tokens");
     std::printf("graphs nano: batch of %zu %.3f ms/step with graphs, %.3f op by op; one sequence %.3f vs %.3f "
