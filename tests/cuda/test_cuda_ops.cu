@@ -1868,6 +1868,35 @@ Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int ver, co
   return res;
 }
 
+// A grouped GEMV's fused SwiGLU (S slot rows of N = 2I gate|up columns) against swiglu_clamp applied to
+// its unfused output, bitwise; the act rows' padding (lda > I) must stay untouched and some gate/up value
+// must reach the clamp (else the check proves little). run(fuse, limit, y, ldy) launches the GEMV.
+void check_fused_swiglu(Result& res, int64_t S, int64_t N, int64_t lda, float lim,
+                        const std::function<cudaError_t(bool, float, float*, int64_t)>& run) {
+  const int64_t I = N / 2;
+  DBuf dgu = dalloc(S * N * 4, "gu"), dref = dalloc(S * I * 4, "act_ref"), dact = dalloc(S * lda * 4, "act");
+  poison(dact);
+  CK(run(false, 0.0f, dgu.as<float>(), N));
+  CK(dc::swiglu_clamp(dgu.as<float>(), S, I, lim, nullptr, dref.as<float>(), nullptr, 0));
+  CK(run(true, lim, dact.as<float>(), lda));
+  auto ar = down<float>(dref, S * I), ag = down<float>(dact, S * lda), gu = down<float>(dgu, S * N);
+  bool eq = true, pad_ok = true;
+  int64_t clamped = 0;
+  for (int64_t j = 0; j < S; ++j) {
+    eq &= rows_bitwise_equal(ar.data() + j * I, ag.data() + j * lda, I);
+    for (int64_t c = I; c < lda && j + 1 < S; ++c) {
+      uint32_t u;
+      memcpy(&u, &ag[j * lda + c], 4);
+      pad_ok &= u == 0xFFFFFFFFu;
+    }
+    for (int64_t c = 0; c < N; ++c) clamped += std::fabs(gu[j * N + c]) > lim;
+  }
+  expect_true(res, eq, "fused swiglu != swiglu_clamp(gu)");
+  expect_true(res, pad_ok, "act row padding written");
+  expect_true(res, clamped > 0, "no value reached the clamp (test too weak)");
+  if (eq) res.detail += "fused swiglu == swiglu_clamp (bitwise) ";
+}
+
 // Grouped: random routing with repeats (distinct experts within a token, as moe_route gives); NMSE
 // against the f64 reference; every slot bitwise equal to gemv_q of its row alone with its expert; with
 // swiglu, the fused act bitwise equal to swiglu_clamp applied to the unfused output.
@@ -1922,32 +1951,11 @@ Result gemv_grouped_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t N, in
   expect_nmse(res, "y", yc, yr, 1e-6);
   expect_true(res, inv_ok, "a slot differs from gemv_q of its row alone");
   if (inv_ok) res.detail += "slots == gemv_q alone (bitwise) ";
-  if (swiglu) {
-    DBuf dgu = dalloc(S * N * 4, "gu"), dref = dalloc(S * I * 4, "act_ref"), dact = dalloc(S * lda * 4, "act");
-    poison(dact);
-    CK(dc::gemv_q_grouped(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f,
-                          dgu.as<float>(), N, 0));
-    CK(dc::swiglu_clamp(dgu.as<float>(), S, I, lim, nullptr, dref.as<float>(), nullptr, 0));
-    CK(dc::gemv_q_grouped(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, true, lim,
-                          dact.as<float>(), lda, 0));
-    auto ar = down<float>(dref, S * I), ag = down<float>(dact, S * lda);
-    bool eq = true, pad_ok = true;
-    int64_t clamped = 0;
-    auto gu = down<float>(dgu, S * N);
-    for (int64_t j = 0; j < S; ++j) {
-      eq &= rows_bitwise_equal(ar.data() + j * I, ag.data() + j * lda, I);
-      for (int64_t c = I; c < lda && j + 1 < S; ++c) {
-        uint32_t u;
-        memcpy(&u, &ag[j * lda + c], 4);
-        pad_ok &= u == 0xFFFFFFFFu;
-      }
-      for (int64_t c = 0; c < N; ++c) clamped += std::fabs(gu[j * N + c]) > lim;
-    }
-    expect_true(res, eq, "fused swiglu != swiglu_clamp(gu)");
-    expect_true(res, pad_ok, "act row padding written");
-    expect_true(res, clamped > 0, "no value reached the clamp (test too weak)");
-    if (eq) res.detail += "fused swiglu == swiglu_clamp (bitwise) ";
-  }
+  if (swiglu)
+    check_fused_swiglu(res, S, N, lda, lim, [&](bool fuse, float limit, float* y, int64_t ldy) {
+      return dc::gemv_q_grouped(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, fuse,
+                                limit, y, ldy, 0);
+    });
   return res;
 }
 
@@ -2023,31 +2031,11 @@ Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per
   }
   expect_true(res, inv_ok, "a token differs from itself launched alone");
   if (inv_ok) res.detail += "tokens alone == in batch (bitwise) ";
-  if (swiglu) {
-    DBuf dgu = dalloc(S * N * 4, "gu"), dref = dalloc(S * I * 4, "act_ref"), dact = dalloc(S * lda * 4, "act");
-    poison(dact);
-    CK(dc::moe_gemv2(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f,
-                     dgu.as<float>(), N, 0));
-    CK(dc::swiglu_clamp(dgu.as<float>(), S, I, lim, nullptr, dref.as<float>(), nullptr, 0));
-    CK(dc::moe_gemv2(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, true, lim,
-                     dact.as<float>(), lda, 0));
-    auto ar = down<float>(dref, S * I), ag = down<float>(dact, S * lda), gu = down<float>(dgu, S * N);
-    bool eq = true, apad = true;
-    int64_t clamped = 0;
-    for (int64_t j = 0; j < S; ++j) {
-      eq &= rows_bitwise_equal(ar.data() + j * I, ag.data() + j * lda, I);
-      for (int64_t c = I; c < lda && j + 1 < S; ++c) {
-        uint32_t u;
-        memcpy(&u, &ag[j * lda + c], 4);
-        apad &= u == 0xFFFFFFFFu;
-      }
-      for (int64_t c = 0; c < N; ++c) clamped += std::fabs(gu[j * N + c]) > lim;
-    }
-    expect_true(res, eq, "fused swiglu != swiglu_clamp(gu)");
-    expect_true(res, apad, "act row padding written");
-    expect_true(res, clamped > 0, "no value reached the clamp (test too weak)");
-    if (eq) res.detail += "fused swiglu == swiglu_clamp (bitwise) ";
-  }
+  if (swiglu)
+    check_fused_swiglu(res, S, N, lda, lim, [&](bool fuse, float limit, float* y, int64_t ldy) {
+      return dc::moe_gemv2(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, fuse, limit,
+                           y, ldy, 0);
+    });
   return res;
 }
 
