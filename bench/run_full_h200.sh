@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call for a session checkpoint (each step time-boxed; everything under OUT, then OUT.tgz):
 # op-test correctness in four processes beside the model checks, op perf filters (PERF, '|'-separated),
-# the 6-layer slice bench with --profile, and a 31-layer decode. Knobs: PERF, L6_ARGS, L31_ARGS, OFF.
+# the 6-layer slice bench with --profile, and a 31-layer decode. Knobs: PERF, L6_ARGS, L31_ARGS, OFF,
+# L6=0 / L31=0 (skip a bench), NCU_CASES (then bench/run_ncu_ops_h200.sh at the end, NCU_K its kernel regex).
 # Usage (repo root on the GPU machine): bash bench/run_full_h200.sh PKG OUT
 set -u
 PKG=${1:-.gpu}
@@ -24,14 +25,18 @@ if [ -n "${PERF:-}" ]; then
   grep -E "^\[(PASS|FAIL)\]|perf:" "$OUT/perf.txt" | cut -c1-200 | head -120
 fi
 echo "== bench l6 at $(( $(date +%s) - t0 )) s"
-SKIP_MODEL=1 HF_TIMEOUT=0 DI_TIMEOUT=${L6_TIMEOUT:-110} OFF=${OFF:-} \
+[ "${L6:-1}" = 1 ] && SKIP_MODEL=1 HF_TIMEOUT=0 DI_TIMEOUT=${L6_TIMEOUT:-110} OFF=${OFF:-} \
   BENCH_ARGS="${L6_ARGS:---layers 6 --chunk 4096 --steps 8 --case-seconds 4 --profile 2 --batch 1,8,32,128 --prefill 4096}" \
   bash bench/run_session_h200.sh "$PKG" "$OUT/l6" 2>&1 | grep -vE "^  [a-z_0-9]+ " | head -40
-grep -E "^profile|^  [a-z_0-9]+ " "$OUT/l6/bench/bench.log" | head -80
+[ "${L6:-1}" = 1 ] && grep -E "^profile|^  [a-z_0-9]+ " "$OUT/l6/bench/bench.log" | head -80
 echo "== bench l31 at $(( $(date +%s) - t0 )) s"
 if [ "${L31:-1}" = 1 ]; then
   SKIP_MODEL=1 HF_TIMEOUT=0 DI_TIMEOUT=${L31_TIMEOUT:-90} OFF=${OFF:-} \
     BENCH_ARGS="${L31_ARGS:---layers 31 --steps 8 --case-seconds 4 --batch 1 --prefill 0}" \
     bash bench/run_session_h200.sh "$PKG" "$OUT/l31" 2>&1 | grep -E "^\|" | head -10
+fi
+if [ -n "${NCU_CASES:-}" ]; then
+  echo "== ncu ops at $(( $(date +%s) - t0 )) s"
+  bash bench/run_ncu_ops_h200.sh "$PKG" "$OUT/ncu_ops" 2>&1 | head -60
 fi
 echo "== done at $(( $(date +%s) - t0 )) s"

@@ -7,10 +7,15 @@
 #include <cstdint>
 
 // First statement of every kernel: programmatic dependent launch. In a step graph CudaBackend makes the
-// edges between our kernels programmatic, so a kernel's blocks may start while its predecessor finishes;
-// they wait here, before touching any memory, until the predecessors are complete and their writes
-// visible (so the order of reads and writes is that of the stream). A no-op for an ordinary launch.
-#define DI_PDL_WAIT() asm volatile("griddepcontrol.wait;\n" ::: "memory")
+// edges between our kernels programmatic, so a kernel's blocks may start while its predecessor runs;
+// they wait here, before touching any memory another kernel writes, until the predecessors are complete
+// and their writes visible (so the order of reads and writes is that of the stream). Right after the
+// wait the kernel lets its own successor launch (launch_dependents: it takes effect once every block of
+// this grid has passed it or exited, so this grid is wholly resident and the successor cannot take its
+// SMs away): the successor's blocks are placed, and may start reading their weights (constant memory of
+// the model, see the GEMVs' prologues), while this kernel computes; at most two kernels of a chain
+// overlap. Both are no-ops for an ordinary launch.
+#define DI_PDL_WAIT() asm volatile("griddepcontrol.wait;\ngriddepcontrol.launch_dependents;\n" ::: "memory")
 
 namespace deepinfer::cuda::detail {
 

@@ -797,12 +797,14 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
   const int64_t kmul = w.fmt == WeightFormat::BF16 ? 8 : w.fmt == WeightFormat::FP8 ? 128 : 32;
   if (!impl_->off("gemv_q") && M <= cuda::gemv_q_rows(w.ref(), K) && K % kmul == 0 && K <= 32768 && ldx % 4 == 0 &&
       (uintptr_t)x % 16 == 0) {
-    // M ≤ 8: v6 where it applies (bf16/fp8, K % 128 == 0; DEEPINFER_CUDA_OFF=gemv_v6 → v3) and wins (N ≥
-    // 16384; s5-run2, graph-timed M = 1: wq_b 32768×1024 14.1 vs 19.3 µs, head 129280×4096 256 vs 291 µs;
-    // slower than v3 on every N ≤ 8192: wq_a 10.9 vs 7.6, wo_b 23.2 vs 21.0, w2 13.3 vs 8.7), else v3
+    // M ≤ 8: v6 where it applies (bf16/fp8, K % 128 == 0; DEEPINFER_CUDA_OFF=gemv_v6 → v3). Since its
+    // per-shape schedule (session 6 sweep, graph-timed M = 1, weights cold: wq_a 6.6 vs v3 7.8 µs, wo_b
+    // 18.1 vs 21.2, shared w13 12.4 vs 14.9; wq_b 14.1 vs 19.3 and the head 256 vs 291 before) it takes
+    // every N; DEEPINFER_CUDA_OFF=gemv_v6_small keeps v3 for N < 16384 (the session-5 split). Else v3
     // (measured faster than v4 there), v4 with DEEPINFER_CUDA_OFF=gemv_v3. The choice depends on the
     // weight only, so each row's result stays independent of M.
-    if (M <= 8 && N >= 16384 && !impl_->off("gemv_v6") && cuda::gemv_q_v6_supported(w.ref().fmt, K))
+    if (M <= 8 && (N >= 16384 || !impl_->off("gemv_v6_small")) && !impl_->off("gemv_v6") &&
+        cuda::gemv_q_v6_supported(w.ref().fmt, K))
       check(cuda::gemv_q_v6(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv), "linear (gemv v6)");
     else
       check(M <= 8 && !impl_->off("gemv_v3") ? cuda::gemv_q_v3(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv)

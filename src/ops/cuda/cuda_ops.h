@@ -147,10 +147,12 @@ cudaError_t gemv_q_v5_pdl(const float* x, int64_t M, int64_t K, int64_t ldx, Wei
 // cudaErrorNotSupported. x products are bf16(x)·w exactly (f16 holds bf16(x)·2^(14−E) exactly down to
 // 2^-31 of a 128-k block's largest |x|). Batch invariant (the schedule depends only on fmt, N, K); bits
 // differ from v3/v5. The backend takes it for M ≤ 8 where supported; DEEPINFER_CUDA_OFF=gemv_v6: v3.
+// The kernel loads its first weights before griddepcontrol.wait (they stream while the previous kernel of
+// a step graph runs). The schedule is chosen per shape (g6_default_tune in gemv_q_v6.cu).
 bool gemv_q_v6_supported(WFmt f, int64_t K);
 cudaError_t gemv_q_v6(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
                       cudaStream_t s, const GemvPlan* plan = nullptr);
-// v6's schedule knobs, for a sweep in the op test's perf mode (the backend uses the defaults): K is split
+// v6's schedule knobs, for a sweep in the op test's perf mode (the backend uses the per-shape default): K is split
 // until tiles · slices ≥ items while every slice keeps ≥ min_steps steps of 128 k (64 for bf16), and
 // over up to `ranks` cluster ranks before a block's warps take the rest. Same contract as gemv_q_v6;
 // another schedule gives other (equally valid) bits.

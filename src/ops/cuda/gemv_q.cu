@@ -127,7 +127,9 @@ template <WFmt WF, bool GROUPED>
 // 3 blocks an SM (≤ 80 registers); fp4's dequantization needs more registers than that (it spilled 24
 // bytes at 80), so it runs 2 blocks an SM.
 __global__ void __launch_bounds__(GQ_NT, WF == WFmt::FP4_B32 ? 2 : 3) gemv_q_kernel(const GqParams p) {
-  DI_PDL_WAIT();
+  // Grouped: sel (written by the router) decides the weights, so wait first. Dense: the weights are
+  // constant, so their first lines are asked for before the wait (below), while the previous kernel runs.
+  if constexpr (GROUPED) DI_PDL_WAIT();
   constexpr int VPT = GqFmt<WF>::VPT, NQ = GqFmt<WF>::NQ, CK = GqFmt<WF>::CK;
   extern __shared__ uint4 gq_smem[];
   __shared__ int64_t s_xoff[8], s_yoff[8];
@@ -187,6 +189,7 @@ __global__ void __launch_bounds__(GQ_NT, WF == WFmt::FP4_B32 ? 2 : 3) gemv_q_ker
           }
     }
   }
+  if constexpr (!GROUPED) DI_PDL_WAIT();
   __syncthreads();
   const int rows = s_rows, mmr = p.mmr;
   uint4* xs = gq_smem;

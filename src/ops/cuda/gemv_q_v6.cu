@@ -80,6 +80,21 @@ __device__ __forceinline__ uint4 g6_ld(const uint8_t* p) {
                : "l"(p));
   return v;
 }
+// The same for the loads issued before griddepcontrol.wait (the weights are constant, so they may be read
+// while the previous kernel still runs). Not .nc: with .nc loads ptxas hoisted the wait above them (nvcc
+// 13.0, seen in gemv_q_v5), which would keep the stream from starting before the previous kernel ends.
+__device__ __forceinline__ uint4 g6_ld_early(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ float g6_ldf_early(const float* p) {
+  float v;
+  asm volatile("ld.global.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
+  return v;
+}
 // Four e4m3 bytes b0..b3 → f16x2 {b0, b1} (lo) and {b2, b3} (hi), exact.
 __device__ __forceinline__ void e4m3x4_f16(uint32_t w, uint32_t& lo, uint32_t& hi) {
   asm("{\n.reg .b16 a, b;\nmov.b32 {a, b}, %2;\ncvt.rn.f16x2.e4m3x2 %0, a;\ncvt.rn.f16x2.e4m3x2 %1, b;\n}\n"
@@ -116,16 +131,16 @@ __device__ __forceinline__ G6Rows g6_rows(const G6Params& p, int64_t n0, int g, 
 // One step st of a warp: bytes [128·st + 64h + 16t, +16) of rows a, b for h = 0, 1 (wv[2h] row a,
 // wv[2h + 1] row b); fp8: the step's block scale (128 k = one block). Nothing is loaded when !ok (the
 // slot is not computed) or past N (rows that are not stored: stale registers are harmless there).
-template <WFmt WF>
+template <WFmt WF, bool EARLY = false>
 __device__ __forceinline__ void g6_load(const G6Rows& r, int st, bool ok, uint4 (&wv)[4], float& sc) {
   if (!ok) return;
   const int64_t o = (int64_t)st * 128;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (r.a) wv[2 * h] = g6_ld(r.a + o + 64 * h);
-    if (r.b) wv[2 * h + 1] = g6_ld(r.b + o + 64 * h);
+    if (r.a) wv[2 * h] = EARLY ? g6_ld_early(r.a + o + 64 * h) : g6_ld(r.a + o + 64 * h);
+    if (r.b) wv[2 * h + 1] = EARLY ? g6_ld_early(r.b + o + 64 * h) : g6_ld(r.b + o + 64 * h);
   }
-  if constexpr (WF == WFmt::FP8_B128) sc = __ldg(r.s + st);
+  if constexpr (WF == WFmt::FP8_B128) sc = EARLY ? g6_ldf_early(r.s + st) : __ldg(r.s + st);
 }
 
 // The MMAs of one step (local step ls of the rank's K-range). xrow: this lane's x row g, or null (rows
@@ -228,7 +243,8 @@ __device__ __forceinline__ void g6_stage_x(const G6Params& p, uint4* xs, float* 
 
 template <WFmt WF>
 __global__ void __launch_bounds__(G6_NT, G6_BPS) gemv6_kernel(const G6Params p) {
-  DI_PDL_WAIT();
+  // No DI_PDL_WAIT first: the first NB steps of weights (constant) are loaded before it, so in a step graph
+  // they stream while the previous kernel runs; x (written by it) is read only after the wait.
   constexpr int KSTEP = G6Fmt<WF>::KSTEP;
   extern __shared__ uint4 g6_smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -256,9 +272,10 @@ __global__ void __launch_bounds__(G6_NT, G6_BPS) gemv6_kernel(const G6Params p) 
     for (int i = 0; i < 4; ++i) wv[q][i] = make_uint4(0, 0, 0, 0);
   }
   G6Rows rows = g6_rows<WF>(p, n0, g, t);
-  // the first steps are in flight while x is staged
+  // the first steps are in flight while the previous kernel finishes and x is staged
 #pragma unroll
-  for (int q = 0; q < G6_NB; ++q) g6_load<WF>(rows, gst0 + lst0 + q, lst0 + q < lst1, wv[q], sc[q]);
+  for (int q = 0; q < G6_NB; ++q) g6_load<WF, true>(rows, gst0 + lst0 + q, lst0 + q < lst1, wv[q], sc[q]);
+  DI_PDL_WAIT();
   g6_stage_x<WF>(p, xs, fs, kb0, klen);
   __syncthreads();
   const uint4* xrow = g < p.M ? xs + (size_t)g * p.xs_u4 : nullptr;
@@ -355,9 +372,20 @@ bool gemv_q_v6_supported(WFmt f, int64_t K) {
 
 // Dense (G = 1) and groups: y[m, g·yg + n] = Σ_k bf16(x[m, g·xg + k]) · W_g[n, k] for g < G, W_g at
 // W.w + g·wg bytes (scales + g·sg bytes); blockIdx.z = g.
+// The default schedule, from the session-6 sweep at M = 1 (docs/cuda-notes.md, "Session 2026-12-03 (6)";
+// weights cold): ≥ 1024 tiles (wq_b, the head) as before; otherwise slices of ≥ 4 steps, one rank up to
+// 6 MB of weights (wq_a, wkv, a wo_a group: 6.6 µs against 7.8 with v3) and two ranks above (wo_b 18.1
+// against 21.2, shared w13 12.4 against 14.9). A function of (fmt, N, K, G) only: batch invariant.
+GemvV6Tune g6_default_tune(WFmt f, int64_t N, int64_t K, int G) {
+  const int64_t tiles = G * cdiv(N, 16), bytes = G * N * K * (f == WFmt::BF16 ? 2 : 1);
+  if (tiles >= 1024) return GemvV6Tune{2048, 1, 4};
+  if (bytes <= (int64_t)6 << 20) return GemvV6Tune{512, 4, 1};
+  return GemvV6Tune{1024, 4, 2};
+}
+
 static cudaError_t g6_run(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
                           int64_t ldy, bool grouped, int G, int64_t xg, int64_t yg, int64_t wg, int64_t sg,
-                          cudaStream_t s, const GemvPlan* plan, const GemvV6Tune& tune = GemvV6Tune{}) {
+                          cudaStream_t s, const GemvPlan* plan, const GemvV6Tune* tune = nullptr) {
   if (!gemv_q_v6_supported(W.fmt, K)) return cudaErrorNotSupported;
   if (ldx % 4 || xg % 4 || wg % 16 || sg % 4 || reinterpret_cast<uintptr_t>(x) % 16 ||
       reinterpret_cast<uintptr_t>(W.w) % 16 || G < 1 || G > 65535)
@@ -374,7 +402,7 @@ static cudaError_t g6_run(const float* x, int64_t M, int64_t K, int64_t ldx, Wei
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (e != cudaSuccess) return e;
   }
-  const G6Sched sc = g6_schedule(W.fmt, N, K, G, tune);
+  const G6Sched sc = g6_schedule(W.fmt, N, K, G, tune ? *tune : g6_default_tune(W.fmt, N, K, G));
   G6Params p = {};
   p.ldx = ldx;
   p.w = static_cast<const uint8_t*>(W.w), p.ws = static_cast<const float*>(W.scale), p.ldws = W.ldws;
@@ -417,7 +445,7 @@ cudaError_t gemv_q_v6(const float* x, int64_t M, int64_t K, int64_t ldx, WeightR
 
 cudaError_t gemv_q_v6_tuned(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
                             int64_t ldy, cudaStream_t s, const GemvV6Tune& tune) {
-  return g6_run(x, M, K, ldx, W, N, y, ldy, false, 1, 0, 0, 0, 0, s, nullptr, tune);
+  return g6_run(x, M, K, ldx, W, N, y, ldy, false, 1, 0, 0, 0, 0, s, nullptr, &tune);
 }
 
 cudaError_t gemv_q_v6_groups(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t w_stride,
