@@ -1066,20 +1066,24 @@ Result indexer_case(int64_t M, int hI, int dI, int64_t nk, bool paged, const std
 // row against the CPU, k > 0 = k sampled rows (perf sizes). Batch invariance (bitwise): rows 0, M/2
 // and M−1 alone (M = 1: the in-kernel key conversion) and the batch without its first query (M−1
 // queries, every query in another tile slot, another key split) must equal their rows of the batch,
-// and a second run must equal the first.
+// and a second run must equal the first. pq: per-query key lists (a decode step's layout: query m's list
+// at key_rows + m·kld, kld = nk + 3, each list drawn alone), and query 0 must also equal a shared-list run
+// of its own list, bitwise.
 Result indexer_mma_case(int64_t M, int hI, int dI, int64_t nk, int vis, bool paged, const std::string& name,
-                        int check = 0) {
+                        int check = 0, bool pq = false) {
   Rng r = rng_for(name);
   Result res;
-  const int64_t pool = paged ? 2 * nk + 7 : nk;
+  if (pq) paged = true;
+  const int64_t pool = paged ? 2 * nk + 7 : nk, kld = pq ? nk + 3 : 0;
   auto fast = [&](size_t n, float a) {
     std::vector<float> v(n);
     for (auto& x : v) x = (r.uni() * 2.0f - 1.0f) * a;
     return v;
   };
   std::vector<float> q = fast(M * hI * dI, 1.7f), K = fast(pool * dI, 1.7f), g = randn(r, M * hI);
-  std::vector<int32_t> nv(M), rows(nk);
-  for (int64_t w = 0; w < nk; ++w) rows[w] = paged ? r.range(0, (int)pool) : (int32_t)w;
+  std::vector<int32_t> nv(M), rows(pq ? M * kld : nk, -7);  // (pq: the 3 padding entries a list are never read)
+  for (int64_t l = 0; l < (pq ? M : 1); ++l)
+    for (int64_t w = 0; w < nk; ++w) rows[l * kld + w] = paged ? r.range(0, (int)pool) : (int32_t)w;
   const int64_t P0 = 4 * nk - M;  // causal: the last query's position is 4·nk − 1
   for (int64_t m = 0; m < M; ++m) {
     if (vis == 2) nv[m] = (int32_t)nk;
@@ -1089,13 +1093,14 @@ Result indexer_mma_case(int64_t M, int hI, int dI, int64_t nk, int vis, bool pag
   const float qs = 1.0f / std::sqrt((float)dI);
   DBuf dq = dup(q, "qI"), dk = dup(K, "K"), dg = dup(g, "gamma"), dn = dup(nv, "n_vis"), dr = dup(rows, "key_rows");
   DBuf ds = dalloc(M * nk * 4, "score"), ds1 = dalloc(std::max<int64_t>(M - 1, 1) * nk * 4, "score_shifted");
-  const size_t wsb = std::max(dc::indexer_mma_workspace(M, nk, dI), dc::indexer_mma_workspace(M - 1, nk, dI));
+  const size_t wsb = std::max(dc::indexer_mma_workspace(M, nk, dI, kld),
+                              dc::indexer_mma_workspace(std::max<int64_t>(M - 1, 1), nk, dI, kld));
   DBuf dws = dalloc(std::max<size_t>(wsb, 16), "workspace");
   poison(ds);
   auto run = [&](int64_t m0, int64_t Mx, float* out) {
     return dc::indexer_scores_mma(dq.as<float>() + m0 * hI * dI, dg.as<float>() + m0 * hI, Mx, hI, dI, dk.as<float>(),
-                                  paged ? dr.as<int32_t>() : nullptr, nk, dn.as<int32_t>() + m0, qs, out,
-                                  wsb ? dws.p() : nullptr, 0);
+                                  paged ? dr.as<int32_t>() + m0 * kld : nullptr, kld, nk, dn.as<int32_t>() + m0, qs,
+                                  out, wsb ? dws.p() : nullptr, 0);
   };
   CK(run(0, M, ds.as<float>()));
   auto s = down<float>(ds, M * nk);
@@ -1109,13 +1114,13 @@ Result indexer_mma_case(int64_t M, int hI, int dI, int64_t nk, int vis, bool pag
   std::vector<float> got, ref;
   if (check == 0) {
     ref.resize(M * nk);
-    cpu().indexer_scores(qr.data(), g.data(), M, hI, dI, Kr.data(), rows.data(), 0, nk, nv.data(), qs, ref.data());
+    cpu().indexer_scores(qr.data(), g.data(), M, hI, dI, Kr.data(), rows.data(), kld, nk, nv.data(), qs, ref.data());
     got = s;
   } else {
     std::vector<float> one(nk);
     for (int64_t m : chk) {
-      cpu().indexer_scores(qr.data() + m * hI * dI, g.data() + m * hI, 1, hI, dI, Kr.data(), rows.data(), 0, nk,
-                           nv.data() + m, qs, one.data());
+      cpu().indexer_scores(qr.data() + m * hI * dI, g.data() + m * hI, 1, hI, dI, Kr.data(), rows.data() + m * kld, kld,
+                           nk, nv.data() + m, qs, one.data());
       ref.insert(ref.end(), one.begin(), one.end());
       got.insert(got.end(), s.begin() + m * nk, s.begin() + (m + 1) * nk);
     }
@@ -1144,16 +1149,25 @@ Result indexer_mma_case(int64_t M, int hI, int dI, int64_t nk, int vis, bool pag
   auto s2 = down<float>(ds, M * nk);
   expect_true(res, memcmp(s2.data(), s.data(), s.size() * 4) == 0, "second run differs");
   res.detail += "bitwise: alone==batch, shifted==batch, run==run ";
+  if (pq) {  // query 0 through the shared-list kernel (its list as the one list): the same bits
+    poison(ds1);
+    CK(dc::indexer_scores_mma(dq.as<float>(), dg.as<float>(), 1, hI, dI, dk.as<float>(), dr.as<int32_t>(), 0, nk,
+                              dn.as<int32_t>(), qs, ds1.as<float>(), nullptr, 0));
+    auto a = down<float>(ds1, nk);
+    expect_true(res, memcmp(a.data(), s.data(), nk * 4) == 0, "query 0: per-query list differs from a shared list");
+    res.detail += "pq==shared ";
+  }
   if (g_perf) {
     res.us = time_us([&] { run(0, M, ds.as<float>()); });
     double vis_keys = 0;
     for (int64_t m = 0; m < M; ++m) vis_keys += nv[m];
     // bytes: q, γ (f32), the keys (f32, read once), the scores
-    res.bytes = M * hI * dI * 4.0 + M * hI * 4.0 + nk * dI * 4.0 + M * nk * 4.0;
+    res.bytes = M * hI * dI * 4.0 + M * hI * 4.0 + (pq ? M : 1) * nk * dI * 4.0 + M * nk * 4.0;
     res.flops = 2.0 * hI * dI * vis_keys;
     char buf[128];
-    snprintf(buf, sizeof buf, "key bytes %.1f MB at %.0f GB/s (%.1f%% HBM) ", nk * dI * 4.0 / 1e6,
-             nk * dI * 4.0 / res.us / 1e3, 100.0 * nk * dI * 4.0 / res.us / 1e3 / g_hbm_gbs);
+    const double kb = (pq ? M : 1) * nk * dI * 4.0;
+    snprintf(buf, sizeof buf, "key bytes %.1f MB at %.0f GB/s (%.1f%% HBM) ", kb / 1e6, kb / res.us / 1e3,
+             100.0 * kb / res.us / 1e3 / g_hbm_gbs);
     res.detail += buf;
   }
   return res;
@@ -1167,7 +1181,7 @@ Result indexer_mma_unsupported_case() {
     DBuf dq = dalloc(M * hI * dI * 4, "qI"), dk = dalloc(nk * dI * 4, "K"), dg = dalloc(M * hI * 4, "gamma"),
          dn = dalloc(M * 4, "n_vis"), ds = dalloc(M * nk * 4, "score");
     poison(ds);
-    const cudaError_t e = dc::indexer_scores_mma(dq.as<float>(), dg.as<float>(), M, hI, dI, dk.as<float>(), nullptr,
+    const cudaError_t e = dc::indexer_scores_mma(dq.as<float>(), dg.as<float>(), M, hI, dI, dk.as<float>(), nullptr, 0,
                                                  nk, dn.as<int32_t>(), 1.0f, ds.as<float>(), nullptr, 0);
     expect_true(res, e == cudaErrorNotSupported, "hI=" + std::to_string(hI) + " dI=" + std::to_string(dI) +
                                                      " returned " + cudaGetErrorString(e));
@@ -3185,7 +3199,20 @@ void register_cases() {
     add(n, [=] { return indexer_mma_case(c.M, c.hI, c.dI, c.nk, c.vis, c.paged, n); });
   }
   add("indexer_mma unsupported shapes (hI=24, dI=40, dI=8)", [] { return indexer_mma_unsupported_case(); });
+  // per-query key lists (decode steps): M across the 4-query tile and the 8-row boundary, lists shorter
+  // and longer than a 128-key tile, random visibility (incl. none / all / one short), narrow heads
+  for (auto c : std::initializer_list<std::tuple<int64_t, int, int, int64_t, int>>{
+           {1, 64, 128, 1024, 2}, {3, 64, 128, 37, 0}, {5, 64, 128, 1024, 0}, {9, 64, 128, 300, 0},
+           {64, 64, 128, 1024, 0}, {130, 64, 128, 512, 2}, {7, 16, 32, 200, 0}}) {
+    auto [M, hI, dI, nk, vis] = c;
+    auto n = nm("indexer_mma pq M=%ld hI=%d dI=%d n=%ld %s", M, hI, dI, nk, vis == 2 ? "all visible" : "random visible");
+    add(n, [=] { return indexer_mma_case(M, hI, dI, nk, vis, true, n, 0, true); });
+  }
   if (g_perf) {
+    for (int64_t M : {1, 8, 32, 128, 256}) {
+      auto n = nm("indexer_mma pq perf M=%ld hI=64 dI=128 n=1024 (decode at 4k, b%ld)", M, M);
+      add(n, [=] { return indexer_mma_case(M, 64, 128, 1024, 2, true, n, 3, true); });
+    }
     add("indexer_mma perf M=4096 hI=64 dI=128 n=1024 all visible (prefill chunk)",
         [] { return indexer_mma_case(4096, 64, 128, 1024, 2, true, "im_p1", 4); });
     add("indexer_mma perf M=4096 hI=64 dI=128 n=1024 causal (first 4k chunk)",

@@ -919,13 +919,14 @@ void CudaBackend::indexer_scores(const float* qI, const float* gamma, int64_t M,
   if (impl_->replaying()) return;
   // Stored weights: tensor cores (q, K rounded to bf16; near-tie top-k choices may differ from f32).
   // Float32 mode keeps the f32 kernel, which reproduces the CPU oracle. Unsupported shapes fall back.
-  // (The tensor-core kernel shares key tiles between queries: one key list for all, key_ld = 0. Decode
-  // steps pass per-query lists at every batch size, so a decode query's scores do not depend on the batch.)
-  if (impl_->weights == CudaWeights::Stored && !impl_->off("indexer_mma") && key_ld == 0) {
-    const size_t ws = cuda::indexer_mma_workspace(M, n_keys, dI);
+  // (Decode steps pass per-query lists, key_ld > 0, at every batch size, so a decode query's scores do not
+  // depend on the batch; the tensor-core kernel takes them since session 6, DEEPINFER_CUDA_OFF=indexer_pq
+  // sends them to the f32 kernel as before: 1 ms a call at b128 in s5.)
+  if (impl_->weights == CudaWeights::Stored && !impl_->off("indexer_mma") && (key_ld == 0 || !impl_->off("indexer_pq"))) {
+    const size_t ws = cuda::indexer_mma_workspace(M, n_keys, dI, key_ld);
     void* w = ws ? alloc((int64_t)ws) : nullptr;
-    const cudaError_t e = cuda::indexer_scores_mma(qI, gamma, M, hI, dI, K, key_rows, n_keys, n_vis, qk_scale, score,
-                                                   w, impl_->stream);
+    const cudaError_t e = cuda::indexer_scores_mma(qI, gamma, M, hI, dI, K, key_rows, key_ld, n_keys, n_vis, qk_scale,
+                                                   score, w, impl_->stream);
     if (w) release(w);
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotSupported) check(e, "indexer_scores (mma)");

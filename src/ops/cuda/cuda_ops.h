@@ -384,10 +384,13 @@ cudaError_t indexer_scores_f32(const float* qI, const float* gamma, int64_t M, i
 // 137 KB); otherwise cudaErrorNotSupported without a launch. workspace: indexer_mma_workspace bytes
 // (the keys converted once to bf16 when M > 8; 0 bytes, may be null, for M ≤ 8, where the kernel
 // converts the keys it reads). Ties near the top-k boundary may resolve differently than in f32.
-size_t indexer_mma_workspace(int64_t M, int64_t n_keys, int dI);
+// key_ld > 0: per-query key lists (query m's key w is K[key_rows[m·key_ld + w]], key_ld ≥ n_keys, a
+// decode step's layout), at any M, keys converted in the kernel (no workspace; a tile holds 128 keys of
+// each of 4 queries: 205 KB of shared memory at hI = 64, dI = 128); the same bits as a shared list.
+size_t indexer_mma_workspace(int64_t M, int64_t n_keys, int dI, int64_t key_ld = 0);
 cudaError_t indexer_scores_mma(const float* qI, const float* gamma, int64_t M, int hI, int dI, const float* K,
-                               const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis, float qk_scale,
-                               float* score, void* workspace, cudaStream_t s);
+                               const int32_t* key_rows, int64_t key_ld, int64_t n_keys, const int32_t* n_vis,
+                               float qk_scale, float* score, void* workspace, cudaStream_t s);
 // Row movement (Backend::copy_rows / ring_write / ring_read / add_rows / compress_windows contracts).
 // Row i of src is src_row(i) = (src_rows ? src_rows[i] : s0 + i) mod sR (sR = 0: no modulus), dst likewise.
 cudaError_t copy_rows(const float* src, int64_t lds, const int32_t* src_rows, int64_t s0, int64_t sR, float* dst,

@@ -107,19 +107,24 @@ __global__ void gather_keys_bf16(const float* __restrict__ K, const int32_t* __r
 
 // NT: n8 tiles (heads) per chunk, 8 (hI % 64 == 0) or 2 (hI % 16 == 0). KF32: keys read as f32 rows
 // through key_rows and converted here (single buffer); else from Kb (bf16, contiguous) by cp.async into
-// two buffers, the next tile in flight while this one is multiplied.
-template <int NT, bool KF32>
+// two buffers, the next tile in flight while this one is multiplied. PQ (KF32 only): every query has its
+// own key list (key_rows + m·key_ld, a decode step's keys: each sequence its own), so a tile holds 128
+// keys of each of the CTA's 4 queries (512 rows); a warp multiplies its query's rows with the same
+// instructions as with a shared list, so the bits of a score do not depend on the mode.
+template <int NT, bool KF32, bool PQ = false>
 __global__ void __launch_bounds__(IM_THREADS, 1)
     indexer_mma_kernel(const float* __restrict__ qI, const float* __restrict__ gamma, int64_t M, int hI, int dI,
-                       const float* __restrict__ Kf, const int32_t* __restrict__ key_rows,
+                       const float* __restrict__ Kf, const int32_t* __restrict__ key_rows, int64_t key_ld,
                        const bf16* __restrict__ Kb, int64_t n_keys, const int32_t* __restrict__ n_vis,
                        float qk_scale, float* __restrict__ score, int tiles_per_split) {
+  static_assert(KF32 || !PQ, "per-query key lists are read as f32 rows");
+  constexpr int KR = PQ ? IM_BQ * IM_BN : IM_BN;  // key rows of a tile in shared memory
   DI_PDL_WAIT();
   extern __shared__ __align__(128) unsigned char smem[];
   const int LD = dI + 8;  // bf16 per shared row: 16 B of padding, ldmatrix phases hit 8 distinct bank groups
   bf16* qs = reinterpret_cast<bf16*>(smem);                    // [BQ·hI][LD]
-  bf16* ks = qs + (size_t)IM_BQ * hI * LD;                     // [2][BN][LD]
-  float* gs = reinterpret_cast<float*>(ks + (size_t)2 * IM_BN * LD);  // [BQ][hI]
+  bf16* ks = qs + (size_t)IM_BQ * hI * LD;                     // [2][BN][LD] (PQ: [BQ·BN][LD])
+  float* gs = reinterpret_cast<float*>(ks + (size_t)(PQ ? KR : 2 * IM_BN) * LD);  // [BQ][hI]
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t m0 = (int64_t)blockIdx.x * IM_BQ;
   const int nq = (int)min((int64_t)IM_BQ, M - m0);
@@ -139,7 +144,8 @@ __global__ void __launch_bounds__(IM_THREADS, 1)
   float* srow = score + (m0 + (wvalid ? wq : 0)) * n_keys;
 
   // f32 keys (decode path): batch `base` of tile kt's float4 elements into registers (rows ≥ lim: zero),
-  // then converted into buffer 0. The first batch is in flight while the q prologue runs.
+  // then converted into buffer 0. The first batch is in flight while the q prologue runs. PQ: row r is
+  // key r % BN of query r / BN's list, zero past that query's visible keys.
   const int c4 = dI >> 2;
   float4 kv[KF32 ? IM_KBATCH : 1];
   auto fetch_f32 = [&](int64_t kt, int base) {
@@ -148,9 +154,13 @@ __global__ void __launch_bounds__(IM_THREADS, 1)
     for (int u = 0; u < (KF32 ? IM_KBATCH : 1); ++u) {
       const int e = base + u * IM_THREADS + tid, r = e / c4, c = e - r * c4;
       kv[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (r < IM_BN && k0 + r < lim) {
-        const int64_t w = k0 + r;
-        const int64_t row = key_rows ? (int64_t)__ldg(key_rows + w) : w;
+      if (r >= KR) continue;
+      const int qi = PQ ? r / IM_BN : 0;
+      const int64_t w = k0 + (PQ ? r - qi * IM_BN : r);
+      const int64_t lr = !PQ ? lim : qi < nq ? min(max((int64_t)__ldg(n_vis + m0 + qi), (int64_t)0), n_keys) : 0;
+      if (w < lr) {
+        const int32_t* kr = PQ ? key_rows + (m0 + qi) * key_ld : key_rows;
+        const int64_t row = kr ? (int64_t)__ldg(kr + w) : w;
         kv[u] = __ldg(reinterpret_cast<const float4*>(Kf + row * dI) + c);
       }
     }
@@ -159,7 +169,7 @@ __global__ void __launch_bounds__(IM_THREADS, 1)
 #pragma unroll
     for (int u = 0; u < (KF32 ? IM_KBATCH : 1); ++u) {
       const int e = base + u * IM_THREADS + tid, r = e / c4, c = e - r * c4;
-      if (r < IM_BN) *reinterpret_cast<uint2*>(ks + (size_t)r * LD + 4 * c) = pack_bf16x4(kv[u]);
+      if (r < KR) *reinterpret_cast<uint2*>(ks + (size_t)r * LD + 4 * c) = pack_bf16x4(kv[u]);
     }
   };
   if constexpr (KF32) {
@@ -215,7 +225,7 @@ __global__ void __launch_bounds__(IM_THREADS, 1)
     if constexpr (KF32) {
       __syncthreads();  // every warp is done with the previous tile
       if (kt * IM_BN < lim) {
-        for (int base = 0; base < IM_BN * c4; base += IM_THREADS * IM_KBATCH) {
+        for (int base = 0; base < KR * c4; base += IM_THREADS * IM_KBATCH) {
           if (kt != kt0 || base != 0) fetch_f32(kt, base);
           store_f32(base);
         }
@@ -235,7 +245,7 @@ __global__ void __launch_bounds__(IM_THREADS, 1)
         if (kw + u < n_keys) srow[kw + u] = -INFINITY;
       continue;
     }
-    const bf16* kb = ks + ((size_t)b * IM_BN + wkey) * LD;
+    const bf16* kb = ks + ((size_t)b * IM_BN + (PQ ? wq * IM_BN : 0) + wkey) * LD;
     float slo[4] = {0.f, 0.f, 0.f, 0.f}, shi[4] = {0.f, 0.f, 0.f, 0.f};  // keys 16i+g, 16i+g+8
     for (int ch = 0; ch < hI; ch += 8 * NT) {
       float acc[4][NT][4];
@@ -297,31 +307,33 @@ __global__ void __launch_bounds__(IM_THREADS, 1)
   if constexpr (!KF32) cp_async_wait_all();  // no copy outlives the block
 }
 
-size_t indexer_mma_smem(int hI, int dI) {
+size_t indexer_mma_smem(int hI, int dI, bool pq) {
   const size_t LD = (size_t)dI + 8;
-  return ((size_t)IM_BQ * hI * LD + (size_t)2 * IM_BN * LD) * 2 + (size_t)IM_BQ * hI * 4;
+  return ((size_t)IM_BQ * hI * LD + (size_t)(pq ? IM_BQ : 2) * IM_BN * LD) * 2 + (size_t)IM_BQ * hI * 4;
 }
 
 }  // namespace
 
-size_t indexer_mma_workspace(int64_t M, int64_t n_keys, int dI) {
-  return M > IM_KF32_MAXM && n_keys > 0 ? (size_t)n_keys * dI * sizeof(bf16) : 0;
+size_t indexer_mma_workspace(int64_t M, int64_t n_keys, int dI, int64_t key_ld) {
+  return M > IM_KF32_MAXM && n_keys > 0 && key_ld == 0 ? (size_t)n_keys * dI * sizeof(bf16) : 0;
 }
 
 cudaError_t indexer_scores_mma(const float* qI, const float* gamma, int64_t M, int hI, int dI, const float* K,
-                               const int32_t* key_rows, int64_t n_keys, const int32_t* n_vis, float qk_scale,
-                               float* score, void* workspace, cudaStream_t s) {
+                               const int32_t* key_rows, int64_t key_ld, int64_t n_keys, const int32_t* n_vis,
+                               float qk_scale, float* score, void* workspace, cudaStream_t s) {
   if (M <= 0 || n_keys <= 0) return cudaSuccess;
   if (hI <= 0 || dI <= 0 || hI % 16 != 0 || dI % 16 != 0) return cudaErrorNotSupported;
   if ((uintptr_t)qI % 16 != 0 || (uintptr_t)K % 16 != 0 || n_keys > INT32_MAX) return cudaErrorNotSupported;
+  const bool pq = key_ld != 0;
+  if (pq && (!key_rows || key_ld < n_keys)) return cudaErrorInvalidValue;
   int dev = 0, max_smem = 0, sms = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   if (e != cudaSuccess) return e;
-  const size_t smem = indexer_mma_smem(hI, dI);
+  const size_t smem = indexer_mma_smem(hI, dI, pq);
   if (smem > (size_t)max_smem) return cudaErrorNotSupported;
-  const bool kf32 = M <= IM_KF32_MAXM;
+  const bool kf32 = M <= IM_KF32_MAXM || pq;
   bf16* Kb = static_cast<bf16*>(workspace);
   if (!kf32) {
     if (!Kb) return cudaErrorInvalidValue;
@@ -329,11 +341,12 @@ cudaError_t indexer_scores_mma(const float* qI, const float* gamma, int64_t M, i
     gather_keys_bf16<<<(unsigned)cdiv(n, 256), 256, 0, s>>>(K, key_rows, n_keys, dI, Kb);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
   }
-  using Kern = void (*)(const float*, const float*, int64_t, int, int, const float*, const int32_t*, const bf16*,
-                        int64_t, const int32_t*, float, float*, int);
+  using Kern = void (*)(const float*, const float*, int64_t, int, int, const float*, const int32_t*, int64_t,
+                        const bf16*, int64_t, const int32_t*, float, float*, int);
   const bool wide = hI % 64 == 0;
-  Kern k = kf32 ? (wide ? indexer_mma_kernel<8, true> : indexer_mma_kernel<2, true>)
-                : (wide ? indexer_mma_kernel<8, false> : indexer_mma_kernel<2, false>);
+  Kern k = pq     ? (wide ? indexer_mma_kernel<8, true, true> : indexer_mma_kernel<2, true, true>)
+           : kf32 ? (wide ? indexer_mma_kernel<8, true> : indexer_mma_kernel<2, true>)
+                  : (wide ? indexer_mma_kernel<8, false> : indexer_mma_kernel<2, false>);
   // (its shared-memory attribute: all the device allows, set by init_kernel_attributes)
   // Grid: query tiles × key splits; split the keys until there are about two CTAs per SM (one CTA fits
   // an SM; the second wave hides the q prologue). Which CTA computes a score does not change its bits.
@@ -343,8 +356,8 @@ cudaError_t indexer_scores_mma(const float* qI, const float* gamma, int64_t M, i
   const int64_t tps = cdiv(n_kt, splits);
   splits = cdiv(n_kt, tps);
   if (qt > INT32_MAX) return cudaErrorNotSupported;
-  k<<<dim3((unsigned)qt, (unsigned)splits), IM_THREADS, smem, s>>>(qI, gamma, M, hI, dI, K, key_rows, Kb, n_keys,
-                                                                   n_vis, qk_scale, score, (int)tps);
+  k<<<dim3((unsigned)qt, (unsigned)splits), IM_THREADS, smem, s>>>(qI, gamma, M, hI, dI, K, key_rows, key_ld, Kb,
+                                                                   n_keys, n_vis, qk_scale, score, (int)tps);
   return cudaGetLastError();
 }
 
@@ -353,7 +366,9 @@ cudaError_t init_attributes_indexer_mma() {
   constexpr size_t all = (size_t)1 << 30;  // capped at the device's limit
   return first_error({set_max_dynamic_smem(indexer_mma_kernel<8, true>, all), set_max_dynamic_smem(indexer_mma_kernel<2, true>, all),
                       set_max_dynamic_smem(indexer_mma_kernel<8, false>, all),
-                      set_max_dynamic_smem(indexer_mma_kernel<2, false>, all)});
+                      set_max_dynamic_smem(indexer_mma_kernel<2, false>, all),
+                      set_max_dynamic_smem(indexer_mma_kernel<8, true, true>, all),
+                      set_max_dynamic_smem(indexer_mma_kernel<2, true, true>, all)});
 }
 }  // namespace detail
 
