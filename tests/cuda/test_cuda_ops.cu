@@ -3225,6 +3225,9 @@ void register_cases() {
         [] { return indexer_mma_case(64, 64, 128, 16384, 2, true, "im_p5", 3); });
   }
   add("topk_rows M=64 n=16384 k=512", [] { return topk_case(64, 16384, 512, false, "tk1"); });
+  // decode at 4k context (1024 CSA keys a sequence): b1 and b128
+  add("topk_rows M=1 n=1024 k=512 (decode b1)", [] { return topk_case(1, 1024, 512, false, "tk6"); });
+  add("topk_rows M=128 n=1024 k=512 ties (decode b128)", [] { return topk_case(128, 1024, 512, true, "tk7"); });
   add("topk_rows M=64 n=16384 k=512 ties", [] { return topk_case(64, 16384, 512, true, "tk2"); });
   add("topk_rows M=512 n=2048 k=512 ties", [] { return topk_case(512, 2048, 512, true, "tk3"); });
   add("topk_rows M=4 n=262144 k=512 (cluster path)", [] { return topk_case(4, 262144, 512, false, "tk4"); });
