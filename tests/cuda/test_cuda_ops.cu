@@ -1882,6 +1882,76 @@ Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int ver, co
   return res;
 }
 
+// ---- the floor of a decode-sized kernel (perf mode): what a kernel that only streams B bytes costs
+// from a graph, against which the GEMVs' ~6 µs at 2–4 MB can be judged. Every thread keeps 8 16-byte
+// loads in flight (not .nc, so that with `early` they are issued before griddepcontrol.wait, as the
+// GEMVs' weights are); the XOR of what was read is stored only if it equals an impossible value.
+__global__ void floor_stream_kernel(const uint4* __restrict__ w, int64_t n16, bool early, uint32_t* sink) {
+  // as DI_PDL_WAIT: wait, then let the successor launch (early: after the first loads are issued)
+  if (!early) asm volatile("griddepcontrol.wait;\ngriddepcontrol.launch_dependents;\n" ::: "memory");
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  uint32_t acc = 0;
+  for (int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i0 < n16; i0 += 8 * stride) {
+    uint4 v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int64_t i = i0 + u * stride;
+      v[u] = make_uint4(0, 0, 0, 0);
+      if (i < n16)
+        asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w)
+                     : "l"(w + i));
+    }
+    if (early && i0 == (int64_t)blockIdx.x * blockDim.x + threadIdx.x)
+      asm volatile("griddepcontrol.wait;\ngriddepcontrol.launch_dependents;\n" ::: "memory");
+#pragma unroll
+    for (int u = 0; u < 8; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (early) asm volatile("griddepcontrol.wait;\n" ::: "memory");  // (threads without loads)
+  if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+__global__ void floor_empty_kernel() {
+  asm volatile("griddepcontrol.wait;\ngriddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+// bytes = 0: an empty kernel (one block). pdl: launched with programmatic stream serialization, so the
+// graph's edges are programmatic (as in the model's step graphs); early: loads before the wait.
+Result floor_case(int64_t bytes, bool pdl, bool early) {
+  Result res;
+  const int copies = bytes ? (int)std::min<int64_t>(64, (256ll << 20) / bytes + 1) : 1;
+  const int64_t str = (bytes + 255) / 256 * 256;
+  DBuf dw = dalloc(std::max<int64_t>(copies * str, 256), "stream"), dsink = dalloc(16, "sink");
+  if (bytes) fill_bytes<<<4096, 256>>>(dw.as<uint8_t>(), copies * str, 1234, 0, 0);
+  CK(cudaDeviceSynchronize());
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int64_t n16 = bytes / 16;
+  const unsigned blocks = bytes ? (unsigned)std::min<int64_t>(4 * sms, std::max<int64_t>(1, (n16 + 255) / 256)) : 1;
+  int it = 0;
+  auto launch = [&](cudaStream_t st) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(bytes ? 256 : 32);
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    const uint4* w = reinterpret_cast<const uint4*>(dw.as<uint8_t>() + (it++ % copies) * str);
+    CK(bytes ? cudaLaunchKernelEx(&cfg, floor_stream_kernel, w, n16, early, dsink.as<uint32_t>())
+             : cudaLaunchKernelEx(&cfg, floor_empty_kernel));
+  };
+  const int n = (int)((std::max(32, copies) + copies - 1) / copies * copies);
+  res.graph_us = time_graph_us(launch, n);
+  res.us = res.graph_us;
+  res.bytes = (double)bytes;
+  char buf[128];
+  snprintf(buf, sizeof buf, "graph of %d, %u blocks, %d copies rotated; graph/call %.2f us ", n, blocks, copies, res.graph_us);
+  res.detail += buf;
+  return res;
+}
+
 // A grouped GEMV's fused SwiGLU (S slot rows of N = 2I gate|up columns) against swiglu_clamp applied to
 // its unfused output, bitwise; the act rows' padding (lda > I) must stay untouched and some gate/up value
 // must reach the clamp (else the check proves little). run(fuse, limit, y, ldy) launches the GEMV.
@@ -3613,6 +3683,12 @@ void register_cases() {
             add(n, [=] { return gemv_perf_case(c.f, 1, c.N, c.K, 8, n, t); });
           }
       }
+      // the floor of a kernel that only streams its bytes, from a graph (plain and programmatic edges)
+      for (int64_t mb : {0, 2, 4, 8, 16, 33})
+        for (int mode : {0, 1, 2}) {
+          auto n = nm("floor perf stream %ld MB %s", mb, mode == 0 ? "plain" : mode == 1 ? "pdl" : "pdl early loads");
+          add(n, [=] { return floor_case(mb << 20, mode > 0, mode == 2); });
+        }
       for (int64_t T : {1, 4, 8, 16, 32}) {
         auto n = nm("gemv_q_grouped perf fp8 T=%ld x 8 groups N=%ld K=%ld (wo_a, sel=0..7)", T, ol, H * d / G);
         add(n, [=] { return gemv_grouped_perf_case(F::FP8_B128, T, 8, 8, ol, H * d / G, true, false, true, false, n); });
