@@ -2,7 +2,8 @@
 # One device call for a session checkpoint (each step time-boxed; everything under OUT, then OUT.tgz):
 # op-test correctness in four processes beside the model checks, op perf filters (PERF, '|'-separated),
 # the 6-layer slice bench with --profile, and a 31-layer decode. Knobs: PERF, L6_ARGS, L31_ARGS, OFF,
-# L6=0 / L31=0 (skip a bench), NCU_CASES (then bench/run_ncu_ops_h200.sh at the end, NCU_K its kernel regex).
+# L6=0 / L31=0 (skip a bench), ABLATE ('|'-separated OFF values: a short 6-layer decode each, ABL_ARGS),
+# NCU_CASES (then bench/run_ncu_ops_h200.sh at the end, NCU_K its kernel regex).
 # Usage (repo root on the GPU machine): bash bench/run_full_h200.sh PKG OUT
 set -u
 PKG=${1:-.gpu}
@@ -34,6 +35,16 @@ if [ "${L31:-1}" = 1 ]; then
   SKIP_MODEL=1 HF_TIMEOUT=0 DI_TIMEOUT=${L31_TIMEOUT:-90} OFF=${OFF:-} \
     BENCH_ARGS="${L31_ARGS:---layers 31 --steps 8 --case-seconds 4 --batch 1 --prefill 0}" \
     bash bench/run_session_h200.sh "$PKG" "$OUT/l31" 2>&1 | grep -E "^\|" | head -10
+fi
+# ABLATE: '|'-separated DEEPINFER_CUDA_OFF values, each a short 6-layer decode (ABL_ARGS) for the table
+if [ -n "${ABLATE:-}" ]; then
+  IFS='|' read -ra A <<< "$ABLATE"
+  for a in "${A[@]}"; do
+    echo "== ablation OFF=$a at $(( $(date +%s) - t0 )) s"
+    SKIP_MODEL=1 HF_TIMEOUT=0 DI_TIMEOUT=${ABL_TIMEOUT:-45} OFF="$a" \
+      BENCH_ARGS="${ABL_ARGS:---layers 6 --steps 16 --case-seconds 2 --batch 1,128 --prefill 0}" \
+      bash bench/run_session_h200.sh "$PKG" "$OUT/off_${a//,/_}" 2>&1 | grep -E "^\| decode|^\| prefill" | head -6
+  done
 fi
 if [ -n "${NCU_CASES:-}" ]; then
   echo "== ncu ops at $(( $(date +%s) - t0 )) s"
