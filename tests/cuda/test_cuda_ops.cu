@@ -3175,7 +3175,7 @@ Result copy_rows_multi_case(int64_t n, int nsets, int skip_pct, const std::strin
 // swiglu_clamp of the unfused GEMV's output (check_fused_swiglu: act padding untouched, the clamp reached),
 // NMSE against swiglu_clamp of the f64 reference, and every row launched alone bitwise equal to the
 // same row in the M-row launch. v3: gemv_q_v3(_swiglu) (the backend's M ≤ 8), else gemv_q(_swiglu).
-Result gemv_swiglu_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, bool v3, const std::string& name) {
+Result gemv_swiglu_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int ver, const std::string& name) {
   Rng r = rng_for(name);
   Result res;
   const HostQ q = make_hostq(r, fmt, N, K, 0);
@@ -3185,12 +3185,16 @@ Result gemv_swiglu_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, bool v3, 
   DevQ dq = upload_q(q);
   DBuf dx = dup(x, "x"), dact = dalloc(M * I * 4, "act"), dact1 = dalloc(I * 4, "act_alone"), dgu = dalloc(M * N * 4, "gu");
   auto plain = [&](const float* xp, int64_t rows, float* y, int64_t ldy, cudaStream_t st) {
-    return v3 ? dc::gemv_q_v3(xp, rows, K, ldx, dq.ref(), N, y, ldy, st) : dc::gemv_q(xp, rows, K, ldx, dq.ref(), N, y, ldy, st);
+    return ver == 3   ? dc::gemv_q_v3(xp, rows, K, ldx, dq.ref(), N, y, ldy, st)
+           : ver == 6 ? dc::gemv_q_v6(xp, rows, K, ldx, dq.ref(), N, y, ldy, st)
+                      : dc::gemv_q(xp, rows, K, ldx, dq.ref(), N, y, ldy, st);
   };
   auto fused = [&](const float* xp, int64_t rows, float limit, float* a, int64_t lda, cudaStream_t st) {
-    return v3 ? dc::gemv_q_v3_swiglu(xp, rows, K, ldx, dq.ref(), N, limit, a, lda, st)
-              : dc::gemv_q_swiglu(xp, rows, K, ldx, dq.ref(), N, limit, a, lda, st);
+    return ver == 3   ? dc::gemv_q_v3_swiglu(xp, rows, K, ldx, dq.ref(), N, limit, a, lda, st)
+           : ver == 6 ? dc::gemv_q_v6_swiglu(xp, rows, K, ldx, dq.ref(), N, limit, a, lda, st)
+                      : dc::gemv_q_swiglu(xp, rows, K, ldx, dq.ref(), N, limit, a, lda, st);
   };
+  if (ver == 6) expect_true(res, dc::gemv_q_v6_swiglu_ok(fmt, N, K), "gemv_q_v6_swiglu_ok false for this shape");
   check_fused_swiglu(res, M, N, I + 4, lim, [&](bool fuse, float limit, float* y, int64_t ldy) {
     return fuse ? fused(dx.as<float>(), M, limit, y, ldy, 0) : plain(dx.as<float>(), M, y, ldy, 0);
   });
@@ -3307,15 +3311,28 @@ void register_fusecomp(const std::function<std::string(const char*, int64_t)>& n
   // shared expert w13 (V4-Flash: fp8 [2·2048, 4096]); v3 at M ≤ 8 (the backend's choice), gemv_q above
   for (int64_t M : {1, 2, 4, 8})
     add(nm1("fusecomp gemv_q_v3_swiglu fp8 M=%ld N=4096 K=4096 (shared w13)", M),
-        [=] { return gemv_swiglu_case(dc::WFmt::FP8_B128, M, 4096, 4096, true, "fc_gs1"); });
+        [=] { return gemv_swiglu_case(dc::WFmt::FP8_B128, M, 4096, 4096, 3, "fc_gs1"); });
   for (int64_t M : {9, 16, 32})
     add(nm1("fusecomp gemv_q_swiglu fp8 M=%ld N=4096 K=4096 (shared w13, v4)", M),
-        [=] { return gemv_swiglu_case(dc::WFmt::FP8_B128, M, 4096, 4096, false, "fc_gs2"); });
-  add("fusecomp gemv_q_v3_swiglu bf16 M=3 N=512 K=1024", [] { return gemv_swiglu_case(dc::WFmt::BF16, 3, 512, 1024, true, "fc_gs3"); });
-  add("fusecomp gemv_q_v3_swiglu fp4 M=1 N=4096 K=4096", [] { return gemv_swiglu_case(dc::WFmt::FP4_B32, 1, 4096, 4096, true, "fc_gs4"); });
-  add("fusecomp gemv_q_swiglu fp4 M=16 N=4096 K=4096 (v4)", [] { return gemv_swiglu_case(dc::WFmt::FP4_B32, 16, 4096, 4096, false, "fc_gs5"); });
+        [=] { return gemv_swiglu_case(dc::WFmt::FP8_B128, M, 4096, 4096, 4, "fc_gs2"); });
+  // v6 (main takes it for every N at M ≤ 8): the schedules of these shapes, one cluster rank and several
+  for (int64_t M : {1, 3, 8})
+    add(nm1("fusecomp gemv_q_v6_swiglu fp8 M=%ld N=4096 K=4096 (shared w13)", M),
+        [=] { return gemv_swiglu_case(dc::WFmt::FP8_B128, M, 4096, 4096, 6, "fc_gs7"); });
+  add("fusecomp gemv_q_v6_swiglu bf16 M=2 N=1024 K=512 (cs 4, sw 2)", [] { return gemv_swiglu_case(dc::WFmt::BF16, 2, 1024, 512, 6, "fc_gs8"); });
+  add("fusecomp gemv_q_v6_swiglu fp8 M=1 N=32768 K=1024 (cs 1, sw 1: the direct store, 8 tiles a block)",
+      [] { return gemv_swiglu_case(dc::WFmt::FP8_B128, 1, 32768, 1024, 6, "fc_gs9"); });
+  add("fusecomp gemv_q_v6_swiglu fp8 M=2 N=8192 K=2048 (cs 4, sw 1)",
+      [] { return gemv_swiglu_case(dc::WFmt::FP8_B128, 2, 8192, 2048, 6, "fc_gs10"); });
+  add("fusecomp gemv_q_v6_swiglu fp8 M=1 N=4128 K=4096 (129 pairs: a round past the last pair)",
+      [] { return gemv_swiglu_case(dc::WFmt::FP8_B128, 1, 4128, 4096, 6, "fc_gs11"); });
+  add("fusecomp gemv_q_v6_swiglu fp8 M=1 N=6144 K=7168 (V4-Pro-like shared w13)",
+      [] { return gemv_swiglu_case(dc::WFmt::FP8_B128, 1, 6144, 7168, 6, "fc_gs12"); });
+  add("fusecomp gemv_q_v3_swiglu bf16 M=3 N=512 K=1024", [] { return gemv_swiglu_case(dc::WFmt::BF16, 3, 512, 1024, 3, "fc_gs3"); });
+  add("fusecomp gemv_q_v3_swiglu fp4 M=1 N=4096 K=4096", [] { return gemv_swiglu_case(dc::WFmt::FP4_B32, 1, 4096, 4096, 3, "fc_gs4"); });
+  add("fusecomp gemv_q_swiglu fp4 M=16 N=4096 K=4096 (v4)", [] { return gemv_swiglu_case(dc::WFmt::FP4_B32, 16, 4096, 4096, 4, "fc_gs5"); });
   add("fusecomp gemv_q_swiglu fp8 M=12 N=6144 K=7168 (V4-Pro-like shared w13, v4)",
-      [] { return gemv_swiglu_case(dc::WFmt::FP8_B128, 12, 6144, 7168, false, "fc_gs6"); });
+      [] { return gemv_swiglu_case(dc::WFmt::FP8_B128, 12, 6144, 7168, 4, "fc_gs6"); });
   for (int64_t T : {1, 8})
     add(nm1("fusecomp moe_combine + shared T=%ld K=6 D=4096 (decode slot order)", T),
         [=] { return combine_shared_case(T, 6, 4096, false, "fc_cs1"); });

@@ -792,6 +792,29 @@ WeightPtr CudaBackend::make_weight(const StoredWeight& sw) {
   return cw;
 }
 
+namespace {
+// The decode GEMV linear() takes for x[M, K] (row stride ldx) · Wᵀ, or None (the GEMMs below it);
+// linear_swiglu fuses its SwiGLU into the same kernel where that kernel has the epilogue (v3, v4).
+enum class GemvPick { None, V6, V3, V4 };
+GemvPick pick_gemv(const CudaBackend::Impl& m, const CudaWeight& w, int64_t M, const float* x, int64_t ldx) {
+  if (w.fmt == WeightFormat::F32) return GemvPick::None;
+  const int64_t K = w.K, N = w.N;
+  // Decode sizes: the tensor-core GEMV reads x in float32 and the weight once (batch invariant for
+  // M ≤ gemv_q_rows: 32 for v4's shapes, 8 for the rest).
+  const int64_t kmul = w.fmt == WeightFormat::BF16 ? 8 : w.fmt == WeightFormat::FP8 ? 128 : 32;
+  if (m.off("gemv_q") || M > cuda::gemv_q_rows(w.ref(), K) || K % kmul || K > 32768 || ldx % 4 ||
+      (uintptr_t)x % 16)
+    return GemvPick::None;
+  // M ≤ 8: v6 where it applies (bf16/fp8, K % 128 == 0; DEEPINFER_CUDA_OFF=gemv_v6 → v3) and wins (N ≥
+  // 16384; s5-run2, graph-timed M = 1: wq_b 32768×1024 14.1 vs 19.3 µs, head 129280×4096 256 vs 291 µs;
+  // slower than v3 on every N ≤ 8192: wq_a 10.9 vs 7.6, wo_b 23.2 vs 21.0, w2 13.3 vs 8.7), else v3
+  // (measured faster than v4 there), v4 with DEEPINFER_CUDA_OFF=gemv_v3. The choice depends on the
+  // weight only, so each row's result stays independent of M.
+  if (M <= 8 && N >= 16384 && !m.off("gemv_v6") && cuda::gemv_q_v6_supported(w.ref().fmt, K)) return GemvPick::V6;
+  return M <= 8 && !m.off("gemv_v3") ? GemvPick::V3 : GemvPick::V4;
+}
+}  // namespace
+
 void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& wt, float* y, int64_t ldy) {
   HostTimer ht_(impl_.get(), Impl::kOp);
   if (impl_->replaying()) return;
@@ -803,21 +826,12 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
   }
   if (M <= 0) return;
   const int64_t K = w.K, N = w.N;
-  // Decode sizes: the tensor-core GEMV reads x in float32 and the weight once (batch invariant for
-  // M ≤ gemv_q_rows: 32 for v4's shapes, 8 for the rest).
-  const int64_t kmul = w.fmt == WeightFormat::BF16 ? 8 : w.fmt == WeightFormat::FP8 ? 128 : 32;
-  if (!impl_->off("gemv_q") && M <= cuda::gemv_q_rows(w.ref(), K) && K % kmul == 0 && K <= 32768 && ldx % 4 == 0 &&
-      (uintptr_t)x % 16 == 0) {
-    // M ≤ 8: v6 where it applies (bf16/fp8, K % 128 == 0; DEEPINFER_CUDA_OFF=gemv_v6 → v3) and wins (N ≥
-    // 16384; s5-run2, graph-timed M = 1: wq_b 32768×1024 14.1 vs 19.3 µs, head 129280×4096 256 vs 291 µs;
-    // slower than v3 on every N ≤ 8192: wq_a 10.9 vs 7.6, wo_b 23.2 vs 21.0, w2 13.3 vs 8.7), else v3
-    // (measured faster than v4 there), v4 with DEEPINFER_CUDA_OFF=gemv_v3. The choice depends on the
-    // weight only, so each row's result stays independent of M.
-    if (M <= 8 && N >= 16384 && !impl_->off("gemv_v6") && cuda::gemv_q_v6_supported(w.ref().fmt, K))
+  if (const GemvPick g = pick_gemv(*impl_, w, M, x, ldx); g != GemvPick::None) {
+    if (g == GemvPick::V6)
       check(cuda::gemv_q_v6(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv), "linear (gemv v6)");
     else
-      check(M <= 8 && !impl_->off("gemv_v3") ? cuda::gemv_q_v3(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv)
-                                              : cuda::gemv_q(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv),
+      check(g == GemvPick::V3 ? cuda::gemv_q_v3(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv)
+                              : cuda::gemv_q(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv),
             "linear (gemv)");
     return;
   }
@@ -849,19 +863,19 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
 void CudaBackend::linear_swiglu(const float* x, int64_t M, int64_t ldx, const Weight& wt, float limit, float* act) {
   const auto& w = static_cast<const CudaWeight&>(wt);
   const int64_t K = w.K, N = w.N;
-  // The GEMVs of linear()'s choice, with their fused SwiGLU (same bits as linear + swiglu_clamp); where
-  // linear takes another kernel (float32 weights, v6, M beyond the GEMV, shapes) the two ops run.
-  const int64_t kmul = w.fmt == WeightFormat::BF16 ? 8 : w.fmt == WeightFormat::FP8 ? 128 : 32;
-  const bool gemv = w.fmt != WeightFormat::F32 && !impl_->off("gemv_q") && M <= cuda::gemv_q_rows(w.ref(), K) &&
-                    K % kmul == 0 && K <= 32768 && ldx % 4 == 0 && (uintptr_t)x % 16 == 0;
-  const bool v6 = M <= 8 && N >= 16384 && !impl_->off("gemv_v6") && gemv && cuda::gemv_q_v6_supported(w.ref().fmt, K);
-  if (impl_->off("fusecomp") || !gemv || v6 || M <= 0 || N % 32 || limit <= 0.0f)
+  // linear()'s GEMV with its fused SwiGLU (the same bits as linear + swiglu_clamp); where linear takes
+  // another kernel (the GEMMs, float32 weights, a v6 schedule of one tile a block) the two ops run.
+  const GemvPick g = M > 0 ? pick_gemv(*impl_, w, M, x, ldx) : GemvPick::None;
+  const bool fused = g == GemvPick::V3 || g == GemvPick::V4 ||
+                     (g == GemvPick::V6 && cuda::gemv_q_v6_swiglu_ok(w.ref().fmt, N, K));
+  if (impl_->off("fusecomp") || !fused || N % 32 || limit <= 0.0f)
     return Backend::linear_swiglu(x, M, ldx, wt, limit, act);
   HostTimer ht_(impl_.get(), Impl::kOp);
   if (impl_->replaying()) return;
-  check(M <= 8 && !impl_->off("gemv_v3")
-            ? cuda::gemv_q_v3_swiglu(x, M, K, ldx, w.ref(), N, limit, act, N / 2, impl_->stream, &w.gemv)
-            : cuda::gemv_q_swiglu(x, M, K, ldx, w.ref(), N, limit, act, N / 2, impl_->stream, &w.gemv),
+  const cudaStream_t s = impl_->stream;
+  check(g == GemvPick::V6   ? cuda::gemv_q_v6_swiglu(x, M, K, ldx, w.ref(), N, limit, act, N / 2, s, &w.gemv)
+        : g == GemvPick::V3 ? cuda::gemv_q_v3_swiglu(x, M, K, ldx, w.ref(), N, limit, act, N / 2, s, &w.gemv)
+                            : cuda::gemv_q_swiglu(x, M, K, ldx, w.ref(), N, limit, act, N / 2, s, &w.gemv),
         "linear_swiglu (gemv)");
 }
 void CudaBackend::rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y) {

@@ -158,6 +158,13 @@ cudaError_t gemv_q_v5_pdl(const float* x, int64_t M, int64_t K, int64_t ldx, Wei
 bool gemv_q_v6_supported(WFmt f, int64_t K);
 cudaError_t gemv_q_v6(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
                       cudaStream_t s, const GemvPlan* plan = nullptr);
+// v6 with the fused SwiGLU of gemv_q_swiglu (W [N = 2I, K] gate rows over up rows, act[M, I] (row stride
+// lda) bitwise swiglu_clamp of gemv_q_v6's y): a block's round takes gate tiles and their up tiles in pairs
+// (the same K split and sums). Shapes: gemv_q_v6_swiglu_ok (N % 32 == 0 and a schedule with ≥ 2 tiles a
+// block), else cudaErrorNotSupported; limit > 0.
+bool gemv_q_v6_swiglu_ok(WFmt f, int64_t N, int64_t K);
+cudaError_t gemv_q_v6_swiglu(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float limit,
+                             float* act, int64_t lda, cudaStream_t s, const GemvPlan* plan = nullptr);
 // v6's schedule knobs, for a sweep in the op test's perf mode (the backend uses the defaults): K is split
 // until tiles · slices ≥ items while every slice keeps ≥ min_steps steps of 128 k (64 for bf16), and
 // over up to `ranks` cluster ranks before a block's warps take the rest. Same contract as gemv_q_v6;
