@@ -209,7 +209,7 @@ void op_checks(CpuBackend& cpu, CudaBackend& gpu) {
   {  // copy_rows_multi (one kernel on CUDA): 3 column slices of the same rows into two buffers, a row −1
     const int64_t n = 5, lds = 40, rows = 12;
     auto src = randv(g, 9 * lds);
-    std::vector<int32_t> sr{8, 0, 3, 3, 6}, d0{1, 4, -1, 7, 10}, d1{0, 2, 3, 5, 11}, d2{6, 8, 9, -1, 1};
+    std::vector<int32_t> sr{8, 0, 3, 3, 6}, d0{1, 4, -1, 7, 10}, d1{0, 2, 3, 5, 11}, d2{6, 8, 9, -1, 11};
     cases.push_back({"copy_rows_multi", [=](Backend& be) {
                        Buffer<float> S(be, src), A(be, rows * 16), B(be, rows * 8);
                        Buffer<int32_t> SR(be, sr), D0(be, d0), D1(be, d1), D2(be, d2);
