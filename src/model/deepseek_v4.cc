@@ -335,16 +335,10 @@ void DeepseekV4Model::emit_entries(const V4Compressor& w, const float* ring_kv, 
                                    const float* gate, int64_t ld, int64_t p0, const int32_t* wins,
                                    const int32_t* ring_rows, const int32_t* wpos, const int32_t* page_rows, int64_t nw,
                                    float* page_base) {
-  const int m = w.rate, width = w.width;
-  const int S = w.overlap ? 2 * m : m;  // pooled slots per entry
-  if (nw == 0) return;
-  Buffer<float> skv(be_, nw * S * width), sg(be_, nw * S * width), out(be_, nw * width);
-  be_.compress_windows(ring_kv, ring_gate, kv, gate, ld, p0, w.ape.data(), m, width, w.overlap, wins, ring_rows, nw,
-                       skv.data(), sg.data());
-  be_.compress_pool(skv.data(), sg.data(), nw, S, width, out.data());
-  be_.rms_norm(out.data(), nw, width, width, w.norm.data(), (float)cfg_.rms_norm_eps, out.data());
-  be_.rope(out.data(), nw, width, 1, width, cfg_.rope_dim, wpos, inv_freq_compress_.data(), false);
-  be_.copy_rows(out.data(), width, nullptr, page_base, width, page_rows, nw, width);  // one scatter (−1: kept out)
+  // pool → norm → rope → scatter (rows −1 kept out): one op (Backend::compress_emit)
+  be_.compress_emit(ring_kv, ring_gate, kv, gate, ld, p0, w.ape.data(), w.rate, w.width, w.overlap, wins, ring_rows, nw,
+                    w.norm.data(), (float)cfg_.rms_norm_eps, cfg_.rope_dim, wpos, inv_freq_compress_.data(), page_base,
+                    page_rows);
 }
 
 void DeepseekV4Model::attention(int l, Step& st) {
@@ -442,12 +436,12 @@ void DeepseekV4Model::attention(int l, Step& st) {
                     cp->ent_off_d.data() + r0, ent_idx_d.data());
   }
   if (comp && cp->n_push) {  // the step's tokens into the compressor rings, after the chunks' closings read them
-    be_.copy_rows(ckv, nc, cp->push_src, comp_ring, cw, cp->push_kv, cp->n_push, cw);
-    be_.copy_rows(cgate, nc, cp->push_src, comp_ring, cw, cp->push_gate, cp->n_push, cw);
-    if (csa) {
-      be_.copy_rows(ikv, nc, cp->push_src, idx_ring, icw, cp->push_ikv, cp->n_push, icw);
-      be_.copy_rows(igate, nc, cp->push_src, idx_ring, icw, cp->push_igate, cp->n_push, icw);
-    }
+    // kv, gate (then the indexer's kv, gate) column slices of the same rows: one op
+    const Backend::RowCopy sets[4] = {{0, comp_ring, cw, cp->push_kv, cw},
+                                      {cw, comp_ring, cw, cp->push_gate, cw},
+                                      {2 * cw, idx_ring, icw, cp->push_ikv, icw},
+                                      {2 * cw + icw, idx_ring, icw, cp->push_igate, icw}};
+    be_.copy_rows_multi(ckv, nc, cp->push_src, sets, csa ? 4 : 2, cp->n_push);
   }
   if (decode && comp) {
     const int64_t all_ring = std::numeric_limits<int64_t>::max();  // every position from the rings
@@ -491,14 +485,16 @@ void DeepseekV4Model::moe(const V4Layer& L, const float* h, const int32_t* token
   be_.moe_route(logits.data(), T, (int)E, (int)K, scoring, L.hash ? nullptr : L.gate_bias.data(),
                 L.hash ? L.tid2eid.data() : nullptr, tokens, normalize, (float)cfg_.routed_scaling_factor, sel.data(),
                 wsel.data());
-  be_.moe_ffn(h, T, *L.experts, sel.data(), wsel.data(), (int)K, (float)cfg_.swiglu_limit, out);
+  // The shared expert first (w13 with its SwiGLU, then w2); moe_ffn adds its output after the routed sum
+  // (the bits of the add_rows that followed the routed experts before).
+  Buffer<float> act, ye;  // [T, I], [T, D]
   if (L.shared_w13) {
-    Buffer<float> gu(be_, T * 2 * I), act(be_, T * I), ye(be_, T * D);
-    be_.linear(h, T, D, *L.shared_w13, gu.data(), 2 * I);
-    be_.swiglu_clamp(gu.data(), T, I, (float)cfg_.swiglu_limit, nullptr, act.data());
+    act = Buffer<float>(be_, T * I);
+    ye = Buffer<float>(be_, T * D);
+    be_.linear_swiglu(h, T, D, *L.shared_w13, (float)cfg_.swiglu_limit, act.data());
     be_.linear(act.data(), T, I, *L.shared_w2, ye.data(), D);
-    be_.add_rows(ye.data(), T, D, nullptr, nullptr, out);
   }
+  be_.moe_ffn(h, T, *L.experts, sel.data(), wsel.data(), (int)K, (float)cfg_.swiglu_limit, ye.data(), out);
 }
 
 std::vector<float> DeepseekV4Model::forward(std::span<const V4SeqChunk> batch, V4Cache& cache) {

@@ -182,6 +182,19 @@ class Backend {
   // destination rows must be distinct within one call.
   virtual void add_rows(const float* src, int64_t n, int64_t width, const float* w, const int32_t* dst_rows,
                         float* dst) = 0;
+  // Several copy_rows with one source row list (a step's pushes of one projection's column slices into
+  // their rings): for every set k < nsets (≤ 4), copy_rows(src + sets[k].col, lds, src_rows, sets[k].dst,
+  // sets[k].ldd, sets[k].dst_rows, n, sets[k].width). The sets' destinations must not overlap each other
+  // or src. Default: those copy_rows in set order (one launch on CUDA).
+  struct RowCopy {
+    int64_t col = 0;                   // first source column
+    float* dst = nullptr;
+    int64_t ldd = 0;                   // destination row stride
+    const int32_t* dst_rows = nullptr;  // [n] (< 0: skipped); null: row i
+    int64_t width = 0;
+  };
+  virtual void copy_rows_multi(const float* src, int64_t lds, const int32_t* src_rows, const RowCopy* sets, int nsets,
+                               int64_t n);
 
   // Takes a float32 W[N, K] into the backend's layout (the caller may free w afterwards).
   virtual WeightPtr make_weight(const float* w, int64_t N, int64_t K) = 0;
@@ -200,6 +213,10 @@ class Backend {
                              int64_t ldy) = 0;
   // y[M, N] (row stride ldy) = x[M, K] (row stride ldx) · Wᵀ. y may not alias x.
   virtual void linear(const float* x, int64_t M, int64_t ldx, const Weight& w, float* y, int64_t ldy) = 0;
+  // act[M, I] (contiguous) = swiglu_clamp(x · W13ᵀ, limit), W13 [2I, K] = gate rows over up rows (a dense
+  // FFN's first half, e.g. the shared expert). Default: linear into a [M, 2I] buffer, then swiglu_clamp
+  // (CUDA: the GEMV's fused epilogue where the GEMV takes it; the same bits).
+  virtual void linear_swiglu(const float* x, int64_t M, int64_t ldx, const Weight& w13, float limit, float* act);
 
   // ---- MoE ----
   // Takes the E experts of a layer: w13[e] [2I, D] (gate rows over up rows), w2[e] [D, I].
@@ -212,9 +229,11 @@ class Backend {
                          const int32_t* tid2eid, const int32_t* tokens, bool normalize, float route_scale,
                          int32_t* sel, float* wsel) = 0;
   // out[T, D] = Σ_k wsel[t, k] · W2_e · swiglu_clamp(W13_e · h[t], limit), e = sel[t, k], summed over a
-  // token's experts in ascending expert id (h [T, D], sel / wsel [T, K]).
+  // token's experts in ascending expert id (h [T, D], sel / wsel [T, K]), then + shared[t] when shared
+  // [T, D] is not null (the shared expert's output: one f32 add after the routed sum, the bits of an
+  // add_rows of shared into out afterwards). shared may not alias out.
   virtual void moe_ffn(const float* h, int64_t T, const Experts& ex, const int32_t* sel, const float* wsel, int K,
-                       float limit, float* out) = 0;
+                       float limit, const float* shared, float* out) = 0;
 
   // Per row m of score[M, n] (row stride n): the k = min(topk, n_vis[m]) largest of score[m, 0 .. n_vis[m])
   // (ties to the lower index), in ascending index order, mapped through rowmap (rowmap[j] when
@@ -295,6 +314,17 @@ class Backend {
                                 const int32_t* win_ids, const int32_t* ring_rows, int64_t nw, float* skv,
                                 float* sg) = 0;
 
+  // A compressor's entries, from its windows to the cache (DeepSeek-V4's emit step): for the nw windows
+  // of compress_windows' arguments, entry i = rope(rms_norm(compress_pool(window i), norm_w, eps),
+  // position pos[i]) — RoPE on the trailing rope_dim channels (one head of `width`, inv_freq
+  // [rope_dim / 2]) — written to dst row dst_rows[i] (row stride width; < 0: not written, as copy_rows).
+  // Default: compress_windows, compress_pool, rms_norm, rope, copy_rows (CUDA: one kernel where it applies).
+  virtual void compress_emit(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
+                             int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
+                             const int32_t* win_ids, const int32_t* ring_rows, int64_t nw, const float* norm_w,
+                             float eps, int rope_dim, const int32_t* pos, const float* inv_freq, float* dst,
+                             const int32_t* dst_rows);
+
   // ---- DeepSeek-V4.1 ----
   // KV QAT simulation in place (quantize, then dequantize to float32): x[n] in blocks of consecutive
   // values (n a multiple of the block), each block with its own scale, round to nearest even.
@@ -359,5 +389,34 @@ class Buffer {
   int64_t n_ = 0;
   T* p_ = nullptr;
 };
+
+// ---- the default (composed) fused ops: the existing ops in sequence, so their bits are those ops' ----
+inline void Backend::copy_rows_multi(const float* src, int64_t lds, const int32_t* src_rows, const RowCopy* sets,
+                                     int nsets, int64_t n) {
+  for (int k = 0; k < nsets; ++k)
+    copy_rows(src + sets[k].col, lds, src_rows, sets[k].dst, sets[k].ldd, sets[k].dst_rows, n, sets[k].width);
+}
+inline void Backend::linear_swiglu(const float* x, int64_t M, int64_t ldx, const Weight& w13, float limit,
+                                   float* act) {
+  const int64_t I = w13.N / 2;
+  Buffer<float> gu(*this, M * 2 * I);  // [M, 2I]
+  linear(x, M, ldx, w13, gu.data(), 2 * I);
+  swiglu_clamp(gu.data(), M, I, limit, nullptr, act);
+}
+inline void Backend::compress_emit(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
+                                   int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
+                                   const int32_t* win_ids, const int32_t* ring_rows, int64_t nw, const float* norm_w,
+                                   float eps, int rope_dim, const int32_t* pos, const float* inv_freq, float* dst,
+                                   const int32_t* dst_rows) {
+  if (nw <= 0) return;
+  const int S = overlap ? 2 * m : m;  // pooled slots per entry
+  Buffer<float> skv(*this, nw * S * width), sg(*this, nw * S * width), out(*this, nw * width);
+  compress_windows(ring_kv, ring_gate, kv, gate, ld, p0, ape, m, width, overlap, win_ids, ring_rows, nw, skv.data(),
+                   sg.data());
+  compress_pool(skv.data(), sg.data(), nw, S, width, out.data());
+  rms_norm(out.data(), nw, width, width, norm_w, eps, out.data());
+  rope(out.data(), nw, width, 1, width, rope_dim, pos, inv_freq, false);
+  copy_rows(out.data(), width, nullptr, dst, width, dst_rows, nw, width);  // one scatter (−1: kept out)
+}
 
 }  // namespace deepinfer

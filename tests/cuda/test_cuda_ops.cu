@@ -2647,7 +2647,7 @@ Result moe_grouped_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, int64_
     }
     ExpertsPtr ex = cpu().make_experts(std::move(c13), std::move(c2));
     std::vector<float> oc(T * D);
-    cpu().moe_ffn(hb.data(), T, *ex, sel.data(), wsel.data(), K, lim, oc.data());
+    cpu().moe_ffn(hb.data(), T, *ex, sel.data(), wsel.data(), K, lim, nullptr, oc.data());
     expect_nmse(res, "vs CpuBackend::moe_ffn (f32 act)", out, oc, 1e-4);
   }
   if (T > 9) {  // the first 9 tokens alone (tile height 16): the same bits
@@ -3078,6 +3078,352 @@ void register_smallk(const std::function<std::string(const char*, int64_t)>& nm1
 }
 
 // =================================================================================================
+// fusecomp: the compressor chain, the compressor-ring pushes and the shared expert in fewer launches
+// (compress_emit, copy_rows_multi, gemv_q(_v3)_swiglu, moe_combine's shared addend)
+// =================================================================================================
+// compress_emit against its CPU twin (CpuBackend's composition: compress_windows, compress_pool, rms_norm,
+// rope, copy_rows) over the whole page buffer: the written rows by NMSE, every other row bitwise untouched;
+// the fused rows also against the unfused CUDA chain (bitwise equality expected and reported, not
+// required: FMA contraction is the compiler's), and a graph launch bitwise equal to the eager one.
+// Decode (n = 0): B windows, each in its own slot's ring (ring_rows), every position from the rings
+// (p0 = max), window ids random (window 0 first when overlap: its absent half), about close_pct % of the
+// rows written (the others −1). Prefill (n > 0): one sequence's chunk [p0, p0 + n) closing every window it
+// completes, positions before p0 from its ring (ring_rows null), the rest from the chunk's projections.
+Result compress_emit_case(int m, int width, bool overlap, int64_t B, int close_pct, int64_t p0, int64_t n,
+                          const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const bool prefill = n > 0;
+  const int R = overlap ? 2 * m : m, S = R, rd = std::min(64, width / 2 * 2);
+  const int64_t cw = (overlap ? 2 : 1) * (int64_t)width, ld = 2 * cw + 8;  // [kv | gate | others]
+  const int64_t nslots = prefill ? 1 : B + 3;
+  const float eps = 1e-6f;
+  std::vector<float> rkv = randn(r, nslots * R * cw), rg = randn(r, nslots * R * cw, 2.0f), ape = randn(r, m * cw, 0.5f);
+  std::vector<float> proj = randn(r, std::max<int64_t>(n, 1) * ld, 1.5f), norm(width), inv(rd / 2);
+  for (auto& v : norm) v = 1.0f + 0.3f * r.normal();
+  for (int i = 0; i < rd / 2; ++i) inv[i] = std::pow(160000.0f, -2.0f * i / rd);
+  std::vector<int32_t> wins, rrows, pos, drows;
+  if (prefill) {
+    for (int64_t i = 0; i < n; ++i)
+      if ((p0 + i + 1) % m == 0) wins.push_back((int32_t)((p0 + i) / m));
+  } else {
+    for (int64_t b = 0; b < B; ++b) {
+      wins.push_back(b == 0 && overlap ? 0 : r.range(0, 5000));
+      rrows.push_back((int32_t)((b + 2) * R));  // slot b + 2 (rows of cw)
+    }
+  }
+  const int64_t nw = (int64_t)wins.size(), P = 2 * nw + 16;  // page rows
+  for (int32_t w : wins) pos.push_back(w * m);
+  std::vector<int32_t> perm(P);
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int64_t i = P - 1; i > 0; --i) std::swap(perm[i], perm[r.range(0, (int)i + 1)]);
+  for (int64_t i = 0; i < nw; ++i) drows.push_back(prefill || r.range(0, 100) < close_pct ? perm[i] : -1);
+  const std::vector<float> dst0 = randn(r, P * width);
+  const int64_t p0_arg = prefill ? p0 : std::numeric_limits<int64_t>::max();
+  DBuf drkv = dup(rkv, "ring_kv"), drg = dup(rg, "ring_gate"), dape = dup(ape, "ape"), dproj = dup(proj, "proj"),
+       dnorm = dup(norm, "norm"), dinv = dup(inv, "inv_freq"), dwin = dup(wins, "wins"), drr = dup(rrows, "ring_rows"),
+       dpos = dup(pos, "pos"), ddr = dup(drows, "dst_rows"), ddst = dup(dst0, "dst"), dref = dup(dst0, "dst_unfused"),
+       dskv = dalloc(nw * S * width * 4, "skv"), dsg = dalloc(nw * S * width * 4, "sg"), dout = dalloc(nw * width * 4, "out");
+  const float* pk = dproj.as<float>();
+  const int32_t* rr = prefill ? nullptr : drr.as<int32_t>();
+  auto fused = [&](float* dst, cudaStream_t st) {
+    CK(dc::compress_emit(drkv.as<float>(), drg.as<float>(), pk, pk + cw, ld, p0_arg, dape.as<float>(), m, width, overlap,
+                         dwin.as<int32_t>(), rr, nw, dnorm.as<float>(), eps, rd, dpos.as<int32_t>(), dinv.as<float>(), dst,
+                         ddr.as<int32_t>(), st));
+  };
+  auto unfused = [&](float* dst, cudaStream_t st) {
+    CK(dc::compress_windows(drkv.as<float>(), drg.as<float>(), pk, pk + cw, ld, p0_arg, dape.as<float>(), m, width, overlap,
+                            dwin.as<int32_t>(), rr, nw, dskv.as<float>(), dsg.as<float>(), st));
+    CK(dc::compress_pool(dskv.as<float>(), dsg.as<float>(), nw, S, width, dout.as<float>(), st));
+    CK(dc::rms_norm(dout.as<float>(), nw, width, width, dnorm.as<float>(), eps, dout.as<float>(), nullptr, st));
+    CK(dc::rope(dout.as<float>(), nw, width, 1, width, rd, dpos.as<int32_t>(), dinv.as<float>(), false, st));
+    CK(dc::copy_rows(dout.as<float>(), width, nullptr, 0, 0, dst, width, ddr.as<int32_t>(), 0, 0, nw, width, st));
+  };
+  fused(ddst.as<float>(), 0);
+  unfused(dref.as<float>(), 0);
+  auto got = down<float>(ddst, P * width), chain = down<float>(dref, P * width);
+  std::vector<float> ref(dst0);
+  cpu().compress_emit(rkv.data(), rg.data(), proj.data(), proj.data() + cw, ld, p0_arg, ape.data(), m, width, overlap,
+                      wins.data(), prefill ? nullptr : rrows.data(), nw, norm.data(), eps, rd, pos.data(), inv.data(),
+                      ref.data(), drows.data());
+  std::vector<float> gw, rw;
+  bool kept = true;
+  int64_t written = 0, chain_diff = 0;
+  std::vector<bool> is_written(P, false);
+  for (int32_t d : drows)
+    if (d >= 0) is_written[d] = true;
+  for (int64_t row = 0; row < P; ++row) {
+    const float* g = got.data() + row * width;
+    if (is_written[row]) {
+      ++written;
+      gw.insert(gw.end(), g, g + width);
+      rw.insert(rw.end(), ref.data() + row * width, ref.data() + (row + 1) * width);
+      chain_diff += !rows_bitwise_equal(g, chain.data() + row * width, width);
+    } else {
+      kept &= rows_bitwise_equal(g, dst0.data() + row * width, width);
+    }
+  }
+  expect_nmse(res, "entries", gw, rw, 1e-10);
+  expect_true(res, kept, "a row that is not a closing window's was written");
+  std::string err;
+  const bool captured = run_in_graph([&](cudaStream_t st) { fused(dref.as<float>(), st); }, err);
+  expect_true(res, captured, "graph capture: " + err);
+  if (captured) expect_true(res, down<float>(dref, P * width) == got, "graph != eager (bitwise)");
+  char buf[200];
+  snprintf(buf, sizeof buf, "%ld of %ld windows written; %s ", (long)written, (long)nw,
+           chain_diff ? "differs from the unfused CUDA chain in some rows (info)" : "== unfused CUDA chain (bitwise)");
+  res.detail += buf;
+  if (chain_diff) res.detail += std::to_string(chain_diff) + " rows differ ";
+  if (g_perf) {
+    constexpr int reps = 20;
+    res.graph_us = time_graph_us([&](cudaStream_t st) { fused(ddst.as<float>(), st); }, reps);
+    const double un = time_graph_us([&](cudaStream_t st) { unfused(dref.as<float>(), st); }, reps);
+    res.us = time_us([&] { fused(ddst.as<float>(), 0); });
+    res.bytes = (double)written * (S * width * 8.0 + width * 4.0);
+    snprintf(buf, sizeof buf, "graph/call: fused %.2f us, unfused chain (5 launches) %.2f us (%.2fx) ", res.graph_us, un,
+             un / res.graph_us);
+    res.detail += buf;
+  }
+  return res;
+}
+
+// copy_rows_multi against the CPU twin (copy_rows per set): the compressor-ring pushes of a step (kv, gate
+// of the main compressor, then the indexer's, column slices of one projection row of width 2·cw + 2·icw);
+// both rings compared bitwise whole (rows −1 and the rows no set names untouched), graph == eager.
+Result copy_rows_multi_case(int64_t n, int nsets, int skip_pct, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const int64_t cw = 1024, icw = 256, lds = 2 * cw + 2 * icw, nsrc = n + 5;
+  const int64_t RA = 2 * n + 7, RB = 2 * n + 9;  // ring rows (kv rows and gate rows of one ring buffer)
+  std::vector<float> src = randn(r, nsrc * lds), ra0 = randn(r, RA * cw), rb0 = randn(r, RB * icw);
+  std::vector<int32_t> srows(n), rows[4];
+  for (auto& v : srows) v = r.range(0, (int)nsrc);
+  for (int k = 0; k < 4; k += 2) {  // sets k, k + 1 share a ring: distinct rows across both
+    const int64_t RR = k == 0 ? RA : RB;
+    std::vector<int32_t> perm(RR);
+    std::iota(perm.begin(), perm.end(), 0);
+    for (int64_t i = RR - 1; i > 0; --i) std::swap(perm[i], perm[r.range(0, (int)i + 1)]);
+    for (int64_t i = 0; i < n; ++i) {
+      rows[k].push_back(r.range(0, 100) < skip_pct ? -1 : perm[i]);
+      rows[k + 1].push_back(r.range(0, 100) < skip_pct ? -1 : perm[n + i]);
+    }
+  }
+  DBuf dsrc = dup(src, "src"), dsr = dup(srows, "src_rows"), dra = dup(ra0, "ring_a"), drb = dup(rb0, "ring_b"),
+       dra2 = dup(ra0, "ring_a_graph"), drb2 = dup(rb0, "ring_b_graph"), dr0 = dup(rows[0], "rows_kv"),
+       dr1 = dup(rows[1], "rows_gate"), dr2 = dup(rows[2], "rows_ikv"), dr3 = dup(rows[3], "rows_igate");
+  const int64_t col[4] = {0, cw, 2 * cw, 2 * cw + icw}, wid[4] = {cw, cw, icw, icw};
+  const DBuf* drow[4] = {&dr0, &dr1, &dr2, &dr3};
+  auto dsets = [&](const DBuf& a, const DBuf& b, dc::RowCopySet* s) {
+    for (int k = 0; k < 4; ++k) s[k] = {col[k], (k < 2 ? a : b).as<float>(), wid[k], drow[k]->as<int32_t>(), wid[k]};
+  };
+  dc::RowCopySet s1[4], s2[4];
+  dsets(dra, drb, s1);
+  dsets(dra2, drb2, s2);
+  CK(dc::copy_rows_multi(dsrc.as<float>(), lds, dsr.as<int32_t>(), s1, nsets, n, 0));
+  auto ga = down<float>(dra, RA * cw), gb = down<float>(drb, RB * icw);
+  std::vector<float> ra(ra0), rb(rb0);
+  Backend::RowCopy hs[4];
+  for (int k = 0; k < 4; ++k) hs[k] = {col[k], k < 2 ? ra.data() : rb.data(), wid[k], rows[k].data(), wid[k]};
+  cpu().copy_rows_multi(src.data(), lds, srows.data(), hs, nsets, n);
+  expect_true(res, ga == ra && gb == rb, "rings differ from copy_rows per set (bitwise)");
+  std::string err;
+  const bool captured =
+      run_in_graph([&](cudaStream_t st) { CK(dc::copy_rows_multi(dsrc.as<float>(), lds, dsr.as<int32_t>(), s2, nsets, n, st)); }, err);
+  expect_true(res, captured, "graph capture: " + err);
+  if (captured) expect_true(res, down<float>(dra2, RA * cw) == ga && down<float>(drb2, RB * icw) == gb, "graph != eager");
+  if (res.pass) res.detail += "== copy_rows per set (bitwise), graph == eager ";
+  if (g_perf) {
+    constexpr int reps = 20;
+    res.graph_us = time_graph_us(
+        [&](cudaStream_t st) { CK(dc::copy_rows_multi(dsrc.as<float>(), lds, dsr.as<int32_t>(), s1, nsets, n, st)); }, reps);
+    const double un = time_graph_us(
+        [&](cudaStream_t st) {
+          for (int k = 0; k < nsets; ++k)
+            CK(dc::copy_rows(dsrc.as<float>() + col[k], lds, dsr.as<int32_t>(), 0, 0, s1[k].dst, wid[k], s1[k].dst_rows, 0,
+                             0, n, wid[k], st));
+        },
+        reps);
+    res.us = time_us([&] { CK(dc::copy_rows_multi(dsrc.as<float>(), lds, dsr.as<int32_t>(), s1, nsets, n, 0)); });
+    int64_t w = 0;
+    for (int k = 0; k < nsets; ++k) w += wid[k];
+    res.bytes = n * w * 8.0;
+    char buf[160];
+    snprintf(buf, sizeof buf, "graph/call: one launch %.2f us, %d copy_rows %.2f us (%.2fx) ", res.graph_us, nsets, un,
+             un / res.graph_us);
+    res.detail += buf;
+  }
+  return res;
+}
+
+// The dense GEMV's fused SwiGLU (linear_swiglu: the shared expert's w13 at decode): act bitwise
+// swiglu_clamp of the unfused GEMV's output (check_fused_swiglu: act padding untouched, the clamp reached),
+// NMSE against swiglu_clamp of the f64 reference, and every row launched alone bitwise equal to the
+// same row in the M-row launch. v3: gemv_q_v3(_swiglu) (the backend's M ≤ 8), else gemv_q(_swiglu).
+Result gemv_swiglu_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int ver, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const HostQ q = make_hostq(r, fmt, N, K, 0);
+  const int64_t I = N / 2, ldx = K + 4;
+  const float lim = 1.0f;
+  std::vector<float> x = randn(r, M * ldx);
+  DevQ dq = upload_q(q);
+  DBuf dx = dup(x, "x"), dact = dalloc(M * I * 4, "act"), dact1 = dalloc(I * 4, "act_alone"), dgu = dalloc(M * N * 4, "gu");
+  auto plain = [&](const float* xp, int64_t rows, float* y, int64_t ldy, cudaStream_t st) {
+    return ver == 3   ? dc::gemv_q_v3(xp, rows, K, ldx, dq.ref(), N, y, ldy, st)
+           : ver == 6 ? dc::gemv_q_v6(xp, rows, K, ldx, dq.ref(), N, y, ldy, st)
+                      : dc::gemv_q(xp, rows, K, ldx, dq.ref(), N, y, ldy, st);
+  };
+  auto fused = [&](const float* xp, int64_t rows, float limit, float* a, int64_t lda, cudaStream_t st) {
+    return ver == 3   ? dc::gemv_q_v3_swiglu(xp, rows, K, ldx, dq.ref(), N, limit, a, lda, st)
+           : ver == 6 ? dc::gemv_q_v6_swiglu(xp, rows, K, ldx, dq.ref(), N, limit, a, lda, st)
+                      : dc::gemv_q_swiglu(xp, rows, K, ldx, dq.ref(), N, limit, a, lda, st);
+  };
+  if (ver == 6) expect_true(res, dc::gemv_q_v6_swiglu_ok(fmt, N, K), "gemv_q_v6_swiglu_ok false for this shape");
+  check_fused_swiglu(res, M, N, I + 4, lim, [&](bool fuse, float limit, float* y, int64_t ldy) {
+    return fuse ? fused(dx.as<float>(), M, limit, y, ldy, 0) : plain(dx.as<float>(), M, y, ldy, 0);
+  });
+  poison(dact);
+  CK(fused(dx.as<float>(), M, lim, dact.as<float>(), I, 0));
+  auto ag = down<float>(dact, M * I);
+  std::vector<int64_t> all(N);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<float> gu(M * N), ar(M * I);
+  std::vector<double> yd;
+  bool inv_ok = true;
+  for (int64_t m = 0; m < M; ++m) {
+    gemv_ref_rows(q, x.data() + m * ldx, all, yd);
+    for (int64_t c = 0; c < N; ++c) gu[m * N + c] = (float)yd[c];
+    poison(dact1);
+    CK(fused(dx.as<float>() + m * ldx, 1, lim, dact1.as<float>(), I, 0));
+    auto a1 = down<float>(dact1, I);
+    inv_ok &= rows_bitwise_equal(a1.data(), ag.data() + m * I, I);
+  }
+  cpu().swiglu_clamp(gu.data(), M, I, lim, nullptr, ar.data());
+  expect_nmse(res, "act", ag, ar, 1e-6);
+  expect_true(res, inv_ok, "batch invariance: a row alone differs from the same row in the batch");
+  if (g_perf) {
+    constexpr int reps = 20;
+    res.graph_us = time_graph_us([&](cudaStream_t st) { CK(fused(dx.as<float>(), M, lim, dact.as<float>(), I, st)); }, reps);
+    const double un = time_graph_us(
+        [&](cudaStream_t st) {
+          CK(plain(dx.as<float>(), M, dgu.as<float>(), N, st));
+          CK(dc::swiglu_clamp(dgu.as<float>(), M, I, lim, nullptr, dact.as<float>(), nullptr, st));
+        },
+        reps);
+    res.us = time_us([&] { CK(fused(dx.as<float>(), M, lim, dact.as<float>(), I, 0)); });
+    res.bytes = (double)(q.w.size() + q.s.size()) + M * K * 4.0 + M * I * 4.0;
+    char buf[160];
+    snprintf(buf, sizeof buf, "graph/call: fused %.2f us, gemv + swiglu_clamp %.2f us (%.2fx) ", res.graph_us, un,
+             un / res.graph_us);
+    res.detail += buf;
+  }
+  return res;
+}
+
+// moe_combine with the shared expert's output (moe_ffn's shared addend) bitwise equal to the combine
+// without it followed by add_rows (the unfused order), for the current and the v1 kernel.
+Result combine_shared_case(int64_t T, int K, int64_t D, bool slots, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const int64_t S = T * K;
+  std::vector<float> ye = randn(r, S * D), w = randn(r, S), sh = randn(r, T * D, 0.5f);
+  std::vector<int32_t> sel(S), slot(S);
+  for (int64_t i = 0; i < S; ++i) sel[i] = (int32_t)((i * 37 + r.range(0, 5)) % 256), slot[i] = (int32_t)(S - 1 - i);
+  DBuf dye = dup(ye, "ye"), dw = dup(w, "wsel"), dsh = dup(sh, "shared"), dsel = dup(sel, "sel"), dsl = dup(slot, "slot"),
+       d1 = dalloc(T * D * 4, "out_fused"), d2 = dalloc(T * D * 4, "out_unfused");
+  const int32_t* sr = slots ? dsl.as<int32_t>() : nullptr;
+  for (int v1 = 0; v1 < 2; ++v1) {
+    auto comb = v1 ? dc::moe_combine_v1 : dc::moe_combine;
+    poison(d1), poison(d2);
+    CK(comb(dye.as<float>(), dsel.as<int32_t>(), dw.as<float>(), sr, T, K, D, dsh.as<float>(), d1.as<float>(), 0));
+    CK(comb(dye.as<float>(), dsel.as<int32_t>(), dw.as<float>(), sr, T, K, D, nullptr, d2.as<float>(), 0));
+    CK(dc::add_rows(dsh.as<float>(), T, D, nullptr, nullptr, d2.as<float>(), 0));
+    expect_true(res, down<float>(d1, T * D) == down<float>(d2, T * D),
+                std::string(v1 ? "v1: " : "") + "combine(+shared) != combine, add_rows (bitwise)");
+  }
+  if (res.pass) res.detail += "combine(+shared) == combine then add_rows (bitwise, both kernels) ";
+  if (g_perf) {
+    constexpr int reps = 20;
+    res.graph_us = time_graph_us([&](cudaStream_t st) {
+      CK(dc::moe_combine(dye.as<float>(), dsel.as<int32_t>(), dw.as<float>(), sr, T, K, D, dsh.as<float>(), d1.as<float>(), st));
+    }, reps);
+    const double un = time_graph_us([&](cudaStream_t st) {
+      CK(dc::moe_combine(dye.as<float>(), dsel.as<int32_t>(), dw.as<float>(), sr, T, K, D, nullptr, d2.as<float>(), st));
+      CK(dc::add_rows(dsh.as<float>(), T, D, nullptr, nullptr, d2.as<float>(), st));
+    }, reps);
+    res.us = time_us([&] {
+      CK(dc::moe_combine(dye.as<float>(), dsel.as<int32_t>(), dw.as<float>(), sr, T, K, D, dsh.as<float>(), d1.as<float>(), 0));
+    });
+    res.bytes = S * D * 4.0 + T * D * 8.0;
+    char buf[160];
+    snprintf(buf, sizeof buf, "graph/call: combine+shared %.2f us, combine + add_rows %.2f us (%.2fx) ", res.graph_us, un,
+             un / res.graph_us);
+    res.detail += buf;
+  }
+  return res;
+}
+
+void register_fusecomp(const std::function<std::string(const char*, int64_t)>& nm1) {
+  // V4-Flash shapes: d = 512, index_head_dim = 128, rope_dim = 64; CSA rate 4 (overlap), HCA rate 128
+  for (int64_t B : {1, 4, 8, 32}) {
+    add(nm1("fusecomp compress_emit CSA d=512 m=4 overlap B=%ld (decode, ~half closing)", B),
+        [=] { return compress_emit_case(4, 512, true, B, 50, 0, 0, "fc_ce1"); });
+    add(nm1("fusecomp compress_emit CSA indexer d=128 m=4 overlap B=%ld (decode, ~half closing)", B),
+        [=] { return compress_emit_case(4, 128, true, B, 50, 0, 0, "fc_ce2"); });
+    add(nm1("fusecomp compress_emit HCA d=512 m=128 B=%ld (decode, ~half closing)", B),
+        [=] { return compress_emit_case(128, 512, false, B, 50, 0, 0, "fc_ce3"); });
+  }
+  add("fusecomp compress_emit CSA d=512 m=4 overlap B=1 (decode, closing)", [] { return compress_emit_case(4, 512, true, 1, 100, 0, 0, "fc_ce4"); });
+  add("fusecomp compress_emit HCA d=512 m=128 B=1 (decode, closing)", [] { return compress_emit_case(128, 512, false, 1, 100, 0, 0, "fc_ce5"); });
+  add("fusecomp compress_emit CSA d=512 m=4 overlap B=8 (decode, none closing)", [] { return compress_emit_case(4, 512, true, 8, 0, 0, 0, "fc_ce6"); });
+  add("fusecomp compress_emit CSA d=512 m=4 overlap (prefill p0=37 n=64: ring + chunk)",
+      [] { return compress_emit_case(4, 512, true, 0, 100, 37, 64, "fc_ce7"); });
+  add("fusecomp compress_emit CSA indexer d=128 m=4 overlap (prefill p0=37 n=64)",
+      [] { return compress_emit_case(4, 128, true, 0, 100, 37, 64, "fc_ce8"); });
+  add("fusecomp compress_emit CSA d=512 m=4 overlap (prefill p0=0 n=4096)",
+      [] { return compress_emit_case(4, 512, true, 0, 100, 0, 4096, "fc_ce9"); });
+  add("fusecomp compress_emit HCA d=512 m=128 (prefill p0=100 n=300)", [] { return compress_emit_case(128, 512, false, 0, 100, 100, 300, "fc_ce10"); });
+  add("fusecomp compress_emit HCA d=512 m=128 (prefill p0=0 n=4096)", [] { return compress_emit_case(128, 512, false, 0, 100, 0, 4096, "fc_ce11"); });
+  add("fusecomp compress_emit m=3 width=100 overlap B=5 (column tail, NC=2)", [] { return compress_emit_case(3, 100, true, 5, 60, 0, 0, "fc_ce12"); });
+  add("fusecomp compress_emit m=2 width=1024 B=3 (NC=8)", [] { return compress_emit_case(2, 1024, false, 3, 70, 0, 0, "fc_ce13"); });
+  for (int64_t n : {1, 8, 32}) {
+    add(nm1("fusecomp copy_rows_multi CSA pushes n=%ld (4 sets, stand-in rows -1)", n), [=] { return copy_rows_multi_case(n, 4, 20, "fc_cr1"); });
+    add(nm1("fusecomp copy_rows_multi HCA pushes n=%ld (2 sets)", n), [=] { return copy_rows_multi_case(n, 2, 0, "fc_cr2"); });
+  }
+  add("fusecomp copy_rows_multi n=512 (4 sets, prefill size)", [] { return copy_rows_multi_case(512, 4, 10, "fc_cr3"); });
+  add("fusecomp copy_rows_multi n=3 (1 set)", [] { return copy_rows_multi_case(3, 1, 30, "fc_cr4"); });
+  // shared expert w13 (V4-Flash: fp8 [2·2048, 4096]); v3 at M ≤ 8 (the backend's choice), gemv_q above
+  for (int64_t M : {1, 2, 4, 8})
+    add(nm1("fusecomp gemv_q_v3_swiglu fp8 M=%ld N=4096 K=4096 (shared w13)", M),
+        [=] { return gemv_swiglu_case(dc::WFmt::FP8_B128, M, 4096, 4096, 3, "fc_gs1"); });
+  for (int64_t M : {9, 16, 32})
+    add(nm1("fusecomp gemv_q_swiglu fp8 M=%ld N=4096 K=4096 (shared w13, v4)", M),
+        [=] { return gemv_swiglu_case(dc::WFmt::FP8_B128, M, 4096, 4096, 4, "fc_gs2"); });
+  // v6 (main takes it for every N at M ≤ 8): the schedules of these shapes, one cluster rank and several
+  for (int64_t M : {1, 3, 8})
+    add(nm1("fusecomp gemv_q_v6_swiglu fp8 M=%ld N=4096 K=4096 (shared w13)", M),
+        [=] { return gemv_swiglu_case(dc::WFmt::FP8_B128, M, 4096, 4096, 6, "fc_gs7"); });
+  add("fusecomp gemv_q_v6_swiglu bf16 M=2 N=1024 K=512 (cs 4, sw 2)", [] { return gemv_swiglu_case(dc::WFmt::BF16, 2, 1024, 512, 6, "fc_gs8"); });
+  add("fusecomp gemv_q_v6_swiglu fp8 M=1 N=32768 K=1024 (cs 1, sw 1: the direct store, 8 tiles a block)",
+      [] { return gemv_swiglu_case(dc::WFmt::FP8_B128, 1, 32768, 1024, 6, "fc_gs9"); });
+  add("fusecomp gemv_q_v6_swiglu fp8 M=2 N=8192 K=2048 (cs 4, sw 1)",
+      [] { return gemv_swiglu_case(dc::WFmt::FP8_B128, 2, 8192, 2048, 6, "fc_gs10"); });
+  add("fusecomp gemv_q_v6_swiglu fp8 M=1 N=4128 K=4096 (129 pairs: a round past the last pair)",
+      [] { return gemv_swiglu_case(dc::WFmt::FP8_B128, 1, 4128, 4096, 6, "fc_gs11"); });
+  add("fusecomp gemv_q_v6_swiglu fp8 M=1 N=6144 K=7168 (V4-Pro-like shared w13)",
+      [] { return gemv_swiglu_case(dc::WFmt::FP8_B128, 1, 6144, 7168, 6, "fc_gs12"); });
+  add("fusecomp gemv_q_v3_swiglu bf16 M=3 N=512 K=1024", [] { return gemv_swiglu_case(dc::WFmt::BF16, 3, 512, 1024, 3, "fc_gs3"); });
+  add("fusecomp gemv_q_v3_swiglu fp4 M=1 N=4096 K=4096", [] { return gemv_swiglu_case(dc::WFmt::FP4_B32, 1, 4096, 4096, 3, "fc_gs4"); });
+  add("fusecomp gemv_q_swiglu fp4 M=16 N=4096 K=4096 (v4)", [] { return gemv_swiglu_case(dc::WFmt::FP4_B32, 16, 4096, 4096, 4, "fc_gs5"); });
+  add("fusecomp gemv_q_swiglu fp8 M=12 N=6144 K=7168 (V4-Pro-like shared w13, v4)",
+      [] { return gemv_swiglu_case(dc::WFmt::FP8_B128, 12, 6144, 7168, 4, "fc_gs6"); });
+  for (int64_t T : {1, 8})
+    add(nm1("fusecomp moe_combine + shared T=%ld K=6 D=4096 (decode slot order)", T),
+        [=] { return combine_shared_case(T, 6, 4096, false, "fc_cs1"); });
+  add("fusecomp moe_combine + shared T=64 K=6 D=4096 (slot_row)", [] { return combine_shared_case(64, 6, 4096, true, "fc_cs2"); });
+}
+
+// =================================================================================================
 void register_cases() {
   const int64_t D = 4096, H = 64, d = 512, ql = 1024, ol = 1024, G = 8, I = 2048, Vv = 129280;
   char buf[200];
@@ -3086,6 +3432,7 @@ void register_cases() {
     return std::string(buf);
   };
   register_smallk([&](const char* fmt, int64_t v) { return nm(fmt, (long)v); });
+  register_fusecomp([&](const char* fmt, int64_t v) { return nm(fmt, (long)v); });
   add(nm("f32_to_bf16 n=%d", 1 << 24), [] { return cvt_case(1 << 24, "cvt"); });
   for (auto MK : {std::pair<int64_t, int64_t>{64, D}, {4096, 7168}}) {
     const int64_t M = MK.first, K = MK.second;

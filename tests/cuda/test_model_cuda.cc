@@ -189,6 +189,42 @@ void op_checks(CpuBackend& cpu, CudaBackend& gpu) {
                        return a;
                      }, 1e-6});
   }
+  for (bool overlap : {false, true}) {  // compress_emit (one kernel on CUDA): a chunk's windows, one row −1
+    const int m = 4, width = 16, rd = 8;
+    const int64_t cw = (overlap ? 2 : 1) * width, R = overlap ? 2 * m : m, n = 9, p0 = 5, ld = 2 * cw + 4, rows = 6;
+    auto rkv = randv(g, R * cw), rg = randv(g, R * cw), proj = randv(g, n * ld), ape = randv(g, m * cw),
+         nw_ = randv(g, width), invf = randv(g, rd / 2, 0.0f, 1.0f);
+    std::vector<int32_t> wins{1, 2, 0}, pos{4, 8, 0}, dr{3, -1, 5};  // window 0 too (its absent half)
+    cases.push_back({std::string("compress_emit ") + (overlap ? "CSA" : "HCA"), [=](Backend& be) {
+                       Buffer<float> RK(be, rkv), RG(be, rg), P(be, proj), A(be, ape), NW(be, nw_), F(be, invf),
+                           Dst(be, rows * width);
+                       Buffer<int32_t> Wd(be, wins), Ps(be, pos), Dr(be, dr);
+                       be.fill(Dst.data(), rows * width, 0.5f);
+                       be.compress_emit(RK.data(), RG.data(), P.data(), P.data() + cw, ld, p0, A.data(), m, width,
+                                        overlap, Wd.data(), nullptr, (int64_t)wins.size(), NW.data(), 1e-6f, rd,
+                                        Ps.data(), F.data(), Dst.data(), Dr.data());
+                       return Dst.to_host();
+                     }, 1e-5});
+  }
+  {  // copy_rows_multi (one kernel on CUDA): 3 column slices of the same rows into two buffers, a row −1
+    const int64_t n = 5, lds = 40, rows = 12;
+    auto src = randv(g, 9 * lds);
+    std::vector<int32_t> sr{8, 0, 3, 3, 6}, d0{1, 4, -1, 7, 10}, d1{0, 2, 3, 5, 11}, d2{6, 8, 9, -1, 11};
+    cases.push_back({"copy_rows_multi", [=](Backend& be) {
+                       Buffer<float> S(be, src), A(be, rows * 16), B(be, rows * 8);
+                       Buffer<int32_t> SR(be, sr), D0(be, d0), D1(be, d1), D2(be, d2);
+                       be.fill(A.data(), rows * 16, 0.25f);
+                       be.fill(B.data(), rows * 8, -1.0f);
+                       // A's rows d0 and d2 are distinct: the first and third sets write A, the second B
+                       const Backend::RowCopy sets[3] = {{0, A.data(), 16, D0.data(), 16},
+                                                         {16, B.data(), 8, D1.data(), 8},
+                                                         {24, A.data(), 16, D2.data(), 16}};
+                       be.copy_rows_multi(S.data(), lds, SR.data(), sets, 3, n);
+                       auto a = A.to_host(), b = B.to_host();
+                       a.insert(a.end(), b.begin(), b.end());
+                       return a;
+                     }, 0.0});
+  }
   {  // rows: copy_rows, ring_read, add_rows, scale
     const int64_t n = 7, width = 12, rows = 20;
     auto src = randv(g, rows * width), w = randv(g, n);

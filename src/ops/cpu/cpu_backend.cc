@@ -504,9 +504,10 @@ void CpuBackend::moe_route(const float* logits, int64_t T, int E, int K, RouteSc
 }
 
 void CpuBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const int32_t* sel, const float* wsel, int K,
-                         float limit, float* out) {
+                         float limit, const float* shared, float* out) {
   const auto& ex = static_cast<const CpuExperts&>(exb);
   moe_ffn_loop(*this, h, T, ex.D, ex.I, ex.w13, ex.w2, sel, wsel, K, limit, out);
+  if (shared) add_rows(shared, T, ex.D, nullptr, nullptr, out);
 }
 
 void CpuBackend::argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out) {

@@ -720,6 +720,17 @@ void CudaBackend::ring_read(const float* ring, int64_t R, int64_t width, int64_t
   if (impl_->replaying()) return;
   check(cuda::copy_rows(ring, width, nullptr, t0, R, dst, width, nullptr, 0, 0, n, width, impl_->stream), "ring_read");
 }
+// DEEPINFER_CUDA_OFF=fusecomp: copy_rows_multi, compress_emit, linear_swiglu and moe_ffn's shared addend
+// run the unfused kernels (Backend's compositions) instead of their one-launch forms.
+void CudaBackend::copy_rows_multi(const float* src, int64_t lds, const int32_t* src_rows, const RowCopy* sets,
+                                  int nsets, int64_t n) {
+  if (impl_->off("fusecomp") || nsets < 1 || nsets > 4) return Backend::copy_rows_multi(src, lds, src_rows, sets, nsets, n);
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
+  cuda::RowCopySet cs[4];
+  for (int k = 0; k < nsets; ++k) cs[k] = {sets[k].col, sets[k].dst, sets[k].ldd, sets[k].dst_rows, sets[k].width};
+  check(cuda::copy_rows_multi(src, lds, src_rows, cs, nsets, n, impl_->stream), "copy_rows_multi");
+}
 void CudaBackend::add_rows(const float* src, int64_t n, int64_t width, const float* w, const int32_t* dst_rows,
                            float* dst) {
   HostTimer ht_(impl_.get(), Impl::kOp);
@@ -781,6 +792,32 @@ WeightPtr CudaBackend::make_weight(const StoredWeight& sw) {
   return cw;
 }
 
+namespace {
+// The decode GEMV linear() takes for x[M, K] (row stride ldx) · Wᵀ, or None (the GEMMs below it);
+// linear_swiglu fuses its SwiGLU into the same kernel where that kernel has the epilogue (v3, v4).
+enum class GemvPick { None, V6, V3, V4 };
+GemvPick pick_gemv(const CudaBackend::Impl& m, const CudaWeight& w, int64_t M, const float* x, int64_t ldx) {
+  if (w.fmt == WeightFormat::F32) return GemvPick::None;
+  const int64_t K = w.K, N = w.N;
+  // Decode sizes: the tensor-core GEMV reads x in float32 and the weight once (batch invariant for
+  // M ≤ gemv_q_rows: 32 for v4's shapes, 8 for the rest).
+  const int64_t kmul = w.fmt == WeightFormat::BF16 ? 8 : w.fmt == WeightFormat::FP8 ? 128 : 32;
+  if (m.off("gemv_q") || M > cuda::gemv_q_rows(w.ref(), K) || K % kmul || K > 32768 || ldx % 4 ||
+      (uintptr_t)x % 16)
+    return GemvPick::None;
+  // M ≤ 8: v6 where it applies (bf16/fp8, K % 128 == 0; DEEPINFER_CUDA_OFF=gemv_v6 → v3). Since its
+  // per-shape schedule (session 6 sweep, graph-timed M = 1, weights cold: wq_a 6.6 vs v3 7.8 µs, wo_b
+  // 18.1 vs 21.2, shared w13 12.4 vs 14.9; wq_b 14.1 vs 19.3 and the head 256 vs 291 before) it takes
+  // every N; DEEPINFER_CUDA_OFF=gemv_v6_small keeps v3 for N < 16384 (the session-5 split). Else v3
+  // (measured faster than v4 there), v4 with DEEPINFER_CUDA_OFF=gemv_v3. The choice depends on the
+  // weight only, so each row's result stays independent of M.
+  if (M <= 8 && (N >= 16384 || !m.off("gemv_v6_small")) && !m.off("gemv_v6") &&
+      cuda::gemv_q_v6_supported(w.ref().fmt, K))
+    return GemvPick::V6;
+  return M <= 8 && !m.off("gemv_v3") ? GemvPick::V3 : GemvPick::V4;
+}
+}  // namespace
+
 void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& wt, float* y, int64_t ldy) {
   HostTimer ht_(impl_.get(), Impl::kOp);
   if (impl_->replaying()) return;
@@ -792,23 +829,12 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
   }
   if (M <= 0) return;
   const int64_t K = w.K, N = w.N;
-  // Decode sizes: the tensor-core GEMV reads x in float32 and the weight once (batch invariant for
-  // M ≤ gemv_q_rows: 32 for v4's shapes, 8 for the rest).
-  const int64_t kmul = w.fmt == WeightFormat::BF16 ? 8 : w.fmt == WeightFormat::FP8 ? 128 : 32;
-  if (!impl_->off("gemv_q") && M <= cuda::gemv_q_rows(w.ref(), K) && K % kmul == 0 && K <= 32768 && ldx % 4 == 0 &&
-      (uintptr_t)x % 16 == 0) {
-    // M ≤ 8: v6 where it applies (bf16/fp8, K % 128 == 0; DEEPINFER_CUDA_OFF=gemv_v6 → v3). Since its
-    // per-shape schedule (session 6 sweep, graph-timed M = 1, weights cold: wq_a 6.6 vs v3 7.8 µs, wo_b
-    // 18.1 vs 21.2, shared w13 12.4 vs 14.9; wq_b 14.1 vs 19.3 and the head 256 vs 291 before) it takes
-    // every N; DEEPINFER_CUDA_OFF=gemv_v6_small keeps v3 for N < 16384 (the session-5 split). Else v3
-    // (measured faster than v4 there), v4 with DEEPINFER_CUDA_OFF=gemv_v3. The choice depends on the
-    // weight only, so each row's result stays independent of M.
-    if (M <= 8 && (N >= 16384 || !impl_->off("gemv_v6_small")) && !impl_->off("gemv_v6") &&
-        cuda::gemv_q_v6_supported(w.ref().fmt, K))
+  if (const GemvPick g = pick_gemv(*impl_, w, M, x, ldx); g != GemvPick::None) {
+    if (g == GemvPick::V6)
       check(cuda::gemv_q_v6(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv), "linear (gemv v6)");
     else
-      check(M <= 8 && !impl_->off("gemv_v3") ? cuda::gemv_q_v3(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv)
-                                              : cuda::gemv_q(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv),
+      check(g == GemvPick::V3 ? cuda::gemv_q_v3(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv)
+                              : cuda::gemv_q(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv),
             "linear (gemv)");
     return;
   }
@@ -836,6 +862,24 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
   }
   release(xb);
   check(e, "linear");
+}
+void CudaBackend::linear_swiglu(const float* x, int64_t M, int64_t ldx, const Weight& wt, float limit, float* act) {
+  const auto& w = static_cast<const CudaWeight&>(wt);
+  const int64_t K = w.K, N = w.N;
+  // linear()'s GEMV with its fused SwiGLU (the same bits as linear + swiglu_clamp); where linear takes
+  // another kernel (the GEMMs, float32 weights, a v6 schedule of one tile a block) the two ops run.
+  const GemvPick g = M > 0 ? pick_gemv(*impl_, w, M, x, ldx) : GemvPick::None;
+  const bool fused = g == GemvPick::V3 || g == GemvPick::V4 ||
+                     (g == GemvPick::V6 && cuda::gemv_q_v6_swiglu_ok(w.ref().fmt, N, K));
+  if (impl_->off("fusecomp") || !fused || N % 32 || limit <= 0.0f)
+    return Backend::linear_swiglu(x, M, ldx, wt, limit, act);
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
+  const cudaStream_t s = impl_->stream;
+  check(g == GemvPick::V6   ? cuda::gemv_q_v6_swiglu(x, M, K, ldx, w.ref(), N, limit, act, N / 2, s, &w.gemv)
+        : g == GemvPick::V3 ? cuda::gemv_q_v3_swiglu(x, M, K, ldx, w.ref(), N, limit, act, N / 2, s, &w.gemv)
+                            : cuda::gemv_q_swiglu(x, M, K, ldx, w.ref(), N, limit, act, N / 2, s, &w.gemv),
+        "linear_swiglu (gemv)");
 }
 void CudaBackend::rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y) {
   HostTimer ht_(impl_.get(), Impl::kOp);
@@ -950,6 +994,24 @@ void CudaBackend::compress_pool(const float* kv, const float* gate, int64_t W, i
   if (impl_->replaying()) return;
   check((impl_->off("smallk") ? cuda::compress_pool_v1 : cuda::compress_pool)(kv, gate, W, S, d, out, impl_->stream),
         "compress_pool");
+}
+void CudaBackend::compress_emit(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
+                                int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
+                                const int32_t* win_ids, const int32_t* ring_rows, int64_t nw, const float* norm_w,
+                                float eps, int rope_dim, const int32_t* pos, const float* inv_freq, float* dst,
+                                const int32_t* dst_rows) {
+  if (nw <= 0) return;
+  // (the kernel's shape conditions, checked here so that an unsupported shape takes the composition)
+  const bool fits = width >= 4 && width <= 1024 && width % 4 == 0 && rope_dim % 2 == 0 && rope_dim <= width &&
+                    (uintptr_t)dst % 16 == 0 && (uintptr_t)norm_w % 16 == 0;
+  if (impl_->off("fusecomp") || !fits)
+    return Backend::compress_emit(ring_kv, ring_gate, kv, gate, ld, p0, ape, m, width, overlap, win_ids, ring_rows, nw,
+                                  norm_w, eps, rope_dim, pos, inv_freq, dst, dst_rows);
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
+  check(cuda::compress_emit(ring_kv, ring_gate, kv, gate, ld, p0, ape, m, width, overlap, win_ids, ring_rows, nw, norm_w,
+                            eps, rope_dim, pos, inv_freq, dst, dst_rows, impl_->stream),
+        "compress_emit");
 }
 void CudaBackend::swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, const float* row_scale,
                                float* act) {
@@ -1143,7 +1205,16 @@ void CudaBackend::moe_route(const float* logits, int64_t T, int E, int K, RouteS
 }
 
 void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const int32_t* sel, const float* wsel, int K,
-                          float limit, float* out) {
+                          float limit, const float* shared, float* out) {
+  // The shared expert's output goes into the combine (one add after the routed sum: add_rows' bits);
+  // DEEPINFER_CUDA_OFF=fusecomp: an add_rows after the routed experts, as before.
+  const bool fuse_add = shared && !impl_->off("fusecomp");
+  moe_ffn_routed(h, T, exb, sel, wsel, K, limit, fuse_add ? shared : nullptr, out);
+  if (shared && !fuse_add && T > 0) add_rows(shared, T, exb.D, nullptr, nullptr, out);
+}
+
+void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, const int32_t* sel, const float* wsel,
+                                 int K, float limit, const float* shared, float* out) {
   const auto& ex = static_cast<const CudaExperts&>(exb);
   const int64_t E = ex.E, D = ex.D, I = ex.I, S = T * K;
   if (T <= 0) return;
@@ -1151,7 +1222,7 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
   if (ex.packed && !impl_->off("moe_gemv") && T <= 8 && I % 32 == 0 && ex.w13_stride % 16 == 0 && ex.w2_stride % 16 == 0 &&
       ex.s13_stride % 16 == 0 && ex.s2_stride % 16 == 0) {
     // Decode: one grouped GEMV per matrix kind reads the expert ids on the device; w13's SwiGLU is fused.
-    HostTimer ht_(impl_.get(), Impl::kOp);
+    HostTimer ht_(impl_.get(), Impl::kOp, "moe_ffn");  // (the profile's name)
     if (impl_->replaying()) return;
   if (impl_->replaying()) return;
     Buffer<float> act(*this, S * I), ye(*this, S * D);  // slot order
@@ -1167,7 +1238,7 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
       e = g2(act.data(), I, true, sel, T, K, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, ye.data(), D, s,
              &ex.plan2);
     if (e == cudaSuccess) e = (impl_->off("smallk") ? cuda::moe_combine_v1 : cuda::moe_combine)(
-                                ye.data(), sel, wsel, nullptr, T, K, D, nullptr, out, s);
+                                ye.data(), sel, wsel, nullptr, T, K, D, shared, out, s);
     check(e, "moe_ffn (decode)");
     return;
   }
@@ -1178,7 +1249,7 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
     // T > 8 (decode batches, prefill): parallel grouping → bf16 h → grouped w13 with the SwiGLU fused (bf16
     // act in grouped order) → grouped w2 → combine (a token's experts in ascending id). Each expert's
     // weights are read once per row tile (moe_grouped.cu). DEEPINFER_CUDA_OFF=moe_grouped: the path below.
-    HostTimer ht_(impl_.get(), Impl::kOp);
+    HostTimer ht_(impl_.get(), Impl::kOp, "moe_ffn");
     if (impl_->replaying()) return;
     // prefill (T ≥ 2048) with fp4 experts: 128-row tiles on the wgmma kernel (DEEPINFER_CUDA_OFF=moe_wgmma: 64, mma.sync)
     const bool wide = ex.r13.fmt == cuda::WFmt::FP4_B32 && ex.r2.fmt == cuda::WFmt::FP4_B32 && !impl_->off("moe_wgmma");
@@ -1202,7 +1273,7 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
                                 reinterpret_cast<const int2*>(tiles.data()), n_tiles.data(), maxt, offsets.data(), tm,
                                 ye.data(), D, s);
     if (e == cudaSuccess) e = (impl_->off("smallk") ? cuda::moe_combine_v1 : cuda::moe_combine)(
-                                ye.data(), sel, wsel, slot.data(), T, K, D, nullptr, out, s);
+                                ye.data(), sel, wsel, slot.data(), T, K, D, shared, out, s);
     check(e, "moe_ffn (grouped experts)");
     return;
   }
@@ -1210,7 +1281,7 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
     // Fallback (DEEPINFER_CUDA_OFF=moe_grouped, or shapes moe_expert_gemm does not take):
     // route groups → bf16 h → grouped w13 (gathered rows) → SwiGLU (bf16 act) → grouped w2 → combine
     // (a token's experts summed in ascending id). No host round trip.
-    HostTimer ht_(impl_.get(), Impl::kOp);
+    HostTimer ht_(impl_.get(), Impl::kOp, "moe_ffn");
     if (impl_->replaying()) return;
   if (impl_->replaying()) return;
     const int64_t maxt = cuda::moe_max_tiles(S, (int)E, 64);
@@ -1230,7 +1301,7 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
                              reinterpret_cast<const int2*>(tiles.data()), n_tiles.data(), maxt, offsets.data(),
                              ye.data(), D, s);
     if (e == cudaSuccess) e = (impl_->off("smallk") ? cuda::moe_combine_v1 : cuda::moe_combine)(
-                                ye.data(), sel, wsel, slot.data(), T, K, D, nullptr, out, s);
+                                ye.data(), sel, wsel, slot.data(), T, K, D, shared, out, s);
     check(e, "moe_ffn");
     return;
   }
@@ -1241,6 +1312,7 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
   download(sel_h.data(), sel, 4 * S);
   download(w_h.data(), wsel, 4 * S);
   moe_ffn_loop(*this, h, T, D, I, ex.w13, ex.w2, sel_h.data(), w_h.data(), K, limit, out);
+  if (shared) add_rows(shared, T, D, nullptr, nullptr, out);  // (after the loop's adds: the CPU's order)
 }
 
 void CudaBackend::argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out) {

@@ -51,12 +51,15 @@ class CudaBackend final : public Backend {
   void ring_read(const float* ring, int64_t R, int64_t width, int64_t t0, int64_t n, float* dst) override;
   void add_rows(const float* src, int64_t n, int64_t width, const float* w, const int32_t* dst_rows,
                 float* dst) override;
+  void copy_rows_multi(const float* src, int64_t lds, const int32_t* src_rows, const RowCopy* sets, int nsets,
+                       int64_t n) override;
 
   using Backend::make_weight;
   WeightPtr make_weight(const float* w, int64_t N, int64_t K) override;
   bool takes_stored(const StoredWeight& w) const override;
   WeightPtr make_weight(const StoredWeight& w) override;
   void linear(const float* x, int64_t M, int64_t ldx, const Weight& w, float* y, int64_t ldy) override;
+  void linear_swiglu(const float* x, int64_t M, int64_t ldx, const Weight& w13, float limit, float* act) override;
   WeightGroupsPtr make_groups(std::vector<WeightPtr> ws) override;
   void linear_groups(const float* x, int64_t M, int64_t ldx, const WeightGroups& w, float* y, int64_t ldy) override;
   ExpertsPtr make_experts(std::vector<WeightPtr> w13, std::vector<WeightPtr> w2) override;
@@ -64,7 +67,7 @@ class CudaBackend final : public Backend {
                  const int32_t* tid2eid, const int32_t* tokens, bool normalize, float route_scale, int32_t* sel,
                  float* wsel) override;
   void moe_ffn(const float* h, int64_t T, const Experts& ex, const int32_t* sel, const float* wsel, int K, float limit,
-               float* out) override;
+               const float* shared, float* out) override;
   void argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out) override;
   void select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk, const int32_t* rowmap, int64_t rowmap_ld,
                    const int64_t* out_off, int32_t* out) override;
@@ -91,6 +94,10 @@ class CudaBackend final : public Backend {
                         int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
                         const int32_t* win_ids, const int32_t* ring_rows, int64_t nw, float* skv, float* sg) override;
   void compress_pool(const float* kv, const float* gate, int64_t W, int S, int d, float* out) override;
+  void compress_emit(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate, int64_t ld,
+                     int64_t p0, const float* ape, int m, int width, bool overlap, const int32_t* win_ids,
+                     const int32_t* ring_rows, int64_t nw, const float* norm_w, float eps, int rope_dim,
+                     const int32_t* pos, const float* inv_freq, float* dst, const int32_t* dst_rows) override;
   void swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, const float* row_scale,
                     float* act) override;
   void kv_qdq(float* x, int64_t n, KvQdq format) override;
@@ -100,6 +107,9 @@ class CudaBackend final : public Backend {
 
  private:
   std::unique_ptr<Impl> impl_;
+  // moe_ffn with the shared addend in the combine (null: none)
+  void moe_ffn_routed(const float* h, int64_t T, const Experts& ex, const int32_t* sel, const float* wsel, int K,
+                      float limit, const float* shared, float* out);
 };
 
 }  // namespace deepinfer

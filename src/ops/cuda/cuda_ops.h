@@ -119,6 +119,14 @@ struct GemvPlan {
 cudaError_t gemv_q_plan(WeightRef W, int64_t N, int64_t K, bool grouped, GemvPlan* plan);
 cudaError_t gemv_q(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
                    cudaStream_t s, const GemvPlan* plan = nullptr);
+// gemv_q / gemv_q_v3 with gemv_q_grouped's fused SwiGLU epilogue, for a dense FFN's w13 (the shared
+// expert): W [N = 2I, K] = gate rows over up rows, act[M, I] (row stride lda) = swiglu_clamp(y, limit) of
+// the unfused y = x·Wᵀ — the same tiles, plan and sums, so bitwise swiglu_clamp of gemv_q's (gemv_q_v3's)
+// output. N % 32 == 0, limit > 0 (else cudaErrorInvalidValue); otherwise gemv_q's (gemv_q_v3's) contract.
+cudaError_t gemv_q_swiglu(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float limit,
+                          float* act, int64_t lda, cudaStream_t s, const GemvPlan* plan = nullptr);
+cudaError_t gemv_q_v3_swiglu(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float limit,
+                             float* act, int64_t lda, cudaStream_t s, const GemvPlan* plan = nullptr);
 // Rows one gemv_q / gemv_q_grouped launch covers for this weight and K: 32 where v4 runs, else 8 (v3).
 int gemv_q_rows(WeightRef W, int64_t K);
 // GEMV v3 (launches of 8 rows, short-lived blocks), same contract: kept for the op test's side by side.
@@ -152,6 +160,13 @@ cudaError_t gemv_q_v5_pdl(const float* x, int64_t M, int64_t K, int64_t ldx, Wei
 bool gemv_q_v6_supported(WFmt f, int64_t K);
 cudaError_t gemv_q_v6(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
                       cudaStream_t s, const GemvPlan* plan = nullptr);
+// v6 with the fused SwiGLU of gemv_q_swiglu (W [N = 2I, K] gate rows over up rows, act[M, I] (row stride
+// lda) bitwise swiglu_clamp of gemv_q_v6's y): a block's round takes gate tiles and their up tiles in pairs
+// (the same K split and sums). Shapes: gemv_q_v6_swiglu_ok (N % 32 == 0 and a schedule with ≥ 2 tiles a
+// block), else cudaErrorNotSupported; limit > 0.
+bool gemv_q_v6_swiglu_ok(WFmt f, int64_t N, int64_t K);
+cudaError_t gemv_q_v6_swiglu(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float limit,
+                             float* act, int64_t lda, cudaStream_t s, const GemvPlan* plan = nullptr);
 // v6's schedule knobs, for a sweep in the op test's perf mode (the backend uses the per-shape default): K is split
 // until tiles · slices ≥ items while every slice keeps ≥ min_steps steps of 128 k (64 for bf16), and
 // over up to `ranks` cluster ranks before a block's warps take the rest. Same contract as gemv_q_v6;
@@ -398,11 +413,34 @@ cudaError_t copy_rows(const float* src, int64_t lds, const int32_t* src_rows, in
                       cudaStream_t s);
 cudaError_t add_rows(const float* src, int64_t n, int64_t width, const float* w, const int32_t* dst_rows, float* dst,
                      cudaStream_t s);
+// Backend::copy_rows_multi: for k < nsets (1..4) and i < n, dst_k[dr·ldd_k + c] = src[sr·lds + col_k + c]
+// (c < width_k; sr = src_rows ? src_rows[i] : i, dr = dst_rows_k ? dst_rows_k[i] : i, dr < 0 skipped), one
+// launch. The sets' destinations must not overlap each other or src.
+struct RowCopySet {
+  int64_t col;  // first source column
+  float* dst;
+  int64_t ldd;
+  const int32_t* dst_rows;
+  int64_t width;
+};
+cudaError_t copy_rows_multi(const float* src, int64_t lds, const int32_t* src_rows, const RowCopySet* sets, int nsets,
+                            int64_t n, cudaStream_t s);
 cudaError_t fill_f32(float* x, int64_t n, float v, cudaStream_t s);
 cudaError_t scale_f32(float* x, int64_t n, float a, cudaStream_t s);
 cudaError_t compress_windows(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate,
                              int64_t ld, int64_t p0, const float* ape, int m, int width, bool overlap,
                              const int32_t* win_ids, const int32_t* ring_rows, int64_t nw, float* skv, float* sg, cudaStream_t s);
+// Backend::compress_emit in one kernel (compress_emit.cu): for window i < nw (compress_windows' arguments),
+// pool its S slots (softmax over the gates + ape, compress_pool), RMS-normalize the row (norm_w [width],
+// eps), rotate its trailing rope_dim channels by position pos[i] (inv_freq [rope_dim / 2]) and write it to
+// dst row dst_rows[i] (row stride width; < 0: the window is skipped, nothing computed). A block a window,
+// a thread a column; the same expressions as the five unfused kernels. width % 4 == 0, width ≤ 1024, dst
+// and norm_w 16-byte aligned, rope_dim even ≤ width; otherwise cudaErrorNotSupported (no launch).
+cudaError_t compress_emit(const float* ring_kv, const float* ring_gate, const float* kv, const float* gate, int64_t ld,
+                          int64_t p0, const float* ape, int m, int width, bool overlap, const int32_t* win_ids,
+                          const int32_t* ring_rows, int64_t nw, const float* norm_w, float eps, int rope_dim,
+                          const int32_t* pos, const float* inv_freq, float* dst, const int32_t* dst_rows,
+                          cudaStream_t s);
 
 // ------------------------------------------------------------------------------------------------
 // DeepSeek-V4.1 (v41_ops.cu; float32, any shape; the Backend contracts of the same names)

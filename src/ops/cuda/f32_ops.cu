@@ -435,6 +435,28 @@ __global__ void copy_rows_kernel(const float* __restrict__ src, int64_t lds, con
   dst[dr * ldd + c] = src[sr * lds + c];
 }
 
+// copy_rows_multi: flat index t of set k (t − begin[k] = i·width_k + c), found by a scan of ≤ 4 set starts.
+struct RowCopyMulti {
+  RowCopySet set[4];
+  int64_t begin[5];  // first flat index of each set; begin[nsets] = the total
+  int nsets;
+};
+__global__ void copy_rows_multi_kernel(const float* __restrict__ src, int64_t lds, const int32_t* __restrict__ src_rows,
+                                       const RowCopyMulti p) {
+  DI_PDL_WAIT();
+  const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= p.begin[p.nsets]) return;
+  int k = 0;
+#pragma unroll
+  for (int q = 1; q < 4; ++q) k += (q < p.nsets && t >= p.begin[q]) ? 1 : 0;
+  const RowCopySet& c = p.set[k];
+  const int64_t u = t - p.begin[k], i = u / c.width, col = u % c.width;
+  const int64_t dr = c.dst_rows ? (int64_t)c.dst_rows[i] : i;
+  if (dr < 0) return;  // a skipped row (Backend::copy_rows)
+  const int64_t sr = src_rows ? (int64_t)src_rows[i] : i;
+  c.dst[dr * c.ldd + col] = src[sr * lds + c.col + col];
+}
+
 __global__ void add_rows_kernel(const float* __restrict__ src, int64_t n, int64_t width, const float* __restrict__ w,
                                 const int32_t* __restrict__ dst_rows, float* __restrict__ dst) {
   DI_PDL_WAIT();
@@ -546,6 +568,22 @@ cudaError_t copy_rows(const float* src, int64_t lds, const int32_t* src_rows, in
   if (n <= 0 || width <= 0) return cudaSuccess;
   copy_rows_kernel<<<(unsigned)cdiv(n * width, 256), 256, 0, s>>>(src, lds, src_rows, s0, sR, dst, ldd, dst_rows, d0,
                                                                    dR, n, width);
+  return cudaGetLastError();
+}
+
+cudaError_t copy_rows_multi(const float* src, int64_t lds, const int32_t* src_rows, const RowCopySet* sets, int nsets,
+                            int64_t n, cudaStream_t s) {
+  if (nsets < 1 || nsets > 4) return cudaErrorInvalidValue;
+  RowCopyMulti p = {};
+  p.nsets = nsets;
+  for (int k = 0; k < nsets; ++k) {
+    if (sets[k].width < 0) return cudaErrorInvalidValue;
+    p.set[k] = sets[k];
+    p.begin[k + 1] = p.begin[k] + (n > 0 ? n * sets[k].width : 0);
+  }
+  const int64_t total = p.begin[nsets];
+  if (total <= 0) return cudaSuccess;
+  copy_rows_multi_kernel<<<(unsigned)cdiv(total, 256), 256, 0, s>>>(src, lds, src_rows, p);
   return cudaGetLastError();
 }
 

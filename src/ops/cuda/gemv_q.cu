@@ -388,11 +388,15 @@ cudaError_t gq_dispatch(WFmt f, const GqParams& p, int64_t z, int sms, cudaStrea
 
 }  // namespace
 
-cudaError_t gemv_q_v3(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
-                      cudaStream_t s, const GemvPlan* plan) {
+namespace {
+// gemv_q_v3, and with swiglu its fused epilogue (gemv_q_grouped_v3's: same tiles, plan and sums, so the
+// act bits are swiglu_clamp's of the unfused y).
+cudaError_t gemv_v3_dense(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, bool swiglu,
+                          float limit, float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan) {
   if (!gq_k_ok(W.fmt, K) || ldx % 4 || reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(W.w) % 16)
     return cudaErrorInvalidValue;
   if (W.fmt != WFmt::BF16 && !W.scale) return cudaErrorInvalidValue;
+  if (swiglu && (N % 32 || limit <= 0.0f)) return cudaErrorInvalidValue;
   if (M <= 0 || N <= 0) return cudaSuccess;
   int sms = 0;
   if (const cudaError_t e = launch_sms(plan, W.fmt, N, K, false, &sms); e != cudaSuccess) return e;
@@ -402,12 +406,23 @@ cudaError_t gemv_q_v3(const float* x, int64_t M, int64_t K, int64_t ldx, WeightR
     p.w = static_cast<const uint8_t*>(W.w), p.ws = static_cast<const uint8_t*>(W.scale), p.ldws = W.ldws;
     p.N = N, p.K = K, p.y = y + m0 * ldy, p.ldy = ldy;
     p.M = (int)std::min<int64_t>(8, M - m0);
+    p.fuse = swiglu ? 1 : 0, p.I = N / 2, p.lim = limit;
     p.row_groups = (int)cdiv(N, 16 * GQ_RT);
     p.mmr = p.M <= 1 ? 1 : p.M <= 2 ? 2 : p.M <= 4 ? 4 : 8;
     const cudaError_t e = gq_dispatch<false>(W.fmt, p, 1, sms, s);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
+}
+}  // namespace
+
+cudaError_t gemv_q_v3(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
+                      cudaStream_t s, const GemvPlan* plan) {
+  return gemv_v3_dense(x, M, K, ldx, W, N, false, 0.0f, y, ldy, s, plan);
+}
+cudaError_t gemv_q_v3_swiglu(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float limit,
+                             float* act, int64_t lda, cudaStream_t s, const GemvPlan* plan) {
+  return gemv_v3_dense(x, M, K, ldx, W, N, true, limit, act, lda, s, plan);
 }
 
 cudaError_t gemv_q_grouped_v3(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
@@ -978,12 +993,16 @@ int pow2_ceil(int64_t m) {
 
 int gemv_q_rows(WeightRef W, int64_t K) { return g4_ok(W, K) ? G4_MAXM : 8; }
 
-cudaError_t gemv_q(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
-                   cudaStream_t s, const GemvPlan* plan) {
-  if (!g4_ok(W, K)) return gemv_q_v3(x, M, K, ldx, W, N, y, ldy, s, plan);  // (fp4 K % 128 != 0, K > 16384)
+namespace {
+// gemv_q, and with swiglu gemv_q_grouped's fused epilogue (see gemv_v3_dense)
+cudaError_t gemv_dense(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, bool swiglu,
+                       float limit, float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan) {
+  if (!g4_ok(W, K))  // (fp4 K % 128 != 0, K > 16384)
+    return gemv_v3_dense(x, M, K, ldx, W, N, swiglu, limit, y, ldy, s, plan);
   if (ldx % 4 || reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(W.w) % 16)
     return cudaErrorInvalidValue;
   if (W.fmt != WFmt::BF16 && !W.scale) return cudaErrorInvalidValue;
+  if (swiglu && (N % 32 || limit <= 0.0f)) return cudaErrorInvalidValue;
   if (M <= 0 || N <= 0) return cudaSuccess;
   int sms = 0;
   if (const cudaError_t e = launch_sms(plan, W.fmt, N, K, false, &sms); e != cudaSuccess) return e;
@@ -993,12 +1012,23 @@ cudaError_t gemv_q(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef 
     p.w = static_cast<const uint8_t*>(W.w), p.ws = static_cast<const uint8_t*>(W.scale), p.ldws = W.ldws;
     p.N = N, p.K = K, p.y = y + m0 * ldy, p.ldy = ldy;
     p.M = (int)std::min<int64_t>(G4_MAXM, M - m0);
+    p.fuse = swiglu ? 1 : 0, p.I = N / 2, p.lim = limit;
     p.row_groups = (int)cdiv(N, 16 * G4_RT);
     p.mmr = pow2_ceil(p.M);
     const cudaError_t e = g4_dispatch<false>(W.fmt, p, 1, 1, sms, plan, s);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
+}
+}  // namespace
+
+cudaError_t gemv_q(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
+                   cudaStream_t s, const GemvPlan* plan) {
+  return gemv_dense(x, M, K, ldx, W, N, false, 0.0f, y, ldy, s, plan);
+}
+cudaError_t gemv_q_swiglu(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float limit,
+                          float* act, int64_t lda, cudaStream_t s, const GemvPlan* plan) {
+  return gemv_dense(x, M, K, ldx, W, N, true, limit, act, lda, s, plan);
 }
 
 cudaError_t gemv_q_grouped(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,

@@ -65,7 +65,22 @@ struct G6Params {
   int kr;      // k a rank covers: sw · sps · k a step
   int xs_u4;   // row stride of the x staging, 16-byte units
   int64_t xg, yg, wg, sg;  // groups (blockIdx.z): offsets of group 1 in x, y (elements), w, ws (bytes)
+  // fused SwiGLU (dense, N = 2I): a round's first tpb/2 tiles are gate rows, the last tpb/2 the matching
+  // up rows, and y[m, i] (row stride ldy) = swiglu_clamp(gate, up) for the gate rows i of the round
+  int fuse;
+  int64_t I;
+  float lim;
 };
+
+// First row of tile q (of tpb) in round rnd; ≥ N: no rows (a fused round past the last gate tile).
+template <bool FUSE>
+__device__ __forceinline__ int64_t g6_n0(const G6Params& p, int rnd, int tpb, int q) {
+  if constexpr (!FUSE) return ((int64_t)rnd * tpb + q) * 16;
+  const int h = tpb / 2;
+  const int64_t gi = (int64_t)rnd * h + q % h;  // the gate tile of the pair
+  if (gi * 16 >= p.I) return p.N;
+  return (q < h ? 0 : p.I) + gi * 16;
+}
 
 template <WFmt WF>
 struct G6Fmt {
@@ -241,7 +256,8 @@ __device__ __forceinline__ void g6_stage_x(const G6Params& p, uint4* xs, float* 
   }
 }
 
-template <WFmt WF>
+// FUSE: the fused SwiGLU (its own instantiation: the plain kernel's registers are unchanged)
+template <WFmt WF, bool FUSE>
 __global__ void __launch_bounds__(G6_NT, G6_BPS) gemv6_kernel(const G6Params p) {
   // No DI_PDL_WAIT first: the first NB steps of weights (constant) are loaded before it, so in a step graph
   // they stream while the previous kernel runs; x (written by it) is read only after the wait.
@@ -261,7 +277,7 @@ __global__ void __launch_bounds__(G6_NT, G6_BPS) gemv6_kernel(const G6Params p) 
   float* fs = part + G6_WARPS * 128;                                           // [G6_FS][8] x factors
 
   int rnd = blockIdx.y;
-  int64_t n0 = ((int64_t)rnd * tpb + tl) * 16;
+  int64_t n0 = g6_n0<FUSE>(p, rnd, tpb, tl);
   int lst1 = n0 < p.N ? lst1r : lst0;  // a tile past N (last group): no steps
   uint4 wv[G6_NB][4];
   float sc[G6_NB];
@@ -293,15 +309,33 @@ __global__ void __launch_bounds__(G6_NT, G6_BPS) gemv6_kernel(const G6Params p) 
       }
     }
     // fragment: acc 0, 1 = (row g, x rows 2t, 2t + 1), acc 2, 3 = row g + 8
+    // fused: every tile's sums to part (each element written and then read by one thread; rank 0 of a
+    // cluster adds the ranks in place), then the block pairs gate element e with up element e + 64·tpb
     auto store = [&](int e, float v) {  // element e of the [tpb][4][32] fragment image
+      if constexpr (FUSE) {
+        part[e] = v;
+        return;
+      }
       const int q = e / 128, r = (e / 32) % 4, ln = e % 32;
       const int64_t n = ((int64_t)rnd * tpb + q) * 16 + (ln >> 2) + 8 * (r >> 1);
       const int m = 2 * (ln & 3) + (r & 1);
       if (m < p.M && n < p.N) p.y[blockIdx.z * p.yg + m * p.ldy + n] = v;
     };
+    auto emit = [&] {  // (fused; every thread of the block)
+      __syncthreads();
+      const int h = tpb / 2;
+      for (int e = tid; e < h * 128; e += G6_NT) {
+        const int q = e / 128, r = (e / 32) % 4, ln = e % 32;
+        const int64_t i = ((int64_t)rnd * h + q) * 16 + (ln >> 2) + 8 * (r >> 1);
+        const int m = 2 * (ln & 3) + (r & 1);
+        if (m < p.M && i < p.I) p.y[m * p.ldy + i] = detail::swiglu_clamp_one(part[e], part[e + h * 128], p.lim, 1.0f);
+      }
+      __syncthreads();  // part is rewritten next round
+    };
     if (p.sw == 1 && p.cs == 1) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) store(warp * 128 + r * 32 + lane, acc[r]);
+      if constexpr (FUSE) emit();
     } else {
 #pragma unroll
       for (int r = 0; r < 4; ++r) red[warp * 128 + r * 32 + lane] = acc[r];
@@ -313,15 +347,18 @@ __global__ void __launch_bounds__(G6_NT, G6_BPS) gemv6_kernel(const G6Params p) 
         if (p.cs == 1) store(e, v);
         else part[e] = v;
       }
+      if (FUSE && p.cs == 1) emit();
       if (p.cs > 1) {  // then the ranks in order, on rank 0
         cg::cluster_group cluster = cg::this_cluster();
         cluster.sync();
-        if (rank == 0)
+        if (rank == 0) {
           for (int e = tid; e < tpb * 128; e += G6_NT) {
             float v = part[e];
             for (int r = 1; r < p.cs; ++r) v += cluster.map_shared_rank(part, r)[e];
             store(e, v);
           }
+          if constexpr (FUSE) emit();
+        }
         cluster.sync();  // part stays readable until rank 0 is done
       } else {
         __syncthreads();  // red is rewritten next round
@@ -329,7 +366,7 @@ __global__ void __launch_bounds__(G6_NT, G6_BPS) gemv6_kernel(const G6Params p) 
     }
     rnd += gridDim.y;
     if (rnd >= p.rounds) break;
-    n0 = ((int64_t)rnd * tpb + tl) * 16;
+    n0 = g6_n0<FUSE>(p, rnd, tpb, tl);
     lst1 = n0 < p.N ? lst1r : lst0;
     rows = g6_rows<WF>(p, n0, g, t);
 #pragma unroll
@@ -385,7 +422,8 @@ GemvV6Tune g6_default_tune(WFmt f, int64_t N, int64_t K, int G) {
 
 static cudaError_t g6_run(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
                           int64_t ldy, bool grouped, int G, int64_t xg, int64_t yg, int64_t wg, int64_t sg,
-                          cudaStream_t s, const GemvPlan* plan, const GemvV6Tune* tune = nullptr) {
+                          cudaStream_t s, const GemvPlan* plan, const GemvV6Tune* tune = nullptr,
+                          bool swiglu = false, float limit = 0.0f) {
   if (!gemv_q_v6_supported(W.fmt, K)) return cudaErrorNotSupported;
   if (ldx % 4 || xg % 4 || wg % 16 || sg % 4 || reinterpret_cast<uintptr_t>(x) % 16 ||
       reinterpret_cast<uintptr_t>(W.w) % 16 || G < 1 || G > 65535)
@@ -403,7 +441,10 @@ static cudaError_t g6_run(const float* x, int64_t M, int64_t K, int64_t ldx, Wei
     if (e != cudaSuccess) return e;
   }
   const G6Sched sc = g6_schedule(W.fmt, N, K, G, tune ? *tune : g6_default_tune(W.fmt, N, K, G));
+  // fused: pairs of tiles a round (≥ 2 tiles a block), dense only
+  if (swiglu && (N % 32 || limit <= 0.0f || G != 1 || G6_WARPS / sc.sw < 2)) return cudaErrorNotSupported;
   G6Params p = {};
+  p.fuse = swiglu ? 1 : 0, p.I = N / 2, p.lim = limit;
   p.ldx = ldx;
   p.w = static_cast<const uint8_t*>(W.w), p.ws = static_cast<const float*>(W.scale), p.ldws = W.ldws;
   p.N = N, p.K = K, p.ldy = ldy;
@@ -431,13 +472,23 @@ static cudaError_t g6_run(const float* x, int64_t M, int64_t K, int64_t ldx, Wei
     at[0].val.clusterDim.z = 1;
     cfg.attrs = at;
     cfg.numAttrs = sc.cs > 1 ? 1 : 0;
-    const cudaError_t e = W.fmt == WFmt::BF16 ? cudaLaunchKernelEx(&cfg, gemv6_kernel<WFmt::BF16>, p)
-                                              : cudaLaunchKernelEx(&cfg, gemv6_kernel<WFmt::FP8_B128>, p);
+    const cudaError_t e =
+        swiglu ? (W.fmt == WFmt::BF16 ? cudaLaunchKernelEx(&cfg, gemv6_kernel<WFmt::BF16, true>, p)
+                                      : cudaLaunchKernelEx(&cfg, gemv6_kernel<WFmt::FP8_B128, true>, p))
+               : (W.fmt == WFmt::BF16 ? cudaLaunchKernelEx(&cfg, gemv6_kernel<WFmt::BF16, false>, p)
+                                      : cudaLaunchKernelEx(&cfg, gemv6_kernel<WFmt::FP8_B128, false>, p));
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
 }
 
+bool gemv_q_v6_swiglu_ok(WFmt f, int64_t N, int64_t K) {
+  return gemv_q_v6_supported(f, K) && N > 0 && N % 32 == 0 && G6_WARPS / g6_schedule(f, N, K, 1, g6_default_tune(f, N, K, 1)).sw >= 2;
+}
+cudaError_t gemv_q_v6_swiglu(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float limit,
+                             float* act, int64_t lda, cudaStream_t s, const GemvPlan* plan) {
+  return g6_run(x, M, K, ldx, W, N, act, lda, false, 1, 0, 0, 0, 0, s, plan, nullptr, true, limit);
+}
 cudaError_t gemv_q_v6(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
                       cudaStream_t s, const GemvPlan* plan) {
   return g6_run(x, M, K, ldx, W, N, y, ldy, false, 1, 0, 0, 0, 0, s, plan);
@@ -457,8 +508,10 @@ cudaError_t gemv_q_v6_groups(const float* x, int64_t M, int64_t K, int64_t ldx, 
 
 namespace detail {
 cudaError_t init_attributes_gemv_q_v6() {
-  return first_error({set_max_dynamic_smem(gemv6_kernel<WFmt::BF16>, G6_SMEM_MAX),
-                      set_max_dynamic_smem(gemv6_kernel<WFmt::FP8_B128>, G6_SMEM_MAX)});
+  return first_error({set_max_dynamic_smem(gemv6_kernel<WFmt::BF16, false>, G6_SMEM_MAX),
+                      set_max_dynamic_smem(gemv6_kernel<WFmt::FP8_B128, false>, G6_SMEM_MAX),
+                      set_max_dynamic_smem(gemv6_kernel<WFmt::BF16, true>, G6_SMEM_MAX),
+                      set_max_dynamic_smem(gemv6_kernel<WFmt::FP8_B128, true>, G6_SMEM_MAX)});
 }
 }  // namespace detail
 
