@@ -363,19 +363,23 @@ void DeepseekV4Model::attention(int l, Step& st) {
   float* qr = qkv.data();
   float* kv = qkv.data() + ql;
   be_.linear(h, T, D, *L.wqkv_a, qkv.data(), nqk);
-  be_.rms_norm(qr, T, ql, nqk, L.q_norm.data(), eps, qr);
-  be_.linear(qr, T, nqk, *L.wq_b, q.data(), H * d);
-
-  // Sliding keys (ring tail + chunk) are gathered into one buffer for the step: the ring's rows first,
-  // before norm_rope below pushes the step's kv rows over the oldest of them (the ring keeps the last W
-  // positions).
+  // Sliding keys (ring tail + chunk) are gathered into one buffer for the step: the ring's rows here, in
+  // one call with q's low-rank norm, before the norm_rope below pushes the step's kv rows over the oldest
+  // of them (the ring keeps the last W positions).
   const Step::WindowPlan& wp = st.window;
   Buffer<float> win(be_, wp.rows * d);
   V4Cache& cache = *st.cache;
   const V4CacheLayout& lay = cache.layout();
   float* slots = cache.slots_base();
   float* swa_ring = slots + lay.slot_ring_off[l];  // this layer's [W, d] ring in slot 0
-  if (wp.n_ring) be_.copy_rows(swa_ring, d, wp.from_ring, win.data(), d, wp.to_win_r, wp.n_ring, d);
+  {
+    Backend::NormRope nr[2];
+    nr[0].x = qr, nr[0].ld = nqk, nr[0].head_dim = (int)ql, nr[0].norm = true, nr[0].w = L.q_norm.data();
+    nr[1].x = swa_ring, nr[1].ld = d, nr[1].head_dim = (int)d, nr[1].x_rows = wp.from_ring, nr[1].rows = wp.n_ring;
+    nr[1].out[0] = win.data(), nr[1].out_ld[0] = d, nr[1].out_rows[0] = wp.to_win_r;
+    be_.norm_rope(nr, wp.n_ring ? 2 : 1, T, pos, eps, false);
+  }
+  be_.linear(qr, T, nqk, *L.wq_b, q.data(), H * d);
 
   // Compressor projections for the whole step, one GEMM: comp [T, cw | cw | icw | icw] (row stride nc)
   // = the compressor's kv and gate, then (CSA) the indexer compressor's kv and gate.

@@ -239,11 +239,16 @@ class Backend {
                     const int32_t* pos, const float* inv_freq, bool inverse) = 0;
 
   // Per-head RMSNorm and RoPE of several tensors in one call (the attention block's q, kv and indexer
-  // q: one launch instead of a norm, a rope and a copy each). Every tensor has the step's M rows (pos[M]).
+  // q: one launch instead of a norm, a rope and a copy each). A tensor has the step's M rows (pos[M])
+  // unless it is a gather (x_rows set).
   struct NormRope {
     float* x = nullptr;           // [M, heads, head_dim] (row stride ld), transformed in place
     int64_t ld = 0;
     int heads = 1, head_dim = 0;
+    // A gather instead: `rows` rows, row m read from x row x_rows[m] and only copied to the outs (x is not
+    // written; norm false, rope_dim 0).
+    const int32_t* x_rows = nullptr;
+    int64_t rows = 0;
     bool norm = false;            // first rms_norm of every head vector (D = head_dim, eps) ...
     const float* w = nullptr;     // ... with weights w[head_dim] (null: unweighted)
     int rope_dim = 0;             // then rope (rope_dim, inv_freq[rope_dim / 2]; 0: none)
@@ -259,6 +264,11 @@ class Backend {
     for (int i = 0; i < n; ++i) {
       const NormRope& a = t[i];
       const int64_t width = (int64_t)a.heads * a.head_dim;
+      if (a.x_rows) {
+        for (int k = 0; k < 2; ++k)
+          if (a.out[k] && a.rows) copy_rows(a.x, a.ld, a.x_rows, a.out[k], a.out_ld[k], a.out_rows[k], a.rows, width);
+        continue;
+      }
       if (a.norm) {
         if (a.ld == width) rms_norm(a.x, M * a.heads, a.head_dim, a.head_dim, a.w, eps, a.x);
         else

@@ -679,7 +679,7 @@ Result norm_rope_case(int64_t M, int H, int d, int rd, int64_t ql, int hI, int d
   dc::NormRopeTensor ct[3];
   for (int i = 0; i < n; ++i) {
     const auto& a = bt[i];
-    ct[i] = {a.x, a.ld, a.heads, a.head_dim, a.norm, a.w, a.rope_dim, a.inv_freq, {a.out[0], a.out[1]},
+    ct[i] = {a.x, a.ld, a.heads, a.head_dim, a.x_rows, a.rows, a.norm, a.w, a.rope_dim, a.inv_freq, {a.out[0], a.out[1]},
              {a.out_ld[0], a.out_ld[1]}, {a.out_rows[0], a.out_rows[1]}};
   }
   // the unfused launches (what CudaBackend runs with fuseattn off): rms_norm, rope, copy_rows per tensor
@@ -768,6 +768,89 @@ Result norm_rope_case(int64_t M, int H, int d, int rd, int64_t ql, int hI, int d
   return res;
 }
 
+// The attention block's first norm_rope call: q's low-rank rows normed in place (weighted, D = ql at row
+// stride ql + d: a warp a row, NC = 8 at ql = 1024) and the sliding ring's rows gathered into the window
+// buffer (x_rows → out rows, −1 skipped). CPU twin, bitwise the unfused rms_norm + copy_rows, graph.
+Result norm_gather_case(int64_t M, int64_t ql, int d, int64_t n_ring, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const int64_t nqk = ql + d, Rr = n_ring + 9, Rw = n_ring + M + 3;
+  std::vector<float> qkv = randn(r, M * nqk, 3.0f), w = randn(r, ql), ring = randn(r, Rr * d), win = randn(r, Rw * d);
+  std::vector<int32_t> rr(Rr), wr(Rw), from(n_ring), to(n_ring);
+  std::iota(rr.begin(), rr.end(), 0), std::iota(wr.begin(), wr.end(), 0);
+  for (int64_t i = Rw - 1; i > 0; --i) std::swap(wr[i], wr[r.range(0, (int)i + 1)]);
+  for (int64_t i = 0; i < n_ring; ++i) from[i] = rr[r.range(0, (int)Rr)], to[i] = r.range(0, 6) == 0 ? -1 : wr[i];
+  DBuf dqkv = dup(qkv, "qkv"), dw = dup(w, "q_norm"), dring = dup(ring, "ring"), dwin = dup(win, "win");
+  DBuf dfrom = dup(from, "from_ring"), dto = dup(to, "to_win_r");
+  auto tensors = [&](float* pqkv, const float* pw, float* pring, float* pwin, const int32_t* pf, const int32_t* pt,
+                     Backend::NormRope* t) {
+    t[0] = {}, t[1] = {};
+    t[0].x = pqkv, t[0].ld = nqk, t[0].head_dim = (int)ql, t[0].norm = true, t[0].w = pw;
+    t[1].x = pring, t[1].ld = d, t[1].head_dim = d, t[1].x_rows = pf, t[1].rows = n_ring;
+    t[1].out[0] = pwin, t[1].out_ld[0] = d, t[1].out_rows[0] = pt;
+  };
+  Backend::NormRope bt[2];
+  tensors(dqkv.as<float>(), dw.as<float>(), dring.as<float>(), dwin.as<float>(), dfrom.as<int32_t>(), dto.as<int32_t>(), bt);
+  dc::NormRopeTensor ct[2];
+  for (int i = 0; i < 2; ++i) {
+    const auto& a = bt[i];
+    ct[i] = {a.x, a.ld, a.heads, a.head_dim, a.x_rows, a.rows, a.norm, a.w, a.rope_dim, a.inv_freq,
+             {a.out[0], a.out[1]}, {a.out_ld[0], a.out_ld[1]}, {a.out_rows[0], a.out_rows[1]}};
+  }
+  expect_true(res, dc::norm_rope_supported(ct[0]) && dc::norm_rope_supported(ct[1]), "shape not taken by the kernel");
+  auto fused = [&](cudaStream_t st) { CK(dc::norm_rope(ct, 2, M, nullptr, 1e-6f, false, st)); };
+  auto unfused = [&](cudaStream_t st) {
+    CK(dc::rms_norm(dqkv.as<float>(), M, ql, nqk, dw.as<float>(), 1e-6f, dqkv.as<float>(), nullptr, st));
+    CK(dc::copy_rows(dring.as<float>(), d, dfrom.as<int32_t>(), 0, 0, dwin.as<float>(), d, dto.as<int32_t>(), 0, 0,
+                     n_ring, d, st));
+  };
+  auto reset = [&] {
+    CK(cudaMemcpy(dqkv.p(), qkv.data(), qkv.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dwin.p(), win.data(), win.size() * 4, cudaMemcpyHostToDevice));
+  };
+  auto grab = [&] { return std::vector<std::vector<float>>{down<float>(dqkv, qkv.size()), down<float>(dwin, win.size()),
+                                                           down<float>(dring, ring.size())}; };
+  auto same_bits = [](const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i].size() != b[i].size() || !rows_bitwise_equal(a[i].data(), b[i].data(), (int64_t)a[i].size())) return false;
+    return true;
+  };
+  fused(0);
+  CK(cudaGetLastError());
+  const auto got = grab();
+  std::vector<float> rqkv(qkv), rring(ring), rwin(win);
+  Backend::NormRope ht[2];
+  tensors(rqkv.data(), w.data(), rring.data(), rwin.data(), from.data(), to.data(), ht);
+  cpu().norm_rope(ht, 2, M, nullptr, 1e-6f, false);
+  expect_nmse(res, "qkv", got[0], rqkv, 1e-11);
+  expect_true(res, rows_bitwise_equal(got[1].data(), rwin.data(), (int64_t)win.size()), "win != the CPU's gather");
+  expect_true(res, rows_bitwise_equal(got[2].data(), ring.data(), (int64_t)ring.size()), "the gather wrote its source");
+  bool kept = true;  // kv columns of qkv untouched
+  for (int64_t m = 0; m < M; ++m) kept &= rows_bitwise_equal(got[0].data() + m * nqk + ql, qkv.data() + m * nqk + ql, d);
+  expect_true(res, kept, "kv columns changed");
+  reset();
+  unfused(0);
+  CK(cudaGetLastError());
+  expect_true(res, same_bits(grab(), got), "fused != unfused CUDA kernels (bitwise)");
+  reset();
+  std::string err;
+  const bool captured = run_in_graph(fused, err);
+  expect_true(res, captured, "graph capture: " + err);
+  if (captured) expect_true(res, same_bits(grab(), got), "graph != eager (bitwise)");
+  if (res.pass) res.detail += "fused == unfused == graph (bitwise) ";
+  if (g_perf) {
+    constexpr int reps = 20;
+    res.graph_us = time_graph_us(fused, reps);
+    const double un = time_graph_us(unfused, reps);
+    res.us = time_us([&] { fused(0); });
+    res.bytes = M * ql * 8.0 + ql * 4.0 + n_ring * d * 8.0;
+    char buf[120];
+    snprintf(buf, sizeof buf, "graph/call: fused %.2f us, unfused %.2f us (%.2fx) ", res.graph_us, un, un / res.graph_us);
+    res.detail += buf;
+  }
+  return res;
+}
+
 // The launcher refuses what the kernel does not take (the backend then runs the unfused ops) and
 // writes nothing.
 Result norm_rope_reject_case() {
@@ -782,15 +865,16 @@ Result norm_rope_reject_case() {
     z.inv_freq = dinv.as<float>();
     return z;
   };
-  dc::NormRopeTensor ok = t(), off = t(), odd = t(), big = t(), ldo = t(), rot = t(), many[5];
+  dc::NormRopeTensor ok = t(), off = t(), odd = t(), big = t(), ldo = t(), rot = t(), gat = t(), many[5];
   off.x += 2;           // 8-byte aligned only
   odd.head_dim = 254;   // not a multiple of 4
   big.head_dim = 1028, big.ld = 1028;  // past the warp's registers (buffer big enough: 8·260 ≥ 2·1028)
   ldo.ld = 258;         // row stride not a multiple of 4
   rot.rope_dim = 63;    // odd rope width
+  gat.x_rows = dpos.as<int32_t>(), gat.rows = 2;  // a gather that would norm and rope
   for (auto& z : many) z = t();
   expect_true(res, dc::norm_rope_supported(ok), "supported shape refused");
-  for (auto* z : {&off, &odd, &big, &ldo, &rot}) {
+  for (auto* z : {&off, &odd, &big, &ldo, &rot, &gat}) {
     expect_true(res, !dc::norm_rope_supported(*z), "bad shape accepted");
     expect_true(res, dc::norm_rope(z, 1, 2, dpos.as<int32_t>(), 1e-6f, false, 0) == cudaErrorInvalidValue,
                 "launcher took a bad shape");
@@ -3236,6 +3320,11 @@ void register_cases() {
   add("norm_rope M=7 H=4 d=64 r=64 ql=4 idx 2x64 (whole head rotated, NC=1)",
       [] { return norm_rope_case(7, 4, 64, 64, 4, 2, 64, false, "nr6"); });
   add("norm_rope M=4 H=8 d=128 r=0 ql=128 (norm only)", [] { return norm_rope_case(4, 8, 128, 0, 128, 0, 0, false, "nr7"); });
+  for (int64_t M : {1, 8, 300})  // decode: W − 1 = 127 ring rows a sequence; prefill: the chunk's earlier tokens
+    add(nm("norm_rope gather M=%ld ql=1024 d=512 ring rows %ld (q_lora norm + window gather)", (long)M, (long)(M == 300 ? 127 : 127 * M)),
+        [=] { return norm_gather_case(M, 1024, 512, M == 300 ? 127 : 127 * M, "ng1"); });
+  add("norm_rope gather M=3 ql=36 d=100 ring rows 0", [] { return norm_gather_case(3, 36, 100, 0, "ng2"); });
+  add("norm_rope gather M=2 ql=512 d=64 ring rows 5", [] { return norm_gather_case(2, 512, 64, 5, "ng3"); });
   add("norm_rope rejects unsupported shapes", [] { return norm_rope_reject_case(); });
   add("swiglu_clamp M=64 I=2048", [] { return swiglu_case(64, 2048, false, "sw1"); });
   add("swiglu_clamp M=4096 I=2048 row_scale", [] { return swiglu_case(4096, 2048, true, "sw2"); });

@@ -857,7 +857,7 @@ void CudaBackend::norm_rope(const NormRope* t, int n, int64_t M, const int32_t* 
   bool fused = !impl_->off("fuseattn") && n <= cuda::kNormRopeMax;
   for (int i = 0; fused && i < n; ++i) {
     const NormRope& a = t[i];
-    c[i] = {a.x, a.ld, a.heads, a.head_dim, a.norm, a.w, a.rope_dim, a.inv_freq, {a.out[0], a.out[1]},
+    c[i] = {a.x, a.ld, a.heads, a.head_dim, a.x_rows, a.rows, a.norm, a.w, a.rope_dim, a.inv_freq, {a.out[0], a.out[1]},
             {a.out_ld[0], a.out_ld[1]}, {a.out_rows[0], a.out_rows[1]}};
     fused = cuda::norm_rope_supported(c[i]);
   }

@@ -217,12 +217,14 @@ cudaError_t rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, int r
 // Backend::norm_rope (per-head rms_norm, rope, row copies out) of n ≤ kNormRopeMax tensors in one launch,
 // bitwise rms_norm + rope + copy_rows. Fields as Backend::NormRope. Supported (else cudaErrorInvalidValue;
 // the backend then runs the unfused ops): head_dim % 4 == 0 and ≤ 1024, ld and out_ld multiples of 4,
-// x, w and out 16-byte aligned.
+// x, w and out 16-byte aligned; a gather (x_rows) neither normed nor roped.
 constexpr int kNormRopeMax = 4;
 struct NormRopeTensor {
   float* x;
   int64_t ld;
   int heads, head_dim;
+  const int32_t* x_rows;  // a gather of `rows` rows (norm false, rope_dim 0; x not written)
+  int64_t rows;
   bool norm;
   const float* w;
   int rope_dim;

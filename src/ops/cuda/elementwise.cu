@@ -209,7 +209,8 @@ __global__ void rope_kernel(float* x, int64_t M, int64_t ld, int heads, int head
 // owns warps [first[t], first[t+1]) in (row, head) order). The norm has rms_norm_warp_reg_kernel's lane ↔
 // element mapping (float4 at 4·lane + 128c) and sums, the rotation rope_kernel's angle and rope_rotate,
 // so the result is bitwise that of rms_norm + rope (the model's unfused path on this backend). The rope
-// pairs sit inside one lane's float4 (even offsets), so no data moves between lanes.
+// pairs sit inside one lane's float4 (even offsets), so no data moves between lanes. A gather tensor
+// (x_rows) only moves rows: x_rows[m] → out rows (copy_rows' bits trivially).
 template <int NC>
 __global__ void __launch_bounds__(128) norm_rope_kernel(NormRopeArgs a, int64_t M, const int32_t* __restrict__ pos,
                                                         float eps, bool inverse) {
@@ -229,7 +230,7 @@ __global__ void __launch_bounds__(128) norm_rope_kernel(NormRopeArgs a, int64_t 
     if (t == k) z = a.t[k], base = a.first[k];
   const int64_t mh = gw - base, m = mh / z.heads;
   const int h = (int)(mh % z.heads), D = z.head_dim;
-  float* xr = z.x + m * z.ld + (int64_t)h * D;
+  float* xr = z.x + (z.x_rows ? (int64_t)z.x_rows[m] : m) * z.ld + (int64_t)h * D;
   float4 v[NC], g[NC];
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
@@ -275,7 +276,7 @@ __global__ void __launch_bounds__(128) norm_rope_kernel(NormRopeArgs a, int64_t 
       const float2 q = rope_rotate(make_float2(v[c].z, v[c].w), cs, sn);
       v[c].z = q.x, v[c].w = q.y;
     }
-    *reinterpret_cast<float4*>(xr + i) = v[c];
+    if (!z.x_rows) *reinterpret_cast<float4*>(xr + i) = v[c];  // a gather leaves x alone
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       if (!z.out[k]) continue;
@@ -437,6 +438,7 @@ bool norm_rope_supported(const NormRopeTensor& z) {
   if (!z.x || z.heads < 1 || z.head_dim < 4 || z.head_dim > 1024 || z.head_dim % 4 || z.ld % 4 || !al(z.x)) return false;
   if (z.ld < (int64_t)z.heads * z.head_dim || (z.w && !al(z.w))) return false;
   if (z.rope_dim < 0 || z.rope_dim % 2 || z.rope_dim > z.head_dim || (z.rope_dim && !z.inv_freq)) return false;
+  if (z.x_rows && (z.norm || z.rope_dim || z.rows < 0)) return false;
   for (int k = 0; k < 2; ++k)
     if (z.out[k] && (z.out_ld[k] % 4 || z.out_ld[k] < (int64_t)z.heads * z.head_dim || !al(z.out[k]))) return false;
   return true;
@@ -444,17 +446,17 @@ bool norm_rope_supported(const NormRopeTensor& z) {
 
 cudaError_t norm_rope(const NormRopeTensor* t, int n, int64_t M, const int32_t* pos, float eps, bool inverse,
                       cudaStream_t s) {
-  if (n < 0 || n > kNormRopeMax) return cudaErrorInvalidValue;
+  if (n < 0 || n > kNormRopeMax || M < 0) return cudaErrorInvalidValue;
   NormRopeArgs a{};
   a.n = n;
   int D = 0;
   for (int i = 0; i < n; ++i) {
     if (!norm_rope_supported(t[i])) return cudaErrorInvalidValue;
     a.t[i] = t[i];
-    a.first[i + 1] = a.first[i] + M * t[i].heads;
+    a.first[i + 1] = a.first[i] + (t[i].x_rows ? t[i].rows : M) * t[i].heads;
     D = std::max(D, t[i].head_dim);
   }
-  if (M <= 0 || a.first[n] == 0) return cudaSuccess;
+  if (a.first[n] <= 0) return cudaSuccess;
   const unsigned blocks = (unsigned)cdiv(a.first[n], 4);  // 4 warps a block: a decode step's few rows spread
   if (D <= 128) norm_rope_kernel<1><<<blocks, 128, 0, s>>>(a, M, pos, eps, inverse);
   else if (D <= 256) norm_rope_kernel<2><<<blocks, 128, 0, s>>>(a, M, pos, eps, inverse);
