@@ -167,11 +167,12 @@ struct DeepseekV4Model::Step {
   // in slot 0, in rows of d: the layer's offset goes into the base pointer). Key buffer win [rows, d]:
   // per sequence its earlier tokens still in the window (from the ring), then its chunk (from kv).
   struct WindowPlan {
-    int64_t rows = 0, n_ring = 0, n_push = 0;
-    Buffer<int32_t> idx;  // from_ring, to_win_r [n_ring]; from_kv, to_win_k [T]; push_src, push_dst [n_push]
+    int64_t rows = 0, n_ring = 0;
+    Buffer<int32_t> idx;  // from_ring, to_win_r [n_ring]; to_win_k, push_row [T]
     Buffer<int32_t> lo, hi;  // [T] each query's window rows [lo, hi) of win
-    const int32_t *from_ring = nullptr, *to_win_r = nullptr, *from_kv = nullptr, *to_win_k = nullptr;
-    const int32_t *push_src = nullptr, *push_dst = nullptr;
+    // kv row m goes to win row to_win_k[m] and to ring row push_row[m] (−1: not pushed: a chunk keeps its
+    // last W rows, a stand-in none)
+    const int32_t *from_ring = nullptr, *to_win_r = nullptr, *to_win_k = nullptr, *push_row = nullptr;
   } window;
   // The compressors and entry choice of every layer of one compressed type (CSA or HCA), planned once a
   // step: ring rows count from a layer's ring region in slot 0 (rows of that ring's width), page rows
@@ -356,12 +357,23 @@ void DeepseekV4Model::attention(int l, Step& st) {
   float* qr = qkv.data();
   float* kv = qkv.data() + ql;
   be_.linear(h, T, D, *L.wqkv_a, qkv.data(), nqk);
-  be_.rms_norm(qr, T, ql, nqk, L.q_norm.data(), eps, qr);
+  // Sliding keys (ring tail + chunk) are gathered into one buffer for the step: the ring's rows here, in
+  // one call with q's low-rank norm, before the norm_rope below pushes the step's kv rows over the oldest
+  // of them (the ring keeps the last W positions).
+  const Step::WindowPlan& wp = st.window;
+  Buffer<float> win(be_, wp.rows * d);
+  V4Cache& cache = *st.cache;
+  const V4CacheLayout& lay = cache.layout();
+  float* slots = cache.slots_base();
+  float* swa_ring = slots + lay.slot_ring_off[l];  // this layer's [W, d] ring in slot 0
+  {
+    Backend::NormRope nr[2];
+    nr[0].x = qr, nr[0].ld = nqk, nr[0].head_dim = (int)ql, nr[0].norm = true, nr[0].w = L.q_norm.data();
+    nr[1].x = swa_ring, nr[1].ld = d, nr[1].head_dim = (int)d, nr[1].x_rows = wp.from_ring, nr[1].rows = wp.n_ring;
+    nr[1].out[0] = win.data(), nr[1].out_ld[0] = d, nr[1].out_rows[0] = wp.to_win_r;
+    be_.norm_rope(nr, wp.n_ring ? 2 : 1, T, pos, eps, false);
+  }
   be_.linear(qr, T, nqk, *L.wq_b, q.data(), H * d);
-  be_.rms_norm(q.data(), T * H, d, d, nullptr, eps, q.data());  // per-head, unweighted
-  be_.rope(q.data(), T, H * d, (int)H, (int)d, (int)r, pos, inv_freq, false);
-  be_.rms_norm(kv, T, d, nqk, L.kv_norm.data(), eps, kv);
-  be_.rope(kv, T, nqk, 1, (int)d, (int)r, pos, inv_freq, false);
 
   // Compressor projections for the whole step, one GEMM: comp [T, cw | cw | icw | icw] (row stride nc)
   // = the compressor's kv and gate, then (CSA) the indexer compressor's kv and gate.
@@ -375,32 +387,40 @@ void DeepseekV4Model::attention(int l, Step& st) {
   float* ikv = cgate + cw;
   float* igate = ikv + icw;
   if (comp) be_.linear(h, T, D, *L.wcomp, cproj.data(), nc);
+  // The indexer's head weights γ carry a factor 1/sqrt(hI): folded into indexer_scores' qk_scale when it
+  // is a power of two (hI = 4^k, V4's 64: exact, the same bits as scaling γ), else γ is scaled.
+  const float gamma_scale = 1.0f / std::sqrt((float)hI);
+  int gexp = 0;
+  const bool gamma_fold = std::frexp(gamma_scale, &gexp) == 0.5f;
+  const float idx_scale = 1.0f / std::sqrt((float)dI) * (gamma_fold ? gamma_scale : 1.0f);
   if (csa) {
     iq = Buffer<float>(be_, T * hI * dI);
     gamma = Buffer<float>(be_, T * hI);
     be_.linear(qr, T, nqk, *L.idx_wq_b, iq.data(), hI * dI);
-    be_.rope(iq.data(), T, hI * dI, (int)hI, (int)dI, (int)r, pos, inv_freq_compress_.data(), false);
     be_.linear(h, T, D, *L.idx_weights_proj, gamma.data(), hI);
-    be_.scale(gamma.data(), T * hI, 1.0f / std::sqrt((float)hI));
+    if (!gamma_fold) be_.scale(gamma.data(), T * hI, gamma_scale);
+  }
+  // One call: q per head rms_norm (unweighted) + rope; kv rms_norm (kv_norm) + rope, then into the
+  // window buffer and the ring; the indexer's q rope (a CSA layer's inv_freq is inv_freq_compress_).
+  {
+    Backend::NormRope nr[3];
+    nr[0].x = q.data(), nr[0].ld = H * d, nr[0].heads = (int)H, nr[0].head_dim = (int)d, nr[0].norm = true;
+    nr[0].rope_dim = (int)r, nr[0].inv_freq = inv_freq;
+    nr[1].x = kv, nr[1].ld = nqk, nr[1].head_dim = (int)d, nr[1].norm = true, nr[1].w = L.kv_norm.data();
+    nr[1].rope_dim = (int)r, nr[1].inv_freq = inv_freq;
+    nr[1].out[0] = win.data(), nr[1].out_ld[0] = d, nr[1].out_rows[0] = wp.to_win_k;
+    nr[1].out[1] = swa_ring, nr[1].out_ld[1] = d, nr[1].out_rows[1] = wp.push_row;
+    if (csa) {
+      nr[2].x = iq.data(), nr[2].ld = hI * dI, nr[2].heads = (int)hI, nr[2].head_dim = (int)dI;
+      nr[2].rope_dim = (int)r, nr[2].inv_freq = inv_freq_compress_.data();
+    }
+    be_.norm_rope(nr, csa ? 3 : 2, T, pos, eps, false);
   }
 
-  // Sliding keys (ring tail + chunk) are gathered into one buffer for the step; the compressors close
-  // their windows into the pages and take the step's tokens into their rings; each query's compressed
-  // entries are chosen (CSA) or all taken (HCA) and read in place from the pages (rows of d floats
-  // from this layer's region of the page pool).
-  V4Cache& cache = *st.cache;
-  const V4CacheLayout& lay = cache.layout();
+  // The compressors close their windows into the pages and take the step's tokens into their rings;
+  // each query's compressed entries are chosen (CSA) or all taken (HCA) and read in place from the pages
+  // (rows of d floats from this layer's region of the page pool).
   const size_t B = st.batch.size();
-  const Step::WindowPlan& wp = st.window;
-  Buffer<float> win(be_, wp.rows * d);
-  float* slots = cache.slots_base();
-  {
-    float* ring = slots + lay.slot_ring_off[l];  // this layer's [W, d] ring in slot 0
-    if (wp.n_ring) be_.copy_rows(ring, d, wp.from_ring, win.data(), d, wp.to_win_r, wp.n_ring, d);
-    be_.copy_rows(kv, nqk, wp.from_kv, win.data(), d, wp.to_win_k, T, d);
-    // after the gather: the pushes overwrite the oldest rows (the ring keeps the last W positions)
-    if (wp.n_push) be_.copy_rows(kv, nqk, wp.push_src, ring, d, wp.push_dst, wp.n_push, d);
-  }
   // A step of single tokens (decode) closes every sequence's windows in one call per compressor (after
   // the pushes: each window then lies whole in its ring) and scores every sequence's keys in one call
   // (a key list per query). Chunks close and score per sequence (their queries share its keys).
@@ -431,7 +451,7 @@ void DeepseekV4Model::attention(int l, Step& st) {
     if (nk == 0) continue;
     float* score = score_d.data() + cp->score_at[b];  // [n, nk]
     be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, key_base,
-                       st.csa_keys.rows.data() + b * kld, 0, nk, cp->nvis_row + r0, 1.0f / std::sqrt((float)dI), score);
+                       st.csa_keys.rows.data() + b * kld, 0, nk, cp->nvis_row + r0, idx_scale, score);
     be_.select_topk(score, n, nk, cp->nvis_row + r0, (int)cfg_.index_topk, st.csa_entries.rows.data() + b * kld, 0,
                     cp->ent_off_d.data() + r0, ent_idx_d.data());
   }
@@ -453,7 +473,7 @@ void DeepseekV4Model::attention(int l, Step& st) {
   }
   if (csa && decode) {  // every sequence's query against its own keys, after every closing wrote its key
     be_.indexer_scores(iq.data(), gamma.data(), (int64_t)B, (int)hI, (int)dI, key_base, st.csa_keys.rows.data(), kld,
-                       kld, cp->nvis_seq, 1.0f / std::sqrt((float)dI), score_d.data());
+                       kld, cp->nvis_seq, idx_scale, score_d.data());
     be_.select_topk(score_d.data(), (int64_t)B, kld, cp->nvis_seq, (int)cfg_.index_topk, st.csa_entries.rows.data(),
                     kld, cp->ent_off_d.data(), ent_idx_d.data());
   }
@@ -698,7 +718,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       // sequence W rows of win (ring rows of positions p0−W+1 .. p0−1, then its token; rows before
       // position 0 are copied but lie outside [lo, hi)); a chunked step packs what each sequence sees.
       const int64_t W = cfg_.sliding_window, d = cfg_.head_dim;
-      std::vector<int32_t> from_ring, to_win_r, from_kv, to_win_k, lo(T), hi(T);
+      std::vector<int32_t> from_ring, to_win_r, to_win_k, push_row(T, -1), lo(T), hi(T);
       RingPush push;
       int64_t b0 = 0;  // first row of this sequence's keys in win
       for (int64_t b = 0; b < B; ++b) {
@@ -712,23 +732,20 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
           to_win_r.push_back((int32_t)(b0 + i));
         }
         for (int64_t i = 0; i < n; ++i) {
-          from_kv.push_back((int32_t)(r0 + i));
           to_win_k.push_back((int32_t)(b0 + first + i));
           hi[r0 + i] = (int32_t)(b0 + first + i + 1);
           lo[r0 + i] = (int32_t)std::max<int64_t>(b0 + first - np, hi[r0 + i] - W);
         }
-        if (b < st.n_real) push.add(r0, n, p0, W, ring0);
-        else push.src.push_back((int32_t)r0), push.dst.push_back(-1);  // a stand-in writes nothing
+        if (b < st.n_real) push.add(r0, n, p0, W, ring0);  // a stand-in writes nothing
         b0 += first + n;
       }
       Step::WindowPlan& wp = st.window;
       wp.rows = b0;
       wp.n_ring = (int64_t)from_ring.size();
-      wp.n_push = (int64_t)push.src.size();
+      for (size_t j = 0; j < push.src.size(); ++j) push_row[push.src[j]] = push.dst[j];  // one push a row at most
       std::vector<const int32_t*> at;
-      wp.idx = upload_packed(be_, {&from_ring, &to_win_r, &from_kv, &to_win_k, &push.src, &push.dst}, at);
-      wp.from_ring = at[0], wp.to_win_r = at[1], wp.from_kv = at[2], wp.to_win_k = at[3];
-      wp.push_src = at[4], wp.push_dst = at[5];
+      wp.idx = upload_packed(be_, {&from_ring, &to_win_r, &to_win_k, &push_row}, at);
+      wp.from_ring = at[0], wp.to_win_r = at[1], wp.to_win_k = at[2], wp.push_row = at[3];
       wp.lo = Buffer<int32_t>(be_, lo);
       wp.hi = Buffer<int32_t>(be_, hi);
     }

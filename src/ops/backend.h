@@ -257,6 +257,49 @@ class Backend {
   virtual void rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim,
                     const int32_t* pos, const float* inv_freq, bool inverse) = 0;
 
+  // Per-head RMSNorm and RoPE of several tensors in one call (the attention block's q, kv and indexer
+  // q: one launch instead of a norm, a rope and a copy each). A tensor has the step's M rows (pos[M])
+  // unless it is a gather (x_rows set).
+  struct NormRope {
+    float* x = nullptr;           // [M, heads, head_dim] (row stride ld), transformed in place
+    int64_t ld = 0;
+    int heads = 1, head_dim = 0;
+    // A gather instead: `rows` rows, row m read from x row x_rows[m] and only copied to the outs (x is not
+    // written; norm false, rope_dim 0).
+    const int32_t* x_rows = nullptr;
+    int64_t rows = 0;
+    bool norm = false;            // first rms_norm of every head vector (D = head_dim, eps) ...
+    const float* w = nullptr;     // ... with weights w[head_dim] (null: unweighted)
+    int rope_dim = 0;             // then rope (rope_dim, inv_freq[rope_dim / 2]; 0: none)
+    const float* inv_freq = nullptr;
+    // then row m's heads·head_dim floats are also copied to row out_rows[k][m] (null: m; < 0: skipped)
+    // of out[k] (row stride out_ld[k]), k < 2 (out[k] null: none). No out may overlap any tensor.
+    float* out[2] = {nullptr, nullptr};
+    int64_t out_ld[2] = {0, 0};
+    const int32_t* out_rows[2] = {nullptr, nullptr};
+  };
+  // The result is that of rms_norm, rope, then copy_rows per tensor (this default: the composition).
+  virtual void norm_rope(const NormRope* t, int n, int64_t M, const int32_t* pos, float eps, bool inverse) {
+    for (int i = 0; i < n; ++i) {
+      const NormRope& a = t[i];
+      const int64_t width = (int64_t)a.heads * a.head_dim;
+      if (a.x_rows) {
+        for (int k = 0; k < 2; ++k)
+          if (a.out[k] && a.rows) copy_rows(a.x, a.ld, a.x_rows, a.out[k], a.out_ld[k], a.out_rows[k], a.rows, width);
+        continue;
+      }
+      if (a.norm) {
+        if (a.ld == width) rms_norm(a.x, M * a.heads, a.head_dim, a.head_dim, a.w, eps, a.x);
+        else
+          for (int h = 0; h < a.heads; ++h)
+            rms_norm(a.x + (int64_t)h * a.head_dim, M, a.head_dim, a.ld, a.w, eps, a.x + (int64_t)h * a.head_dim);
+      }
+      if (a.rope_dim) rope(a.x, M, a.ld, a.heads, a.head_dim, a.rope_dim, pos, a.inv_freq, inverse);
+      for (int k = 0; k < 2; ++k)
+        if (a.out[k]) copy_rows(a.x, a.ld, nullptr, a.out[k], a.out_ld[k], a.out_rows[k], M, width);
+    }
+  }
+
   // Manifold-constrained hyper-connection, pre side. X[M, hc, D]; fn[(2+hc)·hc, hc·D]; base[(2+hc)·hc];
   // scale[3]. Outputs u[M, D] = Σ_j pre_j X_j, post[M, hc], comb[M, hc, hc] (Sinkhorn-projected).
   virtual void hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,

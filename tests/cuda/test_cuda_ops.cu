@@ -629,6 +629,263 @@ Result rope_case(int64_t M, int heads, int hd, int rd, bool inverse, const std::
   return res;
 }
 
+// norm_rope (fuseattn): the attention block's q (per-head unweighted norm + rope), kv (weighted norm +
+// rope, read at a column offset of the wider qkv rows, then scattered into a window buffer and a ring
+// with −1 rows skipped) and, when hI > 0, the indexer's q (rope only) in one launch. Checked against the
+// CPU twin (Backend::norm_rope's default: rms_norm, rope, copy_rows), bitwise against the unfused CUDA
+// kernels it replaces (DEEPINFER_CUDA_OFF=fuseattn) and bitwise from a CUDA graph. Rows of the window and
+// ring that no kv row targets must keep their bytes. --perf: graph time per call, fused vs the unfused
+// launches (the launch chain a decode step saves).
+Result norm_rope_case(int64_t M, int H, int d, int rd, int64_t ql, int hI, int dI, bool inverse, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const int64_t nqk = ql + d, Rw = 2 * M + 3, Rr = M + 5;  // window rows, ring rows (more than targeted)
+  std::vector<float> q = randn(r, M * H * d, 3.0f), qkv = randn(r, M * nqk, 3.0f), w = randn(r, d);
+  std::vector<float> iq = randn(r, std::max<int64_t>(1, M * hI * dI), 2.0f);
+  std::vector<float> win = randn(r, Rw * d), ring = randn(r, Rr * d);
+  std::vector<int32_t> pos(M), to_win(M), push(M);
+  for (auto& p : pos) p = r.range(0, 1 << 20);
+  // distinct destination rows, about one in five skipped (−1, a padded stand-in / a row not pushed)
+  std::vector<int32_t> wr(Rw), rr(Rr);
+  std::iota(wr.begin(), wr.end(), 0), std::iota(rr.begin(), rr.end(), 0);
+  for (int64_t i = Rw - 1; i > 0; --i) std::swap(wr[i], wr[r.range(0, (int)i + 1)]);
+  for (int64_t i = Rr - 1; i > 0; --i) std::swap(rr[i], rr[r.range(0, (int)i + 1)]);
+  for (int64_t m = 0; m < M; ++m) {
+    to_win[m] = r.range(0, 5) == 0 ? -1 : wr[m];
+    push[m] = r.range(0, 5) == 0 ? -1 : rr[m];
+  }
+  std::vector<float> inv(rd / 2), inv2(rd / 2);
+  for (int i = 0; i < rd / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / rd), inv2[i] = std::pow(160000.0f, -2.0f * i / rd);
+  DBuf dq = dup(q, "q"), dqkv = dup(qkv, "qkv"), dw = dup(w, "kv_norm"), diq = dup(iq, "iq"), dwin = dup(win, "win");
+  DBuf dring = dup(ring, "ring"), dpos = dup(pos, "pos"), dtw = dup(to_win, "to_win"), dpu = dup(push, "push");
+  DBuf dinv = dup(inv, "inv_freq"), dinv2 = dup(inv2, "inv_freq_idx");
+  // the tensors, on given buffers (device or host)
+  auto tensors = [&](float* pq, float* pqkv, const float* pw, float* piq, float* pwin, float* pring, const int32_t* ptw,
+                     const int32_t* ppu, const float* pinv, const float* pinv2, Backend::NormRope* t) {
+    t[0] = {}, t[1] = {}, t[2] = {};
+    t[0].x = pq, t[0].ld = (int64_t)H * d, t[0].heads = H, t[0].head_dim = d, t[0].norm = true;
+    t[0].rope_dim = rd, t[0].inv_freq = pinv;
+    t[1].x = pqkv + ql, t[1].ld = nqk, t[1].head_dim = d, t[1].norm = true, t[1].w = pw, t[1].rope_dim = rd;
+    t[1].inv_freq = pinv;
+    t[1].out[0] = pwin, t[1].out_ld[0] = d, t[1].out_rows[0] = ptw;
+    t[1].out[1] = pring, t[1].out_ld[1] = d, t[1].out_rows[1] = ppu;
+    t[2].x = piq, t[2].ld = (int64_t)hI * dI, t[2].heads = hI, t[2].head_dim = dI, t[2].rope_dim = rd;
+    t[2].inv_freq = pinv2;
+    return hI > 0 ? 3 : 2;
+  };
+  Backend::NormRope bt[3];
+  const int n = tensors(dq.as<float>(), dqkv.as<float>(), dw.as<float>(), diq.as<float>(), dwin.as<float>(),
+                        dring.as<float>(), dtw.as<int32_t>(), dpu.as<int32_t>(), dinv.as<float>(), dinv2.as<float>(), bt);
+  dc::NormRopeTensor ct[3];
+  for (int i = 0; i < n; ++i) {
+    const auto& a = bt[i];
+    ct[i] = {a.x, a.ld, a.heads, a.head_dim, a.x_rows, a.rows, a.norm, a.w, a.rope_dim, a.inv_freq, {a.out[0], a.out[1]},
+             {a.out_ld[0], a.out_ld[1]}, {a.out_rows[0], a.out_rows[1]}};
+  }
+  // the unfused launches (what CudaBackend runs with fuseattn off): rms_norm, rope, copy_rows per tensor
+  auto unfused = [&](cudaStream_t st) {
+    for (int i = 0; i < n; ++i) {
+      const auto& a = bt[i];
+      const int64_t width = (int64_t)a.heads * a.head_dim;
+      if (a.norm) {
+        if (a.ld == width) CK(dc::rms_norm(a.x, M * a.heads, a.head_dim, a.head_dim, a.w, 1e-6f, a.x, nullptr, st));
+        else
+          for (int h = 0; h < a.heads; ++h)
+            CK(dc::rms_norm(a.x + (int64_t)h * a.head_dim, M, a.head_dim, a.ld, a.w, 1e-6f, a.x + (int64_t)h * a.head_dim,
+                            nullptr, st));
+      }
+      if (a.rope_dim) CK(dc::rope(a.x, M, a.ld, a.heads, a.head_dim, a.rope_dim, dpos.as<int32_t>(), a.inv_freq, inverse, st));
+      for (int k = 0; k < 2; ++k)
+        if (a.out[k]) CK(dc::copy_rows(a.x, a.ld, nullptr, 0, 0, a.out[k], a.out_ld[k], a.out_rows[k], 0, 0, M, width, st));
+    }
+  };
+  auto fused = [&](cudaStream_t st) { CK(dc::norm_rope(ct, n, M, dpos.as<int32_t>(), 1e-6f, inverse, st)); };
+  auto reset = [&] {
+    CK(cudaMemcpy(dq.p(), q.data(), q.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dqkv.p(), qkv.data(), qkv.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(diq.p(), iq.data(), iq.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dwin.p(), win.data(), win.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dring.p(), ring.data(), ring.size() * 4, cudaMemcpyHostToDevice));
+  };
+  auto grab = [&] {
+    return std::vector<std::vector<float>>{down<float>(dq, q.size()), down<float>(dqkv, qkv.size()),
+                                           down<float>(diq, iq.size()), down<float>(dwin, win.size()),
+                                           down<float>(dring, ring.size())};
+  };
+  auto same_bits = [](const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i].size() != b[i].size() || !rows_bitwise_equal(a[i].data(), b[i].data(), (int64_t)a[i].size())) return false;
+    return true;
+  };
+  fused(0);
+  CK(cudaGetLastError());
+  const auto got = grab();
+  // CPU twin
+  std::vector<float> rq(q), rqkv(qkv), riq(iq), rwin(win), rring(ring);
+  Backend::NormRope ht[3];
+  tensors(rq.data(), rqkv.data(), w.data(), riq.data(), rwin.data(), rring.data(), to_win.data(), push.data(),
+          inv.data(), inv2.data(), ht);
+  cpu().norm_rope(ht, n, M, pos.data(), 1e-6f, inverse);
+  expect_nmse(res, "q", got[0], rq, 1e-11);
+  expect_nmse(res, "qkv", got[1], rqkv, 1e-11);
+  if (hI > 0) expect_nmse(res, "iq", got[2], riq, 1e-11);
+  expect_nmse(res, "win", got[3], rwin, 1e-11);
+  expect_nmse(res, "ring", got[4], rring, 1e-11);
+  // bytes that nothing may write: q_lora columns of qkv, untargeted window / ring rows
+  bool kept = true;
+  for (int64_t m = 0; m < M; ++m) kept &= rows_bitwise_equal(got[1].data() + m * nqk, qkv.data() + m * nqk, ql);
+  std::vector<char> hit_w(Rw, 0), hit_r(Rr, 0);
+  for (int64_t m = 0; m < M; ++m) {
+    if (to_win[m] >= 0) hit_w[to_win[m]] = 1;
+    if (push[m] >= 0) hit_r[push[m]] = 1;
+  }
+  for (int64_t i = 0; i < Rw; ++i)
+    if (!hit_w[i]) kept &= rows_bitwise_equal(got[3].data() + i * d, win.data() + i * d, d);
+  for (int64_t i = 0; i < Rr; ++i)
+    if (!hit_r[i]) kept &= rows_bitwise_equal(got[4].data() + i * d, ring.data() + i * d, d);
+  expect_true(res, kept, "bytes outside the outputs changed");
+  // bitwise: unfused kernels, and the fused one from a graph
+  reset();
+  unfused(0);
+  CK(cudaGetLastError());
+  expect_true(res, same_bits(grab(), got), "fused != unfused CUDA kernels (bitwise)");
+  reset();
+  std::string err;
+  const bool captured = run_in_graph(fused, err);
+  expect_true(res, captured, "graph capture: " + err);
+  if (captured) expect_true(res, same_bits(grab(), got), "graph != eager (bitwise)");
+  if (res.pass) res.detail += "fused == unfused == graph (bitwise) ";
+  if (g_perf) {
+    constexpr int reps = 20;
+    res.graph_us = time_graph_us(fused, reps);
+    const double un = time_graph_us(unfused, reps);
+    res.us = time_us([&] { fused(0); });
+    res.bytes = M * (H * d * 8.0 + d * 8.0 + d * 8.0 + hI * (double)dI * 8.0) + d * 4.0;
+    char buf[120];
+    snprintf(buf, sizeof buf, "graph/call: fused %.2f us, unfused %.2f us (%.2fx) ", res.graph_us, un, un / res.graph_us);
+    res.detail += buf;
+  }
+  return res;
+}
+
+// The attention block's first norm_rope call: q's low-rank rows normed in place (weighted, D = ql at row
+// stride ql + d: a warp a row, NC = 8 at ql = 1024) and the sliding ring's rows gathered into the window
+// buffer (x_rows → out rows, −1 skipped). CPU twin, bitwise the unfused rms_norm + copy_rows, graph.
+Result norm_gather_case(int64_t M, int64_t ql, int d, int64_t n_ring, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const int64_t nqk = ql + d, Rr = n_ring + 9, Rw = n_ring + M + 3;
+  std::vector<float> qkv = randn(r, M * nqk, 3.0f), w = randn(r, ql), ring = randn(r, Rr * d), win = randn(r, Rw * d);
+  std::vector<int32_t> rr(Rr), wr(Rw), from(n_ring), to(n_ring);
+  std::iota(rr.begin(), rr.end(), 0), std::iota(wr.begin(), wr.end(), 0);
+  for (int64_t i = Rw - 1; i > 0; --i) std::swap(wr[i], wr[r.range(0, (int)i + 1)]);
+  for (int64_t i = 0; i < n_ring; ++i) from[i] = rr[r.range(0, (int)Rr)], to[i] = r.range(0, 6) == 0 ? -1 : wr[i];
+  DBuf dqkv = dup(qkv, "qkv"), dw = dup(w, "q_norm"), dring = dup(ring, "ring"), dwin = dup(win, "win");
+  DBuf dfrom = dup(from, "from_ring"), dto = dup(to, "to_win_r");
+  auto tensors = [&](float* pqkv, const float* pw, float* pring, float* pwin, const int32_t* pf, const int32_t* pt,
+                     Backend::NormRope* t) {
+    t[0] = {}, t[1] = {};
+    t[0].x = pqkv, t[0].ld = nqk, t[0].head_dim = (int)ql, t[0].norm = true, t[0].w = pw;
+    t[1].x = pring, t[1].ld = d, t[1].head_dim = d, t[1].x_rows = pf, t[1].rows = n_ring;
+    t[1].out[0] = pwin, t[1].out_ld[0] = d, t[1].out_rows[0] = pt;
+  };
+  Backend::NormRope bt[2];
+  tensors(dqkv.as<float>(), dw.as<float>(), dring.as<float>(), dwin.as<float>(), dfrom.as<int32_t>(), dto.as<int32_t>(), bt);
+  dc::NormRopeTensor ct[2];
+  for (int i = 0; i < 2; ++i) {
+    const auto& a = bt[i];
+    ct[i] = {a.x, a.ld, a.heads, a.head_dim, a.x_rows, a.rows, a.norm, a.w, a.rope_dim, a.inv_freq,
+             {a.out[0], a.out[1]}, {a.out_ld[0], a.out_ld[1]}, {a.out_rows[0], a.out_rows[1]}};
+  }
+  expect_true(res, dc::norm_rope_supported(ct[0]) && dc::norm_rope_supported(ct[1]), "shape not taken by the kernel");
+  auto fused = [&](cudaStream_t st) { CK(dc::norm_rope(ct, 2, M, nullptr, 1e-6f, false, st)); };
+  auto unfused = [&](cudaStream_t st) {
+    CK(dc::rms_norm(dqkv.as<float>(), M, ql, nqk, dw.as<float>(), 1e-6f, dqkv.as<float>(), nullptr, st));
+    CK(dc::copy_rows(dring.as<float>(), d, dfrom.as<int32_t>(), 0, 0, dwin.as<float>(), d, dto.as<int32_t>(), 0, 0,
+                     n_ring, d, st));
+  };
+  auto reset = [&] {
+    CK(cudaMemcpy(dqkv.p(), qkv.data(), qkv.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dwin.p(), win.data(), win.size() * 4, cudaMemcpyHostToDevice));
+  };
+  auto grab = [&] { return std::vector<std::vector<float>>{down<float>(dqkv, qkv.size()), down<float>(dwin, win.size()),
+                                                           down<float>(dring, ring.size())}; };
+  auto same_bits = [](const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i].size() != b[i].size() || !rows_bitwise_equal(a[i].data(), b[i].data(), (int64_t)a[i].size())) return false;
+    return true;
+  };
+  fused(0);
+  CK(cudaGetLastError());
+  const auto got = grab();
+  std::vector<float> rqkv(qkv), rring(ring), rwin(win);
+  Backend::NormRope ht[2];
+  tensors(rqkv.data(), w.data(), rring.data(), rwin.data(), from.data(), to.data(), ht);
+  cpu().norm_rope(ht, 2, M, nullptr, 1e-6f, false);
+  expect_nmse(res, "qkv", got[0], rqkv, 1e-11);
+  expect_true(res, rows_bitwise_equal(got[1].data(), rwin.data(), (int64_t)win.size()), "win != the CPU's gather");
+  expect_true(res, rows_bitwise_equal(got[2].data(), ring.data(), (int64_t)ring.size()), "the gather wrote its source");
+  bool kept = true;  // kv columns of qkv untouched
+  for (int64_t m = 0; m < M; ++m) kept &= rows_bitwise_equal(got[0].data() + m * nqk + ql, qkv.data() + m * nqk + ql, d);
+  expect_true(res, kept, "kv columns changed");
+  reset();
+  unfused(0);
+  CK(cudaGetLastError());
+  expect_true(res, same_bits(grab(), got), "fused != unfused CUDA kernels (bitwise)");
+  reset();
+  std::string err;
+  const bool captured = run_in_graph(fused, err);
+  expect_true(res, captured, "graph capture: " + err);
+  if (captured) expect_true(res, same_bits(grab(), got), "graph != eager (bitwise)");
+  if (res.pass) res.detail += "fused == unfused == graph (bitwise) ";
+  if (g_perf) {
+    constexpr int reps = 20;
+    res.graph_us = time_graph_us(fused, reps);
+    const double un = time_graph_us(unfused, reps);
+    res.us = time_us([&] { fused(0); });
+    res.bytes = M * ql * 8.0 + ql * 4.0 + n_ring * d * 8.0;
+    char buf[120];
+    snprintf(buf, sizeof buf, "graph/call: fused %.2f us, unfused %.2f us (%.2fx) ", res.graph_us, un, un / res.graph_us);
+    res.detail += buf;
+  }
+  return res;
+}
+
+// The launcher refuses what the kernel does not take (the backend then runs the unfused ops) and
+// writes nothing.
+Result norm_rope_reject_case() {
+  Result res;
+  std::vector<float> x(8 * 260, 1.0f);
+  DBuf dx = dup(x, "x"), dinv = dup(std::vector<float>(32, 1.0f), "inv");
+  std::vector<int32_t> pos(8, 1);
+  DBuf dpos = dup(pos, "pos");
+  auto t = [&] {
+    dc::NormRopeTensor z{};
+    z.x = dx.as<float>(), z.ld = 260, z.heads = 1, z.head_dim = 256, z.norm = true, z.rope_dim = 64;
+    z.inv_freq = dinv.as<float>();
+    return z;
+  };
+  dc::NormRopeTensor ok = t(), off = t(), odd = t(), big = t(), ldo = t(), rot = t(), gat = t(), many[5];
+  off.x += 2;           // 8-byte aligned only
+  odd.head_dim = 254;   // not a multiple of 4
+  big.head_dim = 1028, big.ld = 1028;  // past the warp's registers (buffer big enough: 8·260 ≥ 2·1028)
+  ldo.ld = 258;         // row stride not a multiple of 4
+  rot.rope_dim = 63;    // odd rope width
+  gat.x_rows = dpos.as<int32_t>(), gat.rows = 2;  // a gather that would norm and rope
+  for (auto& z : many) z = t();
+  expect_true(res, dc::norm_rope_supported(ok), "supported shape refused");
+  for (auto* z : {&off, &odd, &big, &ldo, &rot, &gat}) {
+    expect_true(res, !dc::norm_rope_supported(*z), "bad shape accepted");
+    expect_true(res, dc::norm_rope(z, 1, 2, dpos.as<int32_t>(), 1e-6f, false, 0) == cudaErrorInvalidValue,
+                "launcher took a bad shape");
+  }
+  expect_true(res, dc::norm_rope(many, 5, 8, dpos.as<int32_t>(), 1e-6f, false, 0) == cudaErrorInvalidValue,
+              "launcher took more than kNormRopeMax tensors");
+  const auto after = down<float>(dx, x.size());
+  expect_true(res, rows_bitwise_equal(after.data(), x.data(), (int64_t)x.size()), "a refused launch wrote");
+  return res;
+}
+
 Result swiglu_case(int64_t M, int64_t I, bool rs, const std::string& name) {
   Rng r = rng_for(name);
   Result res;
@@ -3477,6 +3734,29 @@ void register_cases() {
   add("rope M=64 H=64 hd=512 r=64 inverse", [] { return rope_case(64, 64, 512, 64, true, "rope2"); });
   add("rope M=512 H=1 hd=512 r=64 (kv)", [] { return rope_case(512, 1, 512, 64, false, "rope3"); });
   add("rope M=64 H=64 hd=128 r=64 (indexer q)", [] { return rope_case(64, 64, 128, 64, false, "rope4"); });
+  // norm_rope (fuseattn): V4-Flash (H=64, d=512, q_lora 1024, indexer 64×128), V4-Pro (H=128, q_lora 1536),
+  // sliding/HCA layers (no indexer q), odd shapes (a rope span starting inside a float4, d = 1024, d < 128)
+  for (int64_t M : {1, 2, 8, 32, 128, 300}) {
+    add(nm("norm_rope M=%ld H=64 d=512 r=64 ql=1024 idx 64x128 (V4-Flash CSA)", (long)M),
+        [=] { return norm_rope_case(M, 64, 512, 64, 1024, 64, 128, false, "nr1"); });
+    add(nm("norm_rope M=%ld H=64 d=512 r=64 ql=1024 (V4-Flash SWA/HCA)", (long)M),
+        [=] { return norm_rope_case(M, 64, 512, 64, 1024, 0, 0, false, "nr2"); });
+  }
+  for (int64_t M : {1, 8, 300})
+    add(nm("norm_rope M=%ld H=128 d=512 r=64 ql=1536 idx 64x128 (V4-Pro CSA)", (long)M),
+        [=] { return norm_rope_case(M, 128, 512, 64, 1536, 64, 128, false, "nr3"); });
+  add("norm_rope M=5 H=3 d=100 r=34 ql=12 idx 5x36 inverse (rope span mid-float4)",
+      [] { return norm_rope_case(5, 3, 100, 34, 12, 5, 36, true, "nr4"); });
+  add("norm_rope M=3 H=2 d=1024 r=64 ql=8 (NC=8)", [] { return norm_rope_case(3, 2, 1024, 64, 8, 0, 0, false, "nr5"); });
+  add("norm_rope M=7 H=4 d=64 r=64 ql=4 idx 2x64 (whole head rotated, NC=1)",
+      [] { return norm_rope_case(7, 4, 64, 64, 4, 2, 64, false, "nr6"); });
+  add("norm_rope M=4 H=8 d=128 r=0 ql=128 (norm only)", [] { return norm_rope_case(4, 8, 128, 0, 128, 0, 0, false, "nr7"); });
+  for (int64_t M : {1, 8, 300})  // decode: W − 1 = 127 ring rows a sequence; prefill: the chunk's earlier tokens
+    add(nm("norm_rope gather M=%ld ql=1024 d=512 ring rows %ld (q_lora norm + window gather)", (long)M, (long)(M == 300 ? 127 : 127 * M)),
+        [=] { return norm_gather_case(M, 1024, 512, M == 300 ? 127 : 127 * M, "ng1"); });
+  add("norm_rope gather M=3 ql=36 d=100 ring rows 0", [] { return norm_gather_case(3, 36, 100, 0, "ng2"); });
+  add("norm_rope gather M=2 ql=512 d=64 ring rows 5", [] { return norm_gather_case(2, 512, 64, 5, "ng3"); });
+  add("norm_rope rejects unsupported shapes", [] { return norm_rope_reject_case(); });
   add("swiglu_clamp M=64 I=2048", [] { return swiglu_case(64, 2048, false, "sw1"); });
   add("swiglu_clamp M=4096 I=2048 row_scale", [] { return swiglu_case(4096, 2048, true, "sw2"); });
   add("compress_pool W=64 S=8 d=512", [] { return pool_case(64, 8, 512, "pool1"); });

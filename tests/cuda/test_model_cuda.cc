@@ -868,6 +868,27 @@ void stored_section(const std::string& root, CpuBackend& cpu, int n_new) {
                                   " decode logits bitwise equal to the op-by-op run's");
     }
   }
+
+  // (g) fuseattn: the attention block's q/kv/indexer-q norm + rope (and kv's window / ring copies) in one
+  // norm_rope launch give bitwise the logits of the unfused kernels (DEEPINFER_CUDA_OFF=fuseattn), graphs
+  // on in both: nano's greedy tokens, the fixtures' prefill + decode logits.
+  setenv("DEEPINFER_CUDA_OFF", (off_saved + ",fuseattn").c_str(), 1);
+  CudaBackend unfused(0, CudaWeights::Stored);
+  if (off_env) setenv("DEEPINFER_CUDA_OFF", off_saved.c_str(), 1);
+  else unsetenv("DEEPINFER_CUDA_OFF");
+  {
+    LoadedModel mu = load_model(dir, unfused);
+    GreedyRun ur = greedy(*mu.v4, unfused, prompts, n_new);
+    expect(ur.out == gr.out, "fuseattn: greedy tokens equal the unfused kernels' (batch)");
+  }
+  for (const auto& fdir : dirs) {
+    LoadedModel a = load_model(fdir + "/model", fast), b = load_model(fdir + "/model", unfused);
+    for (const auto& r : read_refs(fdir)) {
+      auto with = run_schedule(*a.v4, fast, r.ids, 5, 1), without = run_schedule(*b.v4, unfused, r.ids, 5, 1);
+      expect(with == without, "fuseattn: " + fs::path(fdir).filename().string() +
+                                  " prefill + decode logits bitwise equal to the unfused kernels'");
+    }
+  }
 }
 
 // ---- DeepSeek-V4.1 ----

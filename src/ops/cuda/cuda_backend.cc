@@ -894,6 +894,22 @@ void CudaBackend::rope(float* x, int64_t M, int64_t ld, int heads, int head_dim,
   if (impl_->replaying()) return;
   check(cuda::rope(x, M, ld, heads, head_dim, rope_dim, pos, inv_freq, inverse, impl_->stream), "rope");
 }
+void CudaBackend::norm_rope(const NormRope* t, int n, int64_t M, const int32_t* pos, float eps, bool inverse) {
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
+  // One launch for all tensors (same bits as the unfused ops). DEEPINFER_CUDA_OFF=fuseattn, more than
+  // kNormRopeMax tensors or a shape the kernel does not take: rms_norm, rope and copy_rows one by one.
+  cuda::NormRopeTensor c[cuda::kNormRopeMax];
+  bool fused = !impl_->off("fuseattn") && n <= cuda::kNormRopeMax;
+  for (int i = 0; fused && i < n; ++i) {
+    const NormRope& a = t[i];
+    c[i] = {a.x, a.ld, a.heads, a.head_dim, a.x_rows, a.rows, a.norm, a.w, a.rope_dim, a.inv_freq, {a.out[0], a.out[1]},
+            {a.out_ld[0], a.out_ld[1]}, {a.out_rows[0], a.out_rows[1]}};
+    fused = cuda::norm_rope_supported(c[i]);
+  }
+  if (!fused) return Backend::norm_rope(t, n, M, pos, eps, inverse);
+  check(cuda::norm_rope(c, n, M, pos, eps, inverse, impl_->stream), "norm_rope");
+}
 void CudaBackend::hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                          const float* scale, int iters, float hc_eps, float norm_eps, float* u, float* post,
                          float* comb) {

@@ -74,6 +74,7 @@ class CudaBackend final : public Backend {
   void rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y) override;
   void rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim, const int32_t* pos,
             const float* inv_freq, bool inverse) override;
+  void norm_rope(const NormRope* t, int n, int64_t M, const int32_t* pos, float eps, bool inverse) override;
   void hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
               const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
               float* comb) override;

@@ -231,6 +231,33 @@ cudaError_t rms_norm_v1(const float* x, int64_t M, int64_t D, int64_t ld, const 
 // x[M, heads, head_dim] (row stride ld), pos[M], inv_freq[rope_dim/2]; inverse rotates by −angle.
 cudaError_t rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim, const int32_t* pos,
                  const float* inv_freq, bool inverse, cudaStream_t s);
+// Backend::norm_rope (per-head rms_norm, rope, row copies out) of n ≤ kNormRopeMax tensors in one launch,
+// bitwise rms_norm + rope + copy_rows. Fields as Backend::NormRope. Supported (else cudaErrorInvalidValue;
+// the backend then runs the unfused ops): head_dim % 4 == 0 and ≤ 1024, ld and out_ld multiples of 4,
+// x, w and out 16-byte aligned; a gather (x_rows) neither normed nor roped.
+constexpr int kNormRopeMax = 4;
+struct NormRopeTensor {
+  float* x;
+  int64_t ld;
+  int heads, head_dim;
+  const int32_t* x_rows;  // a gather of `rows` rows (norm false, rope_dim 0; x not written)
+  int64_t rows;
+  bool norm;
+  const float* w;
+  int rope_dim;
+  const float* inv_freq;
+  float* out[2];
+  int64_t out_ld[2];
+  const int32_t* out_rows[2];
+};
+struct NormRopeArgs {
+  NormRopeTensor t[kNormRopeMax];
+  int64_t first[kNormRopeMax + 1];  // tensor i's warps (one a head vector) start at first[i]
+  int n;
+};
+bool norm_rope_supported(const NormRopeTensor& t);
+cudaError_t norm_rope(const NormRopeTensor* t, int n, int64_t M, const int32_t* pos, float eps, bool inverse,
+                      cudaStream_t s);
 // act[M, I] = silu(min(g, lim)) · clamp(u, ±lim) (· row_scale[m]); gu[M, 2I] = [g | u].
 // act_bf16[M, I] optional bf16 copy (may replace act: act may be null when act_bf16 is set).
 cudaError_t swiglu_clamp(const float* gu, int64_t M, int64_t I, float limit, const float* row_scale, float* act,

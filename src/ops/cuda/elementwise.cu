@@ -3,6 +3,8 @@
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
 
+#include <algorithm>
+
 namespace deepinfer::cuda {
 namespace {
 using detail::cdiv;
@@ -178,6 +180,12 @@ __global__ void rms_norm_warp_reg_kernel(const float* x, int64_t M, int64_t D, i
   }
 }
 
+// One interleaved RoPE pair rotated by the angle (cs, sn); rope_kernel and norm_rope_kernel share it
+// (one expression, so one contraction into FMAs: the same bits).
+__device__ __forceinline__ float2 rope_rotate(float2 p, float cs, float sn) {
+  return make_float2(p.x * cs - p.y * sn, p.y * cs + p.x * sn);
+}
+
 // One thread per (row, head, pair).
 __global__ void rope_kernel(float* x, int64_t M, int64_t ld, int heads, int head_dim, int rope_dim,
                             const int32_t* __restrict__ pos, const float* __restrict__ inv_freq, bool inverse) {
@@ -194,8 +202,88 @@ __global__ void rope_kernel(float* x, int64_t M, int64_t ld, int heads, int head
   sincosf(ang, &sn, &cs);
   if (inverse) sn = -sn;
   float2* v = reinterpret_cast<float2*>(x + m * ld + (int64_t)h * head_dim + (head_dim - rope_dim)) + i;
-  const float2 p = *v;
-  *v = make_float2(p.x * cs - p.y * sn, p.y * cs + p.x * sn);
+  *v = rope_rotate(*v, cs, sn);
+}
+
+// norm_rope: a warp per head vector of one of up to kNormRopeMax tensors (blocks of 4 warps; tensor t
+// owns warps [first[t], first[t+1]) in (row, head) order). The norm has rms_norm_warp_reg_kernel's lane ↔
+// element mapping (float4 at 4·lane + 128c) and sums, the rotation rope_kernel's angle and rope_rotate,
+// so the result is bitwise that of rms_norm + rope (the model's unfused path on this backend). The rope
+// pairs sit inside one lane's float4 (even offsets), so no data moves between lanes. A gather tensor
+// (x_rows) only moves rows: x_rows[m] → out rows (copy_rows' bits trivially).
+template <int NC>
+__global__ void __launch_bounds__(128) norm_rope_kernel(NormRopeArgs a, int64_t M, const int32_t* __restrict__ pos,
+                                                        float eps, bool inverse) {
+  DI_PDL_WAIT();
+  const int64_t gw = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  // the tensor by constant indices only (a run-time index into the parameters would copy them all to
+  // local memory)
+  int t = 0;
+#pragma unroll
+  for (int k = 1; k <= kNormRopeMax; ++k) t += k <= a.n && gw >= a.first[k];
+  if (t >= a.n) return;
+  NormRopeTensor z = a.t[0];
+  int64_t base = 0;
+#pragma unroll
+  for (int k = 1; k < kNormRopeMax; ++k)
+    if (t == k) z = a.t[k], base = a.first[k];
+  const int64_t mh = gw - base, m = mh / z.heads;
+  const int h = (int)(mh % z.heads), D = z.head_dim;
+  float* xr = z.x + (z.x_rows ? (int64_t)z.x_rows[m] : m) * z.ld + (int64_t)h * D;
+  float4 v[NC], g[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c) {
+    const int i = lane * 4 + c * 128;
+    if (i < D) {
+      v[c] = *reinterpret_cast<const float4*>(xr + i);
+      if (z.w) g[c] = __ldg(reinterpret_cast<const float4*>(z.w + i));
+    }
+  }
+  if (z.norm) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int c = 0; c < NC; ++c)
+      if (lane * 4 + c * 128 < D) ss += v[c].x * v[c].x + v[c].y * v[c].y + v[c].z * v[c].z + v[c].w * v[c].w;
+    ss = detail::warp_sum(ss);
+    const float r = rsqrtf(ss / (float)D + eps);
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      if (z.w) {
+        v[c].x = g[c].x * (v[c].x * r), v[c].y = g[c].y * (v[c].y * r);
+        v[c].z = g[c].z * (v[c].z * r), v[c].w = g[c].w * (v[c].w * r);
+      } else {
+        v[c].x *= r, v[c].y *= r, v[c].z *= r, v[c].w *= r;
+      }
+    }
+  }
+  const int r0 = D - z.rope_dim;  // first rotated channel (even)
+  const float p = z.rope_dim ? (float)pos[m] : 0.0f;
+#pragma unroll
+  for (int c = 0; c < NC; ++c) {
+    const int i = lane * 4 + c * 128;
+    if (i >= D) continue;
+    if (z.rope_dim && i + 2 >= r0) {
+      float sn, cs;
+      if (i >= r0) {
+        sincosf(p * z.inv_freq[(i - r0) / 2], &sn, &cs);
+        if (inverse) sn = -sn;
+        const float2 q = rope_rotate(make_float2(v[c].x, v[c].y), cs, sn);
+        v[c].x = q.x, v[c].y = q.y;
+      }
+      sincosf(p * z.inv_freq[(i + 2 - r0) / 2], &sn, &cs);
+      if (inverse) sn = -sn;
+      const float2 q = rope_rotate(make_float2(v[c].z, v[c].w), cs, sn);
+      v[c].z = q.x, v[c].w = q.y;
+    }
+    if (!z.x_rows) *reinterpret_cast<float4*>(xr + i) = v[c];  // a gather leaves x alone
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      if (!z.out[k]) continue;
+      const int64_t row = z.out_rows[k] ? (int64_t)z.out_rows[k][m] : m;
+      if (row >= 0) *reinterpret_cast<float4*>(z.out[k] + row * z.out_ld[k] + (int64_t)h * D + i) = v[c];
+    }
+  }
 }
 
 __global__ void swiglu_kernel(const float* __restrict__ gu, int64_t M, int64_t I, float lim,
@@ -342,6 +430,38 @@ cudaError_t rope(float* x, int64_t M, int64_t ld, int heads, int head_dim, int r
   const int64_t n = M * heads * (rope_dim / 2);
   if (n <= 0) return cudaSuccess;
   rope_kernel<<<(unsigned)cdiv(n, 256), 256, 0, s>>>(x, M, ld, heads, head_dim, rope_dim, pos, inv_freq, inverse);
+  return cudaGetLastError();
+}
+
+bool norm_rope_supported(const NormRopeTensor& z) {
+  const auto al = [](const void* p) { return (uintptr_t)p % 16 == 0; };
+  if (!z.x || z.heads < 1 || z.head_dim < 4 || z.head_dim > 1024 || z.head_dim % 4 || z.ld % 4 || !al(z.x)) return false;
+  if (z.ld < (int64_t)z.heads * z.head_dim || (z.w && !al(z.w))) return false;
+  if (z.rope_dim < 0 || z.rope_dim % 2 || z.rope_dim > z.head_dim || (z.rope_dim && !z.inv_freq)) return false;
+  if (z.x_rows && (z.norm || z.rope_dim || z.rows < 0)) return false;
+  for (int k = 0; k < 2; ++k)
+    if (z.out[k] && (z.out_ld[k] % 4 || z.out_ld[k] < (int64_t)z.heads * z.head_dim || !al(z.out[k]))) return false;
+  return true;
+}
+
+cudaError_t norm_rope(const NormRopeTensor* t, int n, int64_t M, const int32_t* pos, float eps, bool inverse,
+                      cudaStream_t s) {
+  if (n < 0 || n > kNormRopeMax || M < 0) return cudaErrorInvalidValue;
+  NormRopeArgs a{};
+  a.n = n;
+  int D = 0;
+  for (int i = 0; i < n; ++i) {
+    if (!norm_rope_supported(t[i])) return cudaErrorInvalidValue;
+    a.t[i] = t[i];
+    a.first[i + 1] = a.first[i] + (t[i].x_rows ? t[i].rows : M) * t[i].heads;
+    D = std::max(D, t[i].head_dim);
+  }
+  if (a.first[n] <= 0) return cudaSuccess;
+  const unsigned blocks = (unsigned)cdiv(a.first[n], 4);  // 4 warps a block: a decode step's few rows spread
+  if (D <= 128) norm_rope_kernel<1><<<blocks, 128, 0, s>>>(a, M, pos, eps, inverse);
+  else if (D <= 256) norm_rope_kernel<2><<<blocks, 128, 0, s>>>(a, M, pos, eps, inverse);
+  else if (D <= 512) norm_rope_kernel<4><<<blocks, 128, 0, s>>>(a, M, pos, eps, inverse);
+  else norm_rope_kernel<8><<<blocks, 128, 0, s>>>(a, M, pos, eps, inverse);
   return cudaGetLastError();
 }
 
