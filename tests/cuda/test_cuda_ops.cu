@@ -728,7 +728,7 @@ void hc_invariance(Result& res, const HcIn& in, int64_t M, int hc, int64_t D, in
 
 // path: what hc_pre runs by default (prefill "hc_gemm" path from M ≥ 1024), or the prefill path forced
 // for any M (dc::hc_pre_gemm; its invariance check compares against the v3 kernels at 1 and 8 rows).
-enum class HcPath { Default, Gemm };
+enum class HcPath { Default, Gemm, Fast };
 Result hc_pre_case(int64_t M, int hc, int64_t D, int iters, const std::string& name, bool invariance = false,
                    HcPath path = HcPath::Default) {
   Rng r = rng_for(name);
@@ -736,8 +736,14 @@ Result hc_pre_case(int64_t M, int hc, int64_t D, int iters, const std::string& n
   const int mix = (2 + hc) * hc;
   HcIn in = hc_inputs(r, M, hc, D, false);
   DBuf du = dalloc(M * D * 4, "u"), dp = dalloc(M * hc * 4, "post"), dcm = dalloc(M * hc * hc * 4, "comb");
-  poison(du), poison(dp), poison(dcm);
+  DBuf dsync = dalloc(dc::hc_pre_fast_sync_ints(M) * 4, "hcfast_sync");
+  poison(du), poison(dp), poison(dcm), poison(dsync);
+  auto launch_fast = [&] {  // hcfast (the backend's prefill path; the launcher zeroes sync)
+    return dc::hc_pre_fast(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(), iters,
+                           1e-6f, 1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(), dsync.as<int32_t>(), 0);
+  };
   auto launch_with = [&](bool gemm, bool force) {  // force: the prefill path whatever M
+    if (path == HcPath::Fast) return launch_fast();
     if (force)
       return dc::hc_pre_gemm(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(),
                              iters, 1e-6f, 1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(), 0);
@@ -758,10 +764,23 @@ Result hc_pre_case(int64_t M, int hc, int64_t D, int iters, const std::string& n
     res.us = time_us([&] { launch(); });
     res.bytes = M * hc * D * 4.0 + mix * hc * D * 4.0 + M * D * 4.0;
     res.flops = 2.0 * M * hc * D * (mix + 1) + 2.0 * M * hc * D;
-    if (M >= 256) {  // both paths on the same inputs: v3 (DEEPINFER_CUDA_OFF=hc_gemm) and the prefill path
+    if (M >= 256 && path != HcPath::Fast) {  // both paths on the same inputs: v3 (DEEPINFER_CUDA_OFF=hc_gemm) and the prefill path
       char buf[96];
       snprintf(buf, sizeof buf, "v3(hc_gemm off) %.1f us, hc_gemm(forced) %.1f us ",
                time_us([&] { launch_with(false, false); }), time_us([&] { launch_with(true, true); }));
+      res.detail += buf;
+    }
+    if (path == HcPath::Fast) {  // the previous paths on the same inputs (DEEPINFER_CUDA_OFF=hcfast: v3)
+      char buf[96];
+      snprintf(buf, sizeof buf, "v3 %.1f us, hc_gemm(forced) %.1f us ",
+               time_us([&] {
+                 dc::hc_pre(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(),
+                            iters, 1e-6f, 1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(), 0, false);
+               }),
+               time_us([&] {
+                 dc::hc_pre_gemm(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(),
+                                 iters, 1e-6f, 1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(), 0);
+               }));
       res.detail += buf;
     }
   }
@@ -3081,6 +3100,22 @@ void register_cases() {
       [] { return hc_pre_case(7, 2, 64, 3, "hg7", true, HcPath::Gemm); });
   add("hc_pre_gemm M=9 hc=1 D=256 it=1 (forced, hc=1, + batch invariance)",
       [] { return hc_pre_case(9, 1, 256, 1, "hg8", true, HcPath::Gemm); });
+  // hcfast (fused ticketed kernel): bitwise v3, so every case also checks rows against M = 1 / 8 launches
+  add("hc_pre_fast M=4096 hc=4 D=4096 it=20 (32 tiles, + batch invariance)",
+      [] { return hc_pre_case(4096, 4, 4096, 20, "hf1", true, HcPath::Fast); });
+  add("hc_pre_fast M=1024 hc=4 D=4096 it=20 (+ batch invariance)",
+      [] { return hc_pre_case(1024, 4, 4096, 20, "hf2", true, HcPath::Fast); });
+  add("hc_pre_fast M=300 hc=4 D=4096 it=20 (partial tile and F items, + batch invariance)",
+      [] { return hc_pre_case(300, 4, 4096, 20, "hf3", true, HcPath::Fast); });
+  add("hc_pre_fast M=1 hc=4 D=4096 it=20 (one row)", [] { return hc_pre_case(1, 4, 4096, 20, "hf4", true, HcPath::Fast); });
+  add("hc_pre_fast M=259 hc=4 D=7168 it=20 (V4 width, S=224, + batch invariance)",
+      [] { return hc_pre_case(259, 4, 7168, 20, "hf5", true, HcPath::Fast); });
+  add("hc_pre_fast M=130 hc=3 D=1024 it=20 (hc=3, + batch invariance)",
+      [] { return hc_pre_case(130, 3, 1024, 20, "hf6", true, HcPath::Fast); });
+  add("hc_pre_fast M=7 hc=2 D=64 it=3 (tiny, S=1, + batch invariance)",
+      [] { return hc_pre_case(7, 2, 64, 3, "hf7", true, HcPath::Fast); });
+  add("hc_pre_fast M=9 hc=1 D=256 it=1 (hc=1, + batch invariance)",
+      [] { return hc_pre_case(9, 1, 256, 1, "hf8", true, HcPath::Fast); });
   add("hc_post M=64 hc=4 D=4096", [] { return hc_post_case(64, 4, 4096, "hp1"); });
   add("hc_post M=1024 hc=4 D=4096", [] { return hc_post_case(1024, 4, 4096, "hp2"); });
   add("hc_head M=64 hc=4 D=4096 (+ batch invariance)", [] { return hc_head_case(64, 4, 4096, "hh1", true); });
@@ -3091,6 +3126,10 @@ void register_cases() {
     for (int64_t M : {1, 8, 64, 256, 1024, 4096}) {
       auto n = nm("hc_pre perf M=%ld hc=4 D=4096 it=20 (V4-Flash)", M);
       add(n, [=] { return hc_pre_case(M, 4, 4096, 20, n); });
+    }
+    for (int64_t M : {256, 512, 1024, 4096}) {
+      auto n = nm("hc_pre_fast perf M=%ld hc=4 D=4096 it=20 (V4-Flash)", M);
+      add(n, [=] { return hc_pre_case(M, 4, 4096, 20, n, false, HcPath::Fast); });
     }
     for (int64_t M : {1, 8, 64, 256}) {
       auto n = nm("hc_head perf M=%ld hc=4 D=4096 (V4-Flash)", M);

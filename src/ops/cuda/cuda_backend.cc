@@ -853,6 +853,15 @@ void CudaBackend::hc_pre(const float* X, int64_t M, int hc, int64_t D, const flo
                          float* comb) {
   HostTimer ht_(impl_.get(), Impl::kOp);
   if (impl_->replaying()) return;
+  // prefill (M ≥ 512, hc ≤ 4): the fused ticketed kernel, bitwise v3 (hc.cu "hcfast"); DEEPINFER_CUDA_OFF=hcfast:
+  // the paths below
+  if (!impl_->off("hcfast") && cuda::hc_pre_fast_use(M, hc, D)) {
+    Buffer<int32_t> sync(*this, cuda::hc_pre_fast_sync_ints(M));
+    check(cuda::hc_pre_fast(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, sync.data(),
+                            impl_->stream),
+          "hc_pre");
+    return;
+  }
   // DEEPINFER_CUDA_OFF=hc_gemm: the v3 kernels for prefill too (hc.cu)
   check((impl_->off("smallk") ? cuda::hc_pre_v1 : cuda::hc_pre)(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, u,
                                                                 post, comb, impl_->stream,
