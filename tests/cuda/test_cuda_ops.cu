@@ -2373,9 +2373,15 @@ struct GroupedRun {
   int64_t T, S, E, D, I, maxt;
   int K, tm;
   DBuf off, perm, slot, tiles, nt, scr, hb, act, ye, out;
+  bool wg2 = false;  // tile 128 on moe_expert_gemm_wg2 (x and act in wg order), as the backend unless moe_wg2 is off
 };
-GroupedRun grouped_alloc(int64_t T, int K, int E, int64_t D, int64_t I, int tm) {
+bool moe_wg2_off() {
+  const char* v = getenv("DEEPINFER_CUDA_OFF");
+  return v && ("," + std::string(v) + ",").find(",moe_wg2,") != std::string::npos;
+}
+GroupedRun grouped_alloc(int64_t T, int K, int E, int64_t D, int64_t I, int tm, int wg2 = -1) {
   GroupedRun g{T, T * K, E, D, I, 0, K, tm};
+  g.wg2 = tm == 128 && (wg2 < 0 ? !moe_wg2_off() : wg2 == 1);
   g.maxt = dc::moe_max_tiles(g.S, E, tm);
   g.off = dalloc((E + 1) * 4, "offsets"), g.perm = dalloc(g.S * 4, "perm"), g.slot = dalloc(g.S * 4, "slot_row");
   g.tiles = dalloc(g.maxt * 8, "tiles"), g.nt = dalloc(4, "n_tiles");
@@ -2387,11 +2393,18 @@ GroupedRun grouped_alloc(int64_t T, int K, int E, int64_t D, int64_t I, int tm) 
 }
 // fp4 weights take x in e2m1 pair order: h is converted so, and w13's epilogue writes act so for fp4 w2
 cudaError_t grouped_w13(GroupedRun& g, const DevExperts& w13, const DevExperts& w2, float lim) {
+  if (g.wg2)
+    return dc::moe_expert_gemm_wg2(g.hb.as<bf16>(), g.D, g.perm.as<int32_t>(), g.D, w13.ref(), w13.wstr, w13.sstr,
+                                   2 * g.I, true, lim, 2, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt,
+                                   g.off.as<int32_t>(), g.act.p(), g.I, 0);
   return dc::moe_expert_gemm(g.hb.as<bf16>(), g.D, g.perm.as<int32_t>(), g.D, w13.ref(), w13.wstr, w13.sstr, 2 * g.I,
                              true, lim, w2.fmt == dc::WFmt::FP4_B32, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt,
                              g.off.as<int32_t>(), g.tm, g.act.p(), g.I, 0);
 }
 cudaError_t grouped_w2(GroupedRun& g, const DevExperts& w2) {
+  if (g.wg2)
+    return dc::moe_expert_gemm_wg2(g.act.as<bf16>(), g.I, nullptr, g.I, w2.ref(), w2.wstr, w2.sstr, g.D, false, 0.0f, 0,
+                                   g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt, g.off.as<int32_t>(), g.ye.p(), g.D, 0);
   return dc::moe_expert_gemm(g.act.as<bf16>(), g.I, nullptr, g.I, w2.ref(), w2.wstr, w2.sstr, g.D, false, 0.0f, false,
                              g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt, g.off.as<int32_t>(), g.tm, g.ye.p(), g.D, 0);
 }
@@ -2399,7 +2412,7 @@ void grouped_run(GroupedRun& g, const DBuf& h, const DBuf& sel, const DBuf& wsel
                  const DevExperts& w2, float lim) {
   CK(dc::moe_group_par(sel.as<int32_t>(), g.T, g.K, (int)g.E, g.tm, g.off.as<int32_t>(), g.perm.as<int32_t>(),
                        g.slot.as<int32_t>(), g.tiles.as<int2>(), g.nt.as<int32_t>(), g.scr.as<int32_t>(), 0));
-  CK(dc::moe_x_to_bf16(h.as<float>(), g.T, g.D, g.D, w13.fmt == dc::WFmt::FP4_B32, g.hb.as<bf16>(), 0));
+  CK(dc::moe_x_to_bf16(h.as<float>(), g.T, g.D, g.D, g.wg2 ? 2 : w13.fmt == dc::WFmt::FP4_B32 ? 1 : 0, g.hb.as<bf16>(), 0));
   CK(grouped_w13(g, w13, w2, lim));
   CK(grouped_w2(g, w2));
   CK(dc::moe_combine(g.ye.as<float>(), sel.as<int32_t>(), wsel.as<float>(), g.slot.as<int32_t>(), g.T, g.K, g.D, nullptr,
@@ -2432,27 +2445,38 @@ std::vector<float> grouped_ref(const std::vector<float>& hb, const std::vector<i
   return ref;
 }
 
-// moe_x_to_bf16: natural and e2m1 pair order, bitwise against the host (round to nearest even).
+// wg order (moe_expert_gemm_wg2's x): pair-order position p = 16t + 4i + 2h + l of each 64-k chunk moved to
+// 16i + 8h + 2t + l (written here from the header's definition, independently of the kernel's wg_pos)
+int64_t wg_pos_host(int64_t pp) {
+  const int64_t q = pp & 63, t = q >> 4, i = (q >> 2) & 3, h = (q >> 1) & 1, l = q & 1;
+  return (pp & ~(int64_t)63) + 16 * i + 8 * h + 2 * t + l;
+}
+// moe_x_to_bf16: natural, e2m1 pair and wg order, bitwise against the host (round to nearest even).
 Result x_pair_case(int64_t M, int64_t K, int64_t ldx, const std::string& name) {
   Rng r = rng_for(name);
   Result res;
   std::vector<float> x = randn(r, M * ldx);
-  DBuf dx = dup(x, "x"), dn = dalloc(M * K * 2, "y_natural"), dp = dalloc(M * K * 2, "y_pair");
-  poison(dn), poison(dp);
-  CK(dc::moe_x_to_bf16(dx.as<float>(), M, K, ldx, false, dn.as<bf16>(), 0));
-  CK(dc::moe_x_to_bf16(dx.as<float>(), M, K, ldx, true, dp.as<bf16>(), 0));
-  auto yn = down<uint16_t>(dn, M * K), yp = down<uint16_t>(dp, M * K);
-  bool okn = true, okp = true;
+  DBuf dx = dup(x, "x"), dn = dalloc(M * K * 2, "y_natural"), dp = dalloc(M * K * 2, "y_pair"),
+       dw = dalloc(M * K * 2, "y_wg");
+  poison(dn), poison(dp), poison(dw);
+  CK(dc::moe_x_to_bf16(dx.as<float>(), M, K, ldx, 0, dn.as<bf16>(), 0));
+  CK(dc::moe_x_to_bf16(dx.as<float>(), M, K, ldx, 1, dp.as<bf16>(), 0));
+  CK(dc::moe_x_to_bf16(dx.as<float>(), M, K, ldx, 2, dw.as<bf16>(), 0));
+  auto yn = down<uint16_t>(dn, M * K), yp = down<uint16_t>(dp, M * K), yw = down<uint16_t>(dw, M * K);
+  bool okn = true, okp = true, okw = true;
   for (int64_t m = 0; m < M; ++m)
     for (int64_t k = 0; k < K; ++k) {
       bf16 b = __float2bfloat16_rn(x[m * ldx + k]);
       uint16_t u;
       memcpy(&u, &b, 2);
       okn &= yn[m * K + k] == u;
-      okp &= yp[m * K + (k & ~7) + ((k & 7) < 4 ? 2 * (k & 7) : 2 * ((k & 7) - 4) + 1)] == u;
+      const int64_t pp = (k & ~7) + ((k & 7) < 4 ? 2 * (k & 7) : 2 * ((k & 7) - 4) + 1);
+      okp &= yp[m * K + pp] == u;
+      okw &= yw[m * K + wg_pos_host(pp)] == u;
     }
   expect_true(res, okn, "natural order");
   expect_true(res, okp, "pair order");
+  expect_true(res, okw, "wg order");
   return res;
 }
 
@@ -2526,6 +2550,34 @@ Result expert_gemm_case(dc::WFmt fmt, int64_t T, int K, int E, int64_t N, int64_
     const bool same = memcmp(z6.data(), z.data(), S * N * 4) == 0 && memcmp(a6.data(), a.data(), S * I * 2) == 0;
     expect_true(res, same, "wgmma (tile 128) != mma.sync (tile 64) bits");
     if (same) res.detail += "== mma.sync tile 64 (bitwise) ";
+    // moe_expert_gemm_wg2 (producer warp, persistent) on x in wg order: z and act bitwise the wgmma kernel's;
+    // act also written in wg order (act_order 2) must be the same values at their wg positions
+    std::vector<bf16> xw(xb.size());
+    for (int64_t m = 0; m < nx; ++m) {
+      for (int64_t k = Kd; k < ldx; ++k) xw[m * ldx + k] = xb[m * ldx + k];
+      for (int64_t pp = 0; pp < Kd; ++pp) xw[m * ldx + wg_pos_host(pp)] = xb[m * ldx + pp];
+    }
+    DBuf dxw = dup(xw, "x_bf16_wg"), dz2 = dalloc(S * N * 4, "z_wg2"), da2 = dalloc(S * I * 2, "act_wg2"),
+         daw = dalloc(S * I * 2, "act_wg2_wgorder");
+    poison(dz2), poison(da2), poison(daw);
+    CK(dc::moe_expert_gemm_wg2(dxw.as<bf16>(), ldx, g, Kd, W.ref(), W.wstr, W.sstr, N, false, 0.0f, 0, dtile.as<int2>(),
+                               dnt.as<int32_t>(), maxt, doff.as<int32_t>(), dz2.p(), N, 0));
+    CK(dc::moe_expert_gemm_wg2(dxw.as<bf16>(), ldx, g, Kd, W.ref(), W.wstr, W.sstr, N, true, 1.0f, 0, dtile.as<int2>(),
+                               dnt.as<int32_t>(), maxt, doff.as<int32_t>(), da2.p(), I, 0));
+    CK(dc::moe_expert_gemm_wg2(dxw.as<bf16>(), ldx, g, Kd, W.ref(), W.wstr, W.sstr, N, true, 1.0f, 2, dtile.as<int2>(),
+                               dnt.as<int32_t>(), maxt, doff.as<int32_t>(), daw.p(), I, 0));
+    const auto z2 = down<float>(dz2, S * N);
+    const auto a2 = down<bf16>(da2, S * I), aw = down<bf16>(daw, S * I);
+    const bool same2 = memcmp(z2.data(), z.data(), S * N * 4) == 0 && memcmp(a2.data(), a.data(), S * I * 2) == 0;
+    bool samew = true;
+    for (int64_t r = 0; r < S; ++r)
+      for (int64_t i = 0; i < I; ++i) {
+        const int64_t pp = (i & ~7) + ((i & 7) < 4 ? 2 * (i & 7) : 2 * ((i & 7) - 4) + 1);
+        samew &= memcmp(&aw[r * I + wg_pos_host(pp)], &a[r * I + i], 2) == 0;
+      }
+    expect_true(res, same2, "moe_wg2 != wgmma kernel bits (z or act)");
+    expect_true(res, samew, "moe_wg2 act in wg order != act");
+    if (same2 && samew) res.detail += "moe_wg2 == wgmma (bitwise, act in wg order too) ";
   }
   return res;
 }
@@ -2656,6 +2708,18 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
   old();
   const double us_old = time_us(old);
   const double pk = g_bf16_tflops * 1e6, bw = g_hbm_gbs * 1e3;  // FLOP/us, B/us
+  if (g.wg2) {  // tile 128: moe_wg2 (timed above) against the wgmma kernel it replaces, same routing, same bits
+    GroupedRun gv = grouped_alloc(T, K, E, D, I, 128, 0);
+    grouped_run(gv, dh, dsel, dw, w13, w2, lim);
+    const auto ov = down<float>(gv.out, T * D);
+    const bool same = memcmp(ov.data(), out.data(), T * D * 4) == 0;
+    expect_true(res, same, "moe_wg2 and the wgmma kernel outputs differ");
+    const double u13 = time_us([&] { CK(grouped_w13(gv, w13, w2, lim)); }), u2 = time_us([&] { CK(grouped_w2(gv, w2)); });
+    char bv[200];
+    snprintf(bv, sizeof bv, "| wgmma v1 (moe_wg2 off): w13 %.1f us, w2 %.1f us (wg2 %.2fx, %.2fx)%s ", u13, u2,
+             u13 / us13, u2 / us2, same ? ", bitwise equal" : "");
+    res.detail += bv;
+  }
   if (fmt == dc::WFmt::FP4_B32) {
     // fp4: the other expert kernel on the same routing, side by side, outputs bitwise equal — at T > 256 the
     // mma.sync kernel (tile 64) next to the wgmma one; at T ≤ 256 the wgmma kernel (tile 128, not used there:
@@ -2670,7 +2734,8 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
     const double u13 = time_us([&] { CK(grouped_w13(go, w13, w2, lim)); }), u2 = time_us([&] { CK(grouped_w2(go, w2)); });
     char bo[240];
     snprintf(bo, sizeof bo, "| %s tile %d: %.1f us (w13 %.1f, w2 %.1f; %.1f%% bf16) = %.2fx this%s ",
-             tmo == 128 ? "wgmma" : "mma.sync", tmo, u, u13, u2, 100.0 * res.flops / u / pk, u / res.us,
+             tmo == 128 ? (go.wg2 ? "wgmma v2 (moe_wg2)" : "wgmma") : "mma.sync", tmo, u, u13, u2,
+             100.0 * res.flops / u / pk, u / res.us,
              same ? ", bitwise equal" : "");
     res.detail += bo;
   }
@@ -3268,7 +3333,7 @@ void register_cases() {
     add("moe_group_par T=4096 K=6 E=256 tile=128 uniform (exact)", [] { return group_par_case(4096, 6, 256, 128, 0, "mgp_t128"); });
     add("moe_group_par T=1000 K=8 E=1024 tile=64 uniform (exact)", [] { return group_par_case(1000, 8, 1024, 64, 0, "mgp_e1024"); });
     add("moe_group_par T=3 K=2 E=5 tile=8 uniform (exact)", [] { return group_par_case(3, 2, 5, 8, 0, "mgp_tiny"); });
-    add("moe_x_to_bf16 M=5 K=1024 ldx=1032 natural and e2m1 pair order (exact)", [] { return x_pair_case(5, 1024, 1032, "xpair"); });
+    add("moe_x_to_bf16 M=5 K=1024 ldx=1032 natural, e2m1 pair and wg order (exact)", [] { return x_pair_case(5, 1024, 1032, "xpair"); });
     for (F f : {F::FP4_B32, F::FP8_B128, F::BF16})
       for (int tm : {8, 16, 64, 128}) {
         if (tm == 128 && f != F::FP4_B32) continue;  // the wgmma kernel takes fp4 only
@@ -3280,9 +3345,9 @@ void register_cases() {
     // the wgmma kernel (tile 128) on full and partial tiles (skewed routing: one hot expert with ~270 rows, 8 with
     // ~190: n = 128, 64-ish and 16) and a 1024-k reduction (8 stages); the tile-64 mma.sync kernel on the same draw
     for (int tm : {128, 64}) {
-      auto n = nm("moe_expert_gemm fp4 T=300 K=6 E=64 N=512 K=1024 tile=%d x gathered (w13 mode)", tm);
+      auto n = nm("moe_expert_gemm fp4 T=300 K=6 E=64 N=512 K=1024 tile=%d x gathered (w13 mode)%s", tm, tm == 128 ? " + moe_wg2" : "");
       add(n, [=] { return expert_gemm_case(F::FP4_B32, 300, 6, 64, 512, 1024, tm, true, "mwg300g"); });
-      n = nm("moe_expert_gemm fp4 T=300 K=6 E=64 N=512 K=1024 tile=%d x per grouped row (w2 mode)", tm);
+      n = nm("moe_expert_gemm fp4 T=300 K=6 E=64 N=512 K=1024 tile=%d x per grouped row (w2 mode)%s", tm, tm == 128 ? " + moe_wg2" : "");
       add(n, [=] { return expert_gemm_case(F::FP4_B32, 300, 6, 64, 512, 1024, tm, false, "mwg300r"); });
     }
     for (F f : {F::FP4_B32, F::FP8_B128, F::BF16})
@@ -3312,7 +3377,7 @@ void register_cases() {
     add("moe_grouped fp4 T=300 E=16 K=4 D=1024 I=768 e8m0 126..135 (two-step scale, checked)",
         [] { return moe_grouped_case(F::FP4_B32, 300, 16, 4, 1024, 768, 0, 2, 0, true, "mg_fp4_big300"); });
     if (g_perf) {
-      for (int64_t T : {16, 32, 64, 128, 256, 512, 1024, 4096}) {
+      for (int64_t T : {16, 32, 64, 128, 256, 512, 1024, 4096, 16384}) {
         auto n = nm("moe_grouped perf fp4 T=%ld E=256 K=6 D=4096 I=2048 (group + w13/swiglu + w2 + combine)", T);
         add(n, [=] { return moe_grouped_perf_case(F::FP4_B32, T, 256, 6, D, I, n); });
       }
