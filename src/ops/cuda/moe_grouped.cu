@@ -669,8 +669,9 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgPa
 // ---------------------------------------------------------------------------------------------------------
 // Prefill expert GEMM v2 ("moe_wg2"): the wgmma kernel's math (same work items, same A dequantization, same
 // wgmma steps in the same order: bitwise its results) with the loads taken off the MMA warps.
-// * Block = 8 consumer warps (2 warpgroups, as before) + 1 producer warp (288 threads, 1 block an SM),
-//   persistent over the work items (item = blockIdx.x + j·gridDim.x, nb fastest as in the old grid).
+// * Block = 2 consumer warpgroups (as before) + 1 producer warpgroup whose first warp issues every copy
+//   (384 threads, setmaxnreg 216 / 72 registers, 1 block an SM), persistent over the work items
+//   (item = blockIdx.x + j·gridDim.x, nb fastest as in the old grid).
 // * The producer moves everything with cp.async into the 4-stage ring (weights 256 × 64 B, e8m0 256 × 4 B,
 //   x 128 rows × 256 B a 128-k stage) and signals a stage's full mbarrier with cp.async.mbarrier.arrive
 //   (.noinc, 32 lanes); consumers release a stage on its empty mbarrier (one arrive a warp) once the last
@@ -712,8 +713,9 @@ __global__ void __launch_bounds__(W2_NT, 1) moe_expert_gemm_wg2_kernel(const MgP
   extern __shared__ __align__(128) uint8_t mw_smem[];
   __shared__ __align__(8) uint64_t full[MW_NST], empty[MW_NST];
   __shared__ int64_t s_xrow[MW_MR];  // producer only
-  // warp and warpgroup through a shuffle: provably warp-uniform, so ptxas keeps the wgmmas of the consumer
-  // branch unserialized (a plain threadIdx-derived branch made it insert warpgroup arrives in a "divergent" path)
+  // warp and warpgroup through a shuffle: provably warp-uniform, so ptxas keeps the consumer branch's wgmmas
+  // unserialized (a first version, 288 threads and a threadIdx-derived branch, got ptxas C7520: wgmmas
+  // serialized for a warpgroup arrive "in divergent path"; ptxas is silent on this one)
   const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0), wgi = warp >> 2;
   if (tid == 0) {
     for (int b = 0; b < MW_NST; ++b) w2_mbar_init(&full[b], 32), w2_mbar_init(&empty[b], W2_CW);
