@@ -985,7 +985,7 @@ void hc_invariance(Result& res, const HcIn& in, int64_t M, int hc, int64_t D, in
 
 // path: what hc_pre runs by default (prefill "hc_gemm" path from M ≥ 1024), or the prefill path forced
 // for any M (dc::hc_pre_gemm; its invariance check compares against the v3 kernels at 1 and 8 rows).
-enum class HcPath { Default, Gemm };
+enum class HcPath { Default, Gemm, Fast };
 Result hc_pre_case(int64_t M, int hc, int64_t D, int iters, const std::string& name, bool invariance = false,
                    HcPath path = HcPath::Default) {
   Rng r = rng_for(name);
@@ -993,8 +993,14 @@ Result hc_pre_case(int64_t M, int hc, int64_t D, int iters, const std::string& n
   const int mix = (2 + hc) * hc;
   HcIn in = hc_inputs(r, M, hc, D, false);
   DBuf du = dalloc(M * D * 4, "u"), dp = dalloc(M * hc * 4, "post"), dcm = dalloc(M * hc * hc * 4, "comb");
-  poison(du), poison(dp), poison(dcm);
+  DBuf dsync = dalloc(dc::hc_pre_fast_sync_ints(M) * 4, "hcfast_sync");
+  poison(du), poison(dp), poison(dcm), poison(dsync);
+  auto launch_fast = [&] {  // hcfast (the backend's prefill path; the launcher zeroes sync)
+    return dc::hc_pre_fast(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(), iters,
+                           1e-6f, 1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(), dsync.as<int32_t>(), 0);
+  };
   auto launch_with = [&](bool gemm, bool force) {  // force: the prefill path whatever M
+    if (path == HcPath::Fast) return launch_fast();
     if (force)
       return dc::hc_pre_gemm(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(),
                              iters, 1e-6f, 1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(), 0);
@@ -1015,10 +1021,23 @@ Result hc_pre_case(int64_t M, int hc, int64_t D, int iters, const std::string& n
     res.us = time_us([&] { launch(); });
     res.bytes = M * hc * D * 4.0 + mix * hc * D * 4.0 + M * D * 4.0;
     res.flops = 2.0 * M * hc * D * (mix + 1) + 2.0 * M * hc * D;
-    if (M >= 256) {  // both paths on the same inputs: v3 (DEEPINFER_CUDA_OFF=hc_gemm) and the prefill path
+    if (M >= 256 && path != HcPath::Fast) {  // both paths on the same inputs: v3 (DEEPINFER_CUDA_OFF=hc_gemm) and the prefill path
       char buf[96];
       snprintf(buf, sizeof buf, "v3(hc_gemm off) %.1f us, hc_gemm(forced) %.1f us ",
                time_us([&] { launch_with(false, false); }), time_us([&] { launch_with(true, true); }));
+      res.detail += buf;
+    }
+    if (path == HcPath::Fast) {  // the previous paths on the same inputs (DEEPINFER_CUDA_OFF=hcfast: v3)
+      char buf[96];
+      snprintf(buf, sizeof buf, "v3 %.1f us, hc_gemm(forced) %.1f us ",
+               time_us([&] {
+                 dc::hc_pre(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(),
+                            iters, 1e-6f, 1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(), 0, false);
+               }),
+               time_us([&] {
+                 dc::hc_pre_gemm(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(),
+                                 iters, 1e-6f, 1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(), 0);
+               }));
       res.detail += buf;
     }
   }
@@ -2695,9 +2714,15 @@ struct GroupedRun {
   int64_t T, S, E, D, I, maxt;
   int K, tm;
   DBuf off, perm, slot, tiles, nt, scr, hb, act, ye, out;
+  bool wg2 = false;  // tile 128 on moe_expert_gemm_wg2 (x and act in wg order), as the backend unless moe_wg2 is off
 };
-GroupedRun grouped_alloc(int64_t T, int K, int E, int64_t D, int64_t I, int tm) {
+bool moe_wg2_off() {
+  const char* v = getenv("DEEPINFER_CUDA_OFF");
+  return v && ("," + std::string(v) + ",").find(",moe_wg2,") != std::string::npos;
+}
+GroupedRun grouped_alloc(int64_t T, int K, int E, int64_t D, int64_t I, int tm, int wg2 = -1) {
   GroupedRun g{T, T * K, E, D, I, 0, K, tm};
+  g.wg2 = tm == 128 && (wg2 < 0 ? !moe_wg2_off() : wg2 == 1);
   g.maxt = dc::moe_max_tiles(g.S, E, tm);
   g.off = dalloc((E + 1) * 4, "offsets"), g.perm = dalloc(g.S * 4, "perm"), g.slot = dalloc(g.S * 4, "slot_row");
   g.tiles = dalloc(g.maxt * 8, "tiles"), g.nt = dalloc(4, "n_tiles");
@@ -2709,11 +2734,18 @@ GroupedRun grouped_alloc(int64_t T, int K, int E, int64_t D, int64_t I, int tm) 
 }
 // fp4 weights take x in e2m1 pair order: h is converted so, and w13's epilogue writes act so for fp4 w2
 cudaError_t grouped_w13(GroupedRun& g, const DevExperts& w13, const DevExperts& w2, float lim) {
+  if (g.wg2)
+    return dc::moe_expert_gemm_wg2(g.hb.as<bf16>(), g.D, g.perm.as<int32_t>(), g.D, w13.ref(), w13.wstr, w13.sstr,
+                                   2 * g.I, true, lim, 2, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt,
+                                   g.off.as<int32_t>(), g.act.p(), g.I, 0);
   return dc::moe_expert_gemm(g.hb.as<bf16>(), g.D, g.perm.as<int32_t>(), g.D, w13.ref(), w13.wstr, w13.sstr, 2 * g.I,
                              true, lim, w2.fmt == dc::WFmt::FP4_B32, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt,
                              g.off.as<int32_t>(), g.tm, g.act.p(), g.I, 0);
 }
 cudaError_t grouped_w2(GroupedRun& g, const DevExperts& w2) {
+  if (g.wg2)
+    return dc::moe_expert_gemm_wg2(g.act.as<bf16>(), g.I, nullptr, g.I, w2.ref(), w2.wstr, w2.sstr, g.D, false, 0.0f, 0,
+                                   g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt, g.off.as<int32_t>(), g.ye.p(), g.D, 0);
   return dc::moe_expert_gemm(g.act.as<bf16>(), g.I, nullptr, g.I, w2.ref(), w2.wstr, w2.sstr, g.D, false, 0.0f, false,
                              g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt, g.off.as<int32_t>(), g.tm, g.ye.p(), g.D, 0);
 }
@@ -2721,7 +2753,7 @@ void grouped_run(GroupedRun& g, const DBuf& h, const DBuf& sel, const DBuf& wsel
                  const DevExperts& w2, float lim) {
   CK(dc::moe_group_par(sel.as<int32_t>(), g.T, g.K, (int)g.E, g.tm, g.off.as<int32_t>(), g.perm.as<int32_t>(),
                        g.slot.as<int32_t>(), g.tiles.as<int2>(), g.nt.as<int32_t>(), g.scr.as<int32_t>(), 0));
-  CK(dc::moe_x_to_bf16(h.as<float>(), g.T, g.D, g.D, w13.fmt == dc::WFmt::FP4_B32, g.hb.as<bf16>(), 0));
+  CK(dc::moe_x_to_bf16(h.as<float>(), g.T, g.D, g.D, g.wg2 ? 2 : w13.fmt == dc::WFmt::FP4_B32 ? 1 : 0, g.hb.as<bf16>(), 0));
   CK(grouped_w13(g, w13, w2, lim));
   CK(grouped_w2(g, w2));
   CK(dc::moe_combine(g.ye.as<float>(), sel.as<int32_t>(), wsel.as<float>(), g.slot.as<int32_t>(), g.T, g.K, g.D, nullptr,
@@ -2754,27 +2786,38 @@ std::vector<float> grouped_ref(const std::vector<float>& hb, const std::vector<i
   return ref;
 }
 
-// moe_x_to_bf16: natural and e2m1 pair order, bitwise against the host (round to nearest even).
+// wg order (moe_expert_gemm_wg2's x): pair-order position p = 16t + 4i + 2h + l of each 64-k chunk moved to
+// 16i + 8h + 2t + l (written here from the header's definition, independently of the kernel's wg_pos)
+int64_t wg_pos_host(int64_t pp) {
+  const int64_t q = pp & 63, t = q >> 4, i = (q >> 2) & 3, h = (q >> 1) & 1, l = q & 1;
+  return (pp & ~(int64_t)63) + 16 * i + 8 * h + 2 * t + l;
+}
+// moe_x_to_bf16: natural, e2m1 pair and wg order, bitwise against the host (round to nearest even).
 Result x_pair_case(int64_t M, int64_t K, int64_t ldx, const std::string& name) {
   Rng r = rng_for(name);
   Result res;
   std::vector<float> x = randn(r, M * ldx);
-  DBuf dx = dup(x, "x"), dn = dalloc(M * K * 2, "y_natural"), dp = dalloc(M * K * 2, "y_pair");
-  poison(dn), poison(dp);
-  CK(dc::moe_x_to_bf16(dx.as<float>(), M, K, ldx, false, dn.as<bf16>(), 0));
-  CK(dc::moe_x_to_bf16(dx.as<float>(), M, K, ldx, true, dp.as<bf16>(), 0));
-  auto yn = down<uint16_t>(dn, M * K), yp = down<uint16_t>(dp, M * K);
-  bool okn = true, okp = true;
+  DBuf dx = dup(x, "x"), dn = dalloc(M * K * 2, "y_natural"), dp = dalloc(M * K * 2, "y_pair"),
+       dw = dalloc(M * K * 2, "y_wg");
+  poison(dn), poison(dp), poison(dw);
+  CK(dc::moe_x_to_bf16(dx.as<float>(), M, K, ldx, 0, dn.as<bf16>(), 0));
+  CK(dc::moe_x_to_bf16(dx.as<float>(), M, K, ldx, 1, dp.as<bf16>(), 0));
+  CK(dc::moe_x_to_bf16(dx.as<float>(), M, K, ldx, 2, dw.as<bf16>(), 0));
+  auto yn = down<uint16_t>(dn, M * K), yp = down<uint16_t>(dp, M * K), yw = down<uint16_t>(dw, M * K);
+  bool okn = true, okp = true, okw = true;
   for (int64_t m = 0; m < M; ++m)
     for (int64_t k = 0; k < K; ++k) {
       bf16 b = __float2bfloat16_rn(x[m * ldx + k]);
       uint16_t u;
       memcpy(&u, &b, 2);
       okn &= yn[m * K + k] == u;
-      okp &= yp[m * K + (k & ~7) + ((k & 7) < 4 ? 2 * (k & 7) : 2 * ((k & 7) - 4) + 1)] == u;
+      const int64_t pp = (k & ~7) + ((k & 7) < 4 ? 2 * (k & 7) : 2 * ((k & 7) - 4) + 1);
+      okp &= yp[m * K + pp] == u;
+      okw &= yw[m * K + wg_pos_host(pp)] == u;
     }
   expect_true(res, okn, "natural order");
   expect_true(res, okp, "pair order");
+  expect_true(res, okw, "wg order");
   return res;
 }
 
@@ -2848,6 +2891,34 @@ Result expert_gemm_case(dc::WFmt fmt, int64_t T, int K, int E, int64_t N, int64_
     const bool same = memcmp(z6.data(), z.data(), S * N * 4) == 0 && memcmp(a6.data(), a.data(), S * I * 2) == 0;
     expect_true(res, same, "wgmma (tile 128) != mma.sync (tile 64) bits");
     if (same) res.detail += "== mma.sync tile 64 (bitwise) ";
+    // moe_expert_gemm_wg2 (producer warp, persistent) on x in wg order: z and act bitwise the wgmma kernel's;
+    // act also written in wg order (act_order 2) must be the same values at their wg positions
+    std::vector<bf16> xw(xb.size());
+    for (int64_t m = 0; m < nx; ++m) {
+      for (int64_t k = Kd; k < ldx; ++k) xw[m * ldx + k] = xb[m * ldx + k];
+      for (int64_t pp = 0; pp < Kd; ++pp) xw[m * ldx + wg_pos_host(pp)] = xb[m * ldx + pp];
+    }
+    DBuf dxw = dup(xw, "x_bf16_wg"), dz2 = dalloc(S * N * 4, "z_wg2"), da2 = dalloc(S * I * 2, "act_wg2"),
+         daw = dalloc(S * I * 2, "act_wg2_wgorder");
+    poison(dz2), poison(da2), poison(daw);
+    CK(dc::moe_expert_gemm_wg2(dxw.as<bf16>(), ldx, g, Kd, W.ref(), W.wstr, W.sstr, N, false, 0.0f, 0, dtile.as<int2>(),
+                               dnt.as<int32_t>(), maxt, doff.as<int32_t>(), dz2.p(), N, 0));
+    CK(dc::moe_expert_gemm_wg2(dxw.as<bf16>(), ldx, g, Kd, W.ref(), W.wstr, W.sstr, N, true, 1.0f, 0, dtile.as<int2>(),
+                               dnt.as<int32_t>(), maxt, doff.as<int32_t>(), da2.p(), I, 0));
+    CK(dc::moe_expert_gemm_wg2(dxw.as<bf16>(), ldx, g, Kd, W.ref(), W.wstr, W.sstr, N, true, 1.0f, 2, dtile.as<int2>(),
+                               dnt.as<int32_t>(), maxt, doff.as<int32_t>(), daw.p(), I, 0));
+    const auto z2 = down<float>(dz2, S * N);
+    const auto a2 = down<bf16>(da2, S * I), aw = down<bf16>(daw, S * I);
+    const bool same2 = memcmp(z2.data(), z.data(), S * N * 4) == 0 && memcmp(a2.data(), a.data(), S * I * 2) == 0;
+    bool samew = true;
+    for (int64_t r = 0; r < S; ++r)
+      for (int64_t i = 0; i < I; ++i) {
+        const int64_t pp = (i & ~7) + ((i & 7) < 4 ? 2 * (i & 7) : 2 * ((i & 7) - 4) + 1);
+        samew &= memcmp(&aw[r * I + wg_pos_host(pp)], &a[r * I + i], 2) == 0;
+      }
+    expect_true(res, same2, "moe_wg2 != wgmma kernel bits (z or act)");
+    expect_true(res, samew, "moe_wg2 act in wg order != act");
+    if (same2 && samew) res.detail += "moe_wg2 == wgmma (bitwise, act in wg order too) ";
   }
   return res;
 }
@@ -2978,6 +3049,18 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
   old();
   const double us_old = time_us(old);
   const double pk = g_bf16_tflops * 1e6, bw = g_hbm_gbs * 1e3;  // FLOP/us, B/us
+  if (g.wg2) {  // tile 128: moe_wg2 (timed above) against the wgmma kernel it replaces, same routing, same bits
+    GroupedRun gv = grouped_alloc(T, K, E, D, I, 128, 0);
+    grouped_run(gv, dh, dsel, dw, w13, w2, lim);
+    const auto ov = down<float>(gv.out, T * D);
+    const bool same = memcmp(ov.data(), out.data(), T * D * 4) == 0;
+    expect_true(res, same, "moe_wg2 and the wgmma kernel outputs differ");
+    const double u13 = time_us([&] { CK(grouped_w13(gv, w13, w2, lim)); }), u2 = time_us([&] { CK(grouped_w2(gv, w2)); });
+    char bv[200];
+    snprintf(bv, sizeof bv, "| wgmma v1 (moe_wg2 off): w13 %.1f us, w2 %.1f us (wg2 %.2fx, %.2fx)%s ", u13, u2,
+             u13 / us13, u2 / us2, same ? ", bitwise equal" : "");
+    res.detail += bv;
+  }
   if (fmt == dc::WFmt::FP4_B32) {
     // fp4: the other expert kernel on the same routing, side by side, outputs bitwise equal — at T > 256 the
     // mma.sync kernel (tile 64) next to the wgmma one; at T ≤ 256 the wgmma kernel (tile 128, not used there:
@@ -2992,7 +3075,8 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
     const double u13 = time_us([&] { CK(grouped_w13(go, w13, w2, lim)); }), u2 = time_us([&] { CK(grouped_w2(go, w2)); });
     char bo[240];
     snprintf(bo, sizeof bo, "| %s tile %d: %.1f us (w13 %.1f, w2 %.1f; %.1f%% bf16) = %.2fx this%s ",
-             tmo == 128 ? "wgmma" : "mma.sync", tmo, u, u13, u2, 100.0 * res.flops / u / pk, u / res.us,
+             tmo == 128 ? (go.wg2 ? "wgmma v2 (moe_wg2)" : "wgmma") : "mma.sync", tmo, u, u13, u2,
+             100.0 * res.flops / u / pk, u / res.us,
              same ? ", bitwise equal" : "");
     res.detail += bo;
   }
@@ -3792,6 +3876,22 @@ void register_cases() {
       [] { return hc_pre_case(7, 2, 64, 3, "hg7", true, HcPath::Gemm); });
   add("hc_pre_gemm M=9 hc=1 D=256 it=1 (forced, hc=1, + batch invariance)",
       [] { return hc_pre_case(9, 1, 256, 1, "hg8", true, HcPath::Gemm); });
+  // hcfast (fused ticketed kernel): bitwise v3, so every case also checks rows against M = 1 / 8 launches
+  add("hc_pre_fast M=4096 hc=4 D=4096 it=20 (32 tiles, + batch invariance)",
+      [] { return hc_pre_case(4096, 4, 4096, 20, "hf1", true, HcPath::Fast); });
+  add("hc_pre_fast M=1024 hc=4 D=4096 it=20 (+ batch invariance)",
+      [] { return hc_pre_case(1024, 4, 4096, 20, "hf2", true, HcPath::Fast); });
+  add("hc_pre_fast M=300 hc=4 D=4096 it=20 (partial tile and F items, + batch invariance)",
+      [] { return hc_pre_case(300, 4, 4096, 20, "hf3", true, HcPath::Fast); });
+  add("hc_pre_fast M=1 hc=4 D=4096 it=20 (one row)", [] { return hc_pre_case(1, 4, 4096, 20, "hf4", true, HcPath::Fast); });
+  add("hc_pre_fast M=259 hc=4 D=7168 it=20 (V4 width, S=224, + batch invariance)",
+      [] { return hc_pre_case(259, 4, 7168, 20, "hf5", true, HcPath::Fast); });
+  add("hc_pre_fast M=130 hc=3 D=1024 it=20 (hc=3, + batch invariance)",
+      [] { return hc_pre_case(130, 3, 1024, 20, "hf6", true, HcPath::Fast); });
+  add("hc_pre_fast M=7 hc=2 D=64 it=3 (tiny, S=1, + batch invariance)",
+      [] { return hc_pre_case(7, 2, 64, 3, "hf7", true, HcPath::Fast); });
+  add("hc_pre_fast M=9 hc=1 D=256 it=1 (hc=1, + batch invariance)",
+      [] { return hc_pre_case(9, 1, 256, 1, "hf8", true, HcPath::Fast); });
   add("hc_post M=64 hc=4 D=4096", [] { return hc_post_case(64, 4, 4096, "hp1"); });
   add("hc_post M=1024 hc=4 D=4096", [] { return hc_post_case(1024, 4, 4096, "hp2"); });
   add("hc_head M=64 hc=4 D=4096 (+ batch invariance)", [] { return hc_head_case(64, 4, 4096, "hh1", true); });
@@ -3802,6 +3902,10 @@ void register_cases() {
     for (int64_t M : {1, 8, 64, 256, 1024, 4096}) {
       auto n = nm("hc_pre perf M=%ld hc=4 D=4096 it=20 (V4-Flash)", M);
       add(n, [=] { return hc_pre_case(M, 4, 4096, 20, n); });
+    }
+    for (int64_t M : {256, 512, 1024, 4096}) {
+      auto n = nm("hc_pre_fast perf M=%ld hc=4 D=4096 it=20 (V4-Flash)", M);
+      add(n, [=] { return hc_pre_case(M, 4, 4096, 20, n, false, HcPath::Fast); });
     }
     for (int64_t M : {1, 8, 64, 256}) {
       auto n = nm("hc_head perf M=%ld hc=4 D=4096 (V4-Flash)", M);
@@ -3956,7 +4060,7 @@ void register_cases() {
     add("moe_group_par T=4096 K=6 E=256 tile=128 uniform (exact)", [] { return group_par_case(4096, 6, 256, 128, 0, "mgp_t128"); });
     add("moe_group_par T=1000 K=8 E=1024 tile=64 uniform (exact)", [] { return group_par_case(1000, 8, 1024, 64, 0, "mgp_e1024"); });
     add("moe_group_par T=3 K=2 E=5 tile=8 uniform (exact)", [] { return group_par_case(3, 2, 5, 8, 0, "mgp_tiny"); });
-    add("moe_x_to_bf16 M=5 K=1024 ldx=1032 natural and e2m1 pair order (exact)", [] { return x_pair_case(5, 1024, 1032, "xpair"); });
+    add("moe_x_to_bf16 M=5 K=1024 ldx=1032 natural, e2m1 pair and wg order (exact)", [] { return x_pair_case(5, 1024, 1032, "xpair"); });
     for (F f : {F::FP4_B32, F::FP8_B128, F::BF16})
       for (int tm : {8, 16, 64, 128}) {
         if (tm == 128 && f != F::FP4_B32) continue;  // the wgmma kernel takes fp4 only
@@ -3968,9 +4072,9 @@ void register_cases() {
     // the wgmma kernel (tile 128) on full and partial tiles (skewed routing: one hot expert with ~270 rows, 8 with
     // ~190: n = 128, 64-ish and 16) and a 1024-k reduction (8 stages); the tile-64 mma.sync kernel on the same draw
     for (int tm : {128, 64}) {
-      auto n = nm("moe_expert_gemm fp4 T=300 K=6 E=64 N=512 K=1024 tile=%d x gathered (w13 mode)", tm);
+      auto n = nm("moe_expert_gemm fp4 T=300 K=6 E=64 N=512 K=1024 tile=%d x gathered (w13 mode)%s", tm, tm == 128 ? " + moe_wg2" : "");
       add(n, [=] { return expert_gemm_case(F::FP4_B32, 300, 6, 64, 512, 1024, tm, true, "mwg300g"); });
-      n = nm("moe_expert_gemm fp4 T=300 K=6 E=64 N=512 K=1024 tile=%d x per grouped row (w2 mode)", tm);
+      n = nm("moe_expert_gemm fp4 T=300 K=6 E=64 N=512 K=1024 tile=%d x per grouped row (w2 mode)%s", tm, tm == 128 ? " + moe_wg2" : "");
       add(n, [=] { return expert_gemm_case(F::FP4_B32, 300, 6, 64, 512, 1024, tm, false, "mwg300r"); });
     }
     for (F f : {F::FP4_B32, F::FP8_B128, F::BF16})
@@ -4000,7 +4104,7 @@ void register_cases() {
     add("moe_grouped fp4 T=300 E=16 K=4 D=1024 I=768 e8m0 126..135 (two-step scale, checked)",
         [] { return moe_grouped_case(F::FP4_B32, 300, 16, 4, 1024, 768, 0, 2, 0, true, "mg_fp4_big300"); });
     if (g_perf) {
-      for (int64_t T : {16, 32, 64, 128, 256, 512, 1024, 4096}) {
+      for (int64_t T : {16, 32, 64, 128, 256, 512, 1024, 4096, 16384}) {
         auto n = nm("moe_grouped perf fp4 T=%ld E=256 K=6 D=4096 I=2048 (group + w13/swiglu + w2 + combine)", T);
         add(n, [=] { return moe_grouped_perf_case(F::FP4_B32, T, 256, 6, D, I, n); });
       }

@@ -915,6 +915,15 @@ void CudaBackend::hc_pre(const float* X, int64_t M, int hc, int64_t D, const flo
                          float* comb) {
   HostTimer ht_(impl_.get(), Impl::kOp);
   if (impl_->replaying()) return;
+  // prefill (M ≥ 512, hc ≤ 4): the fused ticketed kernel, bitwise v3 (hc.cu "hcfast"); DEEPINFER_CUDA_OFF=hcfast:
+  // the paths below
+  if (!impl_->off("hcfast") && cuda::hc_pre_fast_use(M, hc, D)) {
+    Buffer<int32_t> sync(*this, cuda::hc_pre_fast_sync_ints(M));
+    check(cuda::hc_pre_fast(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, sync.data(),
+                            impl_->stream),
+          "hc_pre");
+    return;
+  }
   // DEEPINFER_CUDA_OFF=hc_gemm: the v3 kernels for prefill too (hc.cu)
   check((impl_->off("smallk") ? cuda::hc_pre_v1 : cuda::hc_pre)(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, u,
                                                                 post, comb, impl_->stream,
@@ -1279,15 +1288,22 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
                                         reinterpret_cast<int2*>(tiles.data()), n_tiles.data(), scratch.data(), s);
     // fp4 weights take their x in e2m1 pair order (moe_grouped.h): h converted so, act written so
     const bool p13 = ex.r13.fmt == cuda::WFmt::FP4_B32, p2 = ex.r2.fmt == cuda::WFmt::FP4_B32;
-    if (e == cudaSuccess) e = cuda::moe_x_to_bf16(h, T, D, D, p13, hb.data(), s);
+    // 128-row tiles (both fp4): the producer-warp kernel v2, x and act in its wg order, bitwise the wgmma kernel
+    // (DEEPINFER_CUDA_OFF=moe_wg2: moe_expert_gemm_wg_kernel)
+    const bool wg2 = tm == 128 && !impl_->off("moe_wg2");
+    const int o13 = wg2 ? 2 : p13 ? 1 : 0, o2 = wg2 ? 2 : p2 ? 1 : 0;
+    const int2* tl = reinterpret_cast<const int2*>(tiles.data());
+    if (e == cudaSuccess) e = cuda::moe_x_to_bf16(h, T, D, D, o13, hb.data(), s);
     if (e == cudaSuccess)
-      e = cuda::moe_expert_gemm(hb.data(), D, perm.data(), D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true, limit,
-                                p2, reinterpret_cast<const int2*>(tiles.data()), n_tiles.data(), maxt, offsets.data(),
-                                tm, act.data(), I, s);
+      e = wg2 ? cuda::moe_expert_gemm_wg2(hb.data(), D, perm.data(), D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I,
+                                          true, limit, o2, tl, n_tiles.data(), maxt, offsets.data(), act.data(), I, s)
+              : cuda::moe_expert_gemm(hb.data(), D, perm.data(), D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true,
+                                      limit, o2, tl, n_tiles.data(), maxt, offsets.data(), tm, act.data(), I, s);
     if (e == cudaSuccess)
-      e = cuda::moe_expert_gemm(act.data(), I, nullptr, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, false,
-                                reinterpret_cast<const int2*>(tiles.data()), n_tiles.data(), maxt, offsets.data(), tm,
-                                ye.data(), D, s);
+      e = wg2 ? cuda::moe_expert_gemm_wg2(act.data(), I, nullptr, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f,
+                                          0, tl, n_tiles.data(), maxt, offsets.data(), ye.data(), D, s)
+              : cuda::moe_expert_gemm(act.data(), I, nullptr, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, 0,
+                                      tl, n_tiles.data(), maxt, offsets.data(), tm, ye.data(), D, s);
     if (e == cudaSuccess) e = (impl_->off("smallk") ? cuda::moe_combine_v1 : cuda::moe_combine)(
                                 ye.data(), sel, wsel, slot.data(), T, K, D, shared, out, s);
     check(e, "moe_ffn (grouped experts)");

@@ -288,6 +288,16 @@ cudaError_t hc_head_v1(const float* X, int64_t M, int hc, int64_t D, const float
 cudaError_t hc_pre_gemm(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                         const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
                         float* comb, cudaStream_t s);
+// hc_pre prefill path "hcfast" (one fused kernel; items in ticket order, X re-read from L2): bitwise the
+// v3 rows. Shapes: hc_pre_fast_ok (hc ≤ 4, v3 slice length 128, hc·D % 128 == 0; V4-Flash and V4 both);
+// any M. sync: hc_pre_fast_sync_ints(M) ints of device scratch (zeroed by the launcher). _use: the
+// backend's choice (the shape and M ≥ 512). cudaErrorNotSupported for other shapes.
+bool hc_pre_fast_ok(int hc, int64_t D);
+bool hc_pre_fast_use(int64_t M, int hc, int64_t D);
+int64_t hc_pre_fast_sync_ints(int64_t M);
+cudaError_t hc_pre_fast(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                        const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
+                        float* comb, int32_t* sync, cudaStream_t s);
 // out[M, hc, D]: out[m, k] = post[m, k]·y[m] + Σ_j comb[m, j, k]·X[m, j]. y[M, D]. D % 4 == 0.
 cudaError_t hc_post(const float* X, const float* y, const float* post, const float* comb, int64_t M, int hc,
                     int64_t D, float* out, cudaStream_t s);

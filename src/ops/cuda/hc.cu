@@ -689,6 +689,243 @@ __global__ void __launch_bounds__(F_NT) hc_gemm_finish_kernel(const float* __res
   if (live && act) comb[(m0 + rw) * HC * HC + l] = c;
 }
 
+// ---- hc_pre prefill path "hcfast": one fused, ticketed kernel (X from HBM once, again from L2) ------
+// v3's operations exactly (so every row is bitwise its M = 1 row), with two changes of schedule:
+// * A items (row tile of 128 rows, slice s): v3 kernel A's chains, but as a register outer product: a
+//   warp owns 32 rows; lane = row group rg (8) × value group vg (4); a thread runs 4 rows × RV values
+//   (+ the sum of squares of its row vg): per column quad 4 + RV + 1 LDS.128 for 4·(4·RV + 1) FFMA
+//   (v3 row mode: 25 LDS.128 for 100 FFMA, shared-memory bound). The slice is staged in 4 cp.async
+//   groups of 32 columns so compute on the first overlaps the rest. Partials go to u[m, s·NV + v] as in
+//   v3, coalesced through shared memory; then the tile's counter is bumped.
+// * F items (4 rows of a tile) replace kernel B (one 1024-thread block a row, a ~3 µs Sinkhorn tail each,
+//   1 block an SM): wait for the tile's S A items, stage the rows' S·NV partials (all loads in flight),
+//   sum them in slice order (one thread a (row, value), same left-to-right adds as B), rr / pre / post /
+//   Sinkhorn with B's helpers, and the collapse re-reading X while it is still in L2.
+// Items are taken in ticket order (atomic counter, not blockIdx): A(0), A(1), F(0), A(2), F(1), …, so an
+// F item only waits on items with smaller tickets, already running (no deadlock), and a tile's X is
+// re-read by its F items about one tile (8 MB) of A work later. sync[0] = ticket, sync[1 + t] = tile t's
+// finished A items; zeroed by the launcher.
+constexpr int Q_NT = 128, Q_BM = 128, Q_FR = 4, Q_L = 128, Q_LP = Q_L + 4, Q_CH = 4;
+// from here on the backend takes hcfast (predicted ≥ 2× v3 from M ≈ 512; docs/cuda-notes.md)
+constexpr int64_t kHcFastMinRows = 512;
+
+template <int HC>
+struct HcFast {
+  static constexpr int MIX = (2 + HC) * HC, NV = MIX + 1, RV = (MIX + 3) / 4;
+  static constexpr int LPR = HC * HC <= 1 ? 1 : HC * HC <= 4 ? 4 : 16, RPW = 32 / LPR;  // Sinkhorn lanes a row
+};
+// F's staged partials: row pitch P ≡ NV (mod 32) makes thread t = r·NV + v read bank (t + s·NV) mod 32
+__host__ __device__ inline int hcq_pitch(int S, int nv) { return S * nv + (((nv - S * nv) % 32) + 32) % 32; }
+size_t hcq_smem(int mix, int S, int nv) {
+  const size_t a = (size_t)(Q_BM + mix) * Q_LP * sizeof(float);
+  const size_t f = (size_t)Q_FR * hcq_pitch(S, nv) * sizeof(float);
+  return std::max(a, f);
+}
+
+template <int HC>
+__global__ void __launch_bounds__(Q_NT, 2) hc_fast_kernel(const float* __restrict__ X, int64_t M, int64_t D,
+                                                          const float* __restrict__ fn,
+                                                          const float* __restrict__ base,
+                                                          const float* __restrict__ scale, int iters, float hc_eps,
+                                                          float norm_eps, float* u, float* __restrict__ post,
+                                                          float* __restrict__ comb, int* sync) {
+  DI_PDL_WAIT();
+  using Q = HcFast<HC>;
+  constexpr int MIX = Q::MIX, NV = Q::NV, RV = Q::RV;
+  extern __shared__ float4 hc_smem4[];
+  float* sm = reinterpret_cast<float*>(hc_smem4);
+  __shared__ int item_s;
+  __shared__ float mu_s[Q_FR][NV];
+  __shared__ float pre_s[Q_FR][HC];
+  __shared__ float rr_s[Q_FR];
+  const int64_t K = (int64_t)HC * D, D4 = D / 4;
+  const int S = (int)(K / Q_L), nA = S, nF = Q_BM / Q_FR;
+  const int T = (int)((M + Q_BM - 1) / Q_BM);
+  const int t = threadIdx.x;
+  if (t == 0) item_s = atomicAdd(sync, 1);
+  __syncthreads();
+  const int item = item_s;
+  // ticket → (A or F, tile, index): round 0 = A(0); round r in [1, T) = A(r) then F(r − 1); round T = F(T − 1)
+  bool isA;
+  int tile, k;
+  if (item < nA) {
+    isA = true, tile = 0, k = item;
+  } else {
+    const int j = item - nA, r = 1 + j / (nA + nF), q = j % (nA + nF);
+    if (r < T && q < nA) isA = true, tile = r, k = q;
+    else isA = false, tile = r - 1, k = r < T ? q - nA : q;
+  }
+  const int64_t m0 = (int64_t)tile * Q_BM;
+  if (isA) {
+    const int rows = (int)min((int64_t)Q_BM, M - m0);
+    float* Xs = sm;                  // [Q_BM][Q_LP]
+    float* Fs = sm + Q_BM * Q_LP;    // [MIX][Q_LP]
+    const int64_t k0 = (int64_t)k * Q_L;
+    constexpr int C4 = Q_L / Q_CH / 4;  // float4 columns a chunk (8)
+#pragma unroll
+    for (int ch = 0; ch < Q_CH; ++ch) {
+      for (int idx = t; idx < (Q_BM + MIX) * C4; idx += Q_NT) {
+        const int row = idx / C4, c = ch * C4 + idx % C4;
+        if (row < Q_BM) {
+          if (row < rows) cp_async16(Xs + row * Q_LP + 4 * c, X + (m0 + row) * K + k0 + 4 * c);
+        } else {
+          cp_async16(Fs + (row - Q_BM) * Q_LP + 4 * c, fn + (int64_t)(row - Q_BM) * K + k0 + 4 * c);
+        }
+      }
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
+    }
+    const int warp = t >> 5, lane = t & 31, rg = lane & 7, vg = lane >> 3;
+    const int rbase = warp * 32 + rg;  // the thread's rows: rbase + 8·i, i < 4; its sum of squares: i = vg
+    const float* xr = Xs + rbase * Q_LP;
+    const float* xq = Xs + (rbase + 8 * vg) * Q_LP;
+    const float* fr[RV];
+#pragma unroll
+    for (int j = 0; j < RV; ++j) fr[j] = Fs + min(vg * RV + j, MIX - 1) * Q_LP;
+    float acc[4][RV], ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < RV; ++j) acc[i][j] = 0.0f;
+    auto wait_chunk = [](int ch) {  // groups complete in order: chunk ch landed when ≤ Q_CH − 1 − ch pending
+      switch (ch) {
+        case 0: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+        case 1: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+        case 2: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+        default: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+      }
+    };
+    static_assert(Q_CH == 4, "wait_chunk");
+#pragma unroll
+    for (int ch = 0; ch < Q_CH; ++ch) {
+      wait_chunk(ch);
+      __syncthreads();
+#pragma unroll 2
+      for (int c = ch * C4; c < (ch + 1) * C4; ++c) {
+        float4 x[4], f[RV];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) x[i] = *reinterpret_cast<const float4*>(xr + 8 * i * Q_LP + 4 * c);
+#pragma unroll
+        for (int j = 0; j < RV; ++j) f[j] = *reinterpret_cast<const float4*>(fr[j] + 4 * c);
+        const float4 y = *reinterpret_cast<const float4*>(xq + 4 * c);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < RV; ++j) {  // v3's chain: fmaf(f, x, acc) over x, y, z, w
+            acc[i][j] = fmaf(f[j].x, x[i].x, acc[i][j]);
+            acc[i][j] = fmaf(f[j].y, x[i].y, acc[i][j]);
+            acc[i][j] = fmaf(f[j].z, x[i].z, acc[i][j]);
+            acc[i][j] = fmaf(f[j].w, x[i].w, acc[i][j]);
+          }
+        ss = fmaf(y.x, y.x, ss);
+        ss = fmaf(y.y, y.y, ss);
+        ss = fmaf(y.z, y.z, ss);
+        ss = fmaf(y.w, y.w, ss);
+      }
+    }
+    __syncthreads();  // every warp is done with Xs: reuse it for the partials [Q_BM][NV]
+    float* Ps = sm;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < RV; ++j)
+        if (vg * RV + j < MIX) Ps[(rbase + 8 * i) * NV + vg * RV + j] = acc[i][j];
+    Ps[(rbase + 8 * vg) * NV + MIX] = ss;
+    __syncthreads();
+    for (int idx = t; idx < rows * NV; idx += Q_NT) {
+      const int r = idx / NV, v = idx - r * NV;
+      u[(m0 + r) * D + (int64_t)k * NV + v] = Ps[idx];
+    }
+    __threadfence();  // this thread's partials visible device-wide before the tile counter moves
+    __syncthreads();
+    if (t == 0) atomicAdd(sync + 1 + tile, 1);
+    return;
+  }
+  // ---- F item: rows m0 + 4k … of tile `tile`
+  const int64_t f0 = m0 + (int64_t)k * Q_FR;
+  const int rows = (int)max((int64_t)0, min((int64_t)Q_FR, M - f0));
+  if (rows == 0) return;
+  if (t == 0) {
+    const volatile int* cnt = sync + 1 + tile;
+    while (*cnt < nA) __nanosleep(256);
+    __threadfence();
+  }
+  __syncthreads();
+  const int SN = S * NV, P = hcq_pitch(S, NV);
+  float* Pb = sm;  // [Q_FR][P]
+  for (int r = 0; r < rows; ++r) {
+    const float* src = u + (f0 + r) * D;
+#pragma unroll 4
+    for (int i = t; i < SN; i += Q_NT) Pb[r * P + i] = __ldcg(src + i);
+  }
+  __syncthreads();  // all partials read before any u write below
+  if (t < rows * NV) {
+    const int r = t / NV, v = t - r * NV;
+    const float* pr = Pb + r * P + v;
+    float a = 0.0f;
+#pragma unroll 16
+    for (int s = 0; s < S; ++s) a += pr[s * NV];  // B's order: from 0, slices in order
+    mu_s[r][v] = a;
+  }
+  __syncthreads();
+  if (t < rows * HC) {
+    const int r = t / HC, j = t % HC;
+    const float rr = hc_rr(mu_s[r][MIX], K, norm_eps);
+    pre_s[r][j] = hc_sigmoid(hc_logit(mu_s[r][j], rr, scale[0], base[j])) + hc_eps;
+    if (j == 0) rr_s[r] = rr;
+  }
+  __syncthreads();
+  // post and Sinkhorn first (warps 0 … rows/RPW), B's helpers; all lanes shuffle, live rows write
+  {
+    constexpr int LPR = Q::LPR, RPW = Q::RPW;
+    const int lane = t & 31, rw = (t >> 5) * RPW + lane / LPR, gb = lane / LPR * LPR, l0 = lane % LPR;
+    if ((t >> 5) * RPW < rows) {  // warp-uniform
+      const bool live = rw < rows;
+      const int rs = live ? rw : 0;
+      const float rr = rr_s[rs];
+      if (live && l0 < HC)
+        post[(f0 + rw) * HC + l0] = 2.0f * hc_sigmoid(hc_logit(mu_s[rs][HC + l0], rr, scale[1], base[HC + l0]));
+      const bool act = l0 < HC * HC;
+      const int l = act ? l0 : 0, j = l / HC, kk = l % HC;
+      const float c = hc_sinkhorn_lanes<HC>(hc_logit(mu_s[rs][2 * HC + l], rr, scale[2], base[2 * HC + l]), gb, j,
+                                            kk, iters, hc_eps);
+      if (live && act) comb[(f0 + rw) * HC * HC + l] = c;
+    }
+  }
+  // collapse, B's fmaf order (o = 0, then j = 0 … HC − 1); 8 float4 outputs (8·HC loads) in flight a thread
+  constexpr int U = 8;
+  const int64_t n = (int64_t)rows * D4;
+  for (int64_t b = t; b < n; b += (int64_t)Q_NT * U) {
+    float4 xv[U][HC];
+#pragma unroll
+    for (int q = 0; q < U; ++q) {
+      const int64_t idx = b + (int64_t)q * Q_NT;
+      if (idx < n) {
+        const int64_t r = idx / D4, i4 = idx % D4;
+#pragma unroll
+        for (int j = 0; j < HC; ++j)
+          xv[q][j] = __ldg(reinterpret_cast<const float4*>(X + (f0 + r) * K + (int64_t)j * D) + i4);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < U; ++q) {
+      const int64_t idx = b + (int64_t)q * Q_NT;
+      if (idx < n) {
+        const int64_t r = idx / D4, i4 = idx % D4;
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int j = 0; j < HC; ++j) {
+          const float p = pre_s[r][j];
+          o.x = fmaf(p, xv[q][j].x, o.x);
+          o.y = fmaf(p, xv[q][j].y, o.y);
+          o.z = fmaf(p, xv[q][j].z, o.z);
+          o.w = fmaf(p, xv[q][j].w, o.w);
+        }
+        reinterpret_cast<float4*>(u + (f0 + r) * D)[i4] = o;
+      }
+    }
+  }
+}
+
 // Slice length L (floats) from hc and D only: the smallest multiple of 32 (≥ 128) with S·NV ≤ D so the
 // partials fit in the row's u. L = 0: no such L fits (D < NV), the caller uses the v1 kernel.
 int64_t hc_slice_len(int hc, int64_t D, int nv) {
@@ -714,6 +951,7 @@ cudaError_t hc_attrs() {
     if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_gemm_kernel<HC, 8, 9>, (size_t)kMaxSmem);
     if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_gemm_kernel<HC, 16, 5>, (size_t)kMaxSmem);
     if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_gemm_kernel<HC, 32, 4>, (size_t)kMaxSmem);
+    if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_fast_kernel<HC>, (size_t)kMaxSmem);
   }
   return e;
 }
@@ -782,6 +1020,31 @@ cudaError_t launch_pre_gemm(const float* X, int64_t M, int64_t D, int64_t L, con
   if (e != cudaSuccess) return e;
   hc_gemm_finish_kernel<HC><<<(unsigned)cdiv(M, F_BR), F_NT, 0, s>>>(X, M, D, base, scale, iters, hc_eps, norm_eps,
                                                                       u, post, comb);
+  return cudaGetLastError();
+}
+
+// hcfast: the shapes it takes (hc ≤ 4, v3's slice length 128 with whole slices, fused kernel's shared
+// memory) depend on hc and D only; its rows are bitwise v3's, so the M threshold is about speed only.
+bool hcq_shape_ok(int hc, int64_t D) {
+  if (hc < 1 || hc > 4 || D % 4) return false;
+  const int nv = (2 + hc) * hc + 1;
+  const int64_t K = (int64_t)hc * D;
+  if (hc_slice_len(hc, D, nv) != Q_L || K % Q_L) return false;
+  return hcq_smem(nv - 1, (int)(K / Q_L), nv) <= (size_t)kMaxSmem;
+}
+
+template <int HC>
+cudaError_t launch_pre_fast(const float* X, int64_t M, int64_t D, const float* fn, const float* base,
+                            const float* scale, int iters, float hc_eps, float norm_eps, float* u, float* post,
+                            float* comb, int* sync, cudaStream_t s) {
+  using Q = HcFast<HC>;
+  const int64_t K = (int64_t)HC * D, T = cdiv(M, Q_BM);
+  const int S = (int)(K / Q_L);
+  cudaError_t e = cudaMemsetAsync(sync, 0, (size_t)(1 + T) * sizeof(int), s);
+  if (e != cudaSuccess) return e;
+  const int64_t items = T * (S + Q_BM / Q_FR);
+  hc_fast_kernel<HC><<<(unsigned)items, Q_NT, hcq_smem(Q::MIX, S, Q::NV), s>>>(X, M, D, fn, base, scale, iters, hc_eps,
+                                                                              norm_eps, u, post, comb, sync);
   return cudaGetLastError();
 }
 
@@ -865,6 +1128,27 @@ cudaError_t hc_pre_gemm(const float* X, int64_t M, int hc, int64_t D, const floa
                         const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
                         float* comb, cudaStream_t s) {
   return launch_pre<false>(X, M, hc, D, fn, base, scale, sinkhorn_iters, hc_eps, norm_eps, u, post, comb, s, 2);
+}
+
+bool hc_pre_fast_ok(int hc, int64_t D) { return hcq_shape_ok(hc, D); }
+bool hc_pre_fast_use(int64_t M, int hc, int64_t D) { return M >= kHcFastMinRows && hcq_shape_ok(hc, D); }
+int64_t hc_pre_fast_sync_ints(int64_t M) { return 1 + cdiv(std::max<int64_t>(M, 1), Q_BM); }
+
+cudaError_t hc_pre_fast(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                        const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
+                        float* comb, int32_t* sync, cudaStream_t s) {
+  if (!hcq_shape_ok(hc, D)) return cudaErrorNotSupported;
+  if (M <= 0) return cudaSuccess;
+  switch (hc) {
+#define HC_FAST(H) \
+  case H: return launch_pre_fast<H>(X, M, D, fn, base, scale, sinkhorn_iters, hc_eps, norm_eps, u, post, comb, sync, s);
+    HC_FAST(1)
+    HC_FAST(2)
+    HC_FAST(3)
+    HC_FAST(4)
+#undef HC_FAST
+  }
+  return cudaErrorNotSupported;
 }
 
 cudaError_t hc_head(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,

@@ -30,27 +30,37 @@ int moe_grouped_tile_m(int64_t T, bool wide);
 // Shapes moe_expert_gemm takes: K % 64 (bf16), % 128 (fp8), % 256 (fp4); N % 256 (swiglu: I = N/2 % 128).
 bool moe_expert_gemm_ok(WFmt f, int64_t N, int64_t K, bool swiglu);
 
-// x[M, K] f32 (row stride ldx) → bf16 [M, K] (row stride K), round to nearest even; pair_order: each group
-// of 8 k stored as k0 k4 k1 k5 k2 k6 k3 k7 (the order moe_expert_gemm wants for fp4 weights). K % 8 == 0.
-cudaError_t moe_x_to_bf16(const float* x, int64_t M, int64_t K, int64_t ldx, bool pair_order, bf16* y,
-                          cudaStream_t s);
+// x[M, K] f32 (row stride ldx) → bf16 [M, K] (row stride K), round to nearest even. order 0: natural;
+// 1 (pair order): each group of 8 k stored as k0 k4 k1 k5 k2 k6 k3 k7 (the order moe_expert_gemm wants for
+// fp4 weights), K % 8 == 0; 2 (wg order, moe_expert_gemm_wg2's x): pair order, then inside each 64-k chunk
+// position p = 16t + 4i + 2h + l moved to 16i + 8h + 2t + l (t, i < 4; h, l < 2), K % 64 == 0.
+cudaError_t moe_x_to_bf16(const float* x, int64_t M, int64_t K, int64_t ldx, int order, bf16* y, cudaStream_t s);
 
 // Grouped expert GEMM over the tiles of moe_group_par (same tile_m): for grouped row r of expert e,
 //   z[r, N] = bf16 x[row(r), K] · dequant(W_e)[N, K]ᵀ, f32 accumulate, row(r) = gather ? gather[r] : r,
 // W_e = W.w + e·w_stride bytes (w_stride % 16 == 0), scales W.scale + e·s_stride bytes (fp4: 8-byte
 // aligned); x[*, K] bf16 (ldx % 8 == 0, 16-byte aligned), for FP4_B32 weights in pair order (each 8 k
-// stored k0 k4 k1 k5 k2 k6 k3 k7: moe_x_to_bf16 with pair_order, or a previous swiglu launch with
-// act_pair_order), for BF16 / FP8 in natural order.
+// stored k0 k4 k1 k5 k2 k6 k3 k7: moe_x_to_bf16 with order 1, or a previous swiglu launch with
+// act_order 1), for BF16 / FP8 in natural order.
 // swiglu = false: y is f32 [rows, N] (row stride ldy) = z.
 // swiglu = true (w13, N = 2I with gu = [gate | up] rows): y is bf16 [rows, I] (row stride ldy) =
 //   bf16(silu(min(g, limit)) · clamp(u, ±limit)), the formula (and f32 bits before the rounding) of
-//   swiglu_clamp on z; act_pair_order: act's columns written in pair order (when the GEMM that reads act
-//   has fp4 weights).
+//   swiglu_clamp on z; act_order: act's columns in natural (0), pair (1: the next GEMM has fp4 weights) or
+//   wg order (2: the next GEMM is moe_expert_gemm_wg2).
 // Each (tile, 256 weight rows) reads its weight slice once from memory; a row's result does not depend on
 // the other rows (batch invariant for a fixed fmt, N, K).
 cudaError_t moe_expert_gemm(const bf16* x, int64_t ldx, const int32_t* gather, int64_t K, WeightRef W,
                             int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit,
-                            bool act_pair_order, const int2* tile_info, const int32_t* n_tiles, int64_t max_tiles,
+                            int act_order, const int2* tile_info, const int32_t* n_tiles, int64_t max_tiles,
                             const int32_t* offsets, int tile_m, void* y, int64_t ldy, cudaStream_t s);
+// The fp4 prefill kernel v2 (DEEPINFER_CUDA_OFF=moe_wg2 gives tile_m = 128 of moe_expert_gemm back): the same
+// work, products and wgmma steps as moe_expert_gemm with tile_m = 128 (tiles from moe_group_par with
+// tile_m = 128), bitwise its results, with a producer warp feeding a 4-stage ring through cp.async and
+// mbarriers, persistent over the work items (one block an SM). x must be in wg order (moe_x_to_bf16 order 2,
+// or a previous swiglu launch with act_order 2); FP4_B32 weights only.
+cudaError_t moe_expert_gemm_wg2(const bf16* x, int64_t ldx, const int32_t* gather, int64_t K, WeightRef W,
+                                int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit, int act_order,
+                                const int2* tile_info, const int32_t* n_tiles, int64_t max_tiles,
+                                const int32_t* offsets, void* y, int64_t ldy, cudaStream_t s);
 
 }  // namespace deepinfer::cuda
