@@ -2,7 +2,7 @@
 """Host model of moe_gemv3's index math (src/ops/cuda/moe_gemv3.cu), no GPU, pure Python.
 
 Mirrors, on integer data, what changed from moe_gemv2 (tests/cuda/moe_gemv2_model.py models the rest):
-the block's item counters (run, rg) for the compute and copy sides, the stage ring (stage, phase), the
+the block's item counters (run, rg), the rows an item has (32, or 64 with two tiles a warp) for the compute and copy sides, the stage ring (stage, phase), the
 copier lanes (lanes 0..3 of warps 0..7 copy row 4·warp + lane), the x buffers (which run's rows a buffer
 holds, same_x sharing, up-front staging of two distinct x, restaging into the other buffer), the
 coalesced staging (float4 i → row m, f; lane pairs swap halves; the unit index), the lane reads with
@@ -39,7 +39,9 @@ def runs_of(sel, mmr):
     return runs
 
 
-def model(T, topk, E, N, K, per_slot, fuse, G, S, xbufs, nred, rng):
+def model(T, topk, E, N, K, per_slot, fuse, G, S, xbufs, nred, rng, tpw=1):
+    assert tpw == 1 or not fuse
+    IROWS = ROWS * tpw  # an item's rows
     slots = T * topk
     mmr = 1 if T <= 1 else 2 if T <= 2 else 4 if T <= 4 else 8
     sel = [rng.randrange(E) for _ in range(slots)]
@@ -47,7 +49,7 @@ def model(T, topk, E, N, K, per_slot, fuse, G, S, xbufs, nred, rng):
     nx = slots if per_slot else T
     X = [[rng.randrange(-5, 6) for _ in range(K)] for _ in range(nx)]
     I = N // 2
-    RG = I // 16 if fuse else N // ROWS
+    RG = I // 16 if fuse else N // IROWS
     runs = runs_of(sel, mmr)
     nitems = len(runs) * RG
     xrow = lambda slot: slot if per_slot else slot // topk
@@ -67,14 +69,14 @@ def model(T, topk, E, N, K, per_slot, fuse, G, S, xbufs, nred, rng):
 
         def issue(run, rg, st):
             rowsmap = {}
-            for w in range(ROWS // 4):
-                for lane in range(4):
-                    crow = 4 * w + lane
+            for w in range(8):
+                for lane in range(IROWS // 8):
+                    crow = (IROWS // 8) * w + lane
                     wrow = (crow >> 4) * I + (crow & 15) if fuse else crow
-                    n = wrow + rg * (16 if fuse else ROWS)
+                    n = wrow + rg * (16 if fuse else IROWS)
                     assert crow not in rowsmap
                     rowsmap[crow] = n
-            assert sorted(rowsmap) == list(range(ROWS))
+            assert sorted(rowsmap) == list(range(IROWS))
             assert st not in ring, "stage refilled before it was consumed"
             ring[st] = (run, rg, rowsmap)
 
@@ -156,8 +158,8 @@ def model(T, topk, E, N, K, per_slot, fuse, G, S, xbufs, nred, rng):
             assert red_item[rbuf] is None, "partial sums overwritten before their reduction"
             red[rbuf] = {}
             tile_f, slice_f = SLICES * 16 * mmr, 16 * mmr
-            for warp in range(WARPS):
-                rt, sl = warp >> 4, warp & 15
+            for warp, j in [(w, j) for w in range(WARPS) for j in range(tpw)]:
+                rt, sl = (warp >> 4) + 2 * j, warp & 15
                 for g in range(8):
                     for t in range(4):
                         acc = [0, 0, 0, 0]
@@ -200,11 +202,11 @@ def model(T, topk, E, N, K, per_slot, fuse, G, S, xbufs, nred, rng):
             # reduction: threads tid < 32·mmr (or 16·mmr fused), slices 0..15 in order
             rq = red[rbuf]
             if not fuse:
-                for tid in range(32 * mmr):
+                for tid in range(IROWS * mmr):
                     row, col = divmod(tid, mmr)
                     v = sum(rq.get((row >> 4, s, row & 15, col), 0) for s in range(SLICES))
                     if col < rows:
-                        key = (members[col], rg * ROWS + row)
+                        key = (members[col], rg * IROWS + row)
                         assert key not in y
                         y[key] = v
             else:
@@ -246,6 +248,10 @@ def main():
     for sh in shapes:
         model(*sh, rng)
         print("ok", sh)
+    for sh in [(1, 6, 16, 128, 2048, True, False, 5, 2, 2, 2), (3, 4, 4, 64, 2048, True, False, 2, 2, 1, 1),
+               (8, 2, 3, 128, 2048, False, False, 3, 2, 2, 2)]:  # two tiles a warp (w2: K = 2048, not fused)
+        model(*sh, rng, tpw=2)
+        print("ok tpw=2", sh)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,11 @@
 //   block's first two distinct x are staged up front, while the first bulk copies fly.
 // * Fewer integer-ALU instructions in the loop: the e2m1 word's shift by 8 is a high multiply and the
 //   scale factor one multiply-add (both on the FMA pipe), with the same bits as before.
-// Loads, ring and items are moe_gemv2's (one TMA bulk copy a weight row and a scale row, lane 0 of warp w
-// copies row w; a ring of S stages; block b takes items [b·n/G, (b+1)·n/G)), with 3 stages for
-// K = 4096 when one x row serves every slot (w13 at T = 1) and 5 for K = 2048.
+// * w2's shape (K = 2048, not fused): 64-row items, two tiles a warp (tiles w / 16 and w / 16 + 2, one set
+//   of x loads), so that a warp's item is more than one 128-k chunk.
+// Loads, ring and items are moe_gemv2's (one TMA bulk copy a weight row and a scale row, issued by lanes
+// 0..3 (0..7 for 64 rows) of warps 0..7; a ring of S stages; block b takes items [b·n/G, (b+1)·n/G)), with
+// 3 stages for K = 4096 when one x row serves every slot (w13 at T = 1).
 //
 // Batch invariance: an output is its tile's chain over the chunks of slice s in ascending order, then
 // slices 0..15 added in order: depends on (N, K) only (moe_gemv2's argument, unchanged).
@@ -121,8 +123,11 @@ __device__ __forceinline__ void fp4_mma_v3(float (&acc)[4], const uint4& w0, con
 __device__ __forceinline__ uint32_t scale_bf16x2(uint32_t b) { return b * 0x00800080u + 0x3F003F00u; }
 
 // MMR: x rows a buffer (= the run cap, the launch's mmr); KC: K when it is 2048 or 4096 (V4-Flash's w2 and
-// w13: constant offsets, the chunk loop unrolled), else 0 (K from the parameters).
-template <int MMR, int KC>
+// w13: constant offsets, the chunk loop unrolled), else 0 (K from the parameters). TPW: tiles a warp
+// (2: 64-row items, warp w takes tiles w / 16 and w / 16 + 2, both chains on the same x loads; for w2,
+// K = 2048 and not fused, where one 128-k chunk a tile and item would leave the per-item work a third of
+// a warp's instructions).
+template <int MMR, int KC, int TPW>
 __global__ void __launch_bounds__(V3_NT, 1) moe_gemv3_kernel(const V3Params p) {
   DI_PDL_WAIT();
   extern __shared__ __align__(128) uint8_t v3_smem[];
@@ -132,14 +137,15 @@ __global__ void __launch_bounds__(V3_NT, 1) moe_gemv3_kernel(const V3Params p) {
   __shared__ int s_nruns;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  const int rt = warp >> 4, sl = warp & (V3_SLICES - 1);  // this warp's tile and K slice
+  const int rt = warp >> 4, sl = warp & (V3_SLICES - 1);  // this warp's (first) tile and K slice
+  constexpr int ROWS = V3_ROWS * TPW, TILES = 2 * TPW;       // an item's rows and 16-row tiles
   constexpr int mmr = MMR;
   const int S = p.stages, slots = p.slots;
   const int K = KC ? KC : (int)p.K;
   const int RS = K / 2 + V3_PAD;  // shared-memory bytes a weight row
   const int SB = K / 32;          // scale bytes a row
   const int SS = SB + 16;         // shared-memory bytes a scale row
-  const int stage_bytes = V3_ROWS * (RS + SS);
+  const int stage_bytes = ROWS * (RS + SS);
   const int xbuf_bytes = K * mmr * 2;  // bf16 [K/8 units][mmr][…] (gemv_q's fp4 fragment order)
   uint8_t* ring = v3_smem;
   uint8_t* xbase = v3_smem + (size_t)S * stage_bytes;
@@ -175,30 +181,30 @@ __global__ void __launch_bounds__(V3_NT, 1) moe_gemv3_kernel(const V3Params p) {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   __syncthreads();
 
-  const int RG = p.fuse ? (int)(p.I / 16) : (int)(p.N / V3_ROWS);  // items a run
-  const int nitems = s_nruns * RG;  // ≤ 64 · 65536 / 16: fits an int, and so does nitems · #SMs
+  const int RG = p.fuse ? (int)(p.I / 16) : (int)(p.N / ROWS);  // items a run (fused: TPW = 1)
+  const int nitems = s_nruns * RG;  // ≤ 64 · 2^24 / 16 (moe_gemv3_ok bounds N)
   const int i0 = (int)((int64_t)nitems * blockIdx.x / gridDim.x);
   const int i1 = (int)((int64_t)nitems * (blockIdx.x + 1) / gridDim.x);
   const int nq = i1 - i0;
   if (nq <= 0) return;  // (block-uniform)
 
-  // Item (run, rg)'s 32 weight rows and their scale rows → a stage: thread 0's one arrival with the byte
-  // count before the block barrier that precedes the copies, then lanes 0..3 of warps 0..7 copy row
-  // L = 4·warp + lane (tile L / 16, row L % 16): the address math runs once for 4 rows, and a bulk copy
-  // (uniform operands) costs a few instructions of the issuing warp, so two warps a scheduler carry it
-  // instead of all 32. Items advance by counters (no divisions in the loop).
-  const uint32_t stage_tx = (uint32_t)(V3_ROWS * (K / 2 + SB));
+  // Item (run, rg)'s ROWS weight rows and their scale rows → a stage: thread 0's one arrival with the byte
+  // count before the block barrier that precedes the copies, then lanes 0..ROWS/8 − 1 of warps 0..7 copy
+  // row L = (ROWS/8)·warp + lane (tile L / 16, row L % 16): the address math runs once for 4 or 8 rows,
+  // and a bulk copy (uniform operands) costs a few instructions of the issuing warp, so two warps a
+  // scheduler carry it instead of all 32. Items advance by counters (no divisions in the loop).
+  const uint32_t stage_tx = (uint32_t)(ROWS * (K / 2 + SB));
   const uint32_t full0 = smem_u32(&full[0]), ring0 = smem_u32(ring);
-  const bool copier = warp < V3_ROWS / 4 && lane < 4;
-  const int crow = 4 * warp + lane;                                        // (copiers)
-  const int64_t wrow = p.fuse ? (crow >> 4) * p.I + (crow & 15) : crow;  // + rg · 16 (fused) or rg · 32
-  const int rg_rows = p.fuse ? 16 : V3_ROWS;
+  const bool copier = warp < 8 && lane < ROWS / 8;
+  const int crow = (ROWS / 8) * warp + lane;                               // (copiers)
+  const int64_t wrow = p.fuse ? (crow >> 4) * p.I + (crow & 15) : crow;  // + rg · 16 (fused) or rg · ROWS
+  const int rg_rows = p.fuse ? 16 : ROWS;
   auto issue = [&](int run, int rg, int st) {
     if (!copier) return;
     const uint32_t sw = ring0 + (uint32_t)(st * stage_bytes), bar = full0 + 8u * (uint32_t)st;
     const int64_t e = s_run_e[run], n = wrow + (int64_t)rg * rg_rows;
     bulk_load(sw + crow * RS, p.w + e * p.w_stride + n * (K / 2), (uint32_t)(K / 2), bar);
-    bulk_load(sw + V3_ROWS * RS + crow * SS, p.ws + e * p.s_stride + n * SB, (uint32_t)SB, bar);
+    bulk_load(sw + ROWS * RS + crow * SS, p.ws + e * p.s_stride + n * SB, (uint32_t)SB, bar);
   };
   int run_i = i0 / RG, rg_i = i0 - run_i * RG;  // the next item to copy
   const int pre = min(S, nq);
@@ -275,7 +281,7 @@ __global__ void __launch_bounds__(V3_NT, 1) moe_gemv3_kernel(const V3Params p) {
   const int nch = K / 128;  // 64-byte chunks a row
   const uint32_t m24 = p.shift8;
   const int w_off = (rt * 16 + g) * RS + t * 16 + sl * 64;
-  const int s_off = V3_ROWS * RS + (rt * 16 + g) * SS + t + sl * 4;
+  const int s_off = ROWS * RS + (rt * 16 + g) * SS + t + sl * 4;  // (tile rt + 2j: + 32j rows)
   const int w1off = 8 * RS, s1off = 8 * SS;
   const int tile_f = V3_SLICES * 16 * mmr, slice_f = 16 * mmr;  // partial sums: [tile][slice][16 rows × mmr]
   float* const red_w = red + (rt * V3_SLICES + sl) * slice_f;
@@ -307,34 +313,55 @@ __global__ void __launch_bounds__(V3_NT, 1) moe_gemv3_kernel(const V3Params p) {
     const uint8_t* wl = stg + w_off;
     const uint8_t* sp = stg + s_off;
     const uint4* xl = xl0;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    // (a slice step: 16 chunks = 1024 bytes of a row, 64 scale bytes, 256·mmr x units)
-#pragma unroll(KC ? KC / 128 / V3_SLICES : 1)
-    for (int c = sl; c < nch; c += V3_SLICES, wl += 64 * V3_SLICES, sp += 4 * V3_SLICES, xl += 16 * mmr * V3_SLICES) {
+    float acc[TPW][4] = {};
+    // One chunk of this warp's tiles: (a slice step is 16 chunks = 1024 bytes of a row, 64 scale bytes,
+    // 256·mmr x units)
+    auto chunk = [&](const uint8_t* wl, const uint8_t* sp, const uint4* xl) {
       uint4 X[4];
 #pragma unroll
       for (int qq = 0; qq < 4; ++qq) X[qq] = xl[qq * mmr * 4];
-      const uint4 w0 = *reinterpret_cast<const uint4*>(wl);
-      const uint4 w1 = *reinterpret_cast<const uint4*>(wl + w1off);
-      const uint32_t b0 = sp[0], b1 = sp[s1off];
+      uint4 w0[TPW], w1[TPW];
+      uint32_t b0[TPW], b1[TPW], bmax = 0;
+#pragma unroll
+      for (int j = 0; j < TPW; ++j) {  // tile rt + 2j: 32j rows further
+        w0[j] = *reinterpret_cast<const uint4*>(wl + 32 * j * RS);
+        w1[j] = *reinterpret_cast<const uint4*>(wl + 32 * j * RS + w1off);
+        b0[j] = sp[32 * j * SS], b1[j] = sp[32 * j * SS + s1off];
+        bmax = max(bmax, max(b0[j], b1[j]));
+      }
       // value·2^-126 × 2^(b−1); b > 128 needs a second factor 2^(b−128): one warp-uniform branch a chunk
       // (both paths give the same bits; mma.sync needs the whole warp on one path)
-      if (!__any_sync(0xffffffffu, max(b0, b1) > 128u)) {
-        fp4_mma_v3<false>(acc, w0, w1, X, scale_bf16x2(b0), scale_bf16x2(b1), 0u, 0u, m24);
+      if (!__any_sync(0xffffffffu, bmax > 128u)) {
+#pragma unroll
+        for (int j = 0; j < TPW; ++j)
+          fp4_mma_v3<false>(acc[j], w0[j], w1[j], X, scale_bf16x2(b0[j]), scale_bf16x2(b1[j]), 0u, 0u, m24);
       } else {
-        const int e0 = (int)b0 - 1, e1 = (int)b1 - 1;
-        fp4_mma_v3<true>(acc, w0, w1, X, pow2_bf16x2(min(e0, 127)), pow2_bf16x2(min(e1, 127)),
-                         pow2_bf16x2(max(e0 - 127, 0)), pow2_bf16x2(max(e1 - 127, 0)), m24);
+#pragma unroll
+        for (int j = 0; j < TPW; ++j) {
+          const int e0 = (int)b0[j] - 1, e1 = (int)b1[j] - 1;
+          fp4_mma_v3<true>(acc[j], w0[j], w1[j], X, pow2_bf16x2(min(e0, 127)), pow2_bf16x2(min(e1, 127)),
+                           pow2_bf16x2(max(e0 - 127, 0)), pow2_bf16x2(max(e1 - 127, 0)), m24);
+        }
       }
+    };
+    if constexpr (KC != 0) {  // K / 2048 chunks a slice, every slice the same count
+#pragma unroll
+      for (int j = 0; j < KC / 128 / V3_SLICES; ++j)
+        chunk(wl + j * 64 * V3_SLICES, sp + j * 4 * V3_SLICES, xl + j * 16 * mmr * V3_SLICES);
+    } else {
+      for (int c = sl; c < nch; c += V3_SLICES, wl += 64 * V3_SLICES, sp += 4 * V3_SLICES, xl += 16 * mmr * V3_SLICES)
+        chunk(wl, sp, xl);
     }
     // partial sums: lane (g, t) register r → row g + 8·(r / 2), column 2t + r % 2; columns < mmr kept
     const int rbuf = p.nred > 1 ? (q & 1) : 0;
-    float* rb = red_w + rbuf * 2 * tile_f;
+    float* rb = red_w + rbuf * TILES * tile_f;
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int col = 2 * t + (r & 1);
-      if (col < mmr) rb[(g + 8 * (r >> 1)) * mmr + col] = acc[r];
-    }
+    for (int j = 0; j < TPW; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int col = 2 * t + (r & 1);
+        if (col < mmr) rb[2 * j * tile_f + (g + 8 * (r >> 1)) * mmr + col] = acc[j][r];
+      }
     // thread 0 has seen this stage's phase complete (its wait above): the next phase's arrival may go now
     const bool more = q + S < nq;
     if (tid == 0 && more) mbar_expect(full0 + 8u * st, stage_tx);
@@ -347,15 +374,15 @@ __global__ void __launch_bounds__(V3_NT, 1) moe_gemv3_kernel(const V3Params p) {
     if (++rg_c == RG) rg_c = 0, ++run_c;
 
     // Item q's outputs: slices 0..15 in order (moe_gemv2's warps 0..15), then y or swiglu_clamp_one(gate, up).
-    const float* rq = red + rbuf * 2 * tile_f;
+    const float* rq = red + rbuf * TILES * tile_f;
     if (!p.fuse) {
-      if (tid < 32 * mmr) {
+      if (tid < ROWS * mmr) {
         const int row = tid / mmr, col = tid - row * mmr;
         const float* e = rq + (row >> 4) * tile_f + (row & 15) * mmr + col;
         float v = e[0];
 #pragma unroll
         for (int s = 1; s < V3_SLICES; ++s) v += e[s * slice_f];
-        if (col < rows) p.y[(int64_t)s_run_slot[run][col] * p.ldy + (int64_t)rg * V3_ROWS + row] = v;
+        if (col < rows) p.y[(int64_t)s_run_slot[run][col] * p.ldy + (int64_t)rg * ROWS + row] = v;
       }
     } else if (tid < 16 * mmr) {  // tile 0 = gate rows, tile 1 = the matching up rows
       const int row = tid / mmr, col = tid - row * mmr;
@@ -377,9 +404,9 @@ struct V3Layout {
 // Shared memory: S ring stages, xbufs x buffers, nred partial-sum buffers. First S ≥ 2, then two
 // partial-sum buffers (one barrier an item), then two x buffers (not when one x row serves every slot),
 // then as many stages as fit (≤ V3_MAXS).
-V3Layout v3_layout(int64_t K, int mmr, bool one_x) {
-  const int64_t stage = V3_ROWS * (K / 2 + V3_PAD + K / 32 + 16);
-  const int64_t xbuf = (int64_t)mmr * K * 2, red = (int64_t)2 * V3_SLICES * 16 * mmr * 4;
+V3Layout v3_layout(int64_t K, int mmr, bool one_x, int tpw) {
+  const int64_t stage = V3_ROWS * tpw * (K / 2 + V3_PAD + K / 32 + 16);
+  const int64_t xbuf = (int64_t)mmr * K * 2, red = (int64_t)2 * tpw * V3_SLICES * 16 * mmr * 4;
   for (int nred = 2; nred >= 1; --nred)
     for (int xb = one_x ? 1 : 2; xb >= 1; --xb) {
       const int64_t room = (int64_t)V3_SMEM - xb * xbuf - nred * red;
@@ -391,17 +418,24 @@ V3Layout v3_layout(int64_t K, int mmr, bool one_x) {
     }
   return V3Layout{};
 }
-size_t v3_smem_bytes(int64_t K, int mmr, const V3Layout& l) {
-  return (size_t)l.stages * V3_ROWS * (K / 2 + V3_PAD + K / 32 + 16) + (size_t)l.xbufs * mmr * K * 2 +
-         (size_t)l.nred * 2 * V3_SLICES * 16 * mmr * 4;
+size_t v3_smem_bytes(int64_t K, int mmr, int tpw, const V3Layout& l) {
+  return (size_t)l.stages * V3_ROWS * tpw * (K / 2 + V3_PAD + K / 32 + 16) + (size_t)l.xbufs * mmr * K * 2 +
+         (size_t)l.nred * 2 * tpw * V3_SLICES * 16 * mmr * 4;
 }
+// Two tiles a warp (64-row items) for w2's shape: K = 2048, not fused, N % 64 == 0.
+int v3_tpw(int64_t K, int64_t N, bool swiglu) { return K == 2048 && !swiglu && N % 64 == 0 ? 2 : 1; }
 using V3Kernel = void (*)(V3Params);
 template <int MMR>
-V3Kernel v3_kernel_k(int64_t K) {
-  return K == 4096 ? moe_gemv3_kernel<MMR, 4096> : K == 2048 ? moe_gemv3_kernel<MMR, 2048> : moe_gemv3_kernel<MMR, 0>;
+V3Kernel v3_kernel_k(int64_t K, int tpw) {
+  return K == 4096   ? moe_gemv3_kernel<MMR, 4096, 1>
+         : K == 2048 ? (tpw == 2 ? moe_gemv3_kernel<MMR, 2048, 2> : moe_gemv3_kernel<MMR, 2048, 1>)
+                     : moe_gemv3_kernel<MMR, 0, 1>;
 }
-V3Kernel v3_kernel(int mmr, int64_t K) {
-  return mmr == 1 ? v3_kernel_k<1>(K) : mmr == 2 ? v3_kernel_k<2>(K) : mmr == 4 ? v3_kernel_k<4>(K) : v3_kernel_k<8>(K);
+V3Kernel v3_kernel(int mmr, int64_t K, int tpw) {
+  return mmr == 1   ? v3_kernel_k<1>(K, tpw)
+         : mmr == 2 ? v3_kernel_k<2>(K, tpw)
+         : mmr == 4 ? v3_kernel_k<4>(K, tpw)
+                    : v3_kernel_k<8>(K, tpw);
 }
 int v3_mmr(int64_t T) {
   const int64_t m = std::min<int64_t>(V3_MAXRUN, std::max<int64_t>(1, T));
@@ -412,9 +446,9 @@ int v3_mmr(int64_t T) {
 bool moe_gemv3_ok(WeightRef W, int64_t T, int topk, int64_t N, int64_t K, int64_t w_stride, int64_t s_stride) {
   const int64_t slots = T * topk;
   return W.fmt == WFmt::FP4_B32 && W.w && W.scale && T > 0 && topk > 0 && slots <= V3_MAXSLOTS && N > 0 &&
-         N % V3_ROWS == 0 && K >= 512 && K % 512 == 0 && K <= 65536 && w_stride % 16 == 0 && s_stride % 16 == 0 &&
+         N <= (1 << 24) && N % V3_ROWS == 0 && K >= 512 && K % 512 == 0 && K <= 65536 && w_stride % 16 == 0 && s_stride % 16 == 0 &&
          reinterpret_cast<uintptr_t>(W.w) % 16 == 0 && reinterpret_cast<uintptr_t>(W.scale) % 16 == 0 &&
-         v3_layout(K, v3_mmr(T), false).stages >= 2;
+         v3_layout(K, v3_mmr(T), false, 1).stages >= 2 && v3_layout(K, v3_mmr(T), false, v3_tpw(K, N, false)).stages >= 2;
 }
 
 cudaError_t moe_gemv3(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk, int64_t K,
@@ -439,11 +473,12 @@ cudaError_t moe_gemv3(const float* x, int64_t ldx, bool x_per_slot, const int32_
   p.fuse = swiglu ? 1 : 0, p.I = N / 2, p.lim = limit;
   p.mmr = v3_mmr(T);
   const bool one_x = x_per_slot ? T * topk == 1 : T == 1;  // every slot reads the same x row
-  const V3Layout l = v3_layout(K, p.mmr, one_x);
+  const int tpw = v3_tpw(K, N, swiglu);
+  const V3Layout l = v3_layout(K, p.mmr, one_x, tpw);
   p.stages = l.stages, p.xbufs = l.xbufs, p.nred = l.nred;
   p.shift8 = 1u << 24;
   // (the max dynamic shared memory attribute V3_SMEM: set by init_kernel_attributes)
-  v3_kernel(p.mmr, K)<<<sms, V3_NT, v3_smem_bytes(K, p.mmr, l), s>>>(p);
+  v3_kernel(p.mmr, K, tpw)<<<sms, V3_NT, v3_smem_bytes(K, p.mmr, tpw, l), s>>>(p);
   return cudaGetLastError();
 }
 
@@ -451,7 +486,8 @@ namespace detail {
 cudaError_t init_attributes_moe_gemv3() {
   for (int mmr : {1, 2, 4, 8})
     for (int64_t K : {4096, 2048, 512})
-      if (const cudaError_t e = set_max_dynamic_smem(v3_kernel(mmr, K), V3_SMEM); e != cudaSuccess) return e;
+      for (int tpw : {1, 2})
+        if (const cudaError_t e = set_max_dynamic_smem(v3_kernel(mmr, K, tpw), V3_SMEM); e != cudaSuccess) return e;
   return cudaSuccess;
 }
 }  // namespace detail
