@@ -202,16 +202,16 @@ def model(T, topk, E, N, K, per_slot, fuse, G, S, xbufs, nred, rng, tpw=1):
             # reduction: threads tid < 32·mmr (or 16·mmr fused), slices 0..15 in order
             rq = red[rbuf]
             if not fuse:
-                for tid in range(IROWS * mmr):
-                    row, col = divmod(tid, mmr)
+                for tid in range(NT - IROWS * mmr, NT):  # the last threads
+                    row, col = divmod(tid - (NT - IROWS * mmr), mmr)
                     v = sum(rq.get((row >> 4, s, row & 15, col), 0) for s in range(SLICES))
                     if col < rows:
                         key = (members[col], rg * IROWS + row)
                         assert key not in y
                         y[key] = v
             else:
-                for tid in range(16 * mmr):
-                    row, col = divmod(tid, mmr)
+                for tid in range(NT - 16 * mmr, NT):
+                    row, col = divmod(tid - (NT - 16 * mmr), mmr)
                     gt = sum(rq.get((0, s, row, col), 0) for s in range(SLICES))
                     up = sum(rq.get((1, s, row, col), 0) for s in range(SLICES))
                     if col < rows:

@@ -11,8 +11,8 @@
 //   its own MMA chain, so every chain and the slice order of the reduction are unchanged: same bits.
 //   8 warps a scheduler instead of 4 to hide the LDS → decode → HMMA latencies.
 // * One block barrier an item: a warp stores only the accumulator columns < mmr (the run's x rows) in a
-//   double-buffered partial-sum area; after the barrier the threads < 16·mmr (fused) or 32·mmr add the 16
-//   slices in order (as moe_gemv2) and write y while the other warps start the next item.
+//   double-buffered partial-sum area; after the barrier the last 16·mmr (fused) or rows·mmr threads add
+//   the 16 slices in order (as moe_gemv2) and write y while the other warps start the next item.
 // * x staged with coalesced loads (consecutive lanes, consecutive 16 bytes: a warp instruction reads
 //   512 contiguous bytes; lane pairs swap halves to build gemv_q's fragment-order units), once per
 //   distinct x: consecutive runs reading the same x rows (every run of w13 at T = 1) share a buffer; the
@@ -374,18 +374,20 @@ __global__ void __launch_bounds__(V3_NT, 1) moe_gemv3_kernel(const V3Params p) {
     if (++rg_c == RG) rg_c = 0, ++run_c;
 
     // Item q's outputs: slices 0..15 in order (moe_gemv2's warps 0..15), then y or swiglu_clamp_one(gate, up).
+    // Done by the last threads (the highest warps: not the copiers 0..7), output o = tid − (1024 − outputs).
     const float* rq = red + rbuf * TILES * tile_f;
     if (!p.fuse) {
-      if (tid < ROWS * mmr) {
-        const int row = tid / mmr, col = tid - row * mmr;
+      const int o = tid - (V3_NT - ROWS * mmr);
+      if (o >= 0) {
+        const int row = o / mmr, col = o - row * mmr;
         const float* e = rq + (row >> 4) * tile_f + (row & 15) * mmr + col;
         float v = e[0];
 #pragma unroll
         for (int s = 1; s < V3_SLICES; ++s) v += e[s * slice_f];
         if (col < rows) p.y[(int64_t)s_run_slot[run][col] * p.ldy + (int64_t)rg * ROWS + row] = v;
       }
-    } else if (tid < 16 * mmr) {  // tile 0 = gate rows, tile 1 = the matching up rows
-      const int row = tid / mmr, col = tid - row * mmr;
+    } else if (tid >= V3_NT - 16 * mmr) {  // tile 0 = gate rows, tile 1 = the matching up rows
+      const int o = tid - (V3_NT - 16 * mmr), row = o / mmr, col = o - row * mmr;
       const float* e = rq + row * mmr + col;
       float gt = e[0], up = e[tile_f];
 #pragma unroll
