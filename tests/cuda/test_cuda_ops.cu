@@ -2326,8 +2326,12 @@ Result gemv_grouped_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t N, in
 // y's row padding untouched, every token bitwise equal to itself launched alone (T = 1, its own routing:
 // a token's result does not depend on the other tokens), and with swiglu the fused act bitwise equal to
 // swiglu_clamp of the unfused output (the clamp reached).
+// ver 3: moe_gemv3 under the same checks, and its output bitwise moe_gemv2's (same MMA chains and order).
+using MoeGemv = cudaError_t (*)(const float*, int64_t, bool, const int32_t*, int64_t, int, int64_t, dc::WeightRef, int64_t,
+                                int64_t, int64_t, bool, float, float*, int64_t, cudaStream_t, const dc::GemvPlan*);
 Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per_slot, bool swiglu, int variant,
-                      int sel_mode, const std::string& name) {
+                      int sel_mode, const std::string& name, int ver = 2) {
+  const MoeGemv gemv = ver == 3 ? dc::moe_gemv3 : dc::moe_gemv2;
   Rng r = rng_for(name);
   Result res;
   const dc::WFmt fmt = dc::WFmt::FP4_B32;
@@ -2355,11 +2359,33 @@ Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per
   DBuf dw = dup(wall, "w_experts"), ds = dup(sall, "s_experts"), dx = dup(x, "x"), dsel = dup(sel, "sel"),
        dy = dalloc(S * ldy * 4, "y"), dy1 = dalloc(topk * ldy * 4, "y_token_alone");
   const dc::WeightRef W{fmt, dw.p(), ds.p(), 0};
-  expect_true(res, dc::moe_gemv2_ok(W, T, topk, N, K, wstr, sstr), "moe_gemv2_ok refuses the shape");
+  expect_true(res, (ver == 3 ? dc::moe_gemv3_ok : dc::moe_gemv2_ok)(W, T, topk, N, K, wstr, sstr), "_ok refuses the shape");
   poison(dy);
-  CK(dc::moe_gemv2(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f,
-                   dy.as<float>(), ldy, 0));
+  CK(gemv(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f, dy.as<float>(), ldy,
+          0, nullptr));
   auto yg = down<float>(dy, S * ldy);
+  if (ver == 3) {  // moe_gemv2 on the same inputs: bitwise the same rows
+    DBuf d2 = dalloc(S * ldy * 4, "y_moe_gemv2");
+    poison(d2);
+    CK(dc::moe_gemv2(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f,
+                     d2.as<float>(), ldy, 0));
+    auto y2 = down<float>(d2, S * ldy);
+    bool same = true;
+    for (int64_t j = 0; j < S; ++j) same &= rows_bitwise_equal(y2.data() + j * ldy, yg.data() + j * ldy, N);
+    expect_true(res, same, "moe_gemv3 != moe_gemv2 (bitwise)");
+    if (same) res.detail += "== moe_gemv2 (bitwise) ";
+    // a grid of 2 blocks: each block walks many runs (x restaged at run changes, shared x buffers reused)
+    dc::GemvPlan two;
+    two.sms = 2;
+    poison(d2);
+    CK(dc::moe_gemv3(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f,
+                     d2.as<float>(), ldy, 0, &two));
+    y2 = down<float>(d2, S * ldy);
+    same = true;
+    for (int64_t j = 0; j < S; ++j) same &= rows_bitwise_equal(y2.data() + j * ldy, yg.data() + j * ldy, N);
+    expect_true(res, same, "moe_gemv3 on 2 blocks differs");
+    if (same) res.detail += "2 blocks == 132 (bitwise) ";
+  }
   std::vector<int64_t> rows_n;
   if (N * K <= (4ll << 20)) {
     rows_n.resize(N);
@@ -2384,8 +2410,8 @@ Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per
   bool inv_ok = true;
   for (int64_t t = 0; t < T; ++t) {
     poison(dy1);
-    CK(dc::moe_gemv2(dx.as<float>() + (per_slot ? t * topk : t) * ldx, ldx, per_slot, dsel.as<int32_t>() + t * topk, 1,
-                     topk, K, W, wstr, sstr, N, false, 0.0f, dy1.as<float>(), ldy, 0));
+    CK(gemv(dx.as<float>() + (per_slot ? t * topk : t) * ldx, ldx, per_slot, dsel.as<int32_t>() + t * topk, 1, topk, K, W,
+            wstr, sstr, N, false, 0.0f, dy1.as<float>(), ldy, 0, nullptr));
     auto y1 = down<float>(dy1, topk * ldy);
     for (int k = 0; k < topk; ++k) inv_ok &= rows_bitwise_equal(y1.data() + k * ldy, yg.data() + (t * topk + k) * ldy, N);
   }
@@ -2393,21 +2419,22 @@ Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per
   if (inv_ok) res.detail += "tokens alone == in batch (bitwise) ";
   if (swiglu)
     check_fused_swiglu(res, S, N, lda, lim, [&](bool fuse, float limit, float* y, int64_t ldy) {
-      return dc::moe_gemv2(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, fuse, limit,
-                           y, ldy, 0);
+      return gemv(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, fuse, limit, y, ldy, 0,
+                  nullptr);
     });
   return res;
 }
 
-// Shapes moe_gemv2 does not take: cudaErrorNotSupported (the backend then takes gemv_q_grouped).
-Result moe_gemv2_unsupported_case() {
+// Shapes moe_gemv2 (ver 3: moe_gemv3) does not take: cudaErrorNotSupported (the backend then takes gemv_q_grouped).
+Result moe_gemv2_unsupported_case(int ver = 2) {
+  const MoeGemv gemv = ver == 3 ? dc::moe_gemv3 : dc::moe_gemv2;
   Result res;
   DBuf dw = dalloc(1 << 20, "w"), ds = dalloc(1 << 16, "s"), dx = dalloc(1 << 16, "x"), dy = dalloc(1 << 16, "y"),
        dsel = dalloc(1024, "sel");
   const dc::WeightRef W{dc::WFmt::FP4_B32, dw.p(), ds.p(), 0}, W8{dc::WFmt::FP8_B128, dw.p(), ds.p(), 4};
   auto call = [&](dc::WeightRef w, int64_t T, int topk, int64_t N, int64_t K) {
-    return dc::moe_gemv2(dx.as<float>(), K, false, dsel.as<int32_t>(), T, topk, K, w, 1 << 14, 1 << 10, N, false, 0.0f,
-                         dy.as<float>(), N, 0);
+    return gemv(dx.as<float>(), K, false, dsel.as<int32_t>(), T, topk, K, w, 1 << 14, 1 << 10, N, false, 0.0f,
+                dy.as<float>(), N, 0, nullptr);
   };
   expect_true(res, call(W8, 1, 6, 256, 512) == cudaErrorNotSupported, "fp8 accepted");
   expect_true(res, call(W, 1, 6, 48, 512) == cudaErrorNotSupported, "N % 32 != 0 accepted");
@@ -2421,14 +2448,17 @@ Result moe_gemv2_unsupported_case() {
 // the distinct experts each set reads. wo_a: E = 8 groups, sel[t, g] = g, x per slot; the 8 groups'
 // weight (32 MB) rotated among copies. The swiglu case times the fused w13. kind: 0 gemv_q_grouped,
 // 1 gemv_q_grouped_v3, 2 moe_gemv2 (fp4 only), 3 gemv_q_v6_groups (identity_sel, per_slot, E == topk only:
-// linear_groups' layout).
+// linear_groups' layout), 4 moe_gemv3 (fp4 only; slot 0 checked against token 0 alone, as moe_gemv2).
 using GroupedGemv = cudaError_t (*)(const float*, int64_t, bool, const int32_t*, int64_t, int, int64_t, dc::WeightRef,
                                     int64_t, int64_t, int64_t, bool, float, float*, int64_t, cudaStream_t,
                                     const dc::GemvPlan*);
 Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t N, int64_t K, bool per_slot,
                               bool swiglu, bool identity_sel, int kind, const std::string& name) {
   const bool v3 = kind == 1, v6 = kind == 3;
-  const GroupedGemv gemv = kind == 2 ? dc::moe_gemv2 : v3 ? dc::gemv_q_grouped_v3 : dc::gemv_q_grouped;
+  const GroupedGemv gemv = kind == 4   ? dc::moe_gemv3
+                           : kind == 2 ? dc::moe_gemv2
+                           : v3        ? dc::gemv_q_grouped_v3
+                                       : dc::gemv_q_grouped;
   Rng r = rng_for(name);
   Result res;
   const int64_t S = T * topk;
@@ -2497,7 +2527,7 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
     expect_nmse(res, "slot 0 (64 rows)", yc, yr, 1e-6);
   } else {
     std::vector<float> y1;
-    if (kind == 2) {
+    if (kind == 2 || kind == 4) {
       // slot 0 of set 0 against token 0 launched alone (T = 1, its own routing), bitwise
       DBuf d1 = dalloc(topk * ncol * 4, "token0_alone");
       CK(gemv(dx.as<float>(), K, per_slot, dsel.as<int32_t>(), 1, topk, K, W(0), wstr, sstr, N, swiglu, 10.0f,
@@ -2514,7 +2544,7 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
     bool finite = true;
     for (float v : yg) finite &= std::isfinite(v);
     expect_true(res, finite && rows_bitwise_equal(yg.data(), y1.data(), ncol),
-                kind == 2 ? "slot 0 != token 0 alone" : "slot 0 != gemv_q alone");
+                kind == 2 || kind == 4 ? "slot 0 != token 0 alone" : "slot 0 != gemv_q alone");
   }
   int it = 0;
   res.us = time_us([&] {
@@ -4218,6 +4248,12 @@ void register_cases() {
       add(n, [=] { return moe_gemv2_case(c.T, c.topk, c.E, c.N, c.K, c.per_slot, c.swiglu, c.variant, c.sel_mode, n); });
     }
     add("moe_gemv2 unsupported shapes", [] { return moe_gemv2_unsupported_case(); });
+    // moe_gemv3: the same cases, each also bitwise against moe_gemv2
+    for (auto c : mg) {
+      auto n = nm("moe_gemv3 fp4 T=%ld topk=%d E=%d N=%ld K=%ld %s", c.T, c.topk, c.E, c.N, c.K, c.what);
+      add(n, [=] { return moe_gemv2_case(c.T, c.topk, c.E, c.N, c.K, c.per_slot, c.swiglu, c.variant, c.sel_mode, n, 3); });
+    }
+    add("moe_gemv3 unsupported shapes", [] { return moe_gemv2_unsupported_case(3); });
     // gemv_q_v5 (decode GEMV v5, bf16 / fp8 only): the same checks as gemv_q (f64 reference, padding,
     // every row alone bitwise), small and V4-Flash shapes at M = 1..8 (13: launches of 8; K = 16384:
     // launches of 4 rows, x of 8 would not fit shared memory), K % 128 != 0 for fp8 (partial last scale
@@ -4445,6 +4481,10 @@ void register_cases() {
         add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, 2 * I, D, false, true, false, 2, n); });
         n = nm("moe_gemv2 perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w2)", T, T * 6, D, I);
         add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, D, I, true, false, false, 2, n); });
+        n = nm("moe_gemv3 perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w13 + fused swiglu)", T, T * 6, 2 * I, D);
+        add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, 2 * I, D, false, true, false, 4, n); });
+        n = nm("moe_gemv3 perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w2)", T, T * 6, D, I);
+        add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, D, I, true, false, false, 4, n); });
       }
     }
   }

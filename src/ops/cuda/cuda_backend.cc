@@ -1252,10 +1252,14 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
   if (impl_->replaying()) return;
     Buffer<float> act(*this, S * I), ye(*this, S * D);  // slot order
     auto gemv = impl_->off("gemv_v3") ? cuda::gemv_q_grouped : cuda::gemv_q_grouped_v3;  // (as in linear)
-    // fp4 experts: moe_gemv2 (DEEPINFER_CUDA_OFF=moe_gemv2: the gemv above), for both matrices or neither
+    // fp4 experts: moe_gemv3 (DEEPINFER_CUDA_OFF=moe_gemv3: moe_gemv2, the same bits), else moe_gemv2
+    // (DEEPINFER_CUDA_OFF=moe_gemv2: the gemv above), for both matrices or neither
     auto g13 = gemv, g2 = gemv;
-    if (!impl_->off("moe_gemv2") && cuda::moe_gemv2_ok(ex.r13, T, K, 2 * I, D, ex.w13_stride, ex.s13_stride) &&
-        cuda::moe_gemv2_ok(ex.r2, T, K, D, I, ex.w2_stride, ex.s2_stride))
+    if (!impl_->off("moe_gemv3") && cuda::moe_gemv3_ok(ex.r13, T, K, 2 * I, D, ex.w13_stride, ex.s13_stride) &&
+        cuda::moe_gemv3_ok(ex.r2, T, K, D, I, ex.w2_stride, ex.s2_stride))
+      g13 = g2 = cuda::moe_gemv3;
+    else if (!impl_->off("moe_gemv2") && cuda::moe_gemv2_ok(ex.r13, T, K, 2 * I, D, ex.w13_stride, ex.s13_stride) &&
+             cuda::moe_gemv2_ok(ex.r2, T, K, D, I, ex.w2_stride, ex.s2_stride))
       g13 = g2 = cuda::moe_gemv2;
     cudaError_t e = g13(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true, limit,
                         act.data(), I, s, &ex.plan13);

@@ -215,6 +215,15 @@ bool moe_gemv2_ok(WeightRef W, int64_t T, int topk, int64_t N, int64_t K, int64_
 cudaError_t moe_gemv2(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk, int64_t K,
                       WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit, float* y,
                       int64_t ldy, cudaStream_t s, const GemvPlan* plan = nullptr);
+// moe_gemv3 (moe_gemv3.cu; docs/cuda-notes.md "MoE decode GEMV v3"): moe_gemv2's contract, shapes and
+// results bit for bit (the same MMA chains and reduction order), with 32 warps an SM, one block barrier
+// an item, coalesced x staging shared by runs that read the same x rows, two tiles a warp for w2's
+// shape (K = 2048, not fused), and fewer integer-ALU instructions in the decode. moe_gemv3_ok:
+// moe_gemv2_ok's shapes with N ≤ 2^24.
+bool moe_gemv3_ok(WeightRef W, int64_t T, int topk, int64_t N, int64_t K, int64_t w_stride, int64_t s_stride);
+cudaError_t moe_gemv3(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk, int64_t K,
+                      WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit, float* y,
+                      int64_t ldy, cudaStream_t s, const GemvPlan* plan = nullptr);
 
 // ------------------------------------------------------------------------------------------------
 // Norms, RoPE, activations, pooling (float32 in/out like the op table; optional fused bf16 copy)

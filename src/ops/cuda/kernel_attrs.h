@@ -33,6 +33,7 @@ cudaError_t init_attributes_gemv_q_v5();
 cudaError_t init_attributes_gemv_q_v6();
 cudaError_t init_attributes_moe_grouped();
 cudaError_t init_attributes_moe_gemv2();
+cudaError_t init_attributes_moe_gemv3();
 cudaError_t init_attributes_attention_mma();
 cudaError_t init_attributes_attention();
 cudaError_t init_attributes_gemm_dq();
