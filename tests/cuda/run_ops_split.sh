@@ -7,7 +7,7 @@ PKG=${1:-.gpu}
 OUT=${2:-/tmp/ops_out}
 mkdir -p "$OUT" /tmp/to
 xz -dc "$PKG/test_cuda_ops.xz" > /tmp/to/test_cuda_ops && chmod +x /tmp/to/test_cuda_ops
-GROUPS_=("gemv_q" "sink_attention|indexer|topk" "moe_" "!gemv_q|sink_attention|indexer|topk|moe_")
+GROUPS_=("gemv_q" "sink_attention|indexer|topk" "moe_" "norm_rope|fusecomp|hc_" "!gemv_q|sink_attention|indexer|topk|moe_|norm_rope|fusecomp|hc_")
 i=0
 for f in "${GROUPS_[@]}"; do
   (timeout ${OPS_TIMEOUT:-300} /tmp/to/test_cuda_ops --filter "$f" > "$OUT/ops_$i.txt" 2>&1; echo "ops '$f' rc=$? $(tail -1 "$OUT/ops_$i.txt")") &
