@@ -776,7 +776,9 @@ Result norm_gather_case(int64_t M, int64_t ql, int d, int64_t n_ring, const std:
   Result res;
   const int64_t nqk = ql + d, Rr = n_ring + 9, Rw = n_ring + M + 3;
   std::vector<float> qkv = randn(r, M * nqk, 3.0f), w = randn(r, ql), ring = randn(r, Rr * d), win = randn(r, Rw * d);
-  std::vector<int32_t> rr(Rr), wr(Rw), from(n_ring), to(n_ring);
+  // (at least one entry each: with n_ring = 0 the host's pointers must still say "a gather of 0 rows", not
+  // null, which would make the CPU twin treat the tensor as M plain rows)
+  std::vector<int32_t> rr(Rr), wr(Rw), from(std::max<int64_t>(n_ring, 1), 0), to(std::max<int64_t>(n_ring, 1), 0);
   std::iota(rr.begin(), rr.end(), 0), std::iota(wr.begin(), wr.end(), 0);
   for (int64_t i = Rw - 1; i > 0; --i) std::swap(wr[i], wr[r.range(0, (int)i + 1)]);
   for (int64_t i = 0; i < n_ring; ++i) from[i] = rr[r.range(0, (int)Rr)], to[i] = r.range(0, 6) == 0 ? -1 : wr[i];

@@ -92,14 +92,22 @@ struct CudaBackend::Impl {
     const char* v = std::getenv("DEEPINFER_CUDA_OFF");
     return "," + std::string(v ? v : "") + ",";
   }();
-  // Asked on every launch of a fast path: no allocation, and nothing to search when the list is empty.
-  bool off(const char* name) const {
-    if (off_list.size() <= 2) return false;
+  // Kernel paths that are built and tested but measured slower than what they would replace are taken only
+  // when named in DEEPINFER_CUDA_ON=name,name (session 6: moe_gemv3, moe_wg2), for the next measurement.
+  std::string on_list = [] {
+    const char* v = std::getenv("DEEPINFER_CUDA_ON");
+    return "," + std::string(v ? v : "") + ",";
+  }();
+  static bool listed(const std::string& list, const char* name) {
+    if (list.size() <= 2) return false;
     const size_t n = std::strlen(name);
-    for (size_t p = off_list.find(name); p != std::string::npos; p = off_list.find(name, p + 1))
-      if (off_list[p - 1] == ',' && off_list[p + n] == ',') return true;
+    for (size_t p = list.find(name); p != std::string::npos; p = list.find(name, p + 1))
+      if (list[p - 1] == ',' && list[p + n] == ',') return true;
     return false;
   }
+  // Asked on every launch of a fast path: no allocation, and nothing to search when the list is empty.
+  bool off(const char* name) const { return listed(off_list, name); }
+  bool on(const char* name) const { return listed(on_list, name); }
 
   // Step graphs (Backend::graph_begin): a region is captured once per key into a CUDA graph and then
   // replayed. Recorded with it: the allocations made outside ops (size, address: a replay must get the
@@ -1252,10 +1260,11 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
   if (impl_->replaying()) return;
     Buffer<float> act(*this, S * I), ye(*this, S * D);  // slot order
     auto gemv = impl_->off("gemv_v3") ? cuda::gemv_q_grouped : cuda::gemv_q_grouped_v3;  // (as in linear)
-    // fp4 experts: moe_gemv3 (DEEPINFER_CUDA_OFF=moe_gemv3: moe_gemv2, the same bits), else moe_gemv2
+    // fp4 experts: moe_gemv2; moe_gemv3 (the same bits) only with DEEPINFER_CUDA_ON=moe_gemv3: s6-run3
+    // measured it no faster (T = 1 w13 34.6 vs 33.3 µs, w2 25.9 vs 24.1; T = 8 w13 231 vs 194)
     // (DEEPINFER_CUDA_OFF=moe_gemv2: the gemv above), for both matrices or neither
     auto g13 = gemv, g2 = gemv;
-    if (!impl_->off("moe_gemv3") && cuda::moe_gemv3_ok(ex.r13, T, K, 2 * I, D, ex.w13_stride, ex.s13_stride) &&
+    if (impl_->on("moe_gemv3") && cuda::moe_gemv3_ok(ex.r13, T, K, 2 * I, D, ex.w13_stride, ex.s13_stride) &&
         cuda::moe_gemv3_ok(ex.r2, T, K, D, I, ex.w2_stride, ex.s2_stride))
       g13 = g2 = cuda::moe_gemv3;
     else if (!impl_->off("moe_gemv2") && cuda::moe_gemv2_ok(ex.r13, T, K, 2 * I, D, ex.w13_stride, ex.s13_stride) &&
@@ -1294,7 +1303,9 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
     const bool p13 = ex.r13.fmt == cuda::WFmt::FP4_B32, p2 = ex.r2.fmt == cuda::WFmt::FP4_B32;
     // 128-row tiles (both fp4): the producer-warp kernel v2, x and act in its wg order, bitwise the wgmma kernel
     // (DEEPINFER_CUDA_OFF=moe_wg2: moe_expert_gemm_wg_kernel)
-    const bool wg2 = tm == 128 && !impl_->off("moe_wg2");
+    // moe_wg2 only with DEEPINFER_CUDA_ON=moe_wg2: s6-run3 measured it slower than this kernel at T = 4096
+    // (w13 0.80×, w2 0.84× the speed; the same bits)
+    const bool wg2 = tm == 128 && impl_->on("moe_wg2");
     const int o13 = wg2 ? 2 : p13 ? 1 : 0, o2 = wg2 ? 2 : p2 ? 1 : 0;
     const int2* tl = reinterpret_cast<const int2*>(tiles.data());
     if (e == cudaSuccess) e = cuda::moe_x_to_bf16(h, T, D, D, o13, hb.data(), s);
