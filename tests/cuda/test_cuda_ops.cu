@@ -1731,7 +1731,10 @@ HostQ make_hostq(Rng& r, dc::WFmt fmt, int64_t N, int64_t K, int variant) {
     q.w.resize(N * K);
     for (auto& b : q.w) b = variant == 1 ? (uint8_t)(r.next() & 0x87) : rand_e4m3(r);
     std::vector<float> sc(((N + 127) / 128) * q.ldws, 0.0f);
-    for (auto& v : sc) v = variant == 2 ? std::ldexp(1.0f, r.range(8, 11)) : std::ldexp(1.0f, r.range(-12, -6));
+    for (auto& v : sc)
+      v = variant == 2 ? std::ldexp(1.0f, r.range(8, 11))
+          : variant == 4 ? std::ldexp(1.0f, r.range(-10, 9))  // spread 2^-10..2^8 (gemv_q_v7)
+                         : std::ldexp(1.0f, r.range(-12, -6));
     q.s.resize(sc.size() * 4);
     memcpy(q.s.data(), sc.data(), q.s.size());
   } else {
@@ -1797,6 +1800,11 @@ cudaError_t gemv_q_noplan(const float* x, int64_t M, int64_t K, int64_t ldx, dc:
 cudaError_t gemv_q_v6_noplan(const float* x, int64_t M, int64_t K, int64_t ldx, dc::WeightRef W, int64_t N, float* y,
                              int64_t ldy, cudaStream_t s) {
   return dc::gemv_q_v6(x, M, K, ldx, W, N, y, ldy, s);
+}
+
+cudaError_t gemv_q_v7_noplan(const float* x, int64_t M, int64_t K, int64_t ldx, dc::WeightRef W, int64_t N, float* y,
+                             int64_t ldy, cudaStream_t s) {
+  return dc::gemv_q_v7(x, M, K, ldx, W, N, y, ldy, s);
 }
 
 // Dense: NMSE against the f64 reference, the padding of y untouched, and batch invariance: every row
@@ -2080,7 +2088,8 @@ Result gemv_plan_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, const std::
 // Perf (and a sampled check): the weight is rotated among ⌈256 MB / bytes⌉ copies so that every timed
 // launch reads it from HBM (the H200's L2 is 60 MB).
 // ver: 4 = gemv_q (v4, v3 fallback), 3 = gemv_q_v3, 5 = gemv_q_v5, 6 = gemv_q_v5_pdl (no plan argument),
-// 7 = gemv_q_v6 (with the plan), 8 = gemv_q_v6_tuned with `tune` (a schedule sweep).
+// 7 = gemv_q_v6 (with the plan), 8 = gemv_q_v6_tuned with `tune` (a schedule sweep), 9 = gemv_q_v7 (with the
+// plan), 10 = gemv_q_v7_pdl (programmatic edges between the graph's launches, as the `floor perf ... pdl` cases).
 Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int ver, const std::string& name,
                       dc::GemvV6Tune tune = {}) {
   // (plan: the backend's, made once for the weight's shape)
@@ -2090,6 +2099,8 @@ Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int ver, co
     if (ver == 5) return dc::gemv_q_v5(x, M_, K_, ldx_, W_, N_, y, ldy_, st);
     if (ver == 6) return dc::gemv_q_v5_pdl(x, M_, K_, ldx_, W_, N_, y, ldy_, st);
     if (ver == 7) return dc::gemv_q_v6(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
+    if (ver == 9) return dc::gemv_q_v7(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
+    if (ver == 10) return dc::gemv_q_v7_pdl(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
     return (ver == 3 ? dc::gemv_q_v3 : dc::gemv_q)(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
   };
   Rng r = rng_for(name);
@@ -4410,6 +4421,68 @@ void register_cases() {
         return res;
       });
     }
+    // gemv_q_v7 (M = 1 CUDA-core GEMV, bf16 / fp8, K % 128 == 0): f64 reference, the padding of y between
+    // rows untouched (M = 2: one launch a row) and run-to-run bitwise (gemv_case's "row alone == in batch"
+    // relaunches every row), the V4-Flash decode shapes, odd N, K = 1152 (C % 32 != 0: a partial last
+    // slot), short rows sharing a batch (wq_b K = 1024, K = 128), long rows over several batches (wo_b,
+    // K = 32768), subnormal e4m3, scales spread 2^-10..2^8, x blocks 2^-40..2^40.
+    {
+      std::vector<GQ> g7 = {{F::FP8_B128, 1, 44, 128, 0, " (tiny: 8 rows a batch, 8 chunks a row)"},
+                            {F::FP8_B128, 2, 264, 512, 1, " subnormal e4m3 (exact dequant)"},
+                            {F::FP8_B128, 2, 136, 256, 2, " scales 2^8..2^10"},
+                            {F::FP8_B128, 1, 1000, 1152, 0, " (odd N, K=1152: partial last slot)"},
+                            {F::FP8_B128, 2, 1000, 1152, 4, " (odd N, K=1152, scales 2^-10..2^8)"},
+                            {F::FP8_B128, 1, 264, 16384, 0, " (4 batches a row)"},
+                            {F::FP8_B128, 1, 136, 32768, 0, " (K=32768, 1 block an SM)"},
+                            {F::BF16, 2, 97, 256, 0, " (odd N)"},
+                            {F::BF16, 1, 1000, 1152, 0, " (odd N, K=1152)"},
+                            {F::BF16, 1, 264, 16384, 0, " (8 batches a row)"},
+                            {F::BF16, 1, 40, 32768, 0, " (K=32768, 1 block an SM)"}};
+      for (int64_t M : {1, 2}) {
+        g7.push_back({F::FP8_B128, M, ql + d, D, 0, " (wq_a+wkv fused)"});
+        g7.push_back({F::FP8_B128, M, ql, D, 4, " (wq_a, scales 2^-10..2^8)"});
+        g7.push_back({F::FP8_B128, M, H * d, ql, 0, " (wq_b)"});
+        g7.push_back({F::FP8_B128, M, D, G * ol, 0, " (wo_b)"});
+        g7.push_back({F::FP8_B128, M, 2 * I, D, 0, " (shared w13)"});
+        g7.push_back({F::FP8_B128, M, D, I, 0, " (shared w2)"});
+        g7.push_back({F::FP8_B128, M, 1001, 4096, 0, " (odd N)"});
+        g7.push_back({F::FP8_B128, M, 1001, 4096, 3, " (odd N, x blocks 2^-40..2^40)"});
+        g7.push_back({F::FP8_B128, M, 1001, 4096, 4, " (odd N, scales 2^-10..2^8)"});
+        g7.push_back({F::BF16, M, 1001, 4096, 0, " (odd N)"});
+        g7.push_back({F::BF16, M, 256, D, 0, " (router gate)"});
+        g7.push_back({F::BF16, M, 2560, D, 0, " (compressor 2560)"});
+      }
+      for (auto c : g7) {
+        auto n = nm("gemv_q_v7 %s M=%ld N=%ld K=%ld%s", wfmt_name(c.f), c.M, c.N, c.K, c.what);
+        add(n, [=] { return gemv_case(c.f, c.M, c.N, c.K, c.variant, n, gemv_q_v7_noplan); });
+      }
+      add("gemv_q_v7 unsupported (fp4, K%128!=0, K>32768)", [] {
+        Result res;
+        DBuf x = dalloc(2048 * 4, "x"), w = dalloc(64 * 2048 * 2, "w"), sc = dalloc(64 * 64 * 4, "s"),
+             y = dalloc(64 * 4, "y");
+        poison(y);
+        auto call = [&](dc::WFmt f, int64_t K) {
+          return dc::gemv_q_v7(x.as<float>(), 1, K, 2048, dc::WeightRef{f, w.p(), sc.p(), 64}, 64, y.as<float>(), 64, 0);
+        };
+        expect_true(res, call(F::FP4_B32, 1024) == cudaErrorNotSupported, "fp4 not refused");
+        expect_true(res, call(F::FP8_B128, 1088) == cudaErrorNotSupported, "fp8 K=1088 not refused");
+        expect_true(res, call(F::BF16, 1000) == cudaErrorNotSupported, "bf16 K=1000 not refused");
+        expect_true(res, call(F::BF16, 32896) == cudaErrorNotSupported, "bf16 K=32896 not refused");
+        expect_true(res, !dc::gemv_q_v7_supported(F::FP8_B128, 1088) && dc::gemv_q_v7_supported(F::FP8_B128, 4096),
+                    "gemv_q_v7_supported");
+        cudaGetLastError();
+        auto yv = down<float>(y, 64);
+        bool untouched = true;
+        for (float f : yv) {
+          uint32_t u;
+          memcpy(&u, &f, 4);
+          untouched &= u == 0xFFFFFFFFu;
+        }
+        expect_true(res, untouched, "y written by a refused call");
+        if (res.pass) res.detail += "refused with cudaErrorNotSupported, nothing launched ";
+        return res;
+      });
+    }
     if (g_perf) {
       struct GP { F f; int64_t N, K; const char* what; };
       const GP gp[] = {{F::FP8_B128, ql, D, "wq_a"}, {F::FP8_B128, H * d, ql, "wq_b"}, {F::FP8_B128, d, D, "wkv"},
@@ -4438,6 +4511,13 @@ void register_cases() {
           auto n = nm("gemv_q_v6 perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
           add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 7, n); });
         }
+        // v7 (M = 1): plain graph edges (compare with `floor perf stream .. plain`) and programmatic ones
+        // (compare with `floor perf stream .. pdl early loads`)
+        for (int ver : {9, 10}) {
+          auto n = nm("gemv_q_v7%s perf %s M=1 N=%ld K=%ld (%s)", ver == 10 ? "_pdl" : "", wfmt_name(c.f), c.N, c.K,
+                      c.what);
+          add(n, [=] { return gemv_perf_case(c.f, 1, c.N, c.K, ver, n); });
+        }
         for (int64_t M : {1, 8}) {  // the graph's launches overlap (the next one streams its weights early)
           auto n = nm("gemv_q_v5_pdl perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
           add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 6, n); });
@@ -4452,6 +4532,13 @@ void register_cases() {
             add(n, [=] { return gemv_perf_case(c.f, 1, c.N, c.K, 8, n, t); });
           }
       }
+      // v7 against v6 on two more M = 1 shapes (the fused wq_a+wkv weight, a 2560-row compressor)
+      for (auto c : {GP{F::FP8_B128, ql + d, D, "wq_a+wkv fused"}, GP{F::BF16, 2560, D, "compressor 2560"}})
+        for (int ver : {7, 9, 10}) {
+          auto n = nm("%s perf %s M=1 N=%ld K=%ld (%s)", ver == 7 ? "gemv_q_v6" : ver == 9 ? "gemv_q_v7" : "gemv_q_v7_pdl",
+                      wfmt_name(c.f), c.N, c.K, c.what);
+          add(n, [=] { return gemv_perf_case(c.f, 1, c.N, c.K, ver, n); });
+        }
       // the floor of a kernel that only streams its bytes, from a graph (plain and programmatic edges)
       for (int64_t mb : {0, 2, 4, 8, 16, 33})
         for (int mode : {0, 1, 2}) {

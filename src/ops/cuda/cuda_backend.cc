@@ -803,8 +803,9 @@ WeightPtr CudaBackend::make_weight(const StoredWeight& sw) {
 namespace {
 // The decode GEMV linear() takes for x[M, K] (row stride ldx) · Wᵀ, or None (the GEMMs below it);
 // linear_swiglu fuses its SwiGLU into the same kernel where that kernel has the epilogue (v3, v4).
-enum class GemvPick { None, V6, V3, V4 };
-GemvPick pick_gemv(const CudaBackend::Impl& m, const CudaWeight& w, int64_t M, const float* x, int64_t ldx) {
+enum class GemvPick { None, V7, V6, V3, V4 };
+GemvPick pick_gemv(const CudaBackend::Impl& m, const CudaWeight& w, int64_t M, const float* x, int64_t ldx,
+                   bool v7 = true) {
   if (w.fmt == WeightFormat::F32) return GemvPick::None;
   const int64_t K = w.K, N = w.N;
   // Decode sizes: the tensor-core GEMV reads x in float32 and the weight once (batch invariant for
@@ -819,6 +820,10 @@ GemvPick pick_gemv(const CudaBackend::Impl& m, const CudaWeight& w, int64_t M, c
   // every N; DEEPINFER_CUDA_OFF=gemv_v6_small keeps v3 for N < 16384 (the session-5 split). Else v3
   // (measured faster than v4 there), v4 with DEEPINFER_CUDA_OFF=gemv_v3. The choice depends on the
   // weight only, so each row's result stays independent of M.
+  // M = 1 with DEEPINFER_CUDA_ON=gemv_v7: v7 (opt-in until measured; the CUDA-core GEMV with the streaming
+  // floor's load pattern, docs/cuda-notes.md "GEMV v7"). Per-weight again apart from M, so a row's bits
+  // differ between M = 1 (v7) and M > 1 (v6) while it is on: not batch invariant across M.
+  if (v7 && M == 1 && m.on("gemv_v7") && cuda::gemv_q_v7_supported(w.ref().fmt, K)) return GemvPick::V7;
   if (M <= 8 && (N >= 16384 || !m.off("gemv_v6_small")) && !m.off("gemv_v6") &&
       cuda::gemv_q_v6_supported(w.ref().fmt, K))
     return GemvPick::V6;
@@ -838,7 +843,9 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
   if (M <= 0) return;
   const int64_t K = w.K, N = w.N;
   if (const GemvPick g = pick_gemv(*impl_, w, M, x, ldx); g != GemvPick::None) {
-    if (g == GemvPick::V6)
+    if (g == GemvPick::V7)
+      check(cuda::gemv_q_v7(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv), "linear (gemv v7)");
+    else if (g == GemvPick::V6)
       check(cuda::gemv_q_v6(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv), "linear (gemv v6)");
     else
       check(g == GemvPick::V3 ? cuda::gemv_q_v3(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv)
@@ -876,7 +883,8 @@ void CudaBackend::linear_swiglu(const float* x, int64_t M, int64_t ldx, const We
   const int64_t K = w.K, N = w.N;
   // linear()'s GEMV with its fused SwiGLU (the same bits as linear + swiglu_clamp); where linear takes
   // another kernel (the GEMMs, float32 weights, a v6 schedule of one tile a block) the two ops run.
-  const GemvPick g = M > 0 ? pick_gemv(*impl_, w, M, x, ldx) : GemvPick::None;
+  // (v7 has no fused SwiGLU: a gate row and its up row would have to share a warp; the fused v6 stays)
+  const GemvPick g = M > 0 ? pick_gemv(*impl_, w, M, x, ldx, false) : GemvPick::None;
   const bool fused = g == GemvPick::V3 || g == GemvPick::V4 ||
                      (g == GemvPick::V6 && cuda::gemv_q_v6_swiglu_ok(w.ref().fmt, N, K));
   if (impl_->off("fusecomp") || !fused || N % 32 || limit <= 0.0f)

@@ -160,6 +160,20 @@ cudaError_t gemv_q_v5_pdl(const float* x, int64_t M, int64_t K, int64_t ldx, Wei
 bool gemv_q_v6_supported(WFmt f, int64_t K);
 cudaError_t gemv_q_v6(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
                       cudaStream_t s, const GemvPlan* plan = nullptr);
+// GEMV v7 (gemv_q_v7.cu; docs/cuda-notes.md "GEMV v7"): the same product for one x row on CUDA cores, with
+// the streaming floor kernel's load pattern (a warp owns whole rows, 8 16-byte loads a lane a batch in a
+// 2-deep register ring, the first batch issued before griddepcontrol.wait). Contract as gemv_q_v6
+// (BF16 / FP8_B128, K % 128 == 0, K ≤ 32768: gemv_q_v7_supported, else cudaErrorNotSupported); M > 1
+// runs one launch a row (meant for M = 1). Products bf16(x)·w exact in f32; a row's sum is a fixed
+// per-lane order then a fixed xor butterfly (deterministic, batch invariant; bits differ from v6).
+// Opt-in in the backend: DEEPINFER_CUDA_ON=gemv_v7 (M = 1, linear only).
+bool gemv_q_v7_supported(WFmt f, int64_t K);
+cudaError_t gemv_q_v7(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
+                      cudaStream_t s, const GemvPlan* plan = nullptr);
+// The same launched with programmatic stream serialization (the op test's chain of launches; the backend's
+// step graphs make their edges programmatic themselves): W must not be written by the kernel before it.
+cudaError_t gemv_q_v7_pdl(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
+                          int64_t ldy, cudaStream_t s, const GemvPlan* plan = nullptr);
 // v6 with the fused SwiGLU of gemv_q_swiglu (W [N = 2I, K] gate rows over up rows, act[M, I] (row stride
 // lda) bitwise swiglu_clamp of gemv_q_v6's y): a block's round takes gate tiles and their up tiles in pairs
 // (the same K split and sums). Shapes: gemv_q_v6_swiglu_ok (N % 32 == 0 and a schedule with ≥ 2 tiles a
