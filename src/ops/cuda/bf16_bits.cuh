@@ -1,7 +1,7 @@
 #pragma once
-// Register-level helpers of the tensor-core kernels that dequantize stored weights into bf16 MMA
-// operands (gemv_q.cu, gemv_q_v5.cu, moe_grouped.cu, moe_gemv2.cu): one definition, so all read a format
-// the same way.
+// Register-level helpers of the tensor-core kernels that dequantize stored weights into MMA operands
+// (gemv_q.cu, gemv_q_v5.cu, gemv_q_v6.cu, gemv_q_v7.cu, moe_grouped.cu, moe_gemv2.cu, moe_gemv3.cu): one
+// definition, so all read a format the same way.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -22,6 +22,12 @@ __device__ __forceinline__ uint32_t bmul2(uint32_t a, uint32_t b) {
   uint32_t d;
   asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
   return d;
+}
+// Four e4m3 bytes b0..b3 → f16x2 {b0, b1} (lo) and {b2, b3} (hi), exact.
+__device__ __forceinline__ void e4m3x4_f16(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  asm("{\n.reg .b16 a, b;\nmov.b32 {a, b}, %2;\ncvt.rn.f16x2.e4m3x2 %0, a;\ncvt.rn.f16x2.e4m3x2 %1, b;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
 }
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half

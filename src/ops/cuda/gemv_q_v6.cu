@@ -38,7 +38,7 @@
 namespace deepinfer::cuda {
 namespace {
 namespace cg = cooperative_groups;
-using detail::cdiv, detail::u4get, detail::mma16816, detail::pack_bf16;
+using detail::cdiv, detail::u4get, detail::mma16816, detail::pack_bf16, detail::e4m3x4_f16;
 
 constexpr int G6_WARPS = 8, G6_NT = G6_WARPS * 32;
 constexpr int G6_BPS = 2;          // blocks an SM (launch bound: ≤ 128 registers)
@@ -109,12 +109,6 @@ __device__ __forceinline__ float g6_ldf_early(const float* p) {
   float v;
   asm volatile("ld.global.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
   return v;
-}
-// Four e4m3 bytes b0..b3 → f16x2 {b0, b1} (lo) and {b2, b3} (hi), exact.
-__device__ __forceinline__ void e4m3x4_f16(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  asm("{\n.reg .b16 a, b;\nmov.b32 {a, b}, %2;\ncvt.rn.f16x2.e4m3x2 %0, a;\ncvt.rn.f16x2.e4m3x2 %1, b;\n}\n"
-      : "=r"(lo), "=r"(hi)
-      : "r"(w));
 }
 // c += A·B, m16n8k16, f16 in, f32 accumulate (fragment layout as mma16816).
 __device__ __forceinline__ void mma16816_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,

@@ -23,13 +23,14 @@
 
 #include <algorithm>
 
+#include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_attrs.h"
 
 namespace deepinfer::cuda {
 namespace {
-using detail::cdiv;
+using detail::cdiv, detail::e4m3x4_f16;
 
 constexpr int G7_WARPS = 8, G7_NT = G7_WARPS * 32;
 constexpr int G7_BPS = 2;  // blocks an SM (launch bound: ≤ 128 registers; the ring is 80)
@@ -65,12 +66,6 @@ __device__ __forceinline__ float g7_ldf(const float* p) {  // block scales: reus
   float v;
   asm volatile("ld.global.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
   return v;
-}
-// Four e4m3 bytes b0..b3 → f16x2 {b0, b1} (lo) and {b2, b3} (hi), exact (as in gemv_q_v6.cu).
-__device__ __forceinline__ void g7_e4m3x4(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  asm("{\n.reg .b16 a, b;\nmov.b32 {a, b}, %2;\ncvt.rn.f16x2.e4m3x2 %0, a;\ncvt.rn.f16x2.e4m3x2 %1, b;\n}\n"
-      : "=r"(lo), "=r"(hi)
-      : "r"(w));
 }
 __device__ __forceinline__ float2 g7_h2f(uint32_t h) {
   __half2 v;
@@ -132,7 +127,7 @@ __device__ __forceinline__ void g7_compute(const G7Params& p, G7Cur& c, int64_t 
         for (int i = 0; i < 4; ++i) {  // word i: k 4i..4i+3
           const float4 xq = xv[i];
           uint32_t lo, hi;
-          g7_e4m3x4(ww[i], lo, hi);
+          e4m3x4_f16(ww[i], lo, hi);
           const float2 a = g7_h2f(lo), b = g7_h2f(hi);
           s = fmaf(xq.x, a.x, s);
           s = fmaf(xq.y, a.y, s);

@@ -32,6 +32,7 @@
 // other k split.)
 #include <algorithm>
 
+#include "ops/cuda/async_bits.cuh"
 #include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
@@ -39,6 +40,7 @@
 
 namespace deepinfer::cuda {
 namespace {
+using detail::smem_u32, detail::mbar_init, detail::mbar_expect, detail::mbar_wait, detail::bulk_load;
 using detail::fp4_mma, detail::pack_bf16, detail::pow2_bf16x2;
 
 constexpr int MV_WARPS = 16, MV_NT = MV_WARPS * 32;
@@ -66,34 +68,6 @@ struct MvParams {
   float lim;
   int mmr, stages;  // x staging rows (= run cap), ring stages
 };
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// The stage's one arrival, announcing the bytes its copies will complete.
-__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
-  uint32_t ok;
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(ok)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return ok != 0;
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  while (!mbar_test(bar, parity)) {
-  }
-}
-// global → shared bulk copy (TMA), bytes % 16 == 0, both ends 16-byte aligned; completes on `bar`.
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
 
 // x rows of a run → bf16 in shared memory, in gemv_q's fp4 fragment order: unit ((c·4 + q)·mmr + m)·4 + t
 // holds x[m][128c + 32t + 8q + (0, 4, 1, 5, 2, 6, 3, 7)].

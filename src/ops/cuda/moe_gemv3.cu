@@ -29,6 +29,7 @@
 // slices 0..15 added in order: depends on (N, K) only (moe_gemv2's argument, unchanged).
 #include <algorithm>
 
+#include "ops/cuda/async_bits.cuh"
 #include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
@@ -36,6 +37,7 @@
 
 namespace deepinfer::cuda {
 namespace {
+using detail::smem_u32, detail::mbar_init, detail::mbar_expect, detail::mbar_wait, detail::bulk_load;
 using detail::mma16816, detail::bmul2, detail::pack_bf16, detail::pow2_bf16x2, detail::u4get;
 
 constexpr int V3_WARPS = 32, V3_NT = V3_WARPS * 32;
@@ -64,32 +66,6 @@ struct V3Params {
   int mmr, stages, xbufs, nred;  // x rows a buffer (= run cap), ring stages, x buffers, partial-sum buffers
   uint32_t shift8;               // 1 << 24, as a parameter: w >> 8 stays a high multiply (FMA pipe)
 };
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
-  uint32_t ok;
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(ok)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return ok != 0;
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  while (!mbar_test(bar, parity)) {
-  }
-}
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
 
 // detail::e2m1x8_raw with the word's shift by 8 as a high multiply (m = 1 << 24 from a parameter, so the
 // compiler keeps it on the FMA pipe): the same four bf16x2 values.
