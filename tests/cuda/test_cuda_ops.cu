@@ -245,7 +245,32 @@ double time_us(const std::function<void()>& f) {
 // replays), median replay / n. Throws when a launcher cannot be captured (synchronizes, allocates, …).
 // n calls of f(st) captured into one graph (global mode: a call that may synchronize fails the capture).
 // Null, with err set, when they cannot be captured.
-cudaGraphExec_t capture_graph(const std::function<void(cudaStream_t)>& f, int n, cudaStream_t st, std::string& err) {
+// Every kernel → kernel edge of g made programmatic (as the backend's step graphs do, programmatic_edges).
+cudaError_t make_edges_programmatic(cudaGraph_t g) {
+  size_t n = 0;
+  cudaError_t e = cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n);
+  if (e != cudaSuccess || n == 0) return e;
+  std::vector<cudaGraphNode_t> from(n), to(n), f, t;
+  std::vector<cudaGraphEdgeData> data(n), old;
+  if ((e = cudaGraphGetEdges(g, from.data(), to.data(), data.data(), &n)) != cudaSuccess) return e;
+  auto kernel = [](cudaGraphNode_t x) {
+    cudaGraphNodeType ty;
+    return cudaGraphNodeGetType(x, &ty) == cudaSuccess && ty == cudaGraphNodeTypeKernel;
+  };
+  for (size_t i = 0; i < n; ++i)
+    if (data[i].type == cudaGraphDependencyTypeDefault && data[i].from_port == 0 && kernel(from[i]) && kernel(to[i]))
+      f.push_back(from[i]), t.push_back(to[i]), old.push_back(data[i]);
+  if (f.empty()) return cudaSuccess;
+  if ((e = cudaGraphRemoveDependencies(g, f.data(), t.data(), old.data(), f.size())) != cudaSuccess) return e;
+  cudaGraphEdgeData pdl{};
+  pdl.from_port = cudaGraphKernelNodePortProgrammatic;
+  pdl.type = cudaGraphDependencyTypeProgrammatic;
+  std::vector<cudaGraphEdgeData> d(f.size(), pdl);
+  return cudaGraphAddDependencies(g, f.data(), t.data(), d.data(), f.size());
+}
+
+cudaGraphExec_t capture_graph(const std::function<void(cudaStream_t)>& f, int n, cudaStream_t st, std::string& err,
+                              bool pdl = false) {
   cudaGraph_t g = nullptr;
   cudaGraphExec_t ge = nullptr;
   CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
@@ -256,6 +281,8 @@ cudaGraphExec_t capture_graph(const std::function<void(cudaStream_t)>& f, int n,
   }
   cudaError_t e = cudaStreamEndCapture(st, &g);
   if (err.empty() && e != cudaSuccess) err = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(e);
+  if (err.empty() && pdl && (e = make_edges_programmatic(g)) != cudaSuccess)
+    err = std::string("programmatic edges: ") + cudaGetErrorString(e);
   if (err.empty() && (e = cudaGraphInstantiate(&ge, g, 0)) != cudaSuccess)
     err = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(e);
   if (g) cudaGraphDestroy(g);
@@ -267,11 +294,11 @@ cudaGraphExec_t capture_graph(const std::function<void(cudaStream_t)>& f, int n,
 // f once from a graph, on a fresh non-blocking stream, after everything queued before it (the legacy
 // stream's uploads and output poisoning would otherwise race the graph). False, with err, when f cannot
 // be captured.
-bool run_in_graph(const std::function<void(cudaStream_t)>& f, std::string& err) {
+bool run_in_graph(const std::function<void(cudaStream_t)>& f, std::string& err, bool pdl = false) {
   CK(cudaDeviceSynchronize());
   cudaStream_t st = nullptr;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cudaGraphExec_t ge = capture_graph(f, 1, st, err);
+  cudaGraphExec_t ge = capture_graph(f, 1, st, err, pdl);
   if (ge) {
     CK(cudaGraphLaunch(ge, st));
     CK(cudaStreamSynchronize(st));
@@ -281,13 +308,13 @@ bool run_in_graph(const std::function<void(cudaStream_t)>& f, std::string& err) 
   return ge != nullptr;
 }
 
-double time_graph_us(const std::function<void(cudaStream_t)>& f, int n) {
+double time_graph_us(const std::function<void(cudaStream_t)>& f, int n, bool pdl = false) {
   cudaStream_t st = nullptr;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   cudaEvent_t a = nullptr, b = nullptr;
   std::vector<float> t;
   std::string err;
-  cudaGraphExec_t ge = capture_graph(f, n, st, err);
+  cudaGraphExec_t ge = capture_graph(f, n, st, err, pdl);
   if (ge) {
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
@@ -1802,6 +1829,11 @@ cudaError_t gemv_q_v6_noplan(const float* x, int64_t M, int64_t K, int64_t ldx, 
   return dc::gemv_q_v6(x, M, K, ldx, W, N, y, ldy, s);
 }
 
+cudaError_t gemv_q_v8_noplan(const float* x, int64_t M, int64_t K, int64_t ldx, dc::WeightRef W, int64_t N, float* y,
+                             int64_t ldy, cudaStream_t s) {
+  return dc::gemv_q_v8(x, M, K, ldx, W, N, y, ldy, s);
+}
+
 cudaError_t gemv_q_v7_noplan(const float* x, int64_t M, int64_t K, int64_t ldx, dc::WeightRef W, int64_t N, float* y,
                              int64_t ldy, cudaStream_t s) {
   return dc::gemv_q_v7(x, M, K, ldx, W, N, y, ldy, s);
@@ -1865,13 +1897,17 @@ Result gemv_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int variant, con
 // gemv_q_v6_groups (linear_groups' layout: y[m, g·N + n] = x[m, g·K ..] · W_gᵀ, G weights at a byte
 // stride): NMSE against the f64 reference of every group, y's padding untouched, and every row launched
 // alone bitwise equal to the same row in the M-row launch.
-Result gemv_groups_case(dc::WFmt fmt, int64_t M, int G, int64_t N, int64_t K, const std::string& name) {
+Result gemv_groups_case(dc::WFmt fmt, int64_t M, int G, int64_t N, int64_t K, const std::string& name, bool v8 = false) {
   Rng r = rng_for(name);
   Result res;
   std::vector<HostQ> qs;
   for (int g = 0; g < G; ++g) qs.push_back(make_hostq(r, fmt, N, K, 0));
   const int64_t wstr = ((int64_t)qs[0].w.size() + 255) / 256 * 256 + 16,  // not a multiple of 256: any 16
-      sstr = ((int64_t)qs[0].s.size() + 15) / 16 * 16 + 4;
+      sstr = ((int64_t)qs[0].s.size() + 15) / 16 * 16 + (v8 ? 16 : 4);  // (v8: bulk copies of scale rows)
+  auto groups = [&](const float* xp, int64_t M_, const dc::WeightRef& W_, float* yp) {
+    return v8 ? dc::gemv_q_v8_groups(xp, M_, K, G * K + 4, W_, wstr, sstr, G, N, yp, G * N + 3, 0)
+              : dc::gemv_q_v6_groups(xp, M_, K, G * K + 4, W_, wstr, sstr, G, N, yp, G * N + 3, 0);
+  };
   std::vector<uint8_t> wall(G * wstr, 0), sall(G * sstr, 0);
   for (int g = 0; g < G; ++g) {
     memcpy(wall.data() + g * wstr, qs[g].w.data(), qs[g].w.size());
@@ -1883,7 +1919,7 @@ Result gemv_groups_case(dc::WFmt fmt, int64_t M, int G, int64_t N, int64_t K, co
        dy1 = dalloc(ldy * 4, "y_alone");
   const dc::WeightRef W{fmt, dw.p(), fmt == dc::WFmt::BF16 ? nullptr : ds.p(), qs[0].ldws};
   poison(dy);
-  CK(dc::gemv_q_v6_groups(dx.as<float>(), M, K, ldx, W, wstr, sstr, G, N, dy.as<float>(), ldy, 0));
+  CK(groups(dx.as<float>(), M, W, dy.as<float>()));
   auto yg = down<float>(dy, M * ldy);
   std::vector<int64_t> all;
   if (N * K <= (4ll << 20)) {
@@ -1906,7 +1942,7 @@ Result gemv_groups_case(dc::WFmt fmt, int64_t M, int G, int64_t N, int64_t K, co
       pad_ok &= u == 0xFFFFFFFFu;
     }
     poison(dy1);
-    CK(dc::gemv_q_v6_groups(dx.as<float>() + m * ldx, 1, K, ldx, W, wstr, sstr, G, N, dy1.as<float>(), ldy, 0));
+    CK(groups(dx.as<float>() + m * ldx, 1, W, dy1.as<float>()));
     auto y1 = down<float>(dy1, G * N);
     inv_ok &= rows_bitwise_equal(y1.data(), yg.data() + m * ldy, G * N);
   }
@@ -2003,6 +2039,55 @@ Result gemv_pdl_chain_case(dc::WFmt fmt, int64_t M, int64_t N1, int64_t K, int64
   return res;
 }
 
+// gemv_q_v8 on a chain y1 = x·W1ᵀ, y2 = y1·W2ᵀ, 12 links, y1 poisoned (memset NaN) before each link, from a
+// graph whose kernel → kernel edges are programmatic (the model's step graphs): v8 requests W2 before its
+// griddepcontrol.wait, so a consumer that read y1 early would see NaN. Every y2 bitwise the plain chain's.
+// Also: every ring depth gives the same bits (ring 2, 3, 16 against the default).
+Result gemv_v8_chain_case(dc::WFmt fmt, int64_t M, int64_t N1, int64_t K, int64_t N2, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const HostQ q1 = make_hostq(r, fmt, N1, K, 0), q2 = make_hostq(r, fmt, N2, N1, 0);
+  std::vector<float> x = randn(r, M * K);
+  DevQ d1 = upload_q(q1), d2 = upload_q(q2);
+  const int reps = 12;
+  DBuf dx = dup(x, "x"), y1 = dalloc(M * N1 * 4, "y1"), yref = dalloc(M * N2 * 4, "y2_ref"),
+       y2 = dalloc(reps * M * N2 * 4, "y2_reps"), yr = dalloc(M * N1 * 4, "y1_ring");
+  CK(dc::gemv_q_v8(dx.as<float>(), M, K, K, d1.ref(), N1, y1.as<float>(), N1, 0));
+  CK(dc::gemv_q_v8(y1.as<float>(), M, N1, N1, d2.ref(), N2, yref.as<float>(), N2, 0));
+  auto want = down<float>(yref, M * N2);
+  auto want1 = down<float>(y1, M * N1);
+  bool finite = true;
+  for (float f : want) finite &= std::isfinite(f);
+  expect_true(res, finite, "plain chain not finite");
+  int ring_bad = 0;
+  for (int ring : {2, 3, 16}) {
+    poison(yr);
+    CK(dc::gemv_q_v8_ring(dx.as<float>(), M, K, K, d1.ref(), N1, yr.as<float>(), N1, 0, ring));
+    auto got = down<float>(yr, M * N1);
+    ring_bad += !rows_bitwise_equal(got.data(), want1.data(), M * N1);
+  }
+  expect_true(res, ring_bad == 0, std::to_string(ring_bad) + " of 3 ring depths differ from the default");
+  auto chain = [&](cudaStream_t st) {
+    for (int i = 0; i < reps; ++i) {
+      CK(cudaMemsetAsync(y1.p(), 0xFF, M * N1 * 4, st));
+      CK(dc::gemv_q_v8(dx.as<float>(), M, K, K, d1.ref(), N1, y1.as<float>(), N1, st));
+      CK(dc::gemv_q_v8(y1.as<float>(), M, N1, N1, d2.ref(), N2, y2.as<float>() + i * M * N2, N2, st));
+    }
+  };
+  poison(y2);
+  std::string err;
+  const bool captured = run_in_graph(chain, err, true);
+  expect_true(res, captured, "chain not capturable " + err);
+  if (captured) {
+    auto got = down<float>(y2, reps * M * N2);
+    int bad = 0;
+    for (int i = 0; i < reps; ++i) bad += !rows_bitwise_equal(got.data() + i * M * N2, want.data(), M * N2);
+    expect_true(res, bad == 0, std::to_string(bad) + " of 12 links differ from the plain chain");
+  }
+  if (res.pass) res.detail += "12 links with programmatic edges == plain chain, ring 2/3/16 == default (bitwise) ";
+  return res;
+}
+
 // Launch plans and CUDA graphs change no bit. gemv_q / gemv_q_v3 on M rows and gemv_q_grouped(_v3) on
 // T = M tokens × 2 of 3 experts: without a plan (queries in the launcher), with the plan, and replayed
 // from a captured graph (with the plan): bitwise equal. A plan made for another shape is rejected.
@@ -2089,7 +2174,9 @@ Result gemv_plan_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, const std::
 // launch reads it from HBM (the H200's L2 is 60 MB).
 // ver: 4 = gemv_q (v4, v3 fallback), 3 = gemv_q_v3, 5 = gemv_q_v5, 6 = gemv_q_v5_pdl (no plan argument),
 // 7 = gemv_q_v6 (with the plan), 8 = gemv_q_v6_tuned with `tune` (a schedule sweep), 9 = gemv_q_v7 (with the
-// plan), 10 = gemv_q_v7_pdl (programmatic edges between the graph's launches, as the `floor perf ... pdl` cases).
+// plan), 10 = gemv_q_v7_pdl (programmatic edges between the graph's launches, as the `floor perf ... pdl` cases),
+// 11 = gemv_q_v8 (with the plan), 12 = gemv_q_v8 timed from a graph with programmatic edges (the model's
+// setting), 13 = gemv_q_v8_ring with tune.items stages (plain edges).
 Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int ver, const std::string& name,
                       dc::GemvV6Tune tune = {}) {
   // (plan: the backend's, made once for the weight's shape)
@@ -2101,6 +2188,8 @@ Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int ver, co
     if (ver == 7) return dc::gemv_q_v6(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
     if (ver == 9) return dc::gemv_q_v7(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
     if (ver == 10) return dc::gemv_q_v7_pdl(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
+    if (ver == 11 || ver == 12) return dc::gemv_q_v8(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
+    if (ver == 13) return dc::gemv_q_v8_ring(x, M_, K_, ldx_, W_, N_, y, ldy_, st, tune.items);
     return (ver == 3 ? dc::gemv_q_v3 : dc::gemv_q)(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
   };
   Rng r = rng_for(name);
@@ -2159,7 +2248,7 @@ Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int ver, co
   it = 0;
   res.graph_us = time_graph_us(
       [&](cudaStream_t st) { CK(gemv(dx.as<float>(), M, K, ldx, W(it++ % copies), N, dy.as<float>(), ldy, st, &plan)); },
-      n);
+      n, ver == 12);
   // host cost of one call with the plan, and without (queries on every call)
   it = 0;
   res.host_us = host_us([&] { gemv(dx.as<float>(), M, K, ldx, W(it++ % copies), N, dy.as<float>(), ldy, 0, &plan); });
@@ -2467,7 +2556,7 @@ using GroupedGemv = cudaError_t (*)(const float*, int64_t, bool, const int32_t*,
                                     const dc::GemvPlan*);
 Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t N, int64_t K, bool per_slot,
                               bool swiglu, bool identity_sel, int kind, const std::string& name) {
-  const bool v3 = kind == 1, v6 = kind == 3;
+  const bool v3 = kind == 1, v6 = kind == 3 || kind == 5;  // 5: gemv_q_v8_groups (as 3)
   const GroupedGemv gemv = kind == 4   ? dc::moe_gemv3
                            : kind == 2 ? dc::moe_gemv2
                            : v3        ? dc::gemv_q_grouped_v3
@@ -2518,6 +2607,9 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
   CK(dc::gemv_q_plan(W(0), N, K, true, &plan));
   const dc::GemvPlan* pl = &plan;
   auto launch = [&](int c, int st, cudaStream_t stream = 0) {
+    if (kind == 5)
+      return dc::gemv_q_v8_groups(dx.as<float>(), T, K, topk * K, W(c), wstr, sstr, topk, N, dy.as<float>(), topk * N,
+                                  stream, pl);
     if (v6)
       return dc::gemv_q_v6_groups(dx.as<float>(), T, K, topk * K, W(c), wstr, sstr, topk, N, dy.as<float>(), topk * N,
                                   stream, pl);
@@ -3654,15 +3746,18 @@ Result gemv_swiglu_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int ver, 
   DBuf dx = dup(x, "x"), dact = dalloc(M * I * 4, "act"), dact1 = dalloc(I * 4, "act_alone"), dgu = dalloc(M * N * 4, "gu");
   auto plain = [&](const float* xp, int64_t rows, float* y, int64_t ldy, cudaStream_t st) {
     return ver == 3   ? dc::gemv_q_v3(xp, rows, K, ldx, dq.ref(), N, y, ldy, st)
+           : ver == 8 ? dc::gemv_q_v8(xp, rows, K, ldx, dq.ref(), N, y, ldy, st)
            : ver == 6 ? dc::gemv_q_v6(xp, rows, K, ldx, dq.ref(), N, y, ldy, st)
                       : dc::gemv_q(xp, rows, K, ldx, dq.ref(), N, y, ldy, st);
   };
   auto fused = [&](const float* xp, int64_t rows, float limit, float* a, int64_t lda, cudaStream_t st) {
     return ver == 3   ? dc::gemv_q_v3_swiglu(xp, rows, K, ldx, dq.ref(), N, limit, a, lda, st)
+           : ver == 8 ? dc::gemv_q_v8_swiglu(xp, rows, K, ldx, dq.ref(), N, limit, a, lda, st)
            : ver == 6 ? dc::gemv_q_v6_swiglu(xp, rows, K, ldx, dq.ref(), N, limit, a, lda, st)
                       : dc::gemv_q_swiglu(xp, rows, K, ldx, dq.ref(), N, limit, a, lda, st);
   };
   if (ver == 6) expect_true(res, dc::gemv_q_v6_swiglu_ok(fmt, N, K), "gemv_q_v6_swiglu_ok false for this shape");
+  if (ver == 8) expect_true(res, dc::gemv_q_v8_swiglu_ok(fmt, N, K), "gemv_q_v8_swiglu_ok false for this shape");
   check_fused_swiglu(res, M, N, I + 4, lim, [&](bool fuse, float limit, float* y, int64_t ldy) {
     return fuse ? fused(dx.as<float>(), M, limit, y, ldy, 0) : plain(dx.as<float>(), M, y, ldy, 0);
   });
@@ -3796,6 +3891,15 @@ void register_fusecomp(const std::function<std::string(const char*, int64_t)>& n
       [] { return gemv_swiglu_case(dc::WFmt::FP8_B128, 1, 4128, 4096, 6, "fc_gs11"); });
   add("fusecomp gemv_q_v6_swiglu fp8 M=1 N=6144 K=7168 (V4-Pro-like shared w13)",
       [] { return gemv_swiglu_case(dc::WFmt::FP8_B128, 1, 6144, 7168, 6, "fc_gs12"); });
+  // v8 (the backend's choice at M ≤ 8 where its shapes allow)
+  for (int64_t M : {1, 3, 8})
+    add(nm1("gemv_q_v8_swiglu fp8 M=%ld N=4096 K=4096 (shared w13)", M),
+        [=] { return gemv_swiglu_case(dc::WFmt::FP8_B128, M, 4096, 4096, 8, "g8_gs1"); });
+  add("gemv_q_v8_swiglu bf16 M=2 N=1024 K=512", [] { return gemv_swiglu_case(dc::WFmt::BF16, 2, 1024, 512, 8, "g8_gs2"); });
+  add("gemv_q_v8_swiglu fp8 M=1 N=32768 K=1024 (1024 pairs)",
+      [] { return gemv_swiglu_case(dc::WFmt::FP8_B128, 1, 32768, 1024, 8, "g8_gs3"); });
+  add("gemv_q_v8_swiglu fp8 M=1 N=4128 K=4096 (129 pairs)",
+      [] { return gemv_swiglu_case(dc::WFmt::FP8_B128, 1, 4128, 4096, 8, "g8_gs4"); });
   add("fusecomp gemv_q_v3_swiglu bf16 M=3 N=512 K=1024", [] { return gemv_swiglu_case(dc::WFmt::BF16, 3, 512, 1024, 3, "fc_gs3"); });
   add("fusecomp gemv_q_v3_swiglu fp4 M=1 N=4096 K=4096", [] { return gemv_swiglu_case(dc::WFmt::FP4_B32, 1, 4096, 4096, 3, "fc_gs4"); });
   add("fusecomp gemv_q_swiglu fp4 M=16 N=4096 K=4096 (v4)", [] { return gemv_swiglu_case(dc::WFmt::FP4_B32, 16, 4096, 4096, 4, "fc_gs5"); });
@@ -4483,6 +4587,83 @@ void register_cases() {
         return res;
       });
     }
+    // gemv_q_v8 (bulk-copy ring, bf16 / fp8, row bytes % 1024 == 0, K ≤ 8192, N % 16 == 0): f64 reference,
+    // padding, every row alone bitwise (batch invariance), the V4-Flash decode shapes at M = 1, 2, 5, 8, one
+    // tile (grid 1), tile counts that do not divide over the SMs, x blocks 2^±40, subnormal e4m3, large
+    // scales, M > 8 (launches of 8); groups (wo_a); the PDL chain and ring depths.
+    {
+      std::vector<GQ> g8 = {{F::FP8_B128, 5, 16, 1024, 0, " (one tile: grid 1)"},
+                            {F::FP8_B128, 2, 272, 1024, 1, " subnormal e4m3 (exact dequant)"},
+                            {F::FP8_B128, 8, 272, 1024, 1, " subnormal e4m3 (exact dequant)"},
+                            {F::FP8_B128, 7, 144, 2048, 2, " scales 2^8..2^10"},
+                            {F::FP8_B128, 13, 1008, 4096, 0, " (M>8: launches of 8)"},
+                            {F::FP8_B128, 8, 2192, 8192, 0, " (K=8192 at M=8: the smallest ring)"},
+                            {F::FP8_B128, 3, 2192, 1024, 0, " (137 tiles over the SMs)"},
+                            {F::BF16, 13, 96, 512, 0, " (M>8)"},
+                            {F::BF16, 3, 2192, 8192, 0, " (K=8192)"},
+                            {F::BF16, 1, 16, 512, 0, " (one tile)"}};
+      for (int64_t M : {1, 2, 5, 8}) {
+        g8.push_back({F::FP8_B128, M, d, D, 0, " (wkv)"});
+        g8.push_back({F::FP8_B128, M, ql, D, 0, " (wq_a)"});
+        g8.push_back({F::FP8_B128, M, ql + d, D, 0, " (wq_a+wkv fused)"});
+        g8.push_back({F::FP8_B128, M, H * d, ql, 0, " (wq_b)"});
+        g8.push_back({F::FP8_B128, M, D, G * ol, 0, " (wo_b)"});
+        g8.push_back({F::FP8_B128, M, 2 * I, D, 0, " (shared w13)"});
+        g8.push_back({F::FP8_B128, M, D, I, 0, " (shared w2)"});
+        g8.push_back({F::FP8_B128, M, 1008, 4096, 3, " (x blocks 2^-40..2^40)"});
+        g8.push_back({F::FP8_B128, M, 1008, 4096, 4, " (scales 2^-10..2^8)"});
+        g8.push_back({F::BF16, M, 256, D, 0, " (router gate)"});
+        g8.push_back({F::BF16, M, 2 * d, D, 0, " (compressor)"});
+      }
+      for (auto c : g8) {
+        auto n = nm("gemv_q_v8 %s M=%ld N=%ld K=%ld%s", wfmt_name(c.f), c.M, c.N, c.K, c.what);
+        add(n, [=] { return gemv_case(c.f, c.M, c.N, c.K, c.variant, n, gemv_q_v8_noplan); });
+      }
+      const GI g8i[] = {{F::FP8_B128, 1008, 4096}, {F::FP8_B128, 4096, 2048}, {F::BF16, 256, 4096}, {F::BF16, 1008, 1024}};
+      for (auto c : g8i) {
+        auto n = nm("gemv_q_v8 invariance M=1..32 %s N=%ld K=%ld", wfmt_name(c.f), c.N, c.K);
+        add(n, [=] { return gemv_inv_case(c.f, c.N, c.K, n, gemv_q_v8_noplan); });
+      }
+      struct GR { F f; int64_t M; int G; int64_t N, K; const char* what; };
+      const GR g8g[] = {{F::FP8_B128, 1, G, ol, H * d / G, "wo_a"}, {F::FP8_B128, 2, G, ol, H * d / G, "wo_a"},
+                        {F::FP8_B128, 8, G, ol, H * d / G, "wo_a"},  {F::FP8_B128, 3, 3, 1008, 2048, "3 groups"},
+                        {F::BF16, 4, 2, 272, 4096, "bf16"},          {F::FP8_B128, 13, 8, 144, 1024, "M>8"}};
+      for (auto c : g8g) {
+        auto n = nm("gemv_q_v8_groups %s M=%ld G=%d N=%ld K=%ld (%s)", wfmt_name(c.f), c.M, c.G, c.N, c.K, c.what);
+        add(n, [=] { return gemv_groups_case(c.f, c.M, c.G, c.N, c.K, n, true); });
+      }
+      add("gemv_q_v8 chain with programmatic edges fp8 M=1 (wq_a -> q norm-less wq_b-like 4096x1024)",
+          [] { return gemv_v8_chain_case(F::FP8_B128, 1, 1024, 4096, 4096, "g8_chain1"); });
+      add("gemv_q_v8 chain with programmatic edges fp8 M=8", [] { return gemv_v8_chain_case(F::FP8_B128, 8, 2048, 4096, 1024, "g8_chain2"); });
+      add("gemv_q_v8 chain with programmatic edges bf16 M=3", [] { return gemv_v8_chain_case(F::BF16, 3, 1024, 2048, 512, "g8_chain3"); });
+      add("gemv_q_v8 unsupported (fp4, K%1024!=0 fp8, K>8192, N%16!=0)", [] {
+        Result res;
+        DBuf x = dalloc(4 * 16384 * 4, "x"), w = dalloc(64 * 16384 * 2, "w"), sc = dalloc(64 * 128 * 4, "s"),
+             y = dalloc(4 * 64 * 4, "y");
+        poison(y);
+        auto call = [&](dc::WFmt f, int64_t K, int64_t N) {
+          return dc::gemv_q_v8(x.as<float>(), 4, K, 16384, dc::WeightRef{f, w.p(), sc.p(), 128}, N, y.as<float>(), 64, 0);
+        };
+        expect_true(res, call(F::FP4_B32, 1024, 64) == cudaErrorNotSupported, "fp4 not refused");
+        expect_true(res, call(F::FP8_B128, 1536, 64) == cudaErrorNotSupported, "fp8 K=1536 not refused");
+        expect_true(res, call(F::BF16, 768, 64) == cudaErrorNotSupported, "bf16 K=768 not refused");
+        expect_true(res, call(F::FP8_B128, 9216, 64) == cudaErrorNotSupported, "fp8 K=9216 not refused");
+        expect_true(res, call(F::FP8_B128, 1024, 40) == cudaErrorNotSupported, "N=40 not refused");
+        expect_true(res, !dc::gemv_q_v8_supported(F::FP8_B128, 64, 1536) && dc::gemv_q_v8_supported(F::FP8_B128, 64, 4096),
+                    "gemv_q_v8_supported");
+        cudaGetLastError();
+        auto yv = down<float>(y, 4 * 64);
+        bool untouched = true;
+        for (float f : yv) {
+          uint32_t u;
+          memcpy(&u, &f, 4);
+          untouched &= u == 0xFFFFFFFFu;
+        }
+        expect_true(res, untouched, "y written by a refused call");
+        if (res.pass) res.detail += "refused with cudaErrorNotSupported, nothing launched ";
+        return res;
+      });
+    }
     if (g_perf) {
       struct GP { F f; int64_t N, K; const char* what; };
       const GP gp[] = {{F::FP8_B128, ql, D, "wq_a"}, {F::FP8_B128, H * d, ql, "wq_b"}, {F::FP8_B128, d, D, "wkv"},
@@ -4518,6 +4699,19 @@ void register_cases() {
                       c.what);
           add(n, [=] { return gemv_perf_case(c.f, 1, c.N, c.K, ver, n); });
         }
+        // v8 (M = 1, 8): plain graph edges and programmatic ones (the model's setting); ring depth at M = 1
+        if (c.f != F::FP4_B32 && dc::gemv_q_v8_supported(c.f, c.N, c.K)) {
+          for (int64_t M : {1, 8})
+            for (int ver : {11, 12}) {
+              auto n = nm("gemv_q_v8%s perf %s M=%ld N=%ld K=%ld (%s)", ver == 12 ? "_pdl" : "", wfmt_name(c.f), M, c.N,
+                          c.K, c.what);
+              add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, ver, n); });
+            }
+          for (int ring : {3, 4, 8, 12}) {
+            auto n = nm("gemv_q_v8 ring=%d perf %s M=1 N=%ld K=%ld (%s)", ring, wfmt_name(c.f), c.N, c.K, c.what);
+            add(n, [=] { return gemv_perf_case(c.f, 1, c.N, c.K, 13, n, dc::GemvV6Tune{ring, 0, 0}); });
+          }
+        }
         for (int64_t M : {1, 8}) {  // the graph's launches overlap (the next one streams its weights early)
           auto n = nm("gemv_q_v5_pdl perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
           add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 6, n); });
@@ -4534,8 +4728,8 @@ void register_cases() {
       }
       // v7 against v6 on two more M = 1 shapes (the fused wq_a+wkv weight, a 2560-row compressor)
       for (auto c : {GP{F::FP8_B128, ql + d, D, "wq_a+wkv fused"}, GP{F::BF16, 2560, D, "compressor 2560"}})
-        for (int ver : {7, 9, 10}) {
-          auto n = nm("%s perf %s M=1 N=%ld K=%ld (%s)", ver == 7 ? "gemv_q_v6" : ver == 9 ? "gemv_q_v7" : "gemv_q_v7_pdl",
+        for (int ver : {7, 9, 10, 11, 12}) {
+          auto n = nm("%s perf %s M=1 N=%ld K=%ld (%s)", ver == 7 ? "gemv_q_v6" : ver == 9 ? "gemv_q_v7" : ver == 10 ? "gemv_q_v7_pdl" : ver == 11 ? "gemv_q_v8" : "gemv_q_v8_pdl",
                       wfmt_name(c.f), c.N, c.K, c.what);
           add(n, [=] { return gemv_perf_case(c.f, 1, c.N, c.K, ver, n); });
         }
@@ -4551,6 +4745,8 @@ void register_cases() {
         if (T > 8) continue;
         n = nm("gemv_q_v6_groups perf fp8 T=%ld x 8 groups N=%ld K=%ld (wo_a)", T, ol, H * d / G);
         add(n, [=] { return gemv_grouped_perf_case(F::FP8_B128, T, 8, 8, ol, H * d / G, true, false, true, 3, n); });
+        n = nm("gemv_q_v8_groups perf fp8 T=%ld x 8 groups N=%ld K=%ld (wo_a)", T, ol, H * d / G);
+        add(n, [=] { return gemv_grouped_perf_case(F::FP8_B128, T, 8, 8, ol, H * d / G, true, false, true, 5, n); });
         n = nm("gemv_q_grouped_v3 perf fp8 T=%ld x 8 groups N=%ld K=%ld (wo_a, sel=0..7)", T, ol, H * d / G);
         add(n, [=] { return gemv_grouped_perf_case(F::FP8_B128, T, 8, 8, ol, H * d / G, true, false, true, true, n); });
       }

@@ -803,7 +803,11 @@ WeightPtr CudaBackend::make_weight(const StoredWeight& sw) {
 namespace {
 // The decode GEMV linear() takes for x[M, K] (row stride ldx) · Wᵀ, or None (the GEMMs below it);
 // linear_swiglu fuses its SwiGLU into the same kernel where that kernel has the epilogue (v3, v4).
-enum class GemvPick { None, V7, V6, V3, V4 };
+enum class GemvPick { None, V8, V7, V6, V3, V4 };
+// v8's extra conditions on a weight (its fp8 scale rows are read by 16-byte bulk copies)
+bool v8_weight_ok(const cuda::WeightRef& r) {
+  return r.fmt != cuda::WFmt::FP8_B128 || (r.ldws % 4 == 0 && (uintptr_t)r.scale % 16 == 0);
+}
 GemvPick pick_gemv(const CudaBackend::Impl& m, const CudaWeight& w, int64_t M, const float* x, int64_t ldx,
                    bool v7 = true) {
   if (w.fmt == WeightFormat::F32) return GemvPick::None;
@@ -824,6 +828,10 @@ GemvPick pick_gemv(const CudaBackend::Impl& m, const CudaWeight& w, int64_t M, c
   // floor's load pattern, docs/cuda-notes.md "GEMV v7"). Per-weight again apart from M, so a row's bits
   // differ between M = 1 (v7) and M > 1 (v6) while it is on: not batch invariant across M.
   if (v7 && M == 1 && m.on("gemv_v7") && cuda::gemv_q_v7_supported(w.ref().fmt, K)) return GemvPick::V7;
+  // M ≤ 8: v8 (bulk-copy ring, docs/cuda-notes.md "GEMV v8") where its shapes allow, chosen by the weight
+  // only (batch invariant); DEEPINFER_CUDA_OFF=gemv_v8 → v6 as before.
+  if (M <= 8 && !m.off("gemv_v8") && cuda::gemv_q_v8_supported(w.ref().fmt, N, K) && v8_weight_ok(w.ref()))
+    return GemvPick::V8;
   if (M <= 8 && (N >= 16384 || !m.off("gemv_v6_small")) && !m.off("gemv_v6") &&
       cuda::gemv_q_v6_supported(w.ref().fmt, K))
     return GemvPick::V6;
@@ -843,7 +851,9 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
   if (M <= 0) return;
   const int64_t K = w.K, N = w.N;
   if (const GemvPick g = pick_gemv(*impl_, w, M, x, ldx); g != GemvPick::None) {
-    if (g == GemvPick::V7)
+    if (g == GemvPick::V8)
+      check(cuda::gemv_q_v8(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv), "linear (gemv v8)");
+    else if (g == GemvPick::V7)
       check(cuda::gemv_q_v7(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv), "linear (gemv v7)");
     else if (g == GemvPick::V6)
       check(cuda::gemv_q_v6(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv), "linear (gemv v6)");
@@ -886,13 +896,15 @@ void CudaBackend::linear_swiglu(const float* x, int64_t M, int64_t ldx, const We
   // (v7 has no fused SwiGLU: a gate row and its up row would have to share a warp; the fused v6 stays)
   const GemvPick g = M > 0 ? pick_gemv(*impl_, w, M, x, ldx, false) : GemvPick::None;
   const bool fused = g == GemvPick::V3 || g == GemvPick::V4 ||
-                     (g == GemvPick::V6 && cuda::gemv_q_v6_swiglu_ok(w.ref().fmt, N, K));
+                     (g == GemvPick::V6 && cuda::gemv_q_v6_swiglu_ok(w.ref().fmt, N, K)) ||
+                     (g == GemvPick::V8 && cuda::gemv_q_v8_swiglu_ok(w.ref().fmt, N, K));
   if (impl_->off("fusecomp") || !fused || N % 32 || limit <= 0.0f)
     return Backend::linear_swiglu(x, M, ldx, wt, limit, act);
   HostTimer ht_(impl_.get(), Impl::kOp);
   if (impl_->replaying()) return;
   const cudaStream_t s = impl_->stream;
-  check(g == GemvPick::V6   ? cuda::gemv_q_v6_swiglu(x, M, K, ldx, w.ref(), N, limit, act, N / 2, s, &w.gemv)
+  check(g == GemvPick::V8   ? cuda::gemv_q_v8_swiglu(x, M, K, ldx, w.ref(), N, limit, act, N / 2, s, &w.gemv)
+        : g == GemvPick::V6 ? cuda::gemv_q_v6_swiglu(x, M, K, ldx, w.ref(), N, limit, act, N / 2, s, &w.gemv)
         : g == GemvPick::V3 ? cuda::gemv_q_v3_swiglu(x, M, K, ldx, w.ref(), N, limit, act, N / 2, s, &w.gemv)
                             : cuda::gemv_q_swiglu(x, M, K, ldx, w.ref(), N, limit, act, N / 2, s, &w.gemv),
         "linear_swiglu (gemv)");
@@ -1189,6 +1201,12 @@ void CudaBackend::linear_groups(const float* x, int64_t M, int64_t ldx, const We
     HostTimer ht_(impl_.get(), Impl::kOp);
     if (impl_->replaying()) return;
   if (impl_->replaying()) return;
+    if (M <= 8 && !impl_->off("gemv_v8") && cuda::gemv_q_v8_supported(g.r.fmt, N, K) && v8_weight_ok(g.r)) {
+      check(cuda::gemv_q_v8_groups(x, M, K, ldx, g.r, g.w_stride, g.s_stride, (int)g.G, N, y, ldy, impl_->stream,
+                                   &g.plan),
+            "linear_groups (gemv v8)");
+      return;
+    }
     if (M <= 8 && !impl_->off("gemv_v6") && cuda::gemv_q_v6_supported(g.r.fmt, K)) {  // (as in linear)
       check(cuda::gemv_q_v6_groups(x, M, K, ldx, g.r, g.w_stride, g.s_stride, (int)g.G, N, y, ldy, impl_->stream,
                                    &g.plan),

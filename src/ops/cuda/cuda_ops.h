@@ -198,6 +198,29 @@ cudaError_t gemv_q_v6_tuned(const float* x, int64_t M, int64_t K, int64_t ldx, W
 cudaError_t gemv_q_v6_groups(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t w_stride,
                              int64_t s_stride, int G, int64_t N, float* y, int64_t ldy, cudaStream_t s,
                              const GemvPlan* plan = nullptr);
+// GEMV v8 (gemv_q_v8.cu; docs/cuda-notes.md "GEMV v8"): the same product as gemv_q_v6 (bf16(x)·w exact,
+// fp8 through f16 MMAs with x pre-scaled a 128-k block) with the weights moved by bulk copies into a
+// shared-memory ring (one producer thread, the first stages requested before griddepcontrol.wait) and 8
+// warps computing from it; one block an SM over a contiguous range of 16-row tiles. Shapes
+// (gemv_q_v8_supported): BF16 / FP8_B128, row bytes % 1024 == 0 (fp8 K % 1024, bf16 K % 512), K ≤ 8192,
+// N % 16 == 0; fp8 scales 16-byte aligned with ldws % 4 == 0 (else cudaErrorInvalidValue). Batch
+// invariant for every M (launches of 8 rows; a row's sum depends on K only); bits differ from v6.
+// W must not be written by the kernel launched just before it (weights are read before the wait).
+bool gemv_q_v8_supported(WFmt f, int64_t N, int64_t K);
+cudaError_t gemv_q_v8(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
+                      cudaStream_t s, const GemvPlan* plan = nullptr);
+// The same with a given ring depth (stages of 16 KiB; the op test's sweep; the default is 6): same bits.
+cudaError_t gemv_q_v8_ring(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
+                           int64_t ldy, cudaStream_t s, int ring);
+// Fused SwiGLU (gemv_q_v6_swiglu's contract; bitwise swiglu_clamp of gemv_q_v8's y): N % 32 == 0.
+bool gemv_q_v8_swiglu_ok(WFmt f, int64_t N, int64_t K);
+cudaError_t gemv_q_v8_swiglu(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float limit,
+                             float* act, int64_t lda, cudaStream_t s, const GemvPlan* plan = nullptr);
+// Groups (gemv_q_v6_groups' layout and contract; s_stride % 16 == 0): a group's rows have the bits of
+// gemv_q_v8 on W_g alone (the sum of an output depends on K only).
+cudaError_t gemv_q_v8_groups(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t w_stride,
+                             int64_t s_stride, int G, int64_t N, float* y, int64_t ldy, cudaStream_t s,
+                             const GemvPlan* plan = nullptr);
 // The backend takes v3 for M ≤ 8: measured faster than v4 there on the H200 (session 3, run 2: routed
 // w13 T=1 45.7 vs 56.6 µs, the 6-layer b1 step's linears 1.02 vs 1.38 ms); v4 for 9..32 rows.
 // DEEPINFER_CUDA_OFF=gemv_v3 makes it take v4 there too (the comparison inside the model, no rebuild).

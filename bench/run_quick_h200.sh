@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# A short device call for one new kernel: its op-test correctness cases (OPS_FILTER) beside the model
+# checks (MODEL=1), then op perf filters (PERF, '|'-separated substrings, one process), a 6-layer decode
+# bench with --profile (L6_ARGS, L6=0 skips) and a 31-layer decode (L31_ARGS, L31=0 skips); OFF / ON are
+# DEEPINFER_CUDA_OFF / DEEPINFER_CUDA_ON for the benches. Everything under OUT.
+# Usage (repo root on the GPU machine): bash bench/run_quick_h200.sh PKG OUT
+set -u
+PKG=${1:-.gpu}
+OUT=${2:-/tmp/quick_out}
+mkdir -p "$OUT" /tmp/to
+t0=$(date +%s)
+xz -dc "$PKG/test_cuda_ops.xz" > /tmp/to/test_cuda_ops && chmod +x /tmp/to/test_cuda_ops
+if [ -n "${OPS_FILTER:-}" ]; then
+  (timeout ${OPS_TIMEOUT:-200} /tmp/to/test_cuda_ops --filter "$OPS_FILTER" > "$OUT/ops.txt" 2>&1
+   echo "ops rc=$? $(tail -1 "$OUT/ops.txt")") &
+fi
+if [ "${MODEL:-1}" = 1 ]; then
+  OPS_TIMEOUT=1 TM_TIMEOUT=${TM_TIMEOUT:-250} bash tests/cuda/run_model_h200.sh "$PKG" "$OUT/model" > "$OUT/model_run.log" 2>&1
+  grep -E "rc |PASS|FAIL|passed|failed|flip|generate" "$OUT/model_run.log" | head -30
+fi
+wait
+[ -n "${OPS_FILTER:-}" ] && { echo "op cases: $(grep -c '^\[PASS\]' "$OUT/ops.txt") passed, $(grep -c '^\[FAIL\]' "$OUT/ops.txt") failed"; grep '^\[FAIL\]' "$OUT/ops.txt" | cut -c1-300 | head -20; }
+echo "== perf at $(( $(date +%s) - t0 )) s"
+if [ -n "${PERF:-}" ]; then
+  timeout ${PERF_TIMEOUT:-200} /tmp/to/test_cuda_ops --perf --filter "$PERF" > "$OUT/perf.txt" 2>&1
+  echo "perf rc=$?"
+  grep -E "^\[(PASS|FAIL)\]|perf:" "$OUT/perf.txt" | cut -c1-190 | head -150
+fi
+echo "== bench l6 at $(( $(date +%s) - t0 )) s"
+export DEEPINFER_CUDA_ON=${ON:-}
+[ "${L6:-1}" = 1 ] && SKIP_MODEL=1 HF_TIMEOUT=0 DI_TIMEOUT=${L6_TIMEOUT:-100} OFF=${OFF:-} \
+  BENCH_ARGS="${L6_ARGS:---layers 6 --chunk 4096 --steps 8 --case-seconds 3 --profile 2 --batch 1,8,128 --prefill 0}" \
+  bash bench/run_session_h200.sh "$PKG" "$OUT/l6" 2>&1 | grep -vE "^  [a-z_0-9]+ " | head -20
+[ "${L6:-1}" = 1 ] && grep -E "^profile|^  [a-z_0-9]+ " "$OUT/l6/bench/bench.log" | head -60
+echo "== bench l31 at $(( $(date +%s) - t0 )) s"
+[ "${L31:-1}" = 1 ] && SKIP_MODEL=1 HF_TIMEOUT=0 DI_TIMEOUT=${L31_TIMEOUT:-90} OFF=${OFF:-} \
+  BENCH_ARGS="${L31_ARGS:---layers 31 --steps 8 --case-seconds 3 --batch 1,8,128 --prefill 0}" \
+  bash bench/run_session_h200.sh "$PKG" "$OUT/l31" 2>&1 | grep -E "^\|" | head -10
+echo "== done at $(( $(date +%s) - t0 )) s"
