@@ -4592,16 +4592,17 @@ void register_cases() {
     // tile (grid 1), tile counts that do not divide over the SMs, x blocks 2^±40, subnormal e4m3, large
     // scales, M > 8 (launches of 8); groups (wo_a); the PDL chain and ring depths.
     {
-      std::vector<GQ> g8 = {{F::FP8_B128, 5, 16, 1024, 0, " (one tile: grid 1)"},
-                            {F::FP8_B128, 2, 272, 1024, 1, " subnormal e4m3 (exact dequant)"},
-                            {F::FP8_B128, 8, 272, 1024, 1, " subnormal e4m3 (exact dequant)"},
-                            {F::FP8_B128, 7, 144, 2048, 2, " scales 2^8..2^10"},
+      // (shapes: N a multiple of 16·TPS, TPS = 4096 / min(row bytes, 4096) tiles of 8 rows a stage)
+      std::vector<GQ> g8 = {{F::FP8_B128, 5, 64, 1024, 0, " (one stage: grid 1)"},
+                            {F::FP8_B128, 2, 320, 1024, 1, " subnormal e4m3 (exact dequant)"},
+                            {F::FP8_B128, 8, 320, 1024, 1, " subnormal e4m3 (exact dequant)"},
+                            {F::FP8_B128, 7, 160, 2048, 2, " scales 2^8..2^10"},
                             {F::FP8_B128, 13, 1008, 4096, 0, " (M>8: launches of 8)"},
                             {F::FP8_B128, 8, 2192, 8192, 0, " (K=8192 at M=8: the smallest ring)"},
-                            {F::FP8_B128, 3, 2192, 1024, 0, " (137 tiles over the SMs)"},
-                            {F::BF16, 13, 96, 512, 0, " (M>8)"},
+                            {F::FP8_B128, 3, 8768, 1024, 0, " (137 tile groups over the SMs)"},
+                            {F::BF16, 13, 128, 512, 0, " (M>8, 4 tiles a stage)"},
                             {F::BF16, 3, 2192, 8192, 0, " (K=8192)"},
-                            {F::BF16, 1, 16, 512, 0, " (one tile)"}};
+                            {F::BF16, 1, 64, 512, 0, " (one stage)"}};
       for (int64_t M : {1, 2, 5, 8}) {
         g8.push_back({F::FP8_B128, M, d, D, 0, " (wkv)"});
         g8.push_back({F::FP8_B128, M, ql, D, 0, " (wq_a)"});
@@ -4619,15 +4620,15 @@ void register_cases() {
         auto n = nm("gemv_q_v8 %s M=%ld N=%ld K=%ld%s", wfmt_name(c.f), c.M, c.N, c.K, c.what);
         add(n, [=] { return gemv_case(c.f, c.M, c.N, c.K, c.variant, n, gemv_q_v8_noplan); });
       }
-      const GI g8i[] = {{F::FP8_B128, 1008, 4096}, {F::FP8_B128, 4096, 2048}, {F::BF16, 256, 4096}, {F::BF16, 1008, 1024}};
+      const GI g8i[] = {{F::FP8_B128, 1008, 4096}, {F::FP8_B128, 4096, 2048}, {F::BF16, 256, 4096}, {F::BF16, 1024, 1024}};
       for (auto c : g8i) {
         auto n = nm("gemv_q_v8 invariance M=1..32 %s N=%ld K=%ld", wfmt_name(c.f), c.N, c.K);
         add(n, [=] { return gemv_inv_case(c.f, c.N, c.K, n, gemv_q_v8_noplan); });
       }
       struct GR { F f; int64_t M; int G; int64_t N, K; const char* what; };
       const GR g8g[] = {{F::FP8_B128, 1, G, ol, H * d / G, "wo_a"}, {F::FP8_B128, 2, G, ol, H * d / G, "wo_a"},
-                        {F::FP8_B128, 8, G, ol, H * d / G, "wo_a"},  {F::FP8_B128, 3, 3, 1008, 2048, "3 groups"},
-                        {F::BF16, 4, 2, 272, 4096, "bf16"},          {F::FP8_B128, 13, 8, 144, 1024, "M>8"}};
+                        {F::FP8_B128, 8, G, ol, H * d / G, "wo_a"},  {F::FP8_B128, 3, 3, 1056, 2048, "3 groups"},
+                        {F::BF16, 4, 2, 272, 4096, "bf16"},          {F::FP8_B128, 13, 8, 192, 1024, "M>8"}};
       for (auto c : g8g) {
         auto n = nm("gemv_q_v8_groups %s M=%ld G=%d N=%ld K=%ld (%s)", wfmt_name(c.f), c.M, c.G, c.N, c.K, c.what);
         add(n, [=] { return gemv_groups_case(c.f, c.M, c.G, c.N, c.K, n, true); });
