@@ -958,6 +958,20 @@ __device__ __forceinline__ float hc_ld_early(const float* p) {
   asm volatile("ld.global.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
   return v;
 }
+// after the wait (activations of earlier kernels, read-only here): .nc, volatile so that they stay first
+__device__ __forceinline__ float4 hc_ld4_nc(const float* p) {
+  float4 v;
+  asm volatile("ld.global.nc.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ float hc_ld_nc(const float* p) {
+  float v;
+  asm volatile("ld.global.nc.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ void hc_st4(float* p, float4 v) {
+  asm volatile("st.global.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+}
 __device__ __forceinline__ int hc_ld_volatile(const int* p) {
   int v;
   asm volatile("ld.volatile.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
@@ -988,16 +1002,23 @@ __global__ void __launch_bounds__(DEC_NT) hc_dec_kernel(const float* X, int M, i
   const int S = (int)gridDim.x, s = (int)blockIdx.x, t = (int)threadIdx.x, lane = t & 31, w = t >> 5;
   const int64_t k0 = (int64_t)s * L;
   const int len4 = (int)(min((int64_t)L, K - k0) / 4);
-  const int nf = MIX * len4;  // ≤ DEC_FQ · DEC_NT (launcher)
+  // float4 t + q·DEC_NT of the slice (row v, column c): MIX · len4 ≤ DEC_FQ · DEC_NT (launcher); (v, c) stepped
+  // without a division per load, so the four requests leave back to back
   float4 fv[DEC_FQ];
+  int fvv[DEC_FQ], fvc[DEC_FQ];
+  {
+    const int qd = DEC_NT / len4, qr = DEC_NT - qd * len4;
+    int v = t / len4, c = t - v * len4;
 #pragma unroll
-  for (int q = 0; q < DEC_FQ; ++q) {
-    const int idx = t + q * DEC_NT;
-    if (idx < nf) {
-      const int v = idx / len4, c = idx - v * len4;
-      fv[q] = hc_ld4_early(fn + (int64_t)v * K + k0 + 4 * c);
+    for (int q = 0; q < DEC_FQ; ++q) {
+      fvv[q] = v, fvc[q] = c;
+      v += qd, c += qr;
+      if (c >= len4) c -= len4, ++v;
     }
   }
+#pragma unroll
+  for (int q = 0; q < DEC_FQ; ++q)
+    if (fvv[q] < MIX) fv[q] = hc_ld4_early(fn + (int64_t)fvv[q] * K + k0 + 4 * fvc[q]);
   // what B reads of base / scale, one register each on warp 0's lanes (indices clamped, as B's lanes use them)
   float b_pre = 0.0f, b_post = 0.0f, b_comb = 0.0f, sc0 = 0.0f, sc1 = 0.0f, sc2 = 0.0f;
   if (t < 32) {
@@ -1006,18 +1027,17 @@ __global__ void __launch_bounds__(DEC_NT) hc_dec_kernel(const float* X, int M, i
     b_comb = hc_ld_early(base + 2 * HC + (lane < HC * HC ? lane : 0));
     sc0 = hc_ld_early(scale), sc1 = hc_ld_early(scale + 1), sc2 = hc_ld_early(scale + 2);
   }
+  const int xr0 = t / len4, xc0 = t - xr0 * len4;  // this thread's first float4 of the X slice
   DI_PDL_WAIT();
+  float4 x0;  // X (written by the previous kernel): the first thing requested after the wait
+  if (xr0 < M) x0 = *reinterpret_cast<const float4*>(X + xr0 * K + k0 + 4 * xc0);
   int gen = 0;
   if (t == 0) gen = hc_ld_volatile(sync + 1);  // before this block's arrival (the fence below orders it)
 #pragma unroll
-  for (int q = 0; q < DEC_FQ; ++q) {
-    const int idx = t + q * DEC_NT;
-    if (idx < nf) {
-      const int v = idx / len4, c = idx - v * len4;
-      *reinterpret_cast<float4*>(Fs + v * LP + 4 * c) = fv[q];
-    }
-  }
-  for (int idx = t; idx < M * len4; idx += DEC_NT) {
+  for (int q = 0; q < DEC_FQ; ++q)
+    if (fvv[q] < MIX) *reinterpret_cast<float4*>(Fs + fvv[q] * LP + 4 * fvc[q]) = fv[q];
+  if (xr0 < M) *reinterpret_cast<float4*>(Xs + xr0 * LP + 4 * xc0) = x0;
+  for (int idx = t + DEC_NT; idx < M * len4; idx += DEC_NT) {  // only where M · len4 > DEC_NT (L > 128)
     const int r = idx / len4, c = idx - r * len4;
     *reinterpret_cast<float4*>(Xs + r * LP + 4 * c) = *reinterpret_cast<const float4*>(X + r * K + k0 + 4 * c);
   }
@@ -1141,7 +1161,7 @@ __global__ void __launch_bounds__(DEC_NT) hc_dec_kernel(const float* X, int M, i
 // of a thread is in flight at once.
 constexpr int POST_NT = 64;
 template <int HC>
-__global__ void __launch_bounds__(POST_NT) hc_post2_kernel(const float* __restrict__ X, const float* __restrict__ y,
+__global__ void __launch_bounds__(POST_NT, 8) hc_post2_kernel(const float* __restrict__ X, const float* __restrict__ y,
                                                            const float* __restrict__ post,
                                                            const float* __restrict__ comb, int64_t D,
                                                            float* __restrict__ out) {
@@ -1150,17 +1170,19 @@ __global__ void __launch_bounds__(POST_NT) hc_post2_kernel(const float* __restri
   const int64_t i4 = (int64_t)blockIdx.x * POST_NT + threadIdx.x;
   if (i4 >= D4) return;
   const int64_t i = i4 * 4;
+  // every load first, as volatile asm (nvcc otherwise sinks the later X / comb loads below the first FMAs,
+  // which wait on the first loads: two or three round trips instead of one)
   float4 xv[HC];
 #pragma unroll
-  for (int j = 0; j < HC; ++j) xv[j] = *reinterpret_cast<const float4*>(X + (m * HC + j) * D + i);
-  const float4 yv = *reinterpret_cast<const float4*>(y + m * D + i);
+  for (int j = 0; j < HC; ++j) xv[j] = hc_ld4_nc(X + (m * HC + j) * D + i);
+  const float4 yv = hc_ld4_nc(y + m * D + i);
   float pv[HC], cv[HC * HC];
 #pragma unroll
-  for (int k = 0; k < HC; ++k) pv[k] = post[m * HC + k];
+  for (int k = 0; k < HC; ++k) pv[k] = hc_ld_nc(post + m * HC + k);
 #pragma unroll
-  for (int q = 0; q < HC * HC; ++q) cv[q] = comb[m * HC * HC + q];
+  for (int q = 0; q < HC * HC; ++q) cv[q] = hc_ld_nc(comb + m * HC * HC + q);
 #pragma unroll
-  for (int k = 0; k < HC; ++k) {
+  for (int k = 0; k < HC; ++k) {  // hc_post_kernel's expressions (the same contractions: 4 FMUL + 16 FFMA a k)
     const float pk = pv[k];
     float4 o = make_float4(pk * yv.x, pk * yv.y, pk * yv.z, pk * yv.w);
 #pragma unroll
@@ -1168,7 +1190,7 @@ __global__ void __launch_bounds__(POST_NT) hc_post2_kernel(const float* __restri
       const float c = cv[j * HC + k];
       o.x += c * xv[j].x, o.y += c * xv[j].y, o.z += c * xv[j].z, o.w += c * xv[j].w;
     }
-    *reinterpret_cast<float4*>(out + (m * HC + k) * D + i) = o;
+    hc_st4(out + (m * HC + k) * D + i, o);
   }
 }
 
