@@ -944,7 +944,8 @@ __global__ void __launch_bounds__(Q_NT, 2) hc_fast_kernel(const float* __restric
 // only the last M arrivals wait (on the < M blocks not yet arrived); every other block exits after arriving,
 // so those can always be scheduled.
 constexpr int DEC_NT = 256, DEC_MAXM = DEC_NT / 32, DEC_FQ = 4;  // 256 threads, ≤ 8 rows, ≤ 4 float4 of fn a thread
-constexpr int DEC_SYNC_INTS = 32;                                // sync[0..1] used; room to grow
+constexpr int DEC_PL = 16;         // finisher: partial loads in flight a thread (16 · 256 ≥ 128 · 25)
+constexpr int DEC_SYNC_INTS = 32;  // sync[0..1] used; room to grow
 
 __device__ __forceinline__ float4 hc_ld4_early(const float* p) {  // constant data, before the wait (not .nc)
   float4 v;
@@ -1067,7 +1068,7 @@ __global__ void __launch_bounds__(DEC_NT) hc_dec_kernel(const float* X, int M, i
     const int tk = (int)atomicInc(reinterpret_cast<unsigned*>(sync), (unsigned)(S - 1));
     if (tk == S - 1 && M > 1) {  // the last arrival releases the other finishers
       __threadfence();
-      hc_st_volatile(sync + 1, gen + 1);
+      hc_st_volatile(sync + 1, (int)((unsigned)gen + 1u));
     }
     tk_s = tk;
   }
@@ -1084,15 +1085,13 @@ __global__ void __launch_bounds__(DEC_NT) hc_dec_kernel(const float* X, int M, i
   const int n = S * NV;
   const float* pr = u + (int64_t)r * D;
   float* Pb = sm;  // [S][NV] (the chains are done with Fs / Xs)
-  for (int i0 = 0; i0 < n; i0 += 8 * DEC_NT) {  // 8 loads in flight a thread, then the stores
-    float pv[8];
+  for (int i0 = 0; i0 < n; i0 += DEC_PL * DEC_NT) {  // DEC_PL loads in flight a thread (one round at D = 4096)
+    float pv[DEC_PL];
 #pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      const int i = i0 + q * DEC_NT + t;
-      if (i < n) pv[q] = __ldcg(pr + i);
-    }
+    for (int q = 0; q < DEC_PL; ++q)  // unpredicated (index clamped into the row): with a predicate each, ptxas
+      pv[q] = __ldcg(pr + min(i0 + q * DEC_NT + t, n - 1));  // ran out of predicate registers and interleaved them with the stores
 #pragma unroll
-    for (int q = 0; q < 8; ++q) {
+    for (int q = 0; q < DEC_PL; ++q) {
       const int i = i0 + q * DEC_NT + t;
       if (i < n) Pb[i] = pv[q];
     }
