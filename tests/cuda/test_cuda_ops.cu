@@ -3967,14 +3967,15 @@ Result hcdec_post_case(int64_t M, int hc, int64_t D, const std::string& name) {
   return res;
 }
 
-// perf: n calls, X rotated over 64 copies (64 × 64 KB a row: in L2 at M ≤ 8; the model's X is a layer old and
-// likely comes from HBM, ~0.5 µs more for either kernel), y fixed (written just before in the model).
+// perf: n calls, X rotated over up to 64 copies (≤ 256 MB; 64 × 64 KB a row: in L2 at M ≤ 8; the model's X is
+// a layer old and likely comes from HBM, ~0.5 µs more for either kernel), y fixed (written just before).
 Result hcdec_post_perf(int64_t M, const std::string& name) {
   const int hc = 4;
   const int64_t D = 4096, W = hc * D;
   Rng r = rng_for(name);
   Result res;
-  const int copies = 64;
+  const int copies = (int)std::max<int64_t>(1, std::min<int64_t>(64, (256ll << 20) / (M * W * 4)));
+  const int n = std::max(copies, 8);  // calls in the graph
   std::vector<float> X = randn(r, M * W), y = randn(r, M * D), post = randn(r, M * hc), comb = randn(r, M * hc * hc, 0.3f);
   DBuf dX = dalloc(copies * M * W * 4, "X"), dy = dup(y, "y"), dp = dup(post, "post"), dcm = dup(comb, "comb");
   for (int c = 0; c < copies; ++c) CK(cudaMemcpy(dX.as<float>() + c * M * W, X.data(), M * W * 4, cudaMemcpyHostToDevice));
@@ -3985,10 +3986,10 @@ Result hcdec_post_perf(int64_t M, const std::string& name) {
     CK((v1 ? dc::hc_post_v1 : dc::hc_post)(x, dy.as<float>(), dp.as<float>(), dcm.as<float>(), M, hc, D,
                                            dout.as<float>(), st));
   };
-  res.graph_us = time_graph_us([&](cudaStream_t st) { run(false, st); }, copies, true);
-  const double v1 = time_graph_us([&](cudaStream_t st) { run(true, st); }, copies, true);
-  const double plain = time_graph_us([&](cudaStream_t st) { run(false, st); }, copies, false);
-  const double v1plain = time_graph_us([&](cudaStream_t st) { run(true, st); }, copies, false);
+  res.graph_us = time_graph_us([&](cudaStream_t st) { run(false, st); }, n, true);
+  const double v1 = time_graph_us([&](cudaStream_t st) { run(true, st); }, n, true);
+  const double plain = time_graph_us([&](cudaStream_t st) { run(false, st); }, n, false);
+  const double v1plain = time_graph_us([&](cudaStream_t st) { run(true, st); }, n, false);
   res.us = res.graph_us;
   res.bytes = M * W * 8.0 + M * D * 4.0;
   char buf[200];
@@ -4017,7 +4018,7 @@ void register_hcdec(const std::function<std::string(const char*, int64_t)>& nm1)
       auto n = nm1("hcdec perf hc_pre M=%ld hc=4 D=4096 it=20 (V4-Flash, fn from HBM)", M);
       add(n, [=] { return hcdec_pre_perf(M, n); });
     }
-    for (int64_t M : {1, 2, 4, 8, 64}) {
+    for (int64_t M : {1, 2, 4, 8, 64, 4096}) {  // 4096: the prefill size must not get slower
       auto n = nm1("hcdec perf hc_post M=%ld hc=4 D=4096 (V4-Flash)", M);
       add(n, [=] { return hcdec_post_perf(M, n); });
     }
