@@ -973,6 +973,7 @@ __device__ __forceinline__ float hc_ld_nc(const float* p) {
 __device__ __forceinline__ void hc_st4(float* p, float4 v) {
   asm volatile("st.global.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
 }
+__device__ __forceinline__ void hc_fence_acq_rel() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
 __device__ __forceinline__ int hc_ld_volatile(const int* p) {
   int v;
   asm volatile("ld.volatile.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
@@ -1061,14 +1062,14 @@ __global__ void __launch_bounds__(DEC_NT) hc_dec_kernel(const float* X, int M, i
   }
   __syncthreads();
   if (t == 0) {
-    // arrival (cooperative groups' grid-sync pattern: barrier, then one thread's fence covers the block's
-    // partial stores and thread 0's read of the generation); atomicInc wraps the counter to 0 on the last
-    // arrival, so it is 0 again for the next launch without another store
-    __threadfence();
+    // arrival (cooperative groups' grid-sync pattern: barrier, then one thread's fence releases the block's
+    // partial stores and orders thread 0's read of the generation before it); atomicInc wraps the counter
+    // to 0 on the last arrival, so it is 0 again for the next launch without another store
+    hc_fence_acq_rel();
     const int tk = (int)atomicInc(reinterpret_cast<unsigned*>(sync), (unsigned)(S - 1));
-    if (tk == S - 1 && M > 1) {  // the last arrival releases the other finishers
-      __threadfence();
-      hc_st_volatile(sync + 1, (int)((unsigned)gen + 1u));
+    if (tk == S - 1) {     // the last arrival: every block's partials are released before its arrival
+      hc_fence_acq_rel();  // acquire them (and release the generation store below)
+      if (M > 1) hc_st_volatile(sync + 1, (int)((unsigned)gen + 1u));  // frees the other finishers
     }
     tk_s = tk;
   }
@@ -1078,7 +1079,7 @@ __global__ void __launch_bounds__(DEC_NT) hc_dec_kernel(const float* X, int M, i
   const int r = tk - (S - M);  // the row this block finishes
   if (t == 0 && tk != S - 1) {
     while (hc_ld_volatile(sync + 1) == gen) __nanosleep(32);
-    __threadfence();
+    hc_fence_acq_rel();
   }
   __syncthreads();
   // ---- finish row r: kernel B (finish2) with the row's partials from L2
