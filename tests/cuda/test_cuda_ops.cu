@@ -243,20 +243,21 @@ double time_us(const std::function<void()>& f) {
 // f(stream) (the caller's rotation of inputs goes on across calls) captured once on a fresh stream, so
 // the launchers' host work happens at capture only; the graph is replayed 11 times (after 2 warm-up
 // replays), median replay / n. Throws when a launcher cannot be captured (synchronizes, allocates, …).
-// n calls of f(st) captured into one graph (global mode: a call that may synchronize fails the capture).
-// Null, with err set, when they cannot be captured.
-// Every kernel → kernel edge of g made programmatic (as the backend's step graphs do, programmatic_edges).
+// Every default kernel→kernel edge of g made programmatic, as CudaBackend::Impl::programmatic_edges does in
+// the model's step graphs (there only for edges into the project's kernels; here every kernel is one).
 cudaError_t make_edges_programmatic(cudaGraph_t g) {
   size_t n = 0;
   cudaError_t e = cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n);
   if (e != cudaSuccess || n == 0) return e;
-  std::vector<cudaGraphNode_t> from(n), to(n), f, t;
-  std::vector<cudaGraphEdgeData> data(n), old;
+  std::vector<cudaGraphNode_t> from(n), to(n);
+  std::vector<cudaGraphEdgeData> data(n);
   if ((e = cudaGraphGetEdges(g, from.data(), to.data(), data.data(), &n)) != cudaSuccess) return e;
   auto kernel = [](cudaGraphNode_t x) {
-    cudaGraphNodeType ty;
-    return cudaGraphNodeGetType(x, &ty) == cudaSuccess && ty == cudaGraphNodeTypeKernel;
+    cudaGraphNodeType t;
+    return cudaGraphNodeGetType(x, &t) == cudaSuccess && t == cudaGraphNodeTypeKernel;
   };
+  std::vector<cudaGraphNode_t> f, t;
+  std::vector<cudaGraphEdgeData> old;
   for (size_t i = 0; i < n; ++i)
     if (data[i].type == cudaGraphDependencyTypeDefault && data[i].from_port == 0 && kernel(from[i]) && kernel(to[i]))
       f.push_back(from[i]), t.push_back(to[i]), old.push_back(data[i]);
@@ -269,8 +270,10 @@ cudaError_t make_edges_programmatic(cudaGraph_t g) {
   return cudaGraphAddDependencies(g, f.data(), t.data(), d.data(), f.size());
 }
 
+// n calls of f(st) captured into one graph (global mode: a call that may synchronize fails the capture).
+// Null, with err set, when they cannot be captured. programmatic: kernel→kernel edges made programmatic.
 cudaGraphExec_t capture_graph(const std::function<void(cudaStream_t)>& f, int n, cudaStream_t st, std::string& err,
-                              bool pdl = false) {
+                              bool programmatic = false) {
   cudaGraph_t g = nullptr;
   cudaGraphExec_t ge = nullptr;
   CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
@@ -281,7 +284,7 @@ cudaGraphExec_t capture_graph(const std::function<void(cudaStream_t)>& f, int n,
   }
   cudaError_t e = cudaStreamEndCapture(st, &g);
   if (err.empty() && e != cudaSuccess) err = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(e);
-  if (err.empty() && pdl && (e = make_edges_programmatic(g)) != cudaSuccess)
+  if (err.empty() && programmatic && (e = make_edges_programmatic(g)) != cudaSuccess)
     err = std::string("programmatic edges: ") + cudaGetErrorString(e);
   if (err.empty() && (e = cudaGraphInstantiate(&ge, g, 0)) != cudaSuccess)
     err = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(e);
@@ -294,11 +297,11 @@ cudaGraphExec_t capture_graph(const std::function<void(cudaStream_t)>& f, int n,
 // f once from a graph, on a fresh non-blocking stream, after everything queued before it (the legacy
 // stream's uploads and output poisoning would otherwise race the graph). False, with err, when f cannot
 // be captured.
-bool run_in_graph(const std::function<void(cudaStream_t)>& f, std::string& err, bool pdl = false) {
+bool run_in_graph(const std::function<void(cudaStream_t)>& f, std::string& err, int n = 1, bool programmatic = false) {
   CK(cudaDeviceSynchronize());
   cudaStream_t st = nullptr;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cudaGraphExec_t ge = capture_graph(f, 1, st, err, pdl);
+  cudaGraphExec_t ge = capture_graph(f, n, st, err, programmatic);
   if (ge) {
     CK(cudaGraphLaunch(ge, st));
     CK(cudaStreamSynchronize(st));
@@ -308,13 +311,13 @@ bool run_in_graph(const std::function<void(cudaStream_t)>& f, std::string& err, 
   return ge != nullptr;
 }
 
-double time_graph_us(const std::function<void(cudaStream_t)>& f, int n, bool pdl = false) {
+double time_graph_us(const std::function<void(cudaStream_t)>& f, int n, bool programmatic = false) {
   cudaStream_t st = nullptr;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   cudaEvent_t a = nullptr, b = nullptr;
   std::vector<float> t;
   std::string err;
-  cudaGraphExec_t ge = capture_graph(f, n, st, err, pdl);
+  cudaGraphExec_t ge = capture_graph(f, n, st, err, programmatic);
   if (ge) {
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
@@ -2076,7 +2079,7 @@ Result gemv_v8_chain_case(dc::WFmt fmt, int64_t M, int64_t N1, int64_t K, int64_
   };
   poison(y2);
   std::string err;
-  const bool captured = run_in_graph(chain, err, true);
+  const bool captured = run_in_graph(chain, err, 1, true);
   expect_true(res, captured, "chain not capturable " + err);
   if (captured) {
     auto got = down<float>(y2, reps * M * N2);
@@ -3912,6 +3915,193 @@ void register_fusecomp(const std::function<std::string(const char*, int64_t)>& n
 }
 
 // =================================================================================================
+// =================================================================================================
+// hcdec: hc_pre's one-kernel decode path (dc::hc_pre_dec, M ≤ 8) against v3 (dc::hc_pre, what
+// DEEPINFER_CUDA_OFF=hcdec runs) bitwise, and against the CPU twin with hc_pre's tolerances; hc_post v2
+// (dc::hc_post) against hc_post_v1 bitwise and the CPU twin. The new hc_pre runs eagerly twice and three
+// times back to back in a graph with programmatic edges (the arrival counter must wrap and the generation
+// advance across launches). --perf: old and new, each n calls in one graph with programmatic edges (as the
+// model's step graphs), inputs rotated so that the weights come from HBM as in the model.
+// =================================================================================================
+DBuf hcdec_sync() {
+  DBuf b = dalloc(dc::hc_pre_dec_sync_ints() * 4, "hcdec_sync");
+  CK(cudaMemset(b.p(), 0, b.bytes));
+  return b;
+}
+
+Result hcdec_pre_case(int64_t M, int hc, int64_t D, int iters, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  HcIn in = hc_inputs(r, M, hc, D, false);
+  DBuf du = dalloc(M * D * 4, "u"), dp = dalloc(M * hc * 4, "post"), dcm = dalloc(M * hc * hc * 4, "comb");
+  DBuf dsync = hcdec_sync();
+  expect_true(res, dc::hc_pre_dec_use(M, hc, D), "hc_pre_dec does not take this shape");
+  if (!res.pass) return res;
+  auto run_new = [&](cudaStream_t st) {
+    CK(dc::hc_pre_dec(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(), iters,
+                      1e-6f, 1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(), dsync.as<int32_t>(), st));
+  };
+  auto run_v3 = [&](cudaStream_t st) {
+    CK(dc::hc_pre(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(), iters, 1e-6f,
+                  1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(), st, false));
+  };
+  auto grab = [&](const std::function<void()>& f) {
+    poison(du), poison(dp), poison(dcm);
+    f();
+    CK(cudaGetLastError());
+    return std::vector<std::vector<uint8_t>>{down<uint8_t>(du, du.bytes), down<uint8_t>(dp, dp.bytes),
+                                             down<uint8_t>(dcm, dcm.bytes)};
+  };
+  const auto v3 = grab([&] { run_v3(0); });
+  const auto a = grab([&] { run_new(0); });
+  const auto b = grab([&] { run_new(0); });
+  std::string err;
+  bool captured = false;
+  const auto c = grab([&] { captured = run_in_graph(run_new, err, 3, true); });
+  expect_true(res, a == v3, "new != v3 (bitwise)");
+  expect_true(res, b == v3, "second launch != v3 (bitwise)");
+  expect_true(res, captured, "graph capture: " + err);
+  if (captured) expect_true(res, c == v3, "graph (3 launches, programmatic edges) != v3 (bitwise)");
+  const auto sy = down<int32_t>(dsync, 2);
+  expect_true(res, sy[0] == 0, "arrival counter not 0 after the launches: " + std::to_string(sy[0]));
+  if (res.pass) res.detail += "new == v3 == graph x3 (bitwise) ";
+  std::vector<float> u(M * D), p(M * hc), cm(M * hc * hc), ur(M * D), pr(M * hc), cr(M * hc * hc);
+  std::memcpy(u.data(), a[0].data(), u.size() * 4), std::memcpy(p.data(), a[1].data(), p.size() * 4);
+  std::memcpy(cm.data(), a[2].data(), cm.size() * 4);
+  cpu().hc_pre(in.X.data(), M, hc, D, in.fn.data(), in.base.data(), in.scale.data(), iters, 1e-6f, 1e-6f, ur.data(),
+               pr.data(), cr.data());
+  expect_nmse(res, "u", u, ur, 1e-9);
+  expect_nmse(res, "post", p, pr, 1e-9);
+  expect_nmse(res, "comb", cm, cr, 1e-8);
+  return res;
+}
+
+// perf: n calls, each with its own copy of fn (64 × 1.57 MB > L2, so fn comes from HBM as in the model, where
+// every layer has its own); X fixed (written just before in the model: in L2).
+Result hcdec_pre_perf(int64_t M, const std::string& name) {
+  const int hc = 4, iters = 20;
+  const int64_t D = 4096, W = hc * D, mix = (2 + hc) * hc;
+  Rng r = rng_for(name);
+  Result res;
+  const int copies = 64;
+  std::vector<float> X = randn(r, M * W), fn = randn(r, mix * W, 0.02f), base = randn(r, mix, 0.5f);
+  std::vector<float> scale = {1.0f, 1.1f, 0.9f};
+  DBuf dX = dup(X, "X"), db = dup(base, "base"), ds = dup(scale, "scale"), df = dalloc(copies * mix * W * 4, "fn");
+  for (int c = 0; c < copies; ++c) CK(cudaMemcpy(df.as<float>() + c * mix * W, fn.data(), mix * W * 4, cudaMemcpyHostToDevice));
+  DBuf du = dalloc(M * D * 4, "u"), dp = dalloc(M * hc * 4, "post"), dcm = dalloc(M * hc * hc * 4, "comb");
+  DBuf dsync = hcdec_sync();
+  int it = 0;
+  auto run = [&](bool v3, cudaStream_t st) {
+    const float* f = df.as<float>() + (it++ % copies) * mix * W;
+    if (v3)
+      CK(dc::hc_pre(dX.as<float>(), M, hc, D, f, db.as<float>(), ds.as<float>(), iters, 1e-6f, 1e-6f, du.as<float>(),
+                    dp.as<float>(), dcm.as<float>(), st, false));
+    else
+      CK(dc::hc_pre_dec(dX.as<float>(), M, hc, D, f, db.as<float>(), ds.as<float>(), iters, 1e-6f, 1e-6f,
+                        du.as<float>(), dp.as<float>(), dcm.as<float>(), dsync.as<int32_t>(), st));
+  };
+  res.graph_us = time_graph_us([&](cudaStream_t st) { run(false, st); }, copies, true);
+  const double v3 = time_graph_us([&](cudaStream_t st) { run(true, st); }, copies, true);
+  const double plain = time_graph_us([&](cudaStream_t st) { run(false, st); }, copies, false);
+  const double v3plain = time_graph_us([&](cudaStream_t st) { run(true, st); }, copies, false);
+  res.us = res.graph_us;
+  res.bytes = M * W * 4.0 + mix * W * 4.0 + M * D * 4.0;
+  char buf[200];
+  snprintf(buf, sizeof buf,
+           "graph/call, programmatic edges: new %.2f us, v3 %.2f us (%.2fx); plain edges: new %.2f us, v3 %.2f us ",
+           res.graph_us, v3, v3 / res.graph_us, plain, v3plain);
+  res.detail += buf;
+  return res;
+}
+
+Result hcdec_post_case(int64_t M, int hc, int64_t D, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  std::vector<float> X = randn(r, M * hc * D), y = randn(r, M * D), post = randn(r, M * hc), comb = randn(r, M * hc * hc, 0.3f);
+  DBuf dX = dup(X, "X"), dy = dup(y, "y"), dp = dup(post, "post"), dcm = dup(comb, "comb"), dout = dalloc(M * hc * D * 4, "out");
+  auto grab = [&](const std::function<void()>& f) {
+    poison(dout);
+    f();
+    CK(cudaGetLastError());
+    return down<uint8_t>(dout, dout.bytes);
+  };
+  auto run = [&](bool v1, cudaStream_t st) {
+    CK((v1 ? dc::hc_post_v1 : dc::hc_post)(dX.as<float>(), dy.as<float>(), dp.as<float>(), dcm.as<float>(), M, hc, D,
+                                           dout.as<float>(), st));
+  };
+  const auto a = grab([&] { run(false, 0); }), b = grab([&] { run(true, 0); });
+  std::string err;
+  bool captured = false;
+  const auto c = grab([&] { captured = run_in_graph([&](cudaStream_t st) { run(false, st); }, err, 2, true); });
+  expect_true(res, a == b, "new != v1 (bitwise)");
+  expect_true(res, captured, "graph capture: " + err);
+  if (captured) expect_true(res, a == c, "graph (programmatic edges) != eager (bitwise)");
+  if (res.pass) res.detail += "new == v1 == graph (bitwise) ";
+  std::vector<float> o(M * hc * D), orf(M * hc * D);
+  std::memcpy(o.data(), a.data(), o.size() * 4);
+  cpu().hc_post(X.data(), y.data(), post.data(), comb.data(), M, hc, D, orf.data());
+  expect_nmse(res, "out", o, orf, 1e-12);
+  return res;
+}
+
+// perf: n calls, X rotated over up to 64 copies (≤ 256 MB; 64 × 64 KB a row: in L2 at M ≤ 8; the model's X is
+// a layer old and likely comes from HBM, ~0.5 µs more for either kernel), y fixed (written just before).
+Result hcdec_post_perf(int64_t M, const std::string& name) {
+  const int hc = 4;
+  const int64_t D = 4096, W = hc * D;
+  Rng r = rng_for(name);
+  Result res;
+  const int copies = (int)std::max<int64_t>(1, std::min<int64_t>(64, (256ll << 20) / (M * W * 4)));
+  const int n = std::max(copies, 8);  // calls in the graph
+  std::vector<float> X = randn(r, M * W), y = randn(r, M * D), post = randn(r, M * hc), comb = randn(r, M * hc * hc, 0.3f);
+  DBuf dX = dalloc(copies * M * W * 4, "X"), dy = dup(y, "y"), dp = dup(post, "post"), dcm = dup(comb, "comb");
+  for (int c = 0; c < copies; ++c) CK(cudaMemcpy(dX.as<float>() + c * M * W, X.data(), M * W * 4, cudaMemcpyHostToDevice));
+  DBuf dout = dalloc(M * W * 4, "out");
+  int it = 0;
+  auto run = [&](bool v1, cudaStream_t st) {
+    const float* x = dX.as<float>() + (it++ % copies) * M * W;
+    CK((v1 ? dc::hc_post_v1 : dc::hc_post)(x, dy.as<float>(), dp.as<float>(), dcm.as<float>(), M, hc, D,
+                                           dout.as<float>(), st));
+  };
+  res.graph_us = time_graph_us([&](cudaStream_t st) { run(false, st); }, n, true);
+  const double v1 = time_graph_us([&](cudaStream_t st) { run(true, st); }, n, true);
+  const double plain = time_graph_us([&](cudaStream_t st) { run(false, st); }, n, false);
+  const double v1plain = time_graph_us([&](cudaStream_t st) { run(true, st); }, n, false);
+  res.us = res.graph_us;
+  res.bytes = M * W * 8.0 + M * D * 4.0;
+  char buf[200];
+  snprintf(buf, sizeof buf,
+           "graph/call, programmatic edges: new %.2f us, v1 %.2f us (%.2fx); plain edges: new %.2f us, v1 %.2f us ",
+           res.graph_us, v1, v1 / res.graph_us, plain, v1plain);
+  res.detail += buf;
+  return res;
+}
+
+void register_hcdec(const std::function<std::string(const char*, int64_t)>& nm1) {
+  for (int64_t M : {1, 2, 4, 8}) {
+    add(nm1("hcdec hc_pre M=%ld hc=4 D=4096 it=20 (new == v3, CPU)", M), [=] { return hcdec_pre_case(M, 4, 4096, 20, "hd1"); });
+    add(nm1("hcdec hc_post M=%ld hc=4 D=4096 (new == v1, CPU)", M), [=] { return hcdec_post_case(M, 4, 4096, "hd2"); });
+  }
+  add("hcdec hc_pre M=3 hc=3 D=1000 it=20 (partial last slice, S=24)", [] { return hcdec_pre_case(3, 3, 1000, 20, "hd3"); });
+  add("hcdec hc_pre M=5 hc=4 D=7168 it=20 (V4 width, S=224)", [] { return hcdec_pre_case(5, 4, 7168, 20, "hd4"); });
+  add("hcdec hc_pre M=7 hc=2 D=512 it=3 (hc=2, S=8)", [] { return hcdec_pre_case(7, 2, 512, 3, "hd5"); });
+  add("hcdec hc_pre M=2 hc=1 D=512 it=1 (hc=1)", [] { return hcdec_pre_case(2, 1, 512, 1, "hd6"); });
+  add("hcdec hc_pre M=4 hc=4 D=100 it=20 (S*NV == D, S=4)", [] { return hcdec_pre_case(4, 4, 100, 20, "hd7"); });
+  add("hcdec hc_post M=3 hc=3 D=1000 (partial block)", [] { return hcdec_post_case(3, 3, 1000, "hd8"); });
+  add("hcdec hc_post M=5 hc=8 D=1028 (hc=8)", [] { return hcdec_post_case(5, 8, 1028, "hd9"); });
+  add("hcdec hc_post M=300 hc=4 D=4096 (prefill size)", [] { return hcdec_post_case(300, 4, 4096, "hd10"); });
+  if (g_perf) {
+    for (int64_t M : {1, 2, 4, 8}) {
+      auto n = nm1("hcdec perf hc_pre M=%ld hc=4 D=4096 it=20 (V4-Flash, fn from HBM)", M);
+      add(n, [=] { return hcdec_pre_perf(M, n); });
+    }
+    for (int64_t M : {1, 2, 4, 8, 64, 4096}) {  // 4096: the prefill size must not get slower
+      auto n = nm1("hcdec perf hc_post M=%ld hc=4 D=4096 (V4-Flash)", M);
+      add(n, [=] { return hcdec_post_perf(M, n); });
+    }
+  }
+}
+
 void register_cases() {
   const int64_t D = 4096, H = 64, d = 512, ql = 1024, ol = 1024, G = 8, I = 2048, Vv = 129280;
   char buf[200];
@@ -3921,6 +4111,7 @@ void register_cases() {
   };
   register_smallk([&](const char* fmt, int64_t v) { return nm(fmt, (long)v); });
   register_fusecomp([&](const char* fmt, int64_t v) { return nm(fmt, (long)v); });
+  register_hcdec([&](const char* fmt, int64_t v) { return nm(fmt, (long)v); });
   add(nm("f32_to_bf16 n=%d", 1 << 24), [] { return cvt_case(1 << 24, "cvt"); });
   for (auto MK : {std::pair<int64_t, int64_t>{64, D}, {4096, 7168}}) {
     const int64_t M = MK.first, K = MK.second;

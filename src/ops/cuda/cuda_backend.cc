@@ -55,6 +55,7 @@ struct CudaBackend::Impl {
   int device = 0;
   CudaWeights weights = CudaWeights::Stored;
   cudaStream_t stream = nullptr;
+  int32_t* hc_sync = nullptr;  // hcdec's arrival counter / generation (zeroed once; every launch leaves it zero)
   cuda::GemmContext* gemm = nullptr;  // cuBLASLt handle and workspace (large bf16 / fp8 GEMMs)
   // Step-scoped buffers come and go dozens of times a layer, nearly always last-in first-out: a bump
   // arena serves them without an API call (one stream orders every reuse after the earlier work).
@@ -314,6 +315,9 @@ CudaBackend::CudaBackend(int device, CudaWeights weights) : impl_(std::make_uniq
   check(cudaHostAlloc(reinterpret_cast<void**>(&impl_->staging), Impl::kSegs * Impl::kSegBytes, cudaHostAllocDefault),
         "cudaHostAlloc (staging)");
   for (auto& e : impl_->seg_done) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  const size_t hc_sync_bytes = (size_t)cuda::hc_pre_dec_sync_ints() * sizeof(int32_t);
+  check(cudaMalloc(reinterpret_cast<void**>(&impl_->hc_sync), hc_sync_bytes), "hcdec scratch");
+  check(cudaMemsetAsync(impl_->hc_sync, 0, hc_sync_bytes, impl_->stream), "hcdec scratch");  // before any op on the stream
   if (weights == CudaWeights::Stored && !(impl_->gemm = cuda::gemm_context_create()))
     throw Error("cuda: cuBLASLt initialisation failed");
 }
@@ -337,6 +341,7 @@ CudaBackend::~CudaBackend() {
   for (auto& e : impl_->graph_tail)
     if (e) cudaEventDestroy(e);
   cuda::gemm_context_destroy(impl_->gemm);
+  if (impl_->hc_sync) cudaFree(impl_->hc_sync);
   if (impl_->arena) cudaFree(impl_->arena);
   if (impl_->staging) cudaFreeHost(impl_->staging);
   if (impl_->view) cudaFreeHost(impl_->view);
@@ -952,6 +957,14 @@ void CudaBackend::hc_pre(const float* X, int64_t M, int hc, int64_t D, const flo
           "hc_pre");
     return;
   }
+  // decode (M ≤ 8, hc ≤ 4): one kernel with the fn slices read before griddepcontrol.wait, bitwise v3 (hc.cu
+  // "hcdec"); DEEPINFER_CUDA_OFF=hcdec: v3's two kernels
+  if (!impl_->off("hcdec") && cuda::hc_pre_dec_use(M, hc, D)) {
+    check(cuda::hc_pre_dec(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, impl_->hc_sync,
+                           impl_->stream),
+          "hc_pre");
+    return;
+  }
   // DEEPINFER_CUDA_OFF=hc_gemm: the v3 kernels for prefill too (hc.cu)
   check((impl_->off("smallk") ? cuda::hc_pre_v1 : cuda::hc_pre)(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, u,
                                                                 post, comb, impl_->stream,
@@ -979,7 +992,9 @@ void CudaBackend::hc_post(const float* X, const float* y, const float* post, con
                           int64_t D, float* out) {
   HostTimer ht_(impl_.get(), Impl::kOp);
   if (impl_->replaying()) return;
-  check(cuda::hc_post(X, y, post, comb, M, hc, D, out, impl_->stream), "hc_post");
+  // hcdec: more, smaller blocks and every load up front (bitwise hc_post_v1); DEEPINFER_CUDA_OFF=hcdec: v1
+  check((impl_->off("hcdec") ? cuda::hc_post_v1 : cuda::hc_post)(X, y, post, comb, M, hc, D, out, impl_->stream),
+        "hc_post");
 }
 void CudaBackend::hc_head(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                           const float* scale, float hc_eps, float norm_eps, float* u) {

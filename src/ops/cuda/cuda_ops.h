@@ -344,9 +344,24 @@ int64_t hc_pre_fast_sync_ints(int64_t M);
 cudaError_t hc_pre_fast(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                         const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
                         float* comb, int32_t* sync, cudaStream_t s);
+// hc_pre decode path "hcdec" (one kernel, M ≤ 8, hc ≤ 4): bitwise the v3 rows. fn, base and scale are read
+// before griddepcontrol.wait (constant weights: they must not be written by the kernel before it); X after.
+// sync: hc_pre_dec_sync_ints() ints of device scratch, zero before the first launch and left zero by every
+// launch (persistent, one per stream: two launches on it must not run at the same time). u is scratch as in
+// hc_pre. _use: the shapes it takes (M ≤ 8, v3's slice plan, S ≥ M, fn slice ≤ 4096 floats); else
+// cudaErrorNotSupported.
+bool hc_pre_dec_use(int64_t M, int hc, int64_t D);
+int64_t hc_pre_dec_sync_ints();
+cudaError_t hc_pre_dec(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                       const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
+                       float* comb, int32_t* sync, cudaStream_t s);
 // out[M, hc, D]: out[m, k] = post[m, k]·y[m] + Σ_j comb[m, j, k]·X[m, j]. y[M, D]. D % 4 == 0.
 cudaError_t hc_post(const float* X, const float* y, const float* post, const float* comb, int64_t M, int hc,
                     int64_t D, float* out, cudaStream_t s);
+// The previous hc_post kernel (a thread a (row, float4 column), 256-thread blocks; DEEPINFER_CUDA_OFF=hcdec):
+// hc_post is bitwise it.
+cudaError_t hc_post_v1(const float* X, const float* y, const float* post, const float* comb, int64_t M, int hc,
+                       int64_t D, float* out, cudaStream_t s);
 // u[M, D] = Σ_j (sigmoid(scale·μ_j + base_j) + eps)·X_j, μ = rms · (fn · vec X); fn[hc, hc·D]. Same scheme and
 // constraints as hc_pre.
 cudaError_t hc_head(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,

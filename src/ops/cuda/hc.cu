@@ -926,6 +926,274 @@ __global__ void __launch_bounds__(Q_NT, 2) hc_fast_kernel(const float* __restric
   }
 }
 
+// ---- hc_pre decode path "hcdec" (M ≤ 8, hc ≤ 4): one kernel instead of v3's A + B ----------------
+// v3's operations exactly (so every row is bitwise its v3 / M = 1 row): block s = slice s runs kernel A's
+// value-mode chains for every row (warp = row, lane = value, fmaf over the slice's columns in order from 0)
+// and writes them where A does (u[m, s·NV + v]); the last M blocks to arrive (ticket in sync[0]) become the
+// finishers of rows 0 … M − 1 and run kernel B's (finish2's) code for their row: partials staged in shared
+// memory, slice sums in order on warp 0, rr / pre, then post + Sinkhorn on warp 0 while warps 1 … 7 do the
+// collapse with B's fmaf order. What changes is the schedule:
+// * the fn slice (24 × 128 f32 = 12 KB a block, constant) and base / scale are loaded before
+//   griddepcontrol.wait (not .nc: ptxas would hoist the wait above .nc loads, see gemv_q_v6.cu), so in a
+//   step graph with programmatic edges the 1.5 MB of fn stream from HBM over 128 SMs while the previous
+//   kernel finishes; X (written by that kernel) is read after the wait;
+// * no second launch, no 1024-thread block a row, no launch gap between A and B.
+// sync[0] = arrivals (atomicInc wrapping at S: 0 between launches), sync[1] = generation (bumped by the last
+// arrival when M > 1; the other finishers wait for it to change). Both are touched only after the wait, so
+// back-to-back launches (programmatic edges) see the previous launch's final values. No co-residency needed:
+// only the last M arrivals wait (on the < M blocks not yet arrived); every other block exits after arriving,
+// so those can always be scheduled.
+constexpr int DEC_NT = 256, DEC_MAXM = DEC_NT / 32, DEC_FQ = 4;  // 256 threads, ≤ 8 rows, ≤ 4 float4 of fn a thread
+constexpr int DEC_PL = 16;         // finisher: partial loads in flight a thread (16 · 256 ≥ 128 · 25)
+constexpr int DEC_SYNC_INTS = 32;  // sync[0..1] used; room to grow
+
+__device__ __forceinline__ float4 hc_ld4_early(const float* p) {  // constant data, before the wait (not .nc)
+  float4 v;
+  asm volatile("ld.global.L1::no_allocate.v4.f32 {%0,%1,%2,%3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ float hc_ld_early(const float* p) {
+  float v;
+  asm volatile("ld.global.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
+  return v;
+}
+// after the wait (activations of earlier kernels, read-only here): .nc, volatile so that they stay first
+__device__ __forceinline__ float4 hc_ld4_nc(const float* p) {
+  float4 v;
+  asm volatile("ld.global.nc.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ float hc_ld_nc(const float* p) {
+  float v;
+  asm volatile("ld.global.nc.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ void hc_st4(float* p, float4 v) {
+  asm volatile("st.global.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+}
+__device__ __forceinline__ void hc_fence_acq_rel() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
+__device__ __forceinline__ int hc_ld_volatile(const int* p) {
+  int v;
+  asm volatile("ld.volatile.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void hc_st_volatile(int* p, int v) {
+  asm volatile("st.volatile.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+template <int HC>
+__global__ void __launch_bounds__(DEC_NT) hc_dec_kernel(const float* X, int M, int64_t D, int L,
+                                                        const float* fn, const float* base,
+                                                        const float* scale, int iters, float hc_eps,
+                                                        float norm_eps, float* u, float* __restrict__ post,
+                                                        float* __restrict__ comb, int* sync) {
+  // No DI_PDL_WAIT first: the fn slice, base and scale (constant) are requested before it (DI_PDL_WAIT below).
+  constexpr int MIX = HcDims<HC, false>::MIX, NV = HcDims<HC, false>::NV;
+  static_assert(NV <= 32 && HC * HC <= 32, "warp 0 holds a row's values and its Sinkhorn");
+  extern __shared__ float4 hc_smem4[];
+  float* sm = reinterpret_cast<float*>(hc_smem4);
+  const int LP = L + 4;  // kernel A's padded rows
+  float* Fs = sm;             // [MIX][LP] fn slice
+  float* Xs = sm + MIX * LP;  // [M][LP] X slice
+  __shared__ float mu_s[NV];
+  __shared__ float pre_s[HC];
+  __shared__ int tk_s;
+  const int64_t K = (int64_t)HC * D;
+  const int S = (int)gridDim.x, s = (int)blockIdx.x, t = (int)threadIdx.x, lane = t & 31, w = t >> 5;
+  const int64_t k0 = (int64_t)s * L;
+  const int len4 = (int)(min((int64_t)L, K - k0) / 4);
+  // float4 t + q·DEC_NT of the slice (row v, column c): MIX · len4 ≤ DEC_FQ · DEC_NT (launcher); (v, c) stepped
+  // without a division per load, so the four requests leave back to back
+  float4 fv[DEC_FQ];
+  int fvv[DEC_FQ], fvc[DEC_FQ];
+  {
+    const int qd = DEC_NT / len4, qr = DEC_NT - qd * len4;
+    int v = t / len4, c = t - v * len4;
+#pragma unroll
+    for (int q = 0; q < DEC_FQ; ++q) {
+      fvv[q] = v, fvc[q] = c;
+      v += qd, c += qr;
+      if (c >= len4) c -= len4, ++v;
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < DEC_FQ; ++q)
+    if (fvv[q] < MIX) fv[q] = hc_ld4_early(fn + (int64_t)fvv[q] * K + k0 + 4 * fvc[q]);
+  // what B reads of base / scale, one register each on warp 0's lanes (indices clamped, as B's lanes use them)
+  float b_pre = 0.0f, b_post = 0.0f, b_comb = 0.0f, sc0 = 0.0f, sc1 = 0.0f, sc2 = 0.0f;
+  if (t < 32) {
+    b_pre = hc_ld_early(base + min(lane, HC - 1));
+    b_post = hc_ld_early(base + HC + min(lane, HC - 1));
+    b_comb = hc_ld_early(base + 2 * HC + (lane < HC * HC ? lane : 0));
+    sc0 = hc_ld_early(scale), sc1 = hc_ld_early(scale + 1), sc2 = hc_ld_early(scale + 2);
+  }
+  const int xr0 = t / len4, xc0 = t - xr0 * len4;  // this thread's first float4 of the X slice
+  DI_PDL_WAIT();
+  float4 x0;  // X (written by the previous kernel): the first thing requested after the wait
+  if (xr0 < M) x0 = *reinterpret_cast<const float4*>(X + xr0 * K + k0 + 4 * xc0);
+  int gen = 0;
+  if (t == 0) gen = hc_ld_volatile(sync + 1);  // before this block's arrival (the fence below orders it)
+#pragma unroll
+  for (int q = 0; q < DEC_FQ; ++q)
+    if (fvv[q] < MIX) *reinterpret_cast<float4*>(Fs + fvv[q] * LP + 4 * fvc[q]) = fv[q];
+  if (xr0 < M) *reinterpret_cast<float4*>(Xs + xr0 * LP + 4 * xc0) = x0;
+  for (int idx = t + DEC_NT; idx < M * len4; idx += DEC_NT) {  // only where M · len4 > DEC_NT (L > 128)
+    const int r = idx / len4, c = idx - r * len4;
+    *reinterpret_cast<float4*>(Xs + r * LP + 4 * c) = *reinterpret_cast<const float4*>(X + r * K + k0 + 4 * c);
+  }
+  __syncthreads();
+  if (w < M && lane < NV) {  // kernel A, value mode, NQ = 1: the same chain
+    const float* fr = Fs + min(lane, MIX - 1) * LP;
+    const float* xr = Xs + w * LP;
+    float acc = 0.0f;
+#pragma unroll 8
+    for (int c = 0; c < len4; ++c) {
+      const float4 x = *reinterpret_cast<const float4*>(xr + 4 * c);  // broadcast
+      const float4 fq = *reinterpret_cast<const float4*>(fr + 4 * c);
+      const float4 f = lane < MIX ? fq : x;  // value MIX: the sum of squares
+      acc = fmaf(f.x, x.x, acc);
+      acc = fmaf(f.y, x.y, acc);
+      acc = fmaf(f.z, x.z, acc);
+      acc = fmaf(f.w, x.w, acc);
+    }
+    u[(int64_t)w * D + (int64_t)s * NV + lane] = acc;
+  }
+  __syncthreads();
+  if (t == 0) {
+    // arrival (cooperative groups' grid-sync pattern: barrier, then one thread's fence releases the block's
+    // partial stores and orders thread 0's read of the generation before it); atomicInc wraps the counter
+    // to 0 on the last arrival, so it is 0 again for the next launch without another store
+    hc_fence_acq_rel();
+    const int tk = (int)atomicInc(reinterpret_cast<unsigned*>(sync), (unsigned)(S - 1));
+    if (tk == S - 1) {     // the last arrival: every block's partials are released before its arrival
+      hc_fence_acq_rel();  // acquire them (and release the generation store below)
+      if (M > 1) hc_st_volatile(sync + 1, (int)((unsigned)gen + 1u));  // frees the other finishers
+    }
+    tk_s = tk;
+  }
+  __syncthreads();
+  const int tk = tk_s;
+  if (tk < S - M) return;
+  const int r = tk - (S - M);  // the row this block finishes
+  if (t == 0 && tk != S - 1) {
+    while (hc_ld_volatile(sync + 1) == gen) __nanosleep(32);
+    hc_fence_acq_rel();
+  }
+  __syncthreads();
+  // ---- finish row r: kernel B (finish2) with the row's partials from L2
+  const int n = S * NV;
+  const float* pr = u + (int64_t)r * D;
+  float* Pb = sm;  // [S][NV] (the chains are done with Fs / Xs)
+  for (int i0 = 0; i0 < n; i0 += DEC_PL * DEC_NT) {  // DEC_PL loads in flight a thread (one round at D = 4096)
+    float pv[DEC_PL];
+#pragma unroll
+    for (int q = 0; q < DEC_PL; ++q)  // unpredicated (index clamped into the row): with a predicate each, ptxas
+      pv[q] = __ldcg(pr + min(i0 + q * DEC_NT + t, n - 1));  // ran out of predicate registers and interleaved them with the stores
+#pragma unroll
+    for (int q = 0; q < DEC_PL; ++q) {
+      const int i = i0 + q * DEC_NT + t;
+      if (i < n) Pb[i] = pv[q];
+    }
+  }
+  __syncthreads();  // every partial of row r is in shared memory before the collapse overwrites u[r]
+  float rr = 0.0f;
+  if (t < 32) {
+    if (t < NV) {
+      float a = 0.0f;
+#pragma unroll 16
+      for (int s2 = 0; s2 < S; ++s2) a += Pb[s2 * NV + t];
+      mu_s[t] = a;
+    }
+    __syncwarp();
+    rr = hc_rr(mu_s[MIX], K, norm_eps);
+    if (t < HC) pre_s[t] = hc_sigmoid(hc_logit(mu_s[t], rr, sc0, b_pre)) + hc_eps;
+  }
+  __syncthreads();
+  if (t < 32) {  // post and the Sinkhorn (B's lanes), while the other warps collapse
+    if (lane < HC) post[(int64_t)r * HC + lane] = 2.0f * hc_sigmoid(hc_logit(mu_s[HC + lane], rr, sc1, b_post));
+    const bool act = lane < HC * HC;
+    const int l = act ? lane : 0, j = l / HC, k = l % HC;
+    const float c = hc_sinkhorn_lanes<HC>(hc_logit(mu_s[2 * HC + l], rr, sc2, b_comb), 0, j, k, iters, hc_eps);
+    if (act) comb[(int64_t)r * HC * HC + lane] = c;
+    return;
+  }
+  // collapse: u[r, i] = Σ_j pre_j · X[r, j, i], B's fmaf order; U float4 outputs (U·HC loads) in flight a thread
+  float pre[HC];
+#pragma unroll
+  for (int j = 0; j < HC; ++j) pre[j] = pre_s[j];
+  const float* xr = X + (int64_t)r * K;
+  float* ur = u + (int64_t)r * D;
+  const int64_t D4 = D / 4;
+  constexpr int U = 5, CT = DEC_NT - 32;  // 5 · 224 ≥ 1024: one trip at D = 4096
+  for (int64_t b = t - 32; b < D4; b += (int64_t)CT * U) {
+    float4 xv[U][HC];
+#pragma unroll
+    for (int q = 0; q < U; ++q) {
+      const int64_t i4 = b + (int64_t)q * CT;
+      if (i4 < D4) {
+#pragma unroll
+        for (int j = 0; j < HC; ++j) xv[q][j] = __ldg(reinterpret_cast<const float4*>(xr + (int64_t)j * D) + i4);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < U; ++q) {
+      const int64_t i4 = b + (int64_t)q * CT;
+      if (i4 < D4) {
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int j = 0; j < HC; ++j) {
+          o.x = fmaf(pre[j], xv[q][j].x, o.x);
+          o.y = fmaf(pre[j], xv[q][j].y, o.y);
+          o.z = fmaf(pre[j], xv[q][j].z, o.z);
+          o.w = fmaf(pre[j], xv[q][j].w, o.w);
+        }
+        reinterpret_cast<float4*>(ur)[i4] = o;
+      }
+    }
+  }
+}
+
+// hc_post v2 ("hcdec"): hc_post_kernel's per-element expressions unchanged (so the same bits), launched as
+// blockIdx.y = row, 64-thread blocks over the row's float4 columns: 16 blocks (SMs) for one 4096-wide row
+// instead of 4, no 64-bit division for (m, i), and post / comb read up front with X and y, so every load
+// of a thread is in flight at once.
+constexpr int POST_NT = 64;
+template <int HC>
+__global__ void __launch_bounds__(POST_NT, 8) hc_post2_kernel(const float* __restrict__ X, const float* __restrict__ y,
+                                                           const float* __restrict__ post,
+                                                           const float* __restrict__ comb, int64_t D,
+                                                           float* __restrict__ out) {
+  DI_PDL_WAIT();
+  const int64_t m = blockIdx.y, D4 = D / 4;
+  const int64_t i4 = (int64_t)blockIdx.x * POST_NT + threadIdx.x;
+  if (i4 >= D4) return;
+  const int64_t i = i4 * 4;
+  // every load first, as volatile asm (nvcc otherwise sinks the later X / comb loads below the first FMAs,
+  // which wait on the first loads: two or three round trips instead of one)
+  float4 xv[HC];
+#pragma unroll
+  for (int j = 0; j < HC; ++j) xv[j] = hc_ld4_nc(X + (m * HC + j) * D + i);
+  const float4 yv = hc_ld4_nc(y + m * D + i);
+  float pv[HC], cv[HC * HC];
+#pragma unroll
+  for (int k = 0; k < HC; ++k) pv[k] = hc_ld_nc(post + m * HC + k);
+#pragma unroll
+  for (int q = 0; q < HC * HC; ++q) cv[q] = hc_ld_nc(comb + m * HC * HC + q);
+#pragma unroll
+  for (int k = 0; k < HC; ++k) {  // hc_post_kernel's expressions (the same contractions: 4 FMUL + 16 FFMA a k)
+    const float pk = pv[k];
+    float4 o = make_float4(pk * yv.x, pk * yv.y, pk * yv.z, pk * yv.w);
+#pragma unroll
+    for (int j = 0; j < HC; ++j) {
+      const float c = cv[j * HC + k];
+      o.x += c * xv[j].x, o.y += c * xv[j].y, o.z += c * xv[j].z, o.w += c * xv[j].w;
+    }
+    hc_st4(out + (m * HC + k) * D + i, o);
+  }
+}
+
 // Slice length L (floats) from hc and D only: the smallest multiple of 32 (≥ 128) with S·NV ≤ D so the
 // partials fit in the row's u. L = 0: no such L fits (D < NV), the caller uses the v1 kernel.
 int64_t hc_slice_len(int hc, int64_t D, int nv) {
@@ -952,6 +1220,7 @@ cudaError_t hc_attrs() {
     if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_gemm_kernel<HC, 16, 5>, (size_t)kMaxSmem);
     if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_gemm_kernel<HC, 32, 4>, (size_t)kMaxSmem);
     if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_fast_kernel<HC>, (size_t)kMaxSmem);
+    if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_dec_kernel<HC>, (size_t)kMaxSmem);
   }
   return e;
 }
@@ -1045,6 +1314,34 @@ cudaError_t launch_pre_fast(const float* X, int64_t M, int64_t D, const float* f
   const int64_t items = T * (S + Q_BM / Q_FR);
   hc_fast_kernel<HC><<<(unsigned)items, Q_NT, hcq_smem(Q::MIX, S, Q::NV), s>>>(X, M, D, fn, base, scale, iters, hc_eps,
                                                                               norm_eps, u, post, comb, sync);
+  return cudaGetLastError();
+}
+
+// hcdec: shapes it takes depend on (M, hc, D) only; the rows are v3's bits whatever path runs them. v3 must be
+// what hc_pre runs for the shape (slice plan exists, kernel A's shared memory fits), the fn slice must fit the
+// early registers (MIX · L ≤ 4 · DEC_FQ · DEC_NT floats: L = 128 for hc ≤ 4 with D ≥ 512), and S ≥ M (one
+// finisher block a row).
+size_t hcd_smem(int mix, int nv, int64_t M, int64_t L, int64_t S) {
+  return std::max((size_t)(mix + M) * (size_t)(L + 4), (size_t)(S * nv)) * sizeof(float);
+}
+bool hcd_shape_ok(int64_t M, int hc, int64_t D) {
+  if (M < 1 || M > DEC_MAXM || hc < 1 || hc > 4 || D % 4) return false;
+  const int nv = (2 + hc) * hc + 1, mix = nv - 1;
+  const int64_t L = hc_slice_len(hc, D, nv);
+  if (L <= 0 || hc_a_smem(mix, A_RT_VAL, L) > (size_t)kMaxSmem) return false;
+  const int64_t S = cdiv((int64_t)hc * D, L);
+  return S >= M && S <= INT32_MAX && (int64_t)mix * (L / 4) <= (int64_t)DEC_FQ * DEC_NT &&
+         hcd_smem(mix, nv, M, L, S) <= (size_t)kMaxSmem;
+}
+
+template <int HC>
+cudaError_t launch_pre_dec(const float* X, int64_t M, int64_t D, const float* fn, const float* base,
+                           const float* scale, int iters, float hc_eps, float norm_eps, float* u, float* post,
+                           float* comb, int* sync, cudaStream_t s) {
+  constexpr int MIX = HcDims<HC, false>::MIX, NV = HcDims<HC, false>::NV;
+  const int64_t L = hc_slice_len(HC, D, NV), S = cdiv((int64_t)HC * D, L);
+  hc_dec_kernel<HC><<<(unsigned)S, DEC_NT, hcd_smem(MIX, NV, M, L, S), s>>>(
+      X, (int)M, D, (int)L, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, sync);
   return cudaGetLastError();
 }
 
@@ -1151,6 +1448,25 @@ cudaError_t hc_pre_fast(const float* X, int64_t M, int hc, int64_t D, const floa
   return cudaErrorNotSupported;
 }
 
+bool hc_pre_dec_use(int64_t M, int hc, int64_t D) { return hcd_shape_ok(M, hc, D); }
+int64_t hc_pre_dec_sync_ints() { return DEC_SYNC_INTS; }
+
+cudaError_t hc_pre_dec(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                       const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
+                       float* comb, int32_t* sync, cudaStream_t s) {
+  if (!hcd_shape_ok(M, hc, D)) return cudaErrorNotSupported;
+  switch (hc) {
+#define HC_DEC(H) \
+  case H: return launch_pre_dec<H>(X, M, D, fn, base, scale, sinkhorn_iters, hc_eps, norm_eps, u, post, comb, sync, s);
+    HC_DEC(1)
+    HC_DEC(2)
+    HC_DEC(3)
+    HC_DEC(4)
+#undef HC_DEC
+  }
+  return cudaErrorNotSupported;
+}
+
 cudaError_t hc_head(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                     const float* scale, float hc_eps, float norm_eps, float* u, cudaStream_t s) {
   return launch_pre<true>(X, M, hc, D, fn, base, scale, 0, hc_eps, norm_eps, u, nullptr, nullptr, s);
@@ -1158,6 +1474,23 @@ cudaError_t hc_head(const float* X, int64_t M, int hc, int64_t D, const float* f
 
 cudaError_t hc_post(const float* X, const float* y, const float* post, const float* comb, int64_t M, int hc,
                     int64_t D, float* out, cudaStream_t s) {
+  if (D % 4) return cudaErrorInvalidValue;
+  if (M <= 0) return cudaSuccess;
+  if (M > 65535) return hc_post_v1(X, y, post, comb, M, hc, D, out, s);  // gridDim.y
+  const dim3 grid((unsigned)cdiv(D / 4, POST_NT), (unsigned)M);
+  switch (hc) {
+    case 1: hc_post2_kernel<1><<<grid, POST_NT, 0, s>>>(X, y, post, comb, D, out); break;
+    case 2: hc_post2_kernel<2><<<grid, POST_NT, 0, s>>>(X, y, post, comb, D, out); break;
+    case 3: hc_post2_kernel<3><<<grid, POST_NT, 0, s>>>(X, y, post, comb, D, out); break;
+    case 4: hc_post2_kernel<4><<<grid, POST_NT, 0, s>>>(X, y, post, comb, D, out); break;
+    case 8: hc_post2_kernel<8><<<grid, POST_NT, 0, s>>>(X, y, post, comb, D, out); break;
+    default: return cudaErrorNotSupported;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t hc_post_v1(const float* X, const float* y, const float* post, const float* comb, int64_t M, int hc,
+                       int64_t D, float* out, cudaStream_t s) {
   if (D % 4) return cudaErrorInvalidValue;
   if (M <= 0) return cudaSuccess;
   const unsigned blocks = (unsigned)cdiv(M * (D / 4), 256);
