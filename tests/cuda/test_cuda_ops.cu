@@ -4125,6 +4125,9 @@ void register_cases() {
       auto n = nm("attdec perf M=%ld H=64 d=512 keys=640 (decode, graph with programmatic edges)", M);
       add(n, [=] { return attdec_case(M, 64, 512, 640, 0, n, 3); });
     }
+  if (g_perf)
+    add("attdec perf M=1 H=64 d=512 keys=4096 (HCA at 512k: 7 chunks a split, graph with programmatic edges)",
+        [] { return attdec_case(1, 64, 512, 4096, 0, "ad_perf_4k", 1); });
   add("sink_attention_tc decode M=1 H=64 d=512 W=128 topk=512", [] { return attn_case(1, 64, 512, 128, 512, false, "tc1", true); });
   add("sink_attention_tc decode M=64 H=64 d=512 W=128 topk=512", [] { return attn_case(64, 64, 512, 128, 512, false, "tc2", true); });
   add("sink_attention_tc decode M=32 H=64 d=512 W=128 no entries", [] { return attn_case(32, 64, 512, 128, 0, false, "tc3", true); });

@@ -915,17 +915,29 @@ __global__ void __cluster_dims__(AD_CS, 1, 1) __launch_bounds__(AD_NT, 1)
       }
     }
     cluster.sync();  // both halves' partial S visible
-    // (a) per (head, tile): s = (S0 + S1)·scale (−inf past the keys), the tile max
+    // (a) per (head, tile): s = (S0 + S1)·scale (−inf past the keys), the tile max. All of a warp's remote
+    // loads first, then its PAIRS max reductions side by side (each is detail::warp_max's butterfly).
+    {
+      float sv[PAIRS], mx[PAIRS];
 #pragma unroll
-    for (int k = 0; k < PAIRS; ++k) {
-      const int pr = wp + 8 * k, h = pr / CT, t = pr % CT;
-      if (pr < AD_HG * CT && t < ntc) {
-        const int key = t * AM_KT + lane;
-        float s = -INFINITY;
-        if (key < kv) s = __fmul_rn(__fadd_rn(S0[h * SS + key], S1[h * SS + key]), scale);
-        Sc[h * SS + key] = s;
-        const float mx = detail::warp_max(s);
-        if (lane == 0) Mt[h * CT + t] = mx;
+      for (int k = 0; k < PAIRS; ++k) {
+        const int pr = wp + 8 * k, h = pr / CT, t = pr % CT, key = t * AM_KT + lane;
+        sv[k] = -INFINITY;
+        if (pr < AD_HG * CT && t < ntc && key < kv)
+          sv[k] = __fmul_rn(__fadd_rn(S0[h * SS + key], S1[h * SS + key]), scale);
+        mx[k] = sv[k];
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int k = 0; k < PAIRS; ++k) mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], o));
+#pragma unroll
+      for (int k = 0; k < PAIRS; ++k) {
+        const int pr = wp + 8 * k, h = pr / CT, t = pr % CT;
+        if (pr < AD_HG * CT && t < ntc) {
+          Sc[h * SS + t * AM_KT + lane] = sv[k];
+          if (lane == 0) Mt[h * CT + t] = mx[k];
+        }
       }
     }
     __syncthreads();
@@ -941,17 +953,30 @@ __global__ void __cluster_dims__(AD_CS, 1, 1) __launch_bounds__(AD_NT, 1)
       ML[2 * tid] = mo;
     }
     __syncthreads();
-    // (c) per (head, tile): p = exp(s − m_t), its sum, P in bf16
+    // (c) per (head, tile): p = exp(s − m_t), its sum (detail::warp_sum's butterfly, PAIRS side by side), P in bf16
+    {
+      float pv[PAIRS], sm[PAIRS];
 #pragma unroll
-    for (int k = 0; k < PAIRS; ++k) {
-      const int pr = wp + 8 * k, h = pr / CT, t = pr % CT;
-      if (pr < AD_HG * CT && t < ntc) {
-        const int key = t * AM_KT + lane;
-        const float s = Sc[h * SS + key];
-        const float p = s == -INFINITY ? 0.0f : expf(s - Mt[h * CT + t]);
-        const float sum = detail::warp_sum(p);
-        Ps[h * PS + key] = __float2bfloat16_rn(p);
-        if (lane == 0) Sm[h * CT + t] = sum;
+      for (int k = 0; k < PAIRS; ++k) {
+        const int pr = wp + 8 * k, h = pr / CT, t = pr % CT;
+        pv[k] = 0.0f;
+        if (pr < AD_HG * CT && t < ntc) {
+          const float s = Sc[h * SS + t * AM_KT + lane];
+          pv[k] = s == -INFINITY ? 0.0f : expf(s - Mt[h * CT + t]);
+        }
+        sm[k] = pv[k];
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int k = 0; k < PAIRS; ++k) sm[k] += __shfl_xor_sync(0xffffffffu, sm[k], o);
+#pragma unroll
+      for (int k = 0; k < PAIRS; ++k) {
+        const int pr = wp + 8 * k, h = pr / CT, t = pr % CT;
+        if (pr < AD_HG * CT && t < ntc) {
+          Ps[h * PS + t * AM_KT + lane] = __float2bfloat16_rn(pv[k]);
+          if (lane == 0) Sm[h * CT + t] = sm[k];
+        }
       }
     }
     __syncthreads();
