@@ -785,7 +785,7 @@ __global__ void __cluster_dims__(AD_CS, 1, 1) __launch_bounds__(AD_NT, 1)
   constexpr int QP = DH / 2;               // q column pairs a head
   constexpr int QPT = (AD_HG * QP + AD_NT - 1) / AD_NT;  // q pairs a thread
   constexpr int PAIRS = (AD_HG * CT + 7) / 8;             // softmax (head, tile) pairs a warp
-  static_assert(D % 64 == 0 && D <= 512 && KC <= AD_NT, "shape");
+  static_assert(D % 64 == 0 && D <= 512 && KC <= AD_NT && AM_KT == 32, "shape");
   constexpr AdLayout L(DH, CT);
   static_assert(AD_HG * DH * 4 <= L.q, "merge O must fit over the key rows");
 
@@ -986,26 +986,33 @@ __global__ void __cluster_dims__(AD_CS, 1, 1) __launch_bounds__(AD_NT, 1)
       for (int t = 0; t < ntc; ++t) l = fmaf(l, Ct[tid * CT + t], Sm[tid * CT + t]);
       ML[2 * tid + 1] = l;
     }
-    // O = O·c_t + P_t·V_t, tiles in order (v2's chain per element): warp = n8 column tiles [wp·NTW, +NTW)
+    // O = O·c_t + P_t·V_t, tiles in order (v2's chain per element): warp = n8 column tiles [wp·NTW, +NTW).
+    // A tile's fragments are all loaded before its MMAs, so the chain waits on shared memory once a tile.
     for (int t = 0; t < ntc; ++t) {
       const float ca = Ct[gq * CT + t], cb = Ct[(gq + 8) * CT + t];
+      uint32_t a[2][4], b[2][NTW][2];
 #pragma unroll
-      for (int u = 0; u < NTW; ++u) o[u][0] *= ca, o[u][1] *= ca, o[u][2] *= cb, o[u][3] *= cb;
-#pragma unroll
-      for (int ks = 0; ks < AM_KT / 16; ++ks) {
-        uint32_t a[4];
+      for (int ks = 0; ks < 2; ++ks) {
         const int k0 = t * AM_KT + 16 * ks;
-        ldsm_x4(a, Ps + (lr + 8 * (lj & 1)) * PS + k0 + 8 * (lj >> 1));
+        ldsm_x4(a[ks], Ps + (lr + 8 * (lj & 1)) * PS + k0 + 8 * (lj >> 1));
         const float* vr = Kf + (k0 + 2 * cq) * KS + gq;
 #pragma unroll
         for (int u = 0; u < NTW; ++u) {
           const int jn = wp * NTW + u;
-          if (jn < NTILES) {
+          if (NTILES % 8 == 0 || jn < NTILES) {
             const float* v = vr + 8 * jn;
-            mma_bf16(o[u], a, pack_bf16(v[0], v[KS]), pack_bf16(v[8 * KS], v[9 * KS]));
+            b[ks][u][0] = pack_bf16(v[0], v[KS]);
+            b[ks][u][1] = pack_bf16(v[8 * KS], v[9 * KS]);
           }
         }
       }
+#pragma unroll
+      for (int u = 0; u < NTW; ++u) o[u][0] *= ca, o[u][1] *= ca, o[u][2] *= cb, o[u][3] *= cb;
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+        for (int u = 0; u < NTW; ++u)
+          if (NTILES % 8 == 0 || wp * NTW + u < NTILES) mma_bf16(o[u], a[ks], b[ks][u][0], b[ks][u][1]);
     }
     if (c + 1 < NCH) cluster.sync();  // the other half is done reading this Sp; every warp done with Kf, Ps
   }
