@@ -106,27 +106,28 @@ def run_dec(n, S, V, scale, sinks, H):
         ML.append((m, l)); OS.append(O)
     return merge(ML, OS, sinks, H, len(V[0]))
 MUTANT = False
-random.seed(1)
 bad = 0
-for n in [0, 1, 31, 32, 33, 100, 161, 640, 700, 1000]:
-    H, d = 2, 3
-    S = [[f32(random.gauss(0, 3)) for _ in range(max(n, 1))] for _ in range(H)]
-    V = [[bf16(f32(random.gauss(0, 1))) for _ in range(d)] for _ in range(max(n, 1))]
-    sinks = [f32(random.gauss(0, 1)) for _ in range(H)]
-    a = run_v2(n, S, V, f32(0.7), sinks, H)
-    MUTANT = False
-    b = run_dec(n, S, V, f32(0.7), sinks, H)
-    MUTANT = True
-    mb = run_dec(n, S, V, f32(0.7), sinks, H)
-    MUTANT = False
-    ok = a == b
-    bad += not ok
-    print(f"n={n}: attdec {'==' if ok else '!='} v2; mutant {'==' if a == mb else '!='} v2")
-    if n == 640 and a == mb:
-        print("FAIL: the mutant was not detected"); bad += 1
+for CT in (5, 2):  # the backend's chunk, the narrow variant's
+    random.seed(1)
+    for n in [0, 1, 31, 32, 33, 100, 161, 640, 700, 1000]:
+        H, d = 2, 3
+        S = [[f32(random.gauss(0, 3)) for _ in range(max(n, 1))] for _ in range(H)]
+        V = [[bf16(f32(random.gauss(0, 1))) for _ in range(d)] for _ in range(max(n, 1))]
+        sinks = [f32(random.gauss(0, 1)) for _ in range(H)]
+        a = run_v2(n, S, V, f32(0.7), sinks, H)
+        MUTANT = False
+        b = run_dec(n, S, V, f32(0.7), sinks, H)
+        MUTANT = True
+        mb = run_dec(n, S, V, f32(0.7), sinks, H)
+        MUTANT = False
+        ok = a == b
+        bad += not ok
+        print(f"CT={CT} n={n}: attdec {'==' if ok else '!='} v2; mutant {'==' if a == mb else '!='} v2")
+        if n == 640 and a == mb:
+            print("FAIL: the mutant was not detected"); bad += 1
 
 # Shared-memory layout (AdLayout) for every d: 16-byte aligned regions, fits 227 KB, bank properties.
-for D in (64, 128, 256, 512):
+for D, CT in ((64, 5), (128, 5), (256, 5), (512, 5), (512, 2)):
     DH = D // 2; KC = CT * KT
     k = 0; q = k + KC * (DH + 8) * 4; sp = q + HG * (DH + 8) * 2; sc = sp + HG * (KC + 4) * 4
     p = sc + HG * (KC + 4) * 4; mt = p + HG * (KC + 8) * 2; ct = mt + HG * CT * 4; sm = ct + HG * CT * 4
@@ -134,6 +135,7 @@ for D in (64, 128, 256, 512):
     for name, off in (("q", q), ("sp", sp), ("sc", sc), ("p", p), ("mt", mt)):
         if off % 16: print(f"FAIL: D={D} region {name} at {off} not 16-byte aligned"); bad += 1
     if total + 1024 > 232448: print(f"FAIL: D={D} {total} B of shared memory"); bad += 1
+    if CT == 2 and 2 * (total + 1024) > 233472: print(f"FAIL: narrow: two CTAs do not fit an SM"); bad += 1
     if HG * DH * 4 > q: print(f"FAIL: D={D} merge O does not fit"); bad += 1
     KSr = DH + 8
     # S: float2 reads of a half warp (gq 0..3 or 4..7, cq 0..3) hit 32 distinct banks
@@ -147,6 +149,6 @@ for D in (64, 128, 256, 512):
     # ldmatrix rows of Q (stride (DH+8)·2 B) and P (stride (KC+8)·2 B): 8 rows in distinct 16-byte bank groups
     for stride in ((DH + 8) * 2, (KC + 8) * 2):
         if len({(r * stride // 16) % 8 for r in range(8)}) != 8: print(f"FAIL: D={D} ldmatrix stride {stride}"); bad += 1
-    print(f"D={D}: {total} B shared (+1 KB static)")
+    print(f"D={D} CT={CT}: {total} B shared (+1 KB static)")
 print("FAILED" if bad else "all checks passed")
 raise SystemExit(1 if bad else 0)

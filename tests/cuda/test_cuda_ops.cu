@@ -1301,7 +1301,11 @@ Result sink_attn_case(const AttnKernel& K, int64_t M, int H, int d, int nk, int 
     CK(run(dc::sink_attention_mma, 0, M, dout.as<float>()));
     auto o2v = down<float>(dout, M * ldo);
     expect_true(res, memcmp(o2v.data(), o.data(), o.size() * 4) == 0, "attdec differs from v2");
-    res.detail += "attdec==v2 ";
+    poison(dout);
+    CK(run(dc::sink_attention_dec_narrow, 0, M, dout.as<float>()));
+    auto onv = down<float>(dout, M * ldo);
+    expect_true(res, memcmp(onv.data(), o.data(), o.size() * 4) == 0, "attdec narrow (2 tiles a chunk) differs");
+    res.detail += "attdec==v2==narrow ";
   }
   if (g_perf && K.dec) {
     // From a graph with programmatic edges (as the model's decode steps), 24 calls; the key pools rotate
@@ -1328,16 +1332,18 @@ Result sink_attn_case(const AttnKernel& K, int64_t M, int H, int d, int nk, int 
     res.graph_us = graph(K.fn);
     res.us = res.graph_us;
     const double v2 = graph(dc::sink_attention_mma);
+    const double nar = graph(dc::sink_attention_dec_narrow);
     double keys = 0;
     for (int64_t m = 0; m < M; ++m) keys += (hi[m] - lo[m]) + (off[m + 1] - off[m]);
     res.bytes = M * (double)H * d * 8.0 + keys * d * 4.0;
     res.flops = keys * H * d * 4.0;
-    char buf[224];
+    char buf[320];
     snprintf(buf, sizeof buf,
-             "graph+pdl, %d pool copies: attdec %.2f us, v2 %.2f us (attdec %.2fx); backend takes %s at this M; "
-             "clusters resident attdec %d, v2 %d ",
-             copies, res.graph_us, v2, v2 / res.graph_us, M <= dc::kAttDecMaxM ? "attdec" : "v2",
-             dc::sink_attention_dec_max_clusters(d), dc::sink_attention_mma_max_clusters(d, 2));
+             "graph+pdl, %d pool copies: attdec %.2f us, v2 %.2f us (attdec %.2fx), attdec narrow (2 tiles a "
+             "chunk) %.2f us; backend takes %s at this M; clusters resident attdec %d, narrow %d, v2 %d ",
+             copies, res.graph_us, v2, v2 / res.graph_us, nar, M <= dc::kAttDecMaxM ? "attdec" : "v2",
+             dc::sink_attention_dec_max_clusters(d), dc::sink_attention_dec_max_clusters(d, true),
+             dc::sink_attention_mma_max_clusters(d, 2));
     res.detail += buf;
   } else if (g_perf) {
     res.us = time_us([&] { run(K.fn, 0, M, dout.as<float>()); });

@@ -743,6 +743,7 @@ constexpr int AD_HG = 16;            // heads a CTA (one m16 tile)
 constexpr int AD_CS = 2 * AM_KS;     // cluster: split × half
 constexpr int AD_HPS = AD_HG / AM_KS;  // heads a CTA finalizes in the merge
 constexpr int AD_CT = 5;             // 32-key tiles staged at once: a 640-key query's split (20 tiles / 4) in one chunk
+constexpr int AD_CT_NARROW = 2;      // (sink_attention_dec_narrow: two CTAs an SM at d = 512)
 
 // Shared memory layout (bytes) for half width DH and CT tiles a chunk.
 struct AdLayout {
@@ -762,8 +763,10 @@ struct AdLayout {
         total(rows + CT * AM_KT * 4) {}
 };
 
+// CT = 5 (the backend's): 205.6 KB at d = 512, one CTA an SM; CT = 2 (`sink_attention_dec_narrow`, for the
+// perf comparison): 87.9 KB, two CTAs an SM, a 640-key split in 3 chunks. Same bits either way.
 template <int D, int CT>
-__global__ void __cluster_dims__(AD_CS, 1, 1) __launch_bounds__(AD_NT, 1)
+__global__ void __cluster_dims__(AD_CS, 1, 1) __launch_bounds__(AD_NT, CT <= 2 ? 2 : 1)
     sink_attn_dec_kernel(const float* __restrict__ q, int64_t ldq, int H, const float* __restrict__ win,
                          const int32_t* __restrict__ win_lo, const int32_t* __restrict__ win_hi,
                          const float* __restrict__ ent, const int32_t* __restrict__ ent_idx,
@@ -1172,7 +1175,19 @@ cudaError_t sink_attention_dec(const float* q, int64_t M, int64_t ldq, int H, in
   }
 }
 
-int sink_attention_dec_max_clusters(int d) {
+cudaError_t sink_attention_dec_narrow(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                                      const int32_t* win_lo, const int32_t* win_hi, const float* ent,
+                                      const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
+                                      float* out, int64_t ldo, cudaStream_t s) {
+  if (d != 512)
+    return sink_attention_dec(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
+  if (!sink_attention_mma_supported(H, d, win, ent)) return cudaErrorNotSupported;
+  if (M <= 0) return cudaSuccess;
+  return ad_launch<512, AD_CT_NARROW>(AM_ARGS);
+}
+
+int sink_attention_dec_max_clusters(int d, bool narrow) {
+  if (narrow && d == 512) return ad_max_clusters<512, AD_CT_NARROW>();
   switch (d) {
     case 64: return ad_max_clusters<64, AD_CT>();
     case 128: return ad_max_clusters<128, AD_CT>();
@@ -1185,7 +1200,8 @@ int sink_attention_dec_max_clusters(int d) {
 namespace detail {
 cudaError_t init_attributes_attention_mma() {
   return first_error({am_attrs<64>(), am_attrs<128>(), am_attrs<256>(), am_attrs<512>(), ad_attrs<64, AD_CT>(),
-                      ad_attrs<128, AD_CT>(), ad_attrs<256, AD_CT>(), ad_attrs<512, AD_CT>()});
+                      ad_attrs<128, AD_CT>(), ad_attrs<256, AD_CT>(), ad_attrs<512, AD_CT>(),
+                      ad_attrs<512, AD_CT_NARROW>()});
 }
 }  // namespace detail
 

@@ -451,8 +451,15 @@ cudaError_t sink_attention_dec(const float* q, int64_t M, int64_t ldq, int H, in
                                const int32_t* win_lo, const int32_t* win_hi, const float* ent, const int32_t* ent_idx,
                                const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo,
                                cudaStream_t s);
-// Clusters of sink_attention_dec that fit the device at once (diagnostics; ~2 a GPC at d = 512); −1 on error.
-int sink_attention_dec_max_clusters(int d);
+// The same with 2 tiles a chunk at d = 512 (87.9 KB of shared memory: two CTAs an SM, a 640-key split in 3
+// chunks; other d: sink_attention_dec). Same bits; for the perf comparison only.
+cudaError_t sink_attention_dec_narrow(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                                      const int32_t* win_lo, const int32_t* win_hi, const float* ent,
+                                      const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
+                                      float* out, int64_t ldo, cudaStream_t s);
+// Clusters of sink_attention_dec (narrow: _narrow) that fit the device at once (diagnostics: ~2 a GPC at d = 512,
+// ~4 narrow); −1 on error.
+int sink_attention_dec_max_clusters(int d, bool narrow = false);
 // The largest M for which CudaBackend::sink_attention takes sink_attention_dec (above: sink_attention_mma).
 constexpr int64_t kAttDecMaxM = 16;
 // v1 (kept for comparison in test_cuda_ops --perf): one block per (query, head), d ≤ 1024.
