@@ -1308,11 +1308,13 @@ Result sink_attn_case(const AttnKernel& K, int64_t M, int H, int d, int nk, int 
     res.detail += "attdec==v2==narrow ";
   }
   if (g_perf && K.dec) {
-    // From a graph with programmatic edges (as the model's decode steps), 24 calls; the key pools rotate
-    // among copies (≥ 256 MB in all, or 24) so that each call reads its keys from HBM, as a layer's
-    // attention does in a decode step. Same inputs and rotation for attdec and v2.
+    // From a graph with programmatic edges (as the model's decode steps), max(24, copies) calls, call i on
+    // copy i % copies of the key pools (≤ 64 copies, ≤ 256 MB in all): the rows the calls touch add up to
+    // more than the L2 (M = 1: 64 × 1.3 MB), so each call reads its keys from HBM, as a layer's attention
+    // does in a decode step. Same inputs and rotation for attdec, v2 and narrow.
     const int64_t pool = (n_win + n_ent) * d * 4;
-    const int copies = (int)std::max<int64_t>(1, std::min<int64_t>(24, (256ll << 20) / pool));
+    const int copies = (int)std::max<int64_t>(1, std::min<int64_t>(64, (256ll << 20) / pool));
+    const int calls = std::max(24, copies);
     DBuf dpools = dalloc(copies * pool, "pools");
     for (int k = 0; k < copies; ++k) {
       CK(cudaMemcpy(dpools.as<uint8_t>() + k * pool, dw.as<float>(), n_win * d * 4, cudaMemcpyDeviceToDevice));
@@ -1327,7 +1329,7 @@ Result sink_attn_case(const AttnKernel& K, int64_t M, int H, int d, int nk, int 
             CK(fn(dq.as<float>(), M, ldq, H, d, w, dlo.as<int32_t>(), dhi.as<int32_t>(), w + n_win * d,
                   di.as<int32_t>(), doff.as<int64_t>(), ds.as<float>(), scale, dout.as<float>(), ldo, st));
           },
-          24, true);
+          calls, true);
     };
     res.graph_us = graph(K.fn);
     res.us = res.graph_us;
@@ -1339,9 +1341,9 @@ Result sink_attn_case(const AttnKernel& K, int64_t M, int H, int d, int nk, int 
     res.flops = keys * H * d * 4.0;
     char buf[320];
     snprintf(buf, sizeof buf,
-             "graph+pdl, %d pool copies: attdec %.2f us, v2 %.2f us (attdec %.2fx), attdec narrow (2 tiles a "
+             "graph+pdl, %d calls, %d pool copies: attdec %.2f us, v2 %.2f us (attdec %.2fx), attdec narrow (2 tiles a "
              "chunk) %.2f us; backend takes %s at this M; clusters resident attdec %d, narrow %d, v2 %d ",
-             copies, res.graph_us, v2, v2 / res.graph_us, nar, M <= dc::kAttDecMaxM ? "attdec" : "v2",
+             calls, copies, res.graph_us, v2, v2 / res.graph_us, nar, M <= dc::kAttDecMaxM ? "attdec" : "v2",
              dc::sink_attention_dec_max_clusters(d), dc::sink_attention_dec_max_clusters(d, true),
              dc::sink_attention_mma_max_clusters(d, 2));
     res.detail += buf;
