@@ -1196,9 +1196,11 @@ struct AttnKernel {
   bool bf16_inputs;  // round q and keys to bf16 before the reference (the kernel does on the way in)
   double tol;        // NMSE against CpuBackend
   bool mma;          // perf: compare with sink_attention_f32 (else with v1)
+  bool dec = false;  // attdec: bitwise equal to sink_attention_mma (v2); every query of M ≤ 8 alone; graph perf
 };
 const AttnKernel kAttnF32{dc::sink_attention_f32, false, 1e-9, false};
 const AttnKernel kAttnMma{dc::sink_attention_mma, true, 2e-5, true};  // P rounded to bf16 before P·V
+const AttnKernel kAttnDec{dc::sink_attention_dec, true, 2e-5, false, true};  // v2's bits on more CTAs
 
 Result sink_attn_case(const AttnKernel& K, int64_t M, int H, int d, int nk, int kind, const std::string& name,
                       int check, bool prefill) {
@@ -1276,7 +1278,11 @@ Result sink_attn_case(const AttnKernel& K, int64_t M, int H, int d, int nk, int 
     for (float v : got) z &= v == 0.0f;
     expect_true(res, z, "no keys must give exact zeros");
   }
-  for (int64_t m : {(int64_t)0, M / 2}) {
+  std::vector<int64_t> alone{0, M / 2};
+  if (K.dec && M <= 8)  // attdec: every query of a small batch alone
+    for (int64_t m = 1; m < M; ++m)
+      if (m != M / 2) alone.push_back(m);
+  for (int64_t m : alone) {
     poison(dout1);
     CK(run(K.fn, m, 1, dout1.as<float>()));
     auto a = down<float>(dout1, ldo);
@@ -1294,7 +1300,58 @@ Result sink_attn_case(const AttnKernel& K, int64_t M, int H, int d, int nk, int 
     expect_true(res, memcmp(o1.data(), o.data(), o.size() * 4) == 0, "v2 differs from v1");
     res.detail += "v2==v1 ";
   }
-  if (g_perf) {
+  if (K.dec) {  // attdec keeps v2's arithmetic: same bits, padding too (so the backend may choose by M)
+    poison(dout);
+    CK(run(dc::sink_attention_mma, 0, M, dout.as<float>()));
+    auto o2v = down<float>(dout, M * ldo);
+    expect_true(res, memcmp(o2v.data(), o.data(), o.size() * 4) == 0, "attdec differs from v2");
+    poison(dout);
+    CK(run(dc::sink_attention_dec_narrow, 0, M, dout.as<float>()));
+    auto onv = down<float>(dout, M * ldo);
+    expect_true(res, memcmp(onv.data(), o.data(), o.size() * 4) == 0, "attdec narrow (2 tiles a chunk) differs");
+    res.detail += "attdec==v2==narrow ";
+  }
+  if (g_perf && K.dec) {
+    // From a graph with programmatic edges (as the model's decode steps), max(24, copies) calls, call i on
+    // copy i % copies of the key pools (≤ 64 copies, ≤ 256 MB in all): the rows the calls touch add up to
+    // more than the L2 (M = 1: 64 × 1.3 MB), so each call reads its keys from HBM, as a layer's attention
+    // does in a decode step. Same inputs and rotation for attdec, v2 and narrow.
+    const int64_t pool = (n_win + n_ent) * d * 4;
+    const int copies = (int)std::max<int64_t>(1, std::min<int64_t>(64, (256ll << 20) / pool));
+    const int calls = std::max(24, copies);
+    DBuf dpools = dalloc(copies * pool, "pools");
+    for (int k = 0; k < copies; ++k) {
+      CK(cudaMemcpy(dpools.as<uint8_t>() + k * pool, dw.as<float>(), n_win * d * 4, cudaMemcpyDeviceToDevice));
+      CK(cudaMemcpy(dpools.as<uint8_t>() + k * pool + n_win * d * 4, de.as<float>(), n_ent * d * 4,
+                    cudaMemcpyDeviceToDevice));
+    }
+    auto graph = [&](decltype(dc::sink_attention_f32)* fn) {
+      int it = 0;
+      return time_graph_us(
+          [&](cudaStream_t st) {
+            const float* w = reinterpret_cast<const float*>(dpools.as<uint8_t>() + (it++ % copies) * pool);
+            CK(fn(dq.as<float>(), M, ldq, H, d, w, dlo.as<int32_t>(), dhi.as<int32_t>(), w + n_win * d,
+                  di.as<int32_t>(), doff.as<int64_t>(), ds.as<float>(), scale, dout.as<float>(), ldo, st));
+          },
+          calls, true);
+    };
+    res.graph_us = graph(K.fn);
+    res.us = res.graph_us;
+    const double v2 = graph(dc::sink_attention_mma);
+    const double nar = graph(dc::sink_attention_dec_narrow);
+    double keys = 0;
+    for (int64_t m = 0; m < M; ++m) keys += (hi[m] - lo[m]) + (off[m + 1] - off[m]);
+    res.bytes = M * (double)H * d * 8.0 + keys * d * 4.0;
+    res.flops = keys * H * d * 4.0;
+    char buf[320];
+    snprintf(buf, sizeof buf,
+             "graph+pdl, %d calls, %d pool copies: attdec %.2f us, v2 %.2f us (attdec %.2fx), attdec narrow (2 tiles a "
+             "chunk) %.2f us; backend takes %s at this M; clusters resident attdec %d, narrow %d, v2 %d ",
+             calls, copies, res.graph_us, v2, v2 / res.graph_us, nar, M <= dc::kAttDecMaxM ? "attdec" : "v2",
+             dc::sink_attention_dec_max_clusters(d), dc::sink_attention_dec_max_clusters(d, true),
+             dc::sink_attention_mma_max_clusters(d, 2));
+    res.detail += buf;
+  } else if (g_perf) {
     res.us = time_us([&] { run(K.fn, 0, M, dout.as<float>()); });
     double keys = 0;
     for (int64_t m = 0; m < M; ++m) keys += (hi[m] - lo[m]) + (off[m + 1] - off[m]);
@@ -1332,6 +1389,10 @@ Result attn_f32_case(int64_t M, int H, int d, int nk, const std::string& name, i
 Result attn_mma_case(int64_t M, int H, int d, int nk, int kind, const std::string& name, int check = 0,
                      bool prefill = false) {
   return sink_attn_case(kAttnMma, M, H, d, nk, kind, name, check, prefill);
+}
+// attdec (sink_attention_dec): the same case body; also bitwise equal to sink_attention_mma (v2).
+Result attdec_case(int64_t M, int H, int d, int nk, int kind, const std::string& name, int check = 0) {
+  return sink_attn_case(kAttnDec, M, H, d, nk, kind, name, check, false);
 }
 
 Result indexer_case(int64_t M, int hI, int dI, int64_t nk, bool paged, const std::string& name) {
@@ -4316,6 +4377,34 @@ void register_cases() {
     add("sink_attention_mma perf M=1 H=64 d=512 keys=4096 (HCA at 512k)",
         [] { return attn_mma_case(1, 64, 512, 4096, 0, "am_perf_4k", 1); });
   }
+  // attdec (sink_attention_dec: v2's bits on 8× the CTAs, the backend's path for M ≤ kAttDecMaxM)
+  {
+    struct MC { int64_t M; int H, d, nk, kind; const char* what; };
+    const MC mc[] = {{1, 64, 512, 640, 0, "win+ent"},       {2, 64, 512, 640, 0, "win+ent"},
+                     {8, 64, 512, 640, 0, "win+ent"},       {8, 64, 512, -1, 0, "uneven win+ent"},
+                     {7, 64, 512, 100, 1, "window only"},   {7, 64, 512, 128, 1, "window only"},
+                     {7, 64, 512, 300, 2, "entries only"},  {8, 64, 512, -1, 2, "uneven entries only"},
+                     {8, 64, 512, -1, 1, "uneven window only"},
+                     {3, 64, 512, 0, 0, "no keys"},         {3, 64, 512, 1, 0, "one key"},
+                     {3, 64, 512, 33, 0, "33 keys"},        {3, 64, 512, 161, 0, "161 keys"},
+                     {2, 64, 512, 2000, 0, "many keys: 4 chunks a split"},
+                     {64, 64, 512, -1, 0, "uneven, large batch"},
+                     {7, 16, 128, -1, 0, "uneven"},         {1, 16, 128, 640, 0, "win+ent"},
+                     {7, 32, 256, -1, 0, "uneven"},         {5, 80, 64, -1, 0, "five head groups"},
+                     {9, 4, 64, -1, 0, "tiny fixtures' shape"}, {5, 72, 512, -1, 0, "partial head group"}};
+    for (auto c : mc) {
+      auto n = nm("attdec M=%ld H=%d d=%d keys=%d (%s)", c.M, c.H, c.d, c.nk, c.what);
+      add(n, [=] { return attdec_case(c.M, c.H, c.d, c.nk, c.kind, n); });
+    }
+  }
+  if (g_perf)
+    for (int64_t M : {1, 2, 8, 16, 32, 128}) {
+      auto n = nm("attdec perf M=%ld H=64 d=512 keys=640 (decode, graph with programmatic edges)", M);
+      add(n, [=] { return attdec_case(M, 64, 512, 640, 0, n, 3); });
+    }
+  if (g_perf)
+    add("attdec perf M=1 H=64 d=512 keys=4096 (HCA at 512k: 7 chunks a split, graph with programmatic edges)",
+        [] { return attdec_case(1, 64, 512, 4096, 0, "ad_perf_4k", 1); });
   add("sink_attention_tc decode M=1 H=64 d=512 W=128 topk=512", [] { return attn_case(1, 64, 512, 128, 512, false, "tc1", true); });
   add("sink_attention_tc decode M=64 H=64 d=512 W=128 topk=512", [] { return attn_case(64, 64, 512, 128, 512, false, "tc2", true); });
   add("sink_attention_tc decode M=32 H=64 d=512 W=128 no entries", [] { return attn_case(32, 64, 512, 128, 0, false, "tc3", true); });

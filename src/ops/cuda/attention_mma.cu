@@ -723,6 +723,399 @@ int a2_max_clusters() {
   return n;
 }
 
+
+// ---- attdec: v2's arithmetic on 8× the CTAs, for decode (docs/cuda-notes.md, "Decode attention on many CTAs") ----
+// v2 gives a query 4 CTAs (one per key split), each walking its ~5 tiles one after the other: at M = 1 four SMs
+// work and the rest idle (24.8 µs a call). attdec keeps every rounding and every order of v2, so it gives the
+// same bits (tested) and the backend may choose between the two by M without breaking batch invariance, and
+// spreads a query over 8 × ⌈H/16⌉ CTAs: cluster rank = 2·split + half (v2's 4 splits, v1's halves of d) and
+// blockIdx.y = a group of 16 heads (one m16 tile; a head's arithmetic does not depend on the other rows of
+// its tile). Per CTA all tiles of the split are staged at once (f32 rows of its half of d, up to 5 tiles a
+// chunk; more keys take more chunks) and the tile chain of v2 is cut where it is not a chain:
+//  - S of every tile at once (v2's fragments and k-order; B read from the f32 rows and rounded to bf16 as
+//    v2's conversion does), the two halves' partial S exchanged once through distributed shared memory;
+//  - the running max is a prefix max of the tiles' maxima (fmaxf is exact and order-free), so p = exp(s − m_t)
+//    and the tile sums are computed for all tiles at once; only the scalar l chain and O's
+//    (o·c_t + P_t·V_t) chain stay sequential: 2 MMAs and a multiply a tile;
+//  - the merge is v2's (splits in order 0..3, same formula), each CTA finalizing 4 heads of its half.
+constexpr int AD_NT = 256;           // threads (8 warps)
+constexpr int AD_HG = 16;            // heads a CTA (one m16 tile)
+constexpr int AD_CS = 2 * AM_KS;     // cluster: split × half
+constexpr int AD_HPS = AD_HG / AM_KS;  // heads a CTA finalizes in the merge
+constexpr int AD_CT = 5;             // 32-key tiles staged at once: a 640-key query's split (20 tiles / 4) in one chunk
+constexpr int AD_CT_NARROW = 2;      // (sink_attention_dec_narrow: two CTAs an SM at d = 512)
+
+// Shared memory layout (bytes) for half width DH and CT tiles a chunk.
+struct AdLayout {
+  int k, q, sp, sc, p, mt, ct, sm, ml, wt, rows, total;
+  __host__ __device__ constexpr AdLayout(int DH, int CT)
+      : k(0),                                          // [CT·32][DH + 8] f32 key rows; merge: O [16][DH] f32
+        q(k + CT * AM_KT * (DH + 8) * 4),              // [16][DH + 8] bf16
+        sp(q + AD_HG * (DH + 8) * 2),                  // [16][CT·32 + 4] f32 this half's partial S
+        sc(sp + AD_HG * (CT * AM_KT + 4) * 4),         // [16][CT·32 + 4] f32 scaled S (both halves)
+        p(sc + AD_HG * (CT * AM_KT + 4) * 4),          // [16][CT·32 + 8] bf16 P
+        mt(p + AD_HG * (CT * AM_KT + 8) * 2),          // [16][CT] tile max, then running max
+        ct(mt + AD_HG * CT * 4),                       // [16][CT] correction factor of each tile
+        sm(ct + AD_HG * CT * 4),                       // [16][CT] sum of p of each tile
+        ml(sm + AD_HG * CT * 4),                       // [16][2] softmax state (m, l) of the split
+        wt(ml + AD_HG * 2 * 4),                        // [4][AM_KS + 1] merge weights, 1/sum
+        rows(wt + AD_HPS * (AM_KS + 1) * 4),           // [CT·32] pool row of each key of the chunk
+        total(rows + CT * AM_KT * 4) {}
+};
+
+// CT = 5 (the backend's): 205.6 KB at d = 512, one CTA an SM; CT = 2 (`sink_attention_dec_narrow`, for the
+// perf comparison): 87.9 KB, two CTAs an SM, a 640-key split in 3 chunks. Same bits either way.
+template <int D, int CT>
+__global__ void __cluster_dims__(AD_CS, 1, 1) __launch_bounds__(AD_NT, CT <= 2 ? 2 : 1)
+    sink_attn_dec_kernel(const float* __restrict__ q, int64_t ldq, int H, const float* __restrict__ win,
+                         const int32_t* __restrict__ win_lo, const int32_t* __restrict__ win_hi,
+                         const float* __restrict__ ent, const int32_t* __restrict__ ent_idx,
+                         const int64_t* __restrict__ ent_off, const float* __restrict__ sinks, float scale,
+                         float* __restrict__ out, int64_t ldo) {
+  DI_PDL_WAIT();
+  constexpr int DH = D / 2;
+  constexpr int KC = CT * AM_KT;           // keys a chunk
+  constexpr int KS = DH + 8;               // f32 key row stride ≡ 8 mod 32 words: S's float2 reads conflict-free
+  constexpr int QS = DH + 8;               // bf16 q row stride: (DH+8)·2 B ≡ 16 mod 128 B (ldmatrix)
+  constexpr int SS = KC + 4;               // S row stride (floats)
+  constexpr int PS = KC + 8;               // P row stride (bf16): ≡ 16 mod 32 B, ldmatrix rows in distinct bank groups
+  constexpr int KSTEPS = DH / 16;          // S: k-steps over this half (v2's)
+  constexpr int NTILES = DH / 8;           // P·V: n8 tiles of this half
+  constexpr int NTW = (NTILES + 7) / 8;    // n8 tiles a warp
+  constexpr int CPR = DH / 4;              // 16-byte chunks a key half-row
+  constexpr int SN8 = KC / 8;              // S: n8 key tiles a chunk
+  constexpr int SPW = (SN8 + 7) / 8;       // ... a warp
+  constexpr int QP = DH / 2;               // q column pairs a head
+  constexpr int QPT = (AD_HG * QP + AD_NT - 1) / AD_NT;  // q pairs a thread
+  constexpr int PAIRS = (AD_HG * CT + 7) / 8;             // softmax (head, tile) pairs a warp
+  static_assert(D % 64 == 0 && D <= 512 && KC <= AD_NT && AM_KT == 32, "shape");
+  constexpr AdLayout L(DH, CT);
+  static_assert(AD_HG * DH * 4 <= L.q, "merge O must fit over the key rows");
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* Kf = reinterpret_cast<float*>(smem + L.k);
+  bf16* Qs = reinterpret_cast<bf16*>(smem + L.q);
+  float* Sp = reinterpret_cast<float*>(smem + L.sp);
+  float* Sc = reinterpret_cast<float*>(smem + L.sc);
+  bf16* Ps = reinterpret_cast<bf16*>(smem + L.p);
+  float* Mt = reinterpret_cast<float*>(smem + L.mt);
+  float* Ct = reinterpret_cast<float*>(smem + L.ct);
+  float* Sm = reinterpret_cast<float*>(smem + L.sm);
+  float* ML = reinterpret_cast<float*>(smem + L.ml);
+  float* Wt = reinterpret_cast<float*>(smem + L.wt);
+  int* Rows = reinterpret_cast<int*>(smem + L.rows);
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = (int)cluster.block_rank();
+  const int hf = rank & 1, split = rank >> 1;
+  const int64_t m = blockIdx.x / AD_CS;
+  const int g0 = blockIdx.y * AD_HG;
+  const int hv = min(AD_HG, H - g0);
+  const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
+  const int c0 = hf * DH;
+
+  // keys and split ranges: v2's (a function of the key count only)
+  const int64_t lo = win_lo[m];
+  const int nw = win_hi[m] - win_lo[m];
+  const int64_t e0 = ent_off ? ent_off[m] : 0;
+  const int ne = ent_off ? (int)(ent_off[m + 1] - e0) : 0;
+  const int n = nw + ne;
+  const int T = (n + AM_KT - 1) / AM_KT;
+  const int ns = max(1, min(AM_KS, (T + AM_TMIN - 1) / AM_TMIN));
+  const int t0 = split < ns ? (int)((int64_t)split * T / ns) : T;
+  const int t1 = split < ns ? (int)((int64_t)(split + 1) * T / ns) : T;
+  const int NCH = ((T + ns - 1) / ns + CT - 1) / CT;  // chunks of the longest split: the same on every rank
+
+  // Chunk c: tiles [t0 + c·CT, +ntc), keys [kb, kb + kv) of them valid (< n). Pool rows first (one load a
+  // key), then this half's columns of every valid row by cp.async; rows kv .. ntc·32 become zeros (v2's
+  // zero rows: P·V never sees stale shared memory).
+  auto chunk_tiles = [&](int c) { return max(0, min(t1 - (t0 + c * CT), CT)); };
+  auto stage = [&](int c, int ntc) {
+    const int kb = (t0 + c * CT) * AM_KT;
+    const int kv = max(0, min(n - kb, ntc * AM_KT));
+    if (tid < kv) {
+      const int i = kb + tid;
+      Rows[tid] = i < nw ? (int)(lo + i) : ent_idx[e0 + i - nw];
+    }
+    __syncthreads();
+    for (int idx = tid; idx < kv * CPR; idx += AD_NT) {
+      const int r = idx / CPR, ch = idx % CPR;
+      am_cp16(Kf + r * KS + ch * 4, (kb + r < nw ? win : ent) + (int64_t)Rows[r] * D + c0 + ch * 4);
+    }
+    am_commit();
+    for (int idx = tid; idx < (ntc * AM_KT - kv) * CPR; idx += AD_NT) {
+      const int r = kv + idx / CPR, ch = idx % CPR;
+      *reinterpret_cast<float4*>(Kf + r * KS + ch * 4) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    return kv;
+  };
+
+  // q (f32, any stride: scalar loads) of the group's 16 heads, this half: loads in flight before chunk 0's rows
+  float2 qv[QPT];
+#pragma unroll
+  for (int u = 0; u < QPT; ++u) {
+    const int idx = tid + u * AD_NT, h = idx / QP, c = 2 * (idx % QP);
+    qv[u] = make_float2(0.0f, 0.0f);
+    if (idx < AD_HG * QP && h < hv) {
+      const float* qr = q + m * ldq + (int64_t)(g0 + h) * D + c0 + c;
+      qv[u] = make_float2(qr[0], qr[1]);
+    }
+  }
+  if (tid < AD_HG) ML[2 * tid] = -INFINITY, ML[2 * tid + 1] = 0.0f;
+  int ntc = NCH > 0 ? chunk_tiles(0) : 0;
+  int kv = NCH > 0 ? stage(0, ntc) : 0;
+#pragma unroll
+  for (int u = 0; u < QPT; ++u) {
+    const int idx = tid + u * AD_NT, h = idx / QP, c = 2 * (idx % QP);
+    if (idx < AD_HG * QP) *reinterpret_cast<uint32_t*>(Qs + h * QS + c) = pack_bf16(qv[u].x, qv[u].y);
+  }
+
+  const int gq = lane >> 2, cq = lane & 3;
+  const int lr = lane & 7, lj = lane >> 3;
+  const float* S0 = cluster.map_shared_rank(Sp, (unsigned)(rank & ~1));  // half 0 first, as v2
+  const float* S1 = cluster.map_shared_rank(Sp, (unsigned)(rank | 1));
+  float o[NTW][4];
+#pragma unroll
+  for (int u = 0; u < NTW; ++u)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[u][e] = 0.0f;
+
+  for (int c = 0; c < NCH; ++c) {
+    if (c > 0) {
+      ntc = chunk_tiles(c);
+      kv = stage(c, ntc);
+    }
+    am_wait_all();
+    __syncthreads();  // key rows, zero rows, Qs ready
+    // partial S over this half of every tile of the chunk: warp = n8 key tiles wp, wp + 8, ...; v2's k-order
+    {
+      float acc[SPW][4] = {};
+      const bf16* qa = Qs + (lr + 8 * (lj & 1)) * QS + 8 * (lj >> 1);
+      const int nn8 = ntc * (AM_KT / 8);
+#pragma unroll
+      for (int ks = 0; ks < KSTEPS; ++ks) {
+        uint32_t a[4];
+        ldsm_x4(a, qa + 16 * ks);
+#pragma unroll
+        for (int i = 0; i < SPW; ++i) {
+          const int j = wp + 8 * i;
+          if (j < nn8) {
+            const float* kr = Kf + (8 * j + gq) * KS + 16 * ks + 2 * cq;
+            const float2 x = *reinterpret_cast<const float2*>(kr);
+            const float2 y = *reinterpret_cast<const float2*>(kr + 8);
+            mma_bf16(acc[i], a, pack_bf16(x.x, x.y), pack_bf16(y.x, y.y));
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < SPW; ++i) {
+        const int j = wp + 8 * i;
+        if (j < nn8) {
+          const int col = 8 * j + 2 * cq;
+          *reinterpret_cast<float2*>(Sp + gq * SS + col) = make_float2(acc[i][0], acc[i][1]);
+          *reinterpret_cast<float2*>(Sp + (gq + 8) * SS + col) = make_float2(acc[i][2], acc[i][3]);
+        }
+      }
+    }
+    cluster.sync();  // both halves' partial S visible
+    // (a) per (head, tile): s = (S0 + S1)·scale (−inf past the keys), the tile max. All of a warp's remote
+    // loads first, then its PAIRS max reductions side by side (each is detail::warp_max's butterfly).
+    {
+      float sv[PAIRS], mx[PAIRS];
+#pragma unroll
+      for (int k = 0; k < PAIRS; ++k) {
+        const int pr = wp + 8 * k, h = pr / CT, t = pr % CT, key = t * AM_KT + lane;
+        sv[k] = -INFINITY;
+        if (pr < AD_HG * CT && t < ntc && key < kv)
+          sv[k] = __fmul_rn(__fadd_rn(S0[h * SS + key], S1[h * SS + key]), scale);
+        mx[k] = sv[k];
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int k = 0; k < PAIRS; ++k) mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], o));
+#pragma unroll
+      for (int k = 0; k < PAIRS; ++k) {
+        const int pr = wp + 8 * k, h = pr / CT, t = pr % CT;
+        if (pr < AD_HG * CT && t < ntc) {
+          Sc[h * SS + t * AM_KT + lane] = sv[k];
+          if (lane == 0) Mt[h * CT + t] = mx[k];
+        }
+      }
+    }
+    __syncthreads();
+    // (b) per head, tiles in order: running max and correction factor (v2's formulas)
+    if (tid < AD_HG) {
+      float mo = ML[2 * tid];
+      for (int t = 0; t < ntc; ++t) {
+        const float mn = fmaxf(mo, Mt[tid * CT + t]);
+        Ct[tid * CT + t] = mn == -INFINITY ? 1.0f : expf(mo - mn);
+        Mt[tid * CT + t] = mn;
+        mo = mn;
+      }
+      ML[2 * tid] = mo;
+    }
+    __syncthreads();
+    // (c) per (head, tile): p = exp(s − m_t), its sum (detail::warp_sum's butterfly, PAIRS side by side), P in bf16
+    {
+      float pv[PAIRS], sm[PAIRS];
+#pragma unroll
+      for (int k = 0; k < PAIRS; ++k) {
+        const int pr = wp + 8 * k, h = pr / CT, t = pr % CT;
+        pv[k] = 0.0f;
+        if (pr < AD_HG * CT && t < ntc) {
+          const float s = Sc[h * SS + t * AM_KT + lane];
+          pv[k] = s == -INFINITY ? 0.0f : expf(s - Mt[h * CT + t]);
+        }
+        sm[k] = pv[k];
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int k = 0; k < PAIRS; ++k) sm[k] += __shfl_xor_sync(0xffffffffu, sm[k], o);
+#pragma unroll
+      for (int k = 0; k < PAIRS; ++k) {
+        const int pr = wp + 8 * k, h = pr / CT, t = pr % CT;
+        if (pr < AD_HG * CT && t < ntc) {
+          Ps[h * PS + t * AM_KT + lane] = __float2bfloat16_rn(pv[k]);
+          if (lane == 0) Sm[h * CT + t] = sm[k];
+        }
+      }
+    }
+    __syncthreads();
+    // (d) per head: l = l·c_t + sum_t in tile order (read by the merge after later barriers)
+    if (tid < AD_HG) {
+      float l = ML[2 * tid + 1];
+      for (int t = 0; t < ntc; ++t) l = fmaf(l, Ct[tid * CT + t], Sm[tid * CT + t]);
+      ML[2 * tid + 1] = l;
+    }
+    // O = O·c_t + P_t·V_t, tiles in order (v2's chain per element): warp = n8 column tiles [wp·NTW, +NTW).
+    // A tile's fragments are all loaded before its MMAs, so the chain waits on shared memory once a tile.
+    for (int t = 0; t < ntc; ++t) {
+      const float ca = Ct[gq * CT + t], cb = Ct[(gq + 8) * CT + t];
+      uint32_t a[2][4], b[2][NTW][2];
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks) {
+        const int k0 = t * AM_KT + 16 * ks;
+        ldsm_x4(a[ks], Ps + (lr + 8 * (lj & 1)) * PS + k0 + 8 * (lj >> 1));
+        const float* vr = Kf + (k0 + 2 * cq) * KS + gq;
+#pragma unroll
+        for (int u = 0; u < NTW; ++u) {
+          const int jn = wp * NTW + u;
+          if (NTILES % 8 == 0 || jn < NTILES) {
+            const float* v = vr + 8 * jn;
+            b[ks][u][0] = pack_bf16(v[0], v[KS]);
+            b[ks][u][1] = pack_bf16(v[8 * KS], v[9 * KS]);
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < NTW; ++u) o[u][0] *= ca, o[u][1] *= ca, o[u][2] *= cb, o[u][3] *= cb;
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+        for (int u = 0; u < NTW; ++u)
+          if (NTILES % 8 == 0 || wp * NTW + u < NTILES) mma_bf16(o[u], a[ks], b[ks][u][0], b[ks][u][1]);
+    }
+    if (c + 1 < NCH) cluster.sync();  // the other half is done reading this Sp; every warp done with Kf, Ps
+  }
+
+  // this split's (m, l) (ML) and O [16][DH] over the key rows
+  am_wait_all();
+  __syncthreads();
+  float* Op = reinterpret_cast<float*>(smem + L.k);
+#pragma unroll
+  for (int u = 0; u < NTW; ++u) {
+    const int jn = wp * NTW + u;
+    if (jn < NTILES) {
+      const int col = 8 * jn + 2 * cq;
+      *reinterpret_cast<float2*>(Op + gq * DH + col) = make_float2(o[u][0], o[u][1]);
+      *reinterpret_cast<float2*>(Op + (gq + 8) * DH + col) = make_float2(o[u][2], o[u][3]);
+    }
+  }
+  cluster.sync();
+  // merge (v2's formula and order): heads [4·split, +4) of this half, splits 0..3 at ranks 2j + hf
+  const int hb = AD_HPS * split;
+  if (tid < AD_HPS) {
+    const int h = hb + tid;
+    const float sink = g0 + h < H ? sinks[g0 + h] : 0.0f;
+    float mx = sink, w[AM_KS];
+#pragma unroll
+    for (int j = 0; j < AM_KS; ++j) {
+      w[j] = cluster.map_shared_rank(ML, (unsigned)(2 * j + hf))[2 * h];
+      mx = fmaxf(mx, w[j]);
+    }
+    float Lsum = expf(sink - mx);
+#pragma unroll
+    for (int j = 0; j < AM_KS; ++j) {
+      w[j] = w[j] == -INFINITY ? 0.0f : expf(w[j] - mx);
+      Lsum = fmaf(cluster.map_shared_rank(ML, (unsigned)(2 * j + hf))[2 * h + 1], w[j], Lsum);
+    }
+#pragma unroll
+    for (int j = 0; j < AM_KS; ++j) Wt[tid * (AM_KS + 1) + j] = w[j];
+    Wt[tid * (AM_KS + 1) + AM_KS] = 1.0f / Lsum;
+  }
+  __syncthreads();
+  {
+    const float* opr[AM_KS];
+#pragma unroll
+    for (int j = 0; j < AM_KS; ++j) opr[j] = cluster.map_shared_rank(Op, (unsigned)(2 * j + hf));
+    for (int idx = tid; idx < AD_HPS * (DH / 4); idx += AD_NT) {
+      const int hl = idx / (DH / 4), c = 4 * (idx % (DH / 4));
+      const int h = hb + hl;
+      if (h >= hv) continue;
+      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int j = 0; j < AM_KS; ++j) {
+        const float wj = Wt[hl * (AM_KS + 1) + j];
+        if (wj == 0.0f) continue;
+        const float4 v = *reinterpret_cast<const float4*>(opr[j] + h * DH + c);
+        a.x = fmaf(v.x, wj, a.x), a.y = fmaf(v.y, wj, a.y), a.z = fmaf(v.z, wj, a.z), a.w = fmaf(v.w, wj, a.w);
+      }
+      const float inv = Wt[hl * (AM_KS + 1) + AM_KS];
+      float* orow = out + m * ldo + (int64_t)(g0 + h) * D + c0 + c;
+      orow[0] = __fmul_rn(a.x, inv), orow[1] = __fmul_rn(a.y, inv), orow[2] = __fmul_rn(a.z, inv),
+      orow[3] = __fmul_rn(a.w, inv);
+    }
+  }
+  cluster.sync();  // no CTA leaves while another still reads its shared memory
+}
+
+template <int D, int CT>
+cudaError_t ad_launch(const float* q, int64_t M, int64_t ldq, int H, const float* win, const int32_t* win_lo,
+                      const int32_t* win_hi, const float* ent, const int32_t* ent_idx, const int64_t* ent_off,
+                      const float* sinks, float scale, float* out, int64_t ldo, cudaStream_t s) {
+  constexpr AdLayout L(D / 2, CT);
+  // (attributes: ad_attrs, once)
+  const int64_t bx = M * AD_CS;
+  if (bx > INT_MAX) return cudaErrorInvalidConfiguration;
+  const dim3 grid((unsigned)bx, (unsigned)((H + AD_HG - 1) / AD_HG));
+  sink_attn_dec_kernel<D, CT><<<grid, AD_NT, L.total, s>>>(q, ldq, H, win, win_lo, win_hi, ent, ent_idx, ent_off,
+                                                            sinks, scale, out, ldo);
+  return cudaGetLastError();
+}
+
+template <int D, int CT>
+cudaError_t ad_attrs() {
+  constexpr AdLayout L(D / 2, CT);
+  return detail::first_error({detail::set_max_dynamic_smem(sink_attn_dec_kernel<D, CT>, (size_t)L.total),
+                              cudaFuncSetAttribute(sink_attn_dec_kernel<D, CT>,
+                                                   cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                   (int)cudaSharedmemCarveoutMaxShared)});
+}
+
+template <int D, int CT>
+int ad_max_clusters() {
+  constexpr AdLayout L(D / 2, CT);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(AD_CS * 1024, 1, 1);
+  cfg.blockDim = dim3(AD_NT, 1, 1);
+  cfg.dynamicSmemBytes = (size_t)L.total;
+  int n = -1;
+  if (cudaOccupancyMaxActiveClusters(&n, sink_attn_dec_kernel<D, CT>, &cfg) != cudaSuccess) return -1;
+  return n;
+}
+
 }  // namespace
 
 int sink_attention_mma_max_clusters(int d, int version) {
@@ -768,10 +1161,47 @@ cudaError_t sink_attention_mma_v1(const float* q, int64_t M, int64_t ldq, int H,
     default: return am_launch<512>(AM_ARGS);
   }
 }
+cudaError_t sink_attention_dec(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                               const int32_t* win_lo, const int32_t* win_hi, const float* ent, const int32_t* ent_idx,
+                               const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo,
+                               cudaStream_t s) {
+  if (!sink_attention_mma_supported(H, d, win, ent)) return cudaErrorNotSupported;
+  if (M <= 0) return cudaSuccess;
+  switch (d) {
+    case 64: return ad_launch<64, AD_CT>(AM_ARGS);
+    case 128: return ad_launch<128, AD_CT>(AM_ARGS);
+    case 256: return ad_launch<256, AD_CT>(AM_ARGS);
+    default: return ad_launch<512, AD_CT>(AM_ARGS);
+  }
+}
+
+cudaError_t sink_attention_dec_narrow(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                                      const int32_t* win_lo, const int32_t* win_hi, const float* ent,
+                                      const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
+                                      float* out, int64_t ldo, cudaStream_t s) {
+  if (d != 512)
+    return sink_attention_dec(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
+  if (!sink_attention_mma_supported(H, d, win, ent)) return cudaErrorNotSupported;
+  if (M <= 0) return cudaSuccess;
+  return ad_launch<512, AD_CT_NARROW>(AM_ARGS);
+}
+
+int sink_attention_dec_max_clusters(int d, bool narrow) {
+  if (narrow && d == 512) return ad_max_clusters<512, AD_CT_NARROW>();
+  switch (d) {
+    case 64: return ad_max_clusters<64, AD_CT>();
+    case 128: return ad_max_clusters<128, AD_CT>();
+    case 256: return ad_max_clusters<256, AD_CT>();
+    case 512: return ad_max_clusters<512, AD_CT>();
+    default: return -1;
+  }
+}
 #undef AM_ARGS
 namespace detail {
 cudaError_t init_attributes_attention_mma() {
-  return first_error({am_attrs<64>(), am_attrs<128>(), am_attrs<256>(), am_attrs<512>()});
+  return first_error({am_attrs<64>(), am_attrs<128>(), am_attrs<256>(), am_attrs<512>(), ad_attrs<64, AD_CT>(),
+                      ad_attrs<128, AD_CT>(), ad_attrs<256, AD_CT>(), ad_attrs<512, AD_CT>(),
+                      ad_attrs<512, AD_CT_NARROW>()});
 }
 }  // namespace detail
 

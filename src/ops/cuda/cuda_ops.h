@@ -479,6 +479,27 @@ cudaError_t sink_attention_mma_v1(const float* q, int64_t M, int64_t ldq, int H,
                                   const int32_t* win_lo, const int32_t* win_hi, const float* ent,
                                   const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
                                   float* out, int64_t ldo, cudaStream_t s);
+// attdec (attention_mma.cu): sink_attention_mma's arithmetic (same bits: same splits, bf16 roundings, MMA
+// operands and k-order, softmax and merge order) on 8× its CTAs, for decode: a cluster of 8 per (query, group
+// of 16 heads) = v2's 4 key splits × 2 halves of d, 256 threads, each staging all tiles of its split at once
+// (up to 5 tiles a chunk) and running S, the softmax's max/sum and P·V of the chunk's tiles together (only
+// the O and l chains stay tile by tile). Because the bits equal sink_attention_mma's, a caller may choose
+// between the two by M. Same shapes as sink_attention_mma (cudaErrorNotSupported otherwise).
+cudaError_t sink_attention_dec(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                               const int32_t* win_lo, const int32_t* win_hi, const float* ent, const int32_t* ent_idx,
+                               const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo,
+                               cudaStream_t s);
+// The same with 2 tiles a chunk at d = 512 (87.9 KB of shared memory: two CTAs an SM, a 640-key split in 3
+// chunks; other d: sink_attention_dec). Same bits; for the perf comparison only.
+cudaError_t sink_attention_dec_narrow(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                                      const int32_t* win_lo, const int32_t* win_hi, const float* ent,
+                                      const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
+                                      float* out, int64_t ldo, cudaStream_t s);
+// Clusters of sink_attention_dec (narrow: _narrow) that fit the device at once (diagnostics: ~2 a GPC at d = 512,
+// ~4 narrow); −1 on error.
+int sink_attention_dec_max_clusters(int d, bool narrow = false);
+// The largest M for which CudaBackend::sink_attention takes sink_attention_dec (above: sink_attention_mma).
+constexpr int64_t kAttDecMaxM = 16;
 // v1 (kept for comparison in test_cuda_ops --perf): one block per (query, head), d ≤ 1024.
 cudaError_t sink_attention_f32_v1(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
                                   const int32_t* win_lo, const int32_t* win_hi, const float* ent,
