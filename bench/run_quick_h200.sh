@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A short device call for one new kernel: its op-test correctness cases (OPS_FILTER) beside the model
 # checks (MODEL=1), then op perf filters (PERF, '|'-separated substrings, one process), a 6-layer decode
-# bench with --profile (L6_ARGS, L6=0 skips) and a 31-layer decode (L31_ARGS, L31=0 skips); OFF / ON are
-# DEEPINFER_CUDA_OFF / DEEPINFER_CUDA_ON for the benches. Everything under OUT.
+# bench with --profile (L6_ARGS, L6=0 skips), a 31-layer decode (L31_ARGS, L31=0 skips) and ablations
+# (ABLATE, '|'-separated OFF values, ABL_ARGS); OFF / ON are DEEPINFER_CUDA_OFF / DEEPINFER_CUDA_ON for the
+# benches. Everything under OUT.
 # Usage (repo root on the GPU machine): bash bench/run_quick_h200.sh PKG OUT
 set -u
 PKG=${1:-.gpu}
@@ -36,4 +37,14 @@ echo "== bench l31 at $(( $(date +%s) - t0 )) s"
 [ "${L31:-1}" = 1 ] && SKIP_MODEL=1 HF_TIMEOUT=0 DI_TIMEOUT=${L31_TIMEOUT:-90} OFF=${OFF:-} \
   BENCH_ARGS="${L31_ARGS:---layers 31 --steps 8 --case-seconds 3 --batch 1,8,128 --prefill 0}" \
   bash bench/run_session_h200.sh "$PKG" "$OUT/l31" 2>&1 | grep -E "^\|" | head -10
+# ABLATE: '|'-separated DEEPINFER_CUDA_OFF values, each a short decode (ABL_ARGS) beside the default
+if [ -n "${ABLATE:-}" ]; then
+  IFS='|' read -ra A <<< "$ABLATE"
+  for a in "${A[@]}"; do
+    echo "== ablation OFF=$a at $(( $(date +%s) - t0 )) s"
+    SKIP_MODEL=1 HF_TIMEOUT=0 DI_TIMEOUT=${ABL_TIMEOUT:-60} OFF="$a" \
+      BENCH_ARGS="${ABL_ARGS:---layers 31 --steps 8 --case-seconds 2 --batch 1,8 --prefill 0}" \
+      bash bench/run_session_h200.sh "$PKG" "$OUT/off_${a//,/_}" 2>&1 | grep -E "^\| decode|^\| prefill" | head -6
+  done
+fi
 echo "== done at $(( $(date +%s) - t0 )) s"

@@ -813,6 +813,9 @@ enum class GemvPick { None, V8, V7, V6, V3, V4 };
 bool v8_weight_ok(const cuda::WeightRef& r) {
   return r.fmt != cuda::WFmt::FP8_B128 || (r.ldws % 4 == 0 && (uintptr_t)r.scale % 16 == 0);
 }
+bool v8_pick(const cuda::WeightRef& r, int64_t N, int64_t K) {
+  return r.fmt == cuda::WFmt::FP8_B128 && K >= 2048 && cuda::gemv_q_v8_supported(r.fmt, N, K) && v8_weight_ok(r);
+}
 GemvPick pick_gemv(const CudaBackend::Impl& m, const CudaWeight& w, int64_t M, const float* x, int64_t ldx,
                    bool v7 = true) {
   if (w.fmt == WeightFormat::F32) return GemvPick::None;
@@ -833,10 +836,10 @@ GemvPick pick_gemv(const CudaBackend::Impl& m, const CudaWeight& w, int64_t M, c
   // floor's load pattern, docs/cuda-notes.md "GEMV v7"). Per-weight again apart from M, so a row's bits
   // differ between M = 1 (v7) and M > 1 (v6) while it is on: not batch invariant across M.
   if (v7 && M == 1 && m.on("gemv_v7") && cuda::gemv_q_v7_supported(w.ref().fmt, K)) return GemvPick::V7;
-  // M ≤ 8: v8 (bulk-copy ring, docs/cuda-notes.md "GEMV v8") where its shapes allow, chosen by the weight
-  // only (batch invariant); DEEPINFER_CUDA_OFF=gemv_v8 → v6 as before.
-  if (M <= 8 && !m.off("gemv_v8") && cuda::gemv_q_v8_supported(w.ref().fmt, N, K) && v8_weight_ok(w.ref()))
-    return GemvPick::V8;
+  // M ≤ 8: v8 (bulk-copy ring, docs/cuda-notes.md "GEMV v8") for fp8 weights with K ≥ 2048, where it
+  // measured faster than v6 (s7-run3: wo_b 17.1 vs 18.2 us, shared w13 11.7 vs 12.5; slower on wq_b's
+  // K = 1024 and on bf16), chosen by the weight only (batch invariant); DEEPINFER_CUDA_OFF=gemv_v8 → v6.
+  if (M <= 8 && !m.off("gemv_v8") && v8_pick(w.ref(), N, K)) return GemvPick::V8;
   if (M <= 8 && (N >= 16384 || !m.off("gemv_v6_small")) && !m.off("gemv_v6") &&
       cuda::gemv_q_v6_supported(w.ref().fmt, K))
     return GemvPick::V6;
@@ -1219,7 +1222,7 @@ void CudaBackend::linear_groups(const float* x, int64_t M, int64_t ldx, const We
     HostTimer ht_(impl_.get(), Impl::kOp);
     if (impl_->replaying()) return;
   if (impl_->replaying()) return;
-    if (M <= 8 && !impl_->off("gemv_v8") && cuda::gemv_q_v8_supported(g.r.fmt, N, K) && v8_weight_ok(g.r)) {
+    if (M <= 8 && !impl_->off("gemv_v8") && v8_pick(g.r, N, K)) {  // (as in linear)
       check(cuda::gemv_q_v8_groups(x, M, K, ldx, g.r, g.w_stride, g.s_stride, (int)g.G, N, y, ldy, impl_->stream,
                                    &g.plan),
             "linear_groups (gemv v8)");

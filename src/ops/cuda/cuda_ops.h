@@ -499,7 +499,9 @@ cudaError_t sink_attention_dec_narrow(const float* q, int64_t M, int64_t ldq, in
 // ~4 narrow); −1 on error.
 int sink_attention_dec_max_clusters(int d, bool narrow = false);
 // The largest M for which CudaBackend::sink_attention takes sink_attention_dec (above: sink_attention_mma).
-constexpr int64_t kAttDecMaxM = 16;
+// (s7-run3, 640 keys, graph with programmatic edges: attdec 12.8 / 13.4 / 39.6 / 68 us at M = 1 / 2 / 8 / 16
+// against v2 31.8 / 32.0 / 32.1 / 33.1: attdec only up to M = 4)
+constexpr int64_t kAttDecMaxM = 4;
 // v1 (kept for comparison in test_cuda_ops --perf): one block per (query, head), d ≤ 1024.
 cudaError_t sink_attention_f32_v1(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
                                   const int32_t* win_lo, const int32_t* win_hi, const float* ent,
