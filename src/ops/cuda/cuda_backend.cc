@@ -836,10 +836,11 @@ GemvPick pick_gemv(const CudaBackend::Impl& m, const CudaWeight& w, int64_t M, c
   // floor's load pattern, docs/cuda-notes.md "GEMV v7"). Per-weight again apart from M, so a row's bits
   // differ between M = 1 (v7) and M > 1 (v6) while it is on: not batch invariant across M.
   if (v7 && M == 1 && m.on("gemv_v7") && cuda::gemv_q_v7_supported(w.ref().fmt, K)) return GemvPick::V7;
-  // M ≤ 8: v8 (bulk-copy ring, docs/cuda-notes.md "GEMV v8") for fp8 weights with K ≥ 2048, where it
-  // measured faster than v6 (s7-run3: wo_b 17.1 vs 18.2 us, shared w13 11.7 vs 12.5; slower on wq_b's
-  // K = 1024 and on bf16), chosen by the weight only (batch invariant); DEEPINFER_CUDA_OFF=gemv_v8 → v6.
-  if (M <= 8 && !m.off("gemv_v8") && v8_pick(w.ref(), N, K)) return GemvPick::V8;
+  // M ≤ 8 with DEEPINFER_CUDA_ON=gemv_v8: v8 (bulk-copy ring, docs/cuda-notes.md "GEMV v8") for fp8 weights
+  // with K ≥ 2048, where its op cases measured faster than v6 (s7-run3: wo_b 17.1 vs 18.2 us, shared w13
+  // 11.7 vs 12.5); chosen by the weight only (batch invariant). Opt-in: in the 31-layer bench (s7-run4)
+  // the step was faster without it (b1 6.85 vs 6.93 ms, b8 13.09 vs 13.36).
+  if (M <= 8 && m.on("gemv_v8") && v8_pick(w.ref(), N, K)) return GemvPick::V8;
   if (M <= 8 && (N >= 16384 || !m.off("gemv_v6_small")) && !m.off("gemv_v6") &&
       cuda::gemv_q_v6_supported(w.ref().fmt, K))
     return GemvPick::V6;
@@ -1222,7 +1223,7 @@ void CudaBackend::linear_groups(const float* x, int64_t M, int64_t ldx, const We
     HostTimer ht_(impl_.get(), Impl::kOp);
     if (impl_->replaying()) return;
   if (impl_->replaying()) return;
-    if (M <= 8 && !impl_->off("gemv_v8") && v8_pick(g.r, N, K)) {  // (as in linear)
+    if (M <= 8 && impl_->on("gemv_v8") && v8_pick(g.r, N, K)) {  // (as in linear: opt-in)
       check(cuda::gemv_q_v8_groups(x, M, K, ldx, g.r, g.w_stride, g.s_stride, (int)g.G, N, y, ldy, impl_->stream,
                                    &g.plan),
             "linear_groups (gemv v8)");
