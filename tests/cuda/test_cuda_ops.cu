@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "ops/cpu/cpu_backend.h"
+#include "ops/cuda/async_bits.cuh"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/moe_grouped.h"
 
@@ -2356,6 +2357,75 @@ __global__ void floor_empty_kernel() {
   asm volatile("griddepcontrol.wait;\ngriddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
+// The floor of a bulk-copy (TMA) stream, for the GEMVs that move weights with cp.async.bulk (gemv_q_v8,
+// moe_gemv2): one block an SM, thread 0 of warp 1 issues copies of `copy` bytes into a ring of `ring`
+// bytes (one mbarrier a slot, the first slots before griddepcontrol.wait), warp 0 waits for each slot and
+// frees it (no compute). Block b streams bytes [b·n/G, (b+1)·n/G) of w (rounded to whole copies).
+__global__ void floor_bulk_kernel(const uint8_t* __restrict__ w, int64_t ncopies, int copy, int slots, uint32_t* sink) {
+  namespace dd = deepinfer::cuda::detail;
+  extern __shared__ __align__(128) uint8_t fb_smem[];
+  __shared__ __align__(8) uint64_t full[192], empty[192];
+  const int64_t c0 = ncopies * blockIdx.x / gridDim.x, c1 = ncopies * (blockIdx.x + 1) / gridDim.x, n = c1 - c0;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < slots; ++i) dd::mbar_init(dd::smem_u32(&full[i]), 1), dd::mbar_init(dd::smem_u32(&empty[i]), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x == 32) {  // producer
+    for (int64_t q = 0; q < n; ++q) {
+      const int sl = (int)(q % slots);
+      if (q >= slots) dd::mbar_wait(dd::smem_u32(&empty[sl]), (uint32_t)((q / slots - 1) & 1));
+      const uint32_t bar = dd::smem_u32(&full[sl]);
+      dd::mbar_expect(bar, (uint32_t)copy);
+      dd::bulk_load(dd::smem_u32(fb_smem + (size_t)sl * copy), w + (c0 + q) * copy, (uint32_t)copy, bar);
+      if (q + 1 == std::min<int64_t>(slots, n)) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    }
+  } else if (threadIdx.x == 0) {  // consumer: waits, touches one word, frees the slot
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    uint32_t acc = 0;
+    for (int64_t q = 0; q < n; ++q) {
+      const int sl = (int)(q % slots);
+      dd::mbar_wait(dd::smem_u32(&full[sl]), (uint32_t)((q / slots) & 1));
+      acc ^= *reinterpret_cast<const uint32_t*>(fb_smem + (size_t)sl * copy);
+      asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(dd::smem_u32(&empty[sl])) : "memory");
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;
+  }
+  if (threadIdx.x != 32) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+Result floor_bulk_case(int64_t bytes, int copy, int ring, bool pdl) {
+  Result res;
+  const int copies = (int)std::min<int64_t>(64, (256ll << 20) / bytes + 1);
+  const int64_t str = (bytes + 4095) / 4096 * 4096;
+  DBuf dw = dalloc(copies * str, "stream"), dsink = dalloc(16, "sink");
+  fill_bytes<<<4096, 256>>>(dw.as<uint8_t>(), copies * str, 4321, 0, 0);
+  CK(cudaDeviceSynchronize());
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int slots = std::min(192, ring / copy);
+  CK(cudaFuncSetAttribute(floor_bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, slots * copy));
+  const int64_t ncopies = bytes / copy;
+  int it = 0;
+  auto launch = [&](cudaStream_t st) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)std::min<int64_t>(sms, ncopies));
+    cfg.blockDim = dim3(64);
+    cfg.dynamicSmemBytes = (size_t)slots * copy;
+    cfg.stream = st;
+    const uint8_t* w = dw.as<uint8_t>() + (it++ % copies) * str;
+    CK(cudaLaunchKernelEx(&cfg, floor_bulk_kernel, w, ncopies, copy, slots, dsink.as<uint32_t>()));
+  };
+  const int n = (int)((std::max(32, copies) + copies - 1) / copies * copies);
+  res.graph_us = time_graph_us(launch, n, pdl);
+  res.us = res.graph_us;
+  res.bytes = (double)(ncopies * copy);
+  char buf[160];
+  snprintf(buf, sizeof buf, "graph of %d (%s edges), %d slots of %d B, %d copies rotated ", n, pdl ? "programmatic" : "plain",
+           slots, copy, copies);
+  res.detail += buf;
+  return res;
+}
+
 // bytes = 0: an empty kernel (one block). pdl: launched with programmatic stream serialization, so the
 // graph's edges are programmatic (as in the model's step graphs); early: loads before the wait.
 Result floor_case(int64_t bytes, bool pdl, bool early) {
@@ -2492,12 +2562,13 @@ Result gemv_grouped_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t N, in
 // y's row padding untouched, every token bitwise equal to itself launched alone (T = 1, its own routing:
 // a token's result does not depend on the other tokens), and with swiglu the fused act bitwise equal to
 // swiglu_clamp of the unfused output (the clamp reached).
-// ver 3: moe_gemv3 under the same checks, and its output bitwise moe_gemv2's (same MMA chains and order).
+// ver 3: moe_gemv3 under the same checks, and its output bitwise moe_gemv2's (same MMA chains and order);
+// ver 6: moe_gemv2_rows (one bulk copy a row, padded rows) the same way.
 using MoeGemv = cudaError_t (*)(const float*, int64_t, bool, const int32_t*, int64_t, int, int64_t, dc::WeightRef, int64_t,
                                 int64_t, int64_t, bool, float, float*, int64_t, cudaStream_t, const dc::GemvPlan*);
 Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per_slot, bool swiglu, int variant,
                       int sel_mode, const std::string& name, int ver = 2) {
-  const MoeGemv gemv = ver == 3 ? dc::moe_gemv3 : dc::moe_gemv2;
+  const MoeGemv gemv = ver == 3 ? dc::moe_gemv3 : ver == 6 ? dc::moe_gemv2_rows : dc::moe_gemv2;
   Rng r = rng_for(name);
   Result res;
   const dc::WFmt fmt = dc::WFmt::FP4_B32;
@@ -2530,7 +2601,7 @@ Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per
   CK(gemv(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f, dy.as<float>(), ldy,
           0, nullptr));
   auto yg = down<float>(dy, S * ldy);
-  if (ver == 3) {  // moe_gemv2 on the same inputs: bitwise the same rows
+  if (ver == 3 || ver == 6) {  // moe_gemv2 on the same inputs: bitwise the same rows
     DBuf d2 = dalloc(S * ldy * 4, "y_moe_gemv2");
     poison(d2);
     CK(dc::moe_gemv2(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f,
@@ -2538,18 +2609,23 @@ Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per
     auto y2 = down<float>(d2, S * ldy);
     bool same = true;
     for (int64_t j = 0; j < S; ++j) same &= rows_bitwise_equal(y2.data() + j * ldy, yg.data() + j * ldy, N);
-    expect_true(res, same, "moe_gemv3 != moe_gemv2 (bitwise)");
+    expect_true(res, same, ver == 3 ? "moe_gemv3 != moe_gemv2 (bitwise)" : "moe_gemv2_rows != moe_gemv2 (bitwise)");
     if (same) res.detail += "== moe_gemv2 (bitwise) ";
+  }
+  {  // (every version)
+    DBuf d2 = dalloc(S * ldy * 4, "y_2blocks");
+    std::vector<float> y2;
+    bool same = true;
     // a grid of 2 blocks: each block walks many runs (x restaged at run changes, shared x buffers reused)
     dc::GemvPlan two;
     two.sms = 2;
     poison(d2);
-    CK(dc::moe_gemv3(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f,
-                     d2.as<float>(), ldy, 0, &two));
+    CK(gemv(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f,
+            d2.as<float>(), ldy, 0, &two));
     y2 = down<float>(d2, S * ldy);
     same = true;
     for (int64_t j = 0; j < S; ++j) same &= rows_bitwise_equal(y2.data() + j * ldy, yg.data() + j * ldy, N);
-    expect_true(res, same, "moe_gemv3 on 2 blocks differs");
+    expect_true(res, same, "2 blocks differ from the full grid");
     if (same) res.detail += "2 blocks == 132 (bitwise) ";
   }
   std::vector<int64_t> rows_n;
@@ -2614,7 +2690,8 @@ Result moe_gemv2_unsupported_case(int ver = 2) {
 // the distinct experts each set reads. wo_a: E = 8 groups, sel[t, g] = g, x per slot; the 8 groups'
 // weight (32 MB) rotated among copies. The swiglu case times the fused w13. kind: 0 gemv_q_grouped,
 // 1 gemv_q_grouped_v3, 2 moe_gemv2 (fp4 only), 3 gemv_q_v6_groups (identity_sel, per_slot, E == topk only:
-// linear_groups' layout), 4 moe_gemv3 (fp4 only; slot 0 checked against token 0 alone, as moe_gemv2).
+// linear_groups' layout), 4 moe_gemv3 (fp4 only; slot 0 checked against token 0 alone, as moe_gemv2), 5
+// gemv_q_v8_groups (as 3), 6 moe_gemv2_rows (moe_gemv2 with one bulk copy a row: same bits).
 using GroupedGemv = cudaError_t (*)(const float*, int64_t, bool, const int32_t*, int64_t, int, int64_t, dc::WeightRef,
                                     int64_t, int64_t, int64_t, bool, float, float*, int64_t, cudaStream_t,
                                     const dc::GemvPlan*);
@@ -2622,6 +2699,7 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
                               bool swiglu, bool identity_sel, int kind, const std::string& name) {
   const bool v3 = kind == 1, v6 = kind == 3 || kind == 5;  // 5: gemv_q_v8_groups (as 3)
   const GroupedGemv gemv = kind == 4   ? dc::moe_gemv3
+                           : kind == 6 ? dc::moe_gemv2_rows
                            : kind == 2 ? dc::moe_gemv2
                            : v3        ? dc::gemv_q_grouped_v3
                                        : dc::gemv_q_grouped;
@@ -2696,7 +2774,7 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
     expect_nmse(res, "slot 0 (64 rows)", yc, yr, 1e-6);
   } else {
     std::vector<float> y1;
-    if (kind == 2 || kind == 4) {
+    if (kind == 2 || kind == 4 || kind == 6) {
       // slot 0 of set 0 against token 0 launched alone (T = 1, its own routing), bitwise
       DBuf d1 = dalloc(topk * ncol * 4, "token0_alone");
       CK(gemv(dx.as<float>(), K, per_slot, dsel.as<int32_t>(), 1, topk, K, W(0), wstr, sstr, N, swiglu, 10.0f,
@@ -2713,7 +2791,7 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
     bool finite = true;
     for (float v : yg) finite &= std::isfinite(v);
     expect_true(res, finite && rows_bitwise_equal(yg.data(), y1.data(), ncol),
-                kind == 2 || kind == 4 ? "slot 0 != token 0 alone" : "slot 0 != gemv_q alone");
+                kind == 2 || kind == 4 || kind == 6 ? "slot 0 != token 0 alone" : "slot 0 != gemv_q alone");
   }
   int it = 0;
   res.us = time_us([&] {
@@ -4651,6 +4729,11 @@ void register_cases() {
       add(n, [=] { return moe_gemv2_case(c.T, c.topk, c.E, c.N, c.K, c.per_slot, c.swiglu, c.variant, c.sel_mode, n, 3); });
     }
     add("moe_gemv3 unsupported shapes", [] { return moe_gemv2_unsupported_case(3); });
+    // moe_gemv2_rows (the session-5 loads): the same cases, each also bitwise against moe_gemv2
+    for (auto c : mg) {
+      auto n = nm("moe_gemv2_rows fp4 T=%ld topk=%d E=%d N=%ld K=%ld %s", c.T, c.topk, c.E, c.N, c.K, c.what);
+      add(n, [=] { return moe_gemv2_case(c.T, c.topk, c.E, c.N, c.K, c.per_slot, c.swiglu, c.variant, c.sel_mode, n, 6); });
+    }
     // gemv_q_v5 (decode GEMV v5, bf16 / fp8 only): the same checks as gemv_q (f64 reference, padding,
     // every row alone bitwise), small and V4-Flash shapes at M = 1..8 (13: launches of 8; K = 16384:
     // launches of 4 rows, x of 8 would not fit shared memory), K % 128 != 0 for fp8 (partial last scale
@@ -5020,6 +5103,13 @@ void register_cases() {
           auto n = nm("floor perf stream %ld MB %s", mb, mode == 0 ? "plain" : mode == 1 ? "pdl" : "pdl early loads");
           add(n, [=] { return floor_case(mb << 20, mode > 0, mode == 2); });
         }
+      // the floor of a bulk-copy stream (copy size x ring bytes a block, one block an SM)
+      for (int64_t mb : {4, 33})
+        for (int copy : {1024, 2048, 4096, 16384, 32768})
+          for (int ring : {65536, 131072, 196608}) {
+            auto n = nm("floor perf bulk %ld MB copy=%d ring=%d pdl", mb, copy, ring);
+            add(n, [=] { return floor_bulk_case(mb << 20, copy, ring, true); });
+          }
       for (int64_t T : {1, 4, 8, 16, 32}) {
         auto n = nm("gemv_q_grouped perf fp8 T=%ld x 8 groups N=%ld K=%ld (wo_a, sel=0..7)", T, ol, H * d / G);
         add(n, [=] { return gemv_grouped_perf_case(F::FP8_B128, T, 8, 8, ol, H * d / G, true, false, true, false, n); });
@@ -5047,6 +5137,10 @@ void register_cases() {
         add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, 2 * I, D, false, true, false, 2, n); });
         n = nm("moe_gemv2 perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w2)", T, T * 6, D, I);
         add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, D, I, true, false, false, 2, n); });
+        n = nm("moe_gemv2_rows perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w13 + fused swiglu)", T, T * 6, 2 * I, D);
+        add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, 2 * I, D, false, true, false, 6, n); });
+        n = nm("moe_gemv2_rows perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w2)", T, T * 6, D, I);
+        add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, D, I, true, false, false, 6, n); });
         n = nm("moe_gemv3 perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w13 + fused swiglu)", T, T * 6, 2 * I, D);
         add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, 2 * I, D, false, true, false, 4, n); });
         n = nm("moe_gemv3 perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w2)", T, T * 6, D, I);

@@ -1317,7 +1317,7 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
       g13 = g2 = cuda::moe_gemv3;
     else if (!impl_->off("moe_gemv2") && cuda::moe_gemv2_ok(ex.r13, T, K, 2 * I, D, ex.w13_stride, ex.s13_stride) &&
              cuda::moe_gemv2_ok(ex.r2, T, K, D, I, ex.w2_stride, ex.s2_stride))
-      g13 = g2 = cuda::moe_gemv2;
+      g13 = g2 = impl_->off("moe_blocks") ? cuda::moe_gemv2_rows : cuda::moe_gemv2;  // (same bits)
     cudaError_t e = g13(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true, limit,
                         act.data(), I, s, &ex.plan13);
     if (e == cudaSuccess)

@@ -252,6 +252,12 @@ bool moe_gemv2_ok(WeightRef W, int64_t T, int topk, int64_t N, int64_t K, int64_
 cudaError_t moe_gemv2(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk, int64_t K,
                       WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit, float* y,
                       int64_t ldy, cudaStream_t s, const GemvPlan* plan = nullptr);
+// The same kernel with the session-5 loads (a bulk copy a weight row and a scale row, padded rows in shared
+// memory; moe_gemv2 moves an item's row blocks in 2–4 copies): the same bits, for the op test's comparison
+// and DEEPINFER_CUDA_OFF=moe_blocks.
+cudaError_t moe_gemv2_rows(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
+                           int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
+                           float limit, float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan = nullptr);
 // moe_gemv3 (moe_gemv3.cu; docs/cuda-notes.md "MoE decode GEMV v3"): moe_gemv2's contract, shapes and
 // results bit for bit (the same MMA chains and reduction order), with 32 warps an SM, one block barrier
 // an item, coalesced x staging shared by runs that read the same x rows, two tiles a warp for w2's

@@ -11,8 +11,11 @@
 //   weight is read once for them). fused SwiGLU: the rows are gate rows 16·rg.. and up rows I + 16·rg..
 //   (tile 0 / tile 1), else rows 32·rg... Items are ordered run-major; block b of G takes the contiguous
 //   range [b·n/G, (b+1)·n/G) (one block an SM, G = SMs), so x is restaged only when the run changes.
-// * Loads: one TMA bulk copy a weight row (K/2 bytes) and one a scale row (K/32 bytes), issued by lane 0
-//   of each warp (2 rows a warp) after a block barrier, completing on the stage's mbarrier (its one
+// * Loads (session 7: whole row blocks): an item's 32 rows (fused: its 16 gate rows and 16 up rows) are
+//   contiguous in the expert's [N, K/2] weight and [N, K/32] scales, so lane 0 of warp 0 moves them in 2
+//   (fused: 4) bulk copies; moe_gemv2_rows keeps the session-5 form: one TMA bulk copy a weight row (K/2
+//   bytes) and one a scale row (K/32 bytes), issued by lane 0 of each warp (2 rows a warp) after a block
+//   barrier, completing on the stage's mbarrier (its one
 //   arrival, with the byte count, made by thread 0 before that barrier); a ring of S stages (2 for
 //   K = 4096, 4–5 for K = 2048): ≥ 70 KiB in flight an SM, no registers held for it. Weight rows are
 //   padded by 64 bytes in shared memory so the two rows of an 8-lane phase hit different banks, scale
@@ -67,6 +70,8 @@ struct MvParams {
   int64_t I;
   float lim;
   int mmr, stages;  // x staging rows (= run cap), ring stages
+  int contig;       // 1: an item's rows in 2–4 bulk copies of whole 16/32-row blocks (unpadded rows in
+                    // shared memory); 0: one copy a row and a scale row (padded rows), the session-5 form
 };
 
 // x rows of a run → bf16 in shared memory, in gemv_q's fp4 fragment order: unit ((c·4 + q)·mmr + m)·4 + t
@@ -111,9 +116,13 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int S = p.stages, mmr = p.mmr, slots = p.slots;
   const int K = (int)p.K;
-  const int RS = K / 2 + MV_PAD;  // shared-memory bytes a weight row
-  const int SB = K / 32;          // scale bytes a row
-  const int SS = SB + 16;         // shared-memory bytes a scale row (padded: the 8 rows g of a load in 8 banks)
+  // Shared-memory bytes a weight row and a scale row. Row copies: padded (the two rows of an 8-lane phase
+  // in different banks, a warp's 8 rows of scale bytes in 8 banks). Block copies: the rows as stored
+  // (2-way conflicts on the weight loads, 8-way on the scale bytes) for 16–32× fewer copies: s7's GEMV v8
+  // and floor measurements put the cost of a bulk copy near its count, not its bytes.
+  const int SB = K / 32;  // scale bytes a row
+  const int RS = p.contig ? K / 2 : K / 2 + MV_PAD;
+  const int SS = p.contig ? SB : SB + 16;
   const int stage_bytes = MV_ROWS * (RS + SS);
   uint8_t* ring = mv_smem;  // [S][32 rows × RS | 32 rows × SS]
   uint4* xs = reinterpret_cast<uint4*>(mv_smem + (size_t)S * stage_bytes);
@@ -168,6 +177,16 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
     uint8_t* sw = ring + (size_t)st * stage_bytes;
     const uint32_t bar = smem_u32(&full[st]);
     const int64_t e = s_run_e[run];
+    if (p.contig) {  // warp 0: the item's one (two, fused) contiguous row blocks and their scale rows
+      if (warp != 0) return;
+      const int nb = p.fuse ? 2 : 1, rb = MV_ROWS / nb;
+      for (int b = 0; b < nb; ++b) {
+        const int64_t n = p.fuse ? b * p.I + (int64_t)rg * 16 : (int64_t)rg * MV_ROWS;
+        bulk_load(smem_u32(sw + b * rb * RS), p.w + e * p.w_stride + n * (K / 2), (uint32_t)(rb * (K / 2)), bar);
+        bulk_load(smem_u32(sw + MV_ROWS * RS + b * rb * SS), p.ws + e * p.s_stride + n * SB, (uint32_t)(rb * SB), bar);
+      }
+      return;
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int L = 2 * warp + h;  // row of the item: tile L / 16, row L % 16
@@ -295,9 +314,9 @@ bool moe_gemv2_ok(WeightRef W, int64_t T, int topk, int64_t N, int64_t K, int64_
          mv_stages(K, mv_mmr(T)) >= 2;
 }
 
-cudaError_t moe_gemv2(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk, int64_t K,
-                      WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit, float* y,
-                      int64_t ldy, cudaStream_t s, const GemvPlan* plan) {
+static cudaError_t mv_run(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
+                          int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit,
+                          float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan, bool contig) {
   if (!moe_gemv2_ok(W, T, topk, N, K, w_stride, s_stride)) return cudaErrorNotSupported;
   if (ldx % 4 || reinterpret_cast<uintptr_t>(x) % 16) return cudaErrorInvalidValue;
   if (swiglu && limit <= 0.0f) return cudaErrorInvalidValue;
@@ -317,9 +336,21 @@ cudaError_t moe_gemv2(const float* x, int64_t ldx, bool x_per_slot, const int32_
   p.fuse = swiglu ? 1 : 0, p.I = N / 2, p.lim = limit;
   p.mmr = mv_mmr(T);
   p.stages = mv_stages(K, p.mmr);
+  p.contig = contig ? 1 : 0;
   // (the max dynamic shared memory attribute MV_SMEM: set by init_kernel_attributes)
   moe_gemv2_kernel<<<sms, MV_NT, mv_smem_bytes(K, p.mmr, p.stages), s>>>(p);
   return cudaGetLastError();
+}
+
+cudaError_t moe_gemv2(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk, int64_t K,
+                      WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit, float* y,
+                      int64_t ldy, cudaStream_t s, const GemvPlan* plan) {
+  return mv_run(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy, s, plan, true);
+}
+cudaError_t moe_gemv2_rows(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
+                           int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
+                           float limit, float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan) {
+  return mv_run(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy, s, plan, false);
 }
 
 namespace detail {
