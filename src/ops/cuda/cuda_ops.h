@@ -200,16 +200,18 @@ cudaError_t gemv_q_v6_groups(const float* x, int64_t M, int64_t K, int64_t ldx, 
                              const GemvPlan* plan = nullptr);
 // GEMV v8 (gemv_q_v8.cu; docs/cuda-notes.md "GEMV v8"): the same product as gemv_q_v6 (bf16(x)·w exact,
 // fp8 through f16 MMAs with x pre-scaled a 128-k block) with the weights moved by bulk copies into a
-// shared-memory ring (one producer thread, the first stages requested before griddepcontrol.wait) and 8
-// warps computing from it; one block an SM over a contiguous range of 8-row tiles (x as the MMA's A, weight rows as its n8 columns). Shapes
-// (gemv_q_v8_supported): BF16 / FP8_B128, row bytes % 1024 == 0 (fp8 K % 1024, bf16 K % 512), K ≤ 8192,
-// N % 16 == 0; fp8 scales 16-byte aligned with ldws % 4 == 0 (else cudaErrorInvalidValue). Batch
-// invariant for every M (launches of 8 rows; a row's sum depends on K only); bits differ from v6.
+// shared-memory ring of 32 KiB stages (one producer thread, the first stages requested before
+// griddepcontrol.wait) and 16 warps computing from it: x as the MMA's A, 8 weight rows as its n8 columns;
+// one block an SM over a contiguous range of tile groups. Shapes (gemv_q_v8_supported): BF16 / FP8_B128,
+// row bytes % 1024 == 0 (fp8 K % 1024, bf16 K % 512), K ≤ 8192, N % (16·TPS) == 0 with TPS = 4096 /
+// min(row bytes, 4096); fp8 scales 16-byte aligned with ldws % 4 == 0 (else cudaErrorInvalidValue). Batch
+// invariant for every M (launches of 8 rows; a row's sum depends on K only); bits differ from v6. Opt-in in
+// the backend (DEEPINFER_CUDA_ON=gemv_v8: not faster than v6 in the model, s7-run4).
 // W must not be written by the kernel launched just before it (weights are read before the wait).
 bool gemv_q_v8_supported(WFmt f, int64_t N, int64_t K);
 cudaError_t gemv_q_v8(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
                       cudaStream_t s, const GemvPlan* plan = nullptr);
-// The same with a given ring depth (stages of 8 rows × min(row bytes, 4 KiB); the op test's sweep; the default is ~128 KiB of stages): same bits.
+// The same with a given ring depth (stages of 32 KiB; the op test's sweep; the default is 4): same bits.
 cudaError_t gemv_q_v8_ring(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
                            int64_t ldy, cudaStream_t s, int ring);
 // Fused SwiGLU (gemv_q_v6_swiglu's contract; bitwise swiglu_clamp of gemv_q_v8's y): N % 32 == 0.

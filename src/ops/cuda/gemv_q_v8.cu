@@ -3,25 +3,30 @@
 // docs/cuda-notes.md, "GEMV v8". What changes against v6 (2–3× the measured streaming floor, Nsight: DRAM
 // 8–29 %, waiting on loads) and v7 (~50 address instructions a 16-byte load in its SASS):
 //
-// * Weights move by bulk copies (cp.async.bulk, the copy engine) into a ring of R stages in shared
-//   memory. A stage is 8 rows × SB bytes of each row, SB = min(row bytes, 4 KiB): one contiguous copy of
-//   the 8 whole rows where they fit (K ≤ 4096 fp8, ≤ 2048 bf16), else 8 copies of 4 KiB, plus the stage's
-//   fp8 block scales. Copies are that large on purpose: with 1 KiB copies (the first version) an SM
-//   streamed only ~9 GB/s whatever the ring depth (s7-run1), so the copy count, not the bytes in flight,
-//   was the limit. One producer thread issues every stage of the block's range; the first R stages are
-//   requested before any griddepcontrol.wait (weights are constant), so in a step graph they stream while
-//   the previous kernel runs.
-// * 8 consumer warps share each stage: warp w takes bytes [w·SB/8, +SB/8) of the 8 rows (fp8: whole
-//   128-k scale blocks). The MMA is m16n8k16 with x as A (rows m < M of 16; the rest zero) and the weight
-//   rows as the n8 columns: lane (g, t) reads 16 bytes of weight row g and its x row g (fp8: hardware
-//   e4m3 → f16, x staged as f16 with v6's per-block power-of-two pre-scale; bf16 as stored). A warp frees
-//   a stage with an mbarrier arrive, no block barrier a stage.
-// * A block (one an SM) owns a contiguous range of 8-row tiles (groups: of (group, tile); fused SwiGLU:
-//   pairs of a gate tile and its up tile). At a tile's end the 8 warps' sums are added in warp order
-//   through shared memory (one named barrier a tile).
+// * Weights move by bulk copies (cp.async.bulk, the copy engine) into a ring of R stages of 32 KiB in
+//   shared memory: a stage is 8·TPS rows × SB bytes, SB = min(row bytes, 4 KiB), TPS = 4 KiB / SB tiles of
+//   8 rows; one contiguous copy where the rows are whole (row bytes ≤ 4 KiB), else 8 copies of 4 KiB, plus
+//   the stage's fp8 block scales. Copies are that large on purpose: an SM completes about one bulk copy
+//   every ~270 ns up to 4 KiB whatever the ring depth (`floor perf bulk` op cases, s7-run5), so 1 KiB
+//   copies (the first version) capped an SM at ~9 GB/s. One producer thread issues every stage of the
+//   block's range; the first R stages are requested before any griddepcontrol.wait (weights are
+//   constant), so in a step graph they stream while the previous kernel runs.
+// * 16 consumer warps: WPT = 16 / TPS warps a tile, warp w takes 256 bytes of each of its tile's 8 rows
+//   (4 units of 64 bytes, each its own MMA chain from zero: four independent chains a stage). The MMA is
+//   m16n8k16 with x as A (rows m < M of 16; the rest zero) and the weight rows as the n8 columns: lane
+//   (g, t) reads 16 bytes of weight row g and its x row g (fp8: hardware e4m3 → f16, x staged as f16 with
+//   v6's per-block power-of-two pre-scale, the block scale applied once a unit; bf16 as stored). A warp
+//   frees a stage with an mbarrier arrive, no block barrier a stage.
+// * A block (one an SM) owns a contiguous range of tile groups (TPS tiles; groups: of (group, tile group);
+//   fused SwiGLU: TPS gate tiles, then their TPS up tiles). When a group of tiles is done the WPT warps'
+//   sums of each tile are added in warp order through shared memory (one named barrier).
 //
-// Batch invariance: an output's sum is, per warp, its 128-k pieces in k order (fp8: an MMA chain over
-// 128 k from zero, then one FMA into the warp's sum; bf16: one MMA chain), then warps 0..7 in order.
+// Measured (docs/cuda-notes.md "GEMV v8", s7-run3/4): within ±10 % of v6, not faster in the model step,
+// so the backend takes it only with DEEPINFER_CUDA_ON=gemv_v8.
+//
+// Batch invariance: an output's sum is, per warp, its units in k order (fp8: an MMA chain over 64 k from
+// zero, then one FMA into the warp's sum; bf16: a chain over 32 k, then an add), then its tile's warps in
+// order.
 // That depends on K only; MMA row m depends on x row m only, so row m's bits are the same for every
 // M ≤ 8 (M > 8: launches of 8 rows), every grid and every ring depth.
 #include <cuda_fp16.h>
