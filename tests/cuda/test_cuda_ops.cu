@@ -33,6 +33,7 @@
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cuda/async_bits.cuh"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/graph_edges.h"
 #include "ops/cuda/moe_grouped.h"
 
 using namespace deepinfer;
@@ -240,36 +241,9 @@ double time_us(const std::function<void()>& f) {
   return t[t.size() / 2];
 }
 
-// Device time of a launch when it runs from a CUDA graph (as the model's decode steps will): n calls of
-// f(stream) (the caller's rotation of inputs goes on across calls) captured once on a fresh stream, so
-// the launchers' host work happens at capture only; the graph is replayed 11 times (after 2 warm-up
-// replays), median replay / n. Throws when a launcher cannot be captured (synchronizes, allocates, …).
-// Every default kernel→kernel edge of g made programmatic, as CudaBackend::Impl::programmatic_edges does in
-// the model's step graphs (there only for edges into the project's kernels; here every kernel is one).
-cudaError_t make_edges_programmatic(cudaGraph_t g) {
-  size_t n = 0;
-  cudaError_t e = cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n);
-  if (e != cudaSuccess || n == 0) return e;
-  std::vector<cudaGraphNode_t> from(n), to(n);
-  std::vector<cudaGraphEdgeData> data(n);
-  if ((e = cudaGraphGetEdges(g, from.data(), to.data(), data.data(), &n)) != cudaSuccess) return e;
-  auto kernel = [](cudaGraphNode_t x) {
-    cudaGraphNodeType t;
-    return cudaGraphNodeGetType(x, &t) == cudaSuccess && t == cudaGraphNodeTypeKernel;
-  };
-  std::vector<cudaGraphNode_t> f, t;
-  std::vector<cudaGraphEdgeData> old;
-  for (size_t i = 0; i < n; ++i)
-    if (data[i].type == cudaGraphDependencyTypeDefault && data[i].from_port == 0 && kernel(from[i]) && kernel(to[i]))
-      f.push_back(from[i]), t.push_back(to[i]), old.push_back(data[i]);
-  if (f.empty()) return cudaSuccess;
-  if ((e = cudaGraphRemoveDependencies(g, f.data(), t.data(), old.data(), f.size())) != cudaSuccess) return e;
-  cudaGraphEdgeData pdl{};
-  pdl.from_port = cudaGraphKernelNodePortProgrammatic;
-  pdl.type = cudaGraphDependencyTypeProgrammatic;
-  std::vector<cudaGraphEdgeData> d(f.size(), pdl);
-  return cudaGraphAddDependencies(g, f.data(), t.data(), d.data(), f.size());
-}
+// Every default kernel→kernel edge of g made programmatic, as in the backend's step graphs (there only for
+// edges into the project's kernels; here every kernel is one).
+cudaError_t make_edges_programmatic(cudaGraph_t g) { return dc::graph_programmatic_edges(g, dc::graph_kernel_node); }
 
 // n calls of f(st) captured into one graph (global mode: a call that may synchronize fails the capture).
 // Null, with err set, when they cannot be captured. programmatic: kernel→kernel edges made programmatic.
@@ -312,6 +286,11 @@ bool run_in_graph(const std::function<void(cudaStream_t)>& f, std::string& err, 
   return ge != nullptr;
 }
 
+// Device time of a launch when it runs from a CUDA graph (as the model's decode steps will): n calls of
+// f(stream) (the caller's rotation of inputs goes on across calls) captured once on a fresh stream, so
+// the launchers' host work happens at capture only; the graph is replayed 11 times (after 2 warm-up
+// replays), median replay / n. Throws when a launcher cannot be captured (synchronizes, allocates, …).
+// programmatic: kernel→kernel edges made programmatic (the model's setting).
 double time_graph_us(const std::function<void(cudaStream_t)>& f, int n, bool programmatic = false) {
   cudaStream_t st = nullptr;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -2387,7 +2366,7 @@ __global__ void floor_bulk_kernel(const uint8_t* __restrict__ w, int64_t ncopies
       const int sl = (int)(q % slots);
       dd::mbar_wait(dd::smem_u32(&full[sl]), (uint32_t)((q / slots) & 1));
       acc ^= *reinterpret_cast<const uint32_t*>(fb_smem + (size_t)sl * copy);
-      asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(dd::smem_u32(&empty[sl])) : "memory");
+      dd::mbar_arrive(dd::smem_u32(&empty[sl]));
     }
     if (acc == 0x9e3779b9u) sink[0] = acc;
   }

@@ -1,6 +1,7 @@
 #pragma once
 // Shared-memory addresses, mbarriers and bulk (TMA) copies for the kernels that stream weights through a
-// ring in shared memory (moe_gemv2.cu, moe_gemv3.cu): one definition of each.
+// ring in shared memory (moe_gemv2.cu, moe_gemv3.cu, gemv_q_v8.cu, the op test's bulk floor): one
+// definition of each.
 #include <cstdint>
 
 namespace deepinfer::cuda::detail {
@@ -12,6 +13,10 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
 // The stage's one arrival, announcing the bytes its copies will complete.
 __device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// One arrival (a consumer freeing a stage: release, so its reads of the stage come before the refill).
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
   uint32_t ok;

@@ -3,6 +3,7 @@
 // (gemv_q.cu, gemv_q_v5.cu, gemv_q_v6.cu, gemv_q_v7.cu, moe_grouped.cu, moe_gemv2.cu, moe_gemv3.cu): one
 // definition, so all read a format the same way.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -14,6 +15,13 @@ __device__ __forceinline__ uint32_t u4get(const uint4& v, int i) { return i == 0
 __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// c += A·B, m16n8k16, f16 in, f32 accumulate (fragment layout as mma16816).
+__device__ __forceinline__ void mma16816_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
@@ -32,6 +40,31 @@ __device__ __forceinline__ void e4m3x4_f16(uint32_t w, uint32_t& lo, uint32_t& h
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
   return *reinterpret_cast<const uint32_t*>(&b);
+}
+// One 16-byte unit of x staged for a GEMV's MMAs (gemv_q_v6, gemv_q_v8): its 8 values (a, b) as bf16.
+__device__ __forceinline__ uint4 x8_bf16(const float4& a, const float4& b) {
+  return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
+}
+// The same for f16 MMAs: f16(bf16(x) · 2^(14−E)), E the exponent of the largest |x| of the unit's 128-k
+// block (held by 16 consecutive lanes, which must all call), so a bf16 value converts to f16 exactly down
+// to 2^-31 of the block's max; factor = 2^(E−14) undoes the scaling on the f32 partial sum.
+__device__ __forceinline__ uint4 x8_f16_prescaled(const float4& a, const float4& b, float& factor) {
+  float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  float mx = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(__float2bfloat16_rn(v[j])), mx = fmaxf(mx, fabsf(v[j]));
+#pragma unroll
+  for (int off = 8; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  const int E = max((int)((__float_as_uint(mx) >> 23) & 0xFF) - 127, -110);  // zero / tiny blocks: −110
+  const float up = __uint_as_float((uint32_t)(127 + 14 - E) << 23);
+  uint32_t h[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const __half2 hv = __floats2half2_rn(v[2 * j] * up, v[2 * j + 1] * up);
+    h[j] = *reinterpret_cast<const uint32_t*>(&hv);
+  }
+  factor = __uint_as_float((uint32_t)(127 - 14 + E) << 23);
+  return make_uint4(h[0], h[1], h[2], h[3]);
 }
 // bf16 bits of 2^e, e ∈ [−126, 127], in both halves.
 __device__ __forceinline__ uint32_t pow2_bf16x2(int e) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/graph_edges.h"
 #include "ops/cuda/moe_grouped.h"
 #include "ops/expert_loop.h"
 #include "util/error.h"
@@ -536,8 +537,7 @@ Backend::GraphMode CudaBackend::graph_begin(uint64_t key) {
 namespace {
 // One of this library's kernels (they all start with DI_PDL_WAIT), not cuBLAS's: its mangled name is ours.
 bool our_kernel(cudaGraphNode_t n) {
-  cudaGraphNodeType t;
-  if (cudaGraphNodeGetType(n, &t) != cudaSuccess || t != cudaGraphNodeTypeKernel) return false;
+  if (!cuda::graph_kernel_node(n)) return false;
   cudaKernelNodeParams p{};
   const char* name = nullptr;
   if (cudaGraphKernelNodeGetParams(n, &p) != cudaSuccess || !p.func || cudaFuncGetName(&name, p.func) != cudaSuccess ||
@@ -547,10 +547,6 @@ bool our_kernel(cudaGraphNode_t n) {
   }
   return std::strstr(name, "9deepinfer") != nullptr;
 }
-bool kernel_node(cudaGraphNode_t n) {
-  cudaGraphNodeType t;
-  return cudaGraphNodeGetType(n, &t) == cudaSuccess && t == cudaGraphNodeTypeKernel;
-}
 }  // namespace
 
 // Programmatic dependent launch in the step graphs: an edge from a kernel into one of our kernels becomes
@@ -558,30 +554,11 @@ bool kernel_node(cudaGraphNode_t n) {
 // and waits in DI_PDL_WAIT, before touching memory, for the first to complete. Edges into cuBLAS's
 // kernels and from or to copies stay full dependencies. DEEPINFER_CUDA_OFF=pdl keeps every edge.
 cudaError_t CudaBackend::Impl::programmatic_edges(cudaGraph_t g) {
-  size_t n = 0;
-  cudaError_t e = cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n);
-  if (e != cudaSuccess || n == 0) return e;
-  std::vector<cudaGraphNode_t> from(n), to(n);
-  std::vector<cudaGraphEdgeData> data(n);
-  if ((e = cudaGraphGetEdges(g, from.data(), to.data(), data.data(), &n)) != cudaSuccess) return e;
-  std::unordered_map<cudaGraphNode_t, bool> ours;
-  auto is_ours = [&](cudaGraphNode_t x) {
+  std::unordered_map<cudaGraphNode_t, bool> ours;  // (a kernel name lookup a node, once)
+  return cuda::graph_programmatic_edges(g, [&](cudaGraphNode_t x) {
     auto it = ours.find(x);
     return it != ours.end() ? it->second : (ours[x] = our_kernel(x));
-  };
-  std::vector<cudaGraphNode_t> f, t;
-  std::vector<cudaGraphEdgeData> old;
-  for (size_t i = 0; i < n; ++i)
-    if (data[i].type == cudaGraphDependencyTypeDefault && data[i].from_port == 0 && is_ours(to[i]) &&
-        kernel_node(from[i]))
-      f.push_back(from[i]), t.push_back(to[i]), old.push_back(data[i]);
-  if (f.empty()) return cudaSuccess;
-  if ((e = cudaGraphRemoveDependencies(g, f.data(), t.data(), old.data(), f.size())) != cudaSuccess) return e;
-  cudaGraphEdgeData pdl{};
-  pdl.from_port = cudaGraphKernelNodePortProgrammatic;
-  pdl.type = cudaGraphDependencyTypeProgrammatic;
-  std::vector<cudaGraphEdgeData> d(f.size(), pdl);
-  return cudaGraphAddDependencies(g, f.data(), t.data(), d.data(), f.size());
+  });
 }
 
 // Ends the region (Capture: instantiates its graph) and returns the entry to launch; null when Off.

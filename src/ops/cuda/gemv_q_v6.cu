@@ -38,7 +38,8 @@
 namespace deepinfer::cuda {
 namespace {
 namespace cg = cooperative_groups;
-using detail::cdiv, detail::u4get, detail::mma16816, detail::pack_bf16, detail::e4m3x4_f16;
+using detail::cdiv, detail::u4get, detail::mma16816, detail::mma16816_f16, detail::e4m3x4_f16;
+using detail::x8_bf16, detail::x8_f16_prescaled;
 
 constexpr int G6_WARPS = 8, G6_NT = G6_WARPS * 32;
 constexpr int G6_BPS = 2;          // blocks an SM (launch bound: ≤ 128 registers)
@@ -109,13 +110,6 @@ __device__ __forceinline__ float g6_ldf_early(const float* p) {
   float v;
   asm volatile("ld.global.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
   return v;
-}
-// c += A·B, m16n8k16, f16 in, f32 accumulate (fragment layout as mma16816).
-__device__ __forceinline__ void mma16816_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // A warp's rows in a round: row n0 + g (a), n0 + g + 8 (b) at this lane's byte 16t, null past N; fp8: the
@@ -224,26 +218,12 @@ __device__ __forceinline__ void g6_stage_x(const G6Params& p, uint4* xs, float* 
       const int m = i / units, u = i - m * units;
       uint4 o;
       if constexpr (WF == WFmt::BF16) {
-        o = make_uint4(pack_bf16(a[q].x, a[q].y), pack_bf16(a[q].z, a[q].w), pack_bf16(b[q].x, b[q].y),
-                       pack_bf16(b[q].z, b[q].w));
+        o = x8_bf16(a[q], b[q]);
       } else {
-        float v[8] = {a[q].x, a[q].y, a[q].z, a[q].w, b[q].x, b[q].y, b[q].z, b[q].w};
-        float mx = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(__float2bfloat16_rn(v[j])), mx = fmaxf(mx, fabsf(v[j]));
         // (all lanes take part: total % 16 == 0, so a 16-lane group is entirely in or out of range)
-#pragma unroll
-        for (int off = 8; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-        const int E = max((int)((__float_as_uint(mx) >> 23) & 0xFF) - 127, -110);  // zero / tiny blocks: −110
-        const float up = __uint_as_float((uint32_t)(127 + 14 - E) << 23);
-        uint32_t h[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const __half2 hv = __floats2half2_rn(v[2 * j] * up, v[2 * j + 1] * up);
-          h[j] = *reinterpret_cast<const uint32_t*>(&hv);
-        }
-        o = make_uint4(h[0], h[1], h[2], h[3]);
-        if (i < total && u % 16 == 0) fs[(u / 16) * 8 + m] = __uint_as_float((uint32_t)(127 - 14 + E) << 23);
+        float f;
+        o = x8_f16_prescaled(a[q], b[q], f);
+        if (i < total && u % 16 == 0) fs[(u / 16) * 8 + m] = f;
       }
       if (i < total) xs[(size_t)m * p.xs_u4 + u] = o;
     }

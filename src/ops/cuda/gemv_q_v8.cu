@@ -41,8 +41,9 @@
 
 namespace deepinfer::cuda {
 namespace {
-using detail::cdiv, detail::u4get, detail::mma16816, detail::pack_bf16, detail::e4m3x4_f16;
-using detail::smem_u32, detail::mbar_init, detail::mbar_expect, detail::mbar_wait, detail::bulk_load;
+using detail::cdiv, detail::u4get, detail::mma16816, detail::mma16816_f16, detail::e4m3x4_f16;
+using detail::smem_u32, detail::mbar_init, detail::mbar_expect, detail::mbar_wait, detail::mbar_arrive, detail::bulk_load;
+using detail::x8_bf16, detail::x8_f16_prescaled;
 
 constexpr int G8_CW = 16;                 // consumer warps
 constexpr int G8_NC = G8_CW * 32;         // consumer threads
@@ -110,18 +111,8 @@ __device__ __forceinline__ G8Tile g8_tile(const G8Params& p, int64_t item, int s
   return t;
 }
 
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(G8_NC) : "memory"); }
 __device__ __forceinline__ uint4 lds128(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
-// c += A·B, m16n8k16, f16 in, f32 accumulate (fragment layout as mma16816).
-__device__ __forceinline__ void mma16816_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // x rows [M, K] of group grp → shared memory (consumer threads only), natural k order, row stride xrs
 // bytes. bf16: bf16(x). fp8: f16(bf16(x) · 2^(14−E)) per 128-k block (E: exponent of the block's largest
@@ -149,26 +140,12 @@ __device__ __forceinline__ void g8_stage_x(const G8Params& p, int64_t grp, uint8
       const int m = i / units, u = i - m * units;
       uint4 o;
       if constexpr (WF == WFmt::BF16) {
-        o = make_uint4(pack_bf16(a[q].x, a[q].y), pack_bf16(a[q].z, a[q].w), pack_bf16(b[q].x, b[q].y),
-                       pack_bf16(b[q].z, b[q].w));
+        o = x8_bf16(a[q], b[q]);
       } else {
-        float v[8] = {a[q].x, a[q].y, a[q].z, a[q].w, b[q].x, b[q].y, b[q].z, b[q].w};
-        float mx = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(__float2bfloat16_rn(v[j])), mx = fmaxf(mx, fabsf(v[j]));
         // (whole 16-lane groups are in or out of range: total % 16 == 0, and G8_NC % 16 == 0)
-#pragma unroll
-        for (int off = 8; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-        const int E = max((int)((__float_as_uint(mx) >> 23) & 0xFF) - 127, -110);  // zero / tiny blocks: −110
-        const float upf = __uint_as_float((uint32_t)(127 + 14 - E) << 23);
-        uint32_t h[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const __half2 hv = __floats2half2_rn(v[2 * j] * upf, v[2 * j + 1] * upf);
-          h[j] = *reinterpret_cast<const uint32_t*>(&hv);
-        }
-        o = make_uint4(h[0], h[1], h[2], h[3]);
-        if (i < total && u % 16 == 0) fs[(u / 16) * 8 + m] = __uint_as_float((uint32_t)(127 - 14 + E) << 23);
+        float f;
+        o = x8_f16_prescaled(a[q], b[q], f);
+        if (i < total && u % 16 == 0) fs[(u / 16) * 8 + m] = f;
       }
       if (i < total) *reinterpret_cast<uint4*>(xs + (size_t)m * p.xrs + (size_t)u * 16) = o;
     }
