@@ -47,4 +47,14 @@ if [ -n "${ABLATE:-}" ]; then
       bash bench/run_session_h200.sh "$PKG" "$OUT/off_${a//,/_}" 2>&1 | grep -E "^\| decode|^\| prefill" | head -6
   done
 fi
+# ABLATE_ON: '|'-separated DEEPINFER_CUDA_ON values (opt-in paths), the same short decode each
+if [ -n "${ABLATE_ON:-}" ]; then
+  IFS='|' read -ra A <<< "$ABLATE_ON"
+  for a in "${A[@]}"; do
+    echo "== opt-in ON=$a at $(( $(date +%s) - t0 )) s"
+    DEEPINFER_CUDA_ON="$a" SKIP_MODEL=1 HF_TIMEOUT=0 DI_TIMEOUT=${ABL_TIMEOUT:-60} OFF="${OFF:-}" \
+      BENCH_ARGS="${ABL_ARGS:---layers 31 --steps 8 --case-seconds 2 --batch 1,8 --prefill 0}" \
+      bash bench/run_session_h200.sh "$PKG" "$OUT/on_${a//,/_}" 2>&1 | grep -E "^\| decode|^\| prefill" | head -6
+  done
+fi
 echo "== done at $(( $(date +%s) - t0 )) s"

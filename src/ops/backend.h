@@ -231,7 +231,9 @@ class Backend {
   // out[T, D] = Σ_k wsel[t, k] · W2_e · swiglu_clamp(W13_e · h[t], limit), e = sel[t, k], summed over a
   // token's experts in ascending expert id (h [T, D], sel / wsel [T, K]), then + shared[t] when shared
   // [T, D] is not null (the shared expert's output: one f32 add after the routed sum, the bits of an
-  // add_rows of shared into out afterwards). shared may not alias out.
+  // add_rows of shared into out afterwards). shared may not alias out. A non-null shared must have been
+  // computed after sel and h were written (the V4 model's order: routing, shared expert, moe_ffn): the CUDA
+  // backend then starts reading the routed experts' weights before its predecessor launch completes.
   virtual void moe_ffn(const float* h, int64_t T, const Experts& ex, const int32_t* sel, const float* wsel, int K,
                        float limit, const float* shared, float* out) = 0;
 

@@ -2332,6 +2332,35 @@ __global__ void floor_stream_kernel(const uint4* __restrict__ w, int64_t n16, bo
   if (early) asm volatile("griddepcontrol.wait;\n" ::: "memory");  // (threads without loads)
   if (acc == 0x9e3779b9u) sink[0] = acc;
 }
+// The floor of a decode GEMV's access pattern (s8): a [N, K]-byte matrix read as 16-row tiles, a warp
+// taking units of (tile, k-slice of `span` bytes); a warp load = 8 rows × 64 B (lane (g, t): 16 B at 16t of
+// row g or g + 8, as the MMA fragments of gemv_q_v6 / moe_gemv2 ask), 8 loads a thread in flight (16 rows ×
+// 256 B a warp), no compute. order 0: a tile's consecutive slices on consecutive warps; 1: consecutive
+// warps on different tiles. Against `floor perf stream` (the same bytes read contiguously) it tells whether
+// DRAM locality, not the kernels' work, caps the GEMVs near 45 % of HBM.
+__global__ void floor_tiles_kernel(const uint8_t* __restrict__ w, int64_t N, int64_t K, int span, int order,
+                                   uint32_t* sink) {
+  asm volatile("griddepcontrol.wait;\ngriddepcontrol.launch_dependents;\n" ::: "memory");
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int64_t nw = (int64_t)gridDim.x * (blockDim.x >> 5), wid = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int64_t tiles = N / 16, slices = K / span, units = tiles * slices;
+  uint32_t acc = 0;
+  for (int64_t u = wid; u < units; u += nw) {
+    const int64_t tile = order == 0 ? u / slices : u % tiles, sl = order == 0 ? u % slices : u / tiles;
+    const uint8_t* base = w + (tile * 16 + g) * K + sl * span + 16 * t;
+    for (int k0 = 0; k0 < span; k0 += 256) {
+      uint4 v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(v[j].x), "=r"(v[j].y), "=r"(v[j].z), "=r"(v[j].w)
+                     : "l"(base + (j & 1) * 8 * K + k0 + (j >> 1) * 64));
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+    }
+  }
+  if (acc == 0x9e3779b9u) sink[0] = acc;
+}
 __global__ void floor_empty_kernel() {
   asm volatile("griddepcontrol.wait;\ngriddepcontrol.launch_dependents;\n" ::: "memory");
 }
@@ -2443,6 +2472,32 @@ Result floor_case(int64_t bytes, bool pdl, bool early) {
   return res;
 }
 
+// floor_tiles_kernel's case: N × K bytes (weight copies rotated out of L2), 4 blocks of 256 threads an SM.
+Result floor_tiles_case(int64_t N, int64_t K, int span, int order) {
+  Result res;
+  const int64_t bytes = N * K;
+  const int copies = (int)std::min<int64_t>(64, (256ll << 20) / bytes + 1);
+  DBuf dw = dalloc(copies * bytes, "tiles"), dsink = dalloc(16, "sink");
+  fill_bytes<<<4096, 256>>>(dw.as<uint8_t>(), copies * bytes, 4321, 0, 0);
+  CK(cudaDeviceSynchronize());
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  int it = 0;
+  auto launch = [&](cudaStream_t st) {
+    floor_tiles_kernel<<<4 * sms, 256, 0, st>>>(dw.as<uint8_t>() + (it++ % copies) * bytes, N, K, span, order,
+                                                dsink.as<uint32_t>());
+    CK(cudaGetLastError());
+  };
+  const int n = (int)((std::max(32, copies) + copies - 1) / copies * copies);
+  res.graph_us = time_graph_us(launch, n);
+  res.us = res.graph_us;
+  res.bytes = (double)bytes;
+  char buf[128];
+  snprintf(buf, sizeof buf, "graph of %d, %d blocks x 256, %d copies rotated ", n, 4 * sms, copies);
+  res.detail += buf;
+  return res;
+}
+
 // A grouped GEMV's fused SwiGLU (S slot rows of N = 2I gate|up columns) against swiglu_clamp applied to
 // its unfused output, bitwise; the act rows' padding (lda > I) must stay untouched and some gate/up value
 // must reach the clamp (else the check proves little). run(fuse, limit, y, ldy) launches the GEMV.
@@ -2542,12 +2597,24 @@ Result gemv_grouped_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t N, in
 // a token's result does not depend on the other tokens), and with swiglu the fused act bitwise equal to
 // swiglu_clamp of the unfused output (the clamp reached).
 // ver 3: moe_gemv3 under the same checks, and its output bitwise moe_gemv2's (same MMA chains and order);
-// ver 6: moe_gemv2_rows (one bulk copy a row, padded rows) the same way.
+// ver 6: moe_gemv2_rows (one bulk copy a row, padded rows) the same way; ver 7 / 8: moe_gemv2_early with
+// early = 2 / 1 (work before the PDL wait; outside a graph only the order changes) the same way.
 using MoeGemv = cudaError_t (*)(const float*, int64_t, bool, const int32_t*, int64_t, int, int64_t, dc::WeightRef, int64_t,
                                 int64_t, int64_t, bool, float, float*, int64_t, cudaStream_t, const dc::GemvPlan*);
+template <int Early>
+cudaError_t moe_gemv2_early_n(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
+                              int64_t K, dc::WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
+                              float limit, float* y, int64_t ldy, cudaStream_t s, const dc::GemvPlan* plan) {
+  return dc::moe_gemv2_early(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy,
+                             Early, s, plan);
+}
 Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per_slot, bool swiglu, int variant,
                       int sel_mode, const std::string& name, int ver = 2) {
-  const MoeGemv gemv = ver == 3 ? dc::moe_gemv3 : ver == 6 ? dc::moe_gemv2_rows : dc::moe_gemv2;
+  const MoeGemv gemv = ver == 3   ? dc::moe_gemv3
+                       : ver == 6 ? dc::moe_gemv2_rows
+                       : ver == 7 ? moe_gemv2_early_n<2>
+                       : ver == 8 ? moe_gemv2_early_n<1>
+                                  : dc::moe_gemv2;
   Rng r = rng_for(name);
   Result res;
   const dc::WFmt fmt = dc::WFmt::FP4_B32;
@@ -2580,7 +2647,7 @@ Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per
   CK(gemv(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f, dy.as<float>(), ldy,
           0, nullptr));
   auto yg = down<float>(dy, S * ldy);
-  if (ver == 3 || ver == 6) {  // moe_gemv2 on the same inputs: bitwise the same rows
+  if (ver != 2) {  // moe_gemv2 on the same inputs: bitwise the same rows
     DBuf d2 = dalloc(S * ldy * 4, "y_moe_gemv2");
     poison(d2);
     CK(dc::moe_gemv2(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f,
@@ -2588,7 +2655,7 @@ Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per
     auto y2 = down<float>(d2, S * ldy);
     bool same = true;
     for (int64_t j = 0; j < S; ++j) same &= rows_bitwise_equal(y2.data() + j * ldy, yg.data() + j * ldy, N);
-    expect_true(res, same, ver == 3 ? "moe_gemv3 != moe_gemv2 (bitwise)" : "moe_gemv2_rows != moe_gemv2 (bitwise)");
+    expect_true(res, same, ver == 3 ? "moe_gemv3 != moe_gemv2 (bitwise)" : "variant != moe_gemv2 (bitwise)");
     if (same) res.detail += "== moe_gemv2 (bitwise) ";
   }
   {  // (every version)
@@ -2670,16 +2737,20 @@ Result moe_gemv2_unsupported_case(int ver = 2) {
 // weight (32 MB) rotated among copies. The swiglu case times the fused w13. kind: 0 gemv_q_grouped,
 // 1 gemv_q_grouped_v3, 2 moe_gemv2 (fp4 only), 3 gemv_q_v6_groups (identity_sel, per_slot, E == topk only:
 // linear_groups' layout), 4 moe_gemv3 (fp4 only; slot 0 checked against token 0 alone, as moe_gemv2), 5
-// gemv_q_v8_groups (as 3), 6 moe_gemv2_rows (moe_gemv2 with one bulk copy a row: same bits).
+// gemv_q_v8_groups (as 3), 6 moe_gemv2_rows (moe_gemv2 with one bulk copy a row: same bits), 7
+// moe_gemv2_early as the model calls it (early 2 with the fused SwiGLU, else 1) and 8 moe_gemv2, both timed
+// in a graph with programmatic edges (each launch's routing and x are written before the chain: valid).
 using GroupedGemv = cudaError_t (*)(const float*, int64_t, bool, const int32_t*, int64_t, int, int64_t, dc::WeightRef,
                                     int64_t, int64_t, int64_t, bool, float, float*, int64_t, cudaStream_t,
                                     const dc::GemvPlan*);
 Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t N, int64_t K, bool per_slot,
                               bool swiglu, bool identity_sel, int kind, const std::string& name) {
   const bool v3 = kind == 1, v6 = kind == 3 || kind == 5;  // 5: gemv_q_v8_groups (as 3)
+  const bool pdl = kind == 7 || kind == 8;
   const GroupedGemv gemv = kind == 4   ? dc::moe_gemv3
                            : kind == 6 ? dc::moe_gemv2_rows
-                           : kind == 2 ? dc::moe_gemv2
+                           : kind == 7 ? (swiglu ? moe_gemv2_early_n<2> : moe_gemv2_early_n<1>)
+                           : kind == 2 || kind == 8 ? dc::moe_gemv2
                            : v3        ? dc::gemv_q_grouped_v3
                                        : dc::gemv_q_grouped;
   Rng r = rng_for(name);
@@ -2753,7 +2824,7 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
     expect_nmse(res, "slot 0 (64 rows)", yc, yr, 1e-6);
   } else {
     std::vector<float> y1;
-    if (kind == 2 || kind == 4 || kind == 6) {
+    if (kind == 2 || kind == 4 || kind >= 6) {
       // slot 0 of set 0 against token 0 launched alone (T = 1, its own routing), bitwise
       DBuf d1 = dalloc(topk * ncol * 4, "token0_alone");
       CK(gemv(dx.as<float>(), K, per_slot, dsel.as<int32_t>(), 1, topk, K, W(0), wstr, sstr, N, swiglu, 10.0f,
@@ -2770,7 +2841,7 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
     bool finite = true;
     for (float v : yg) finite &= std::isfinite(v);
     expect_true(res, finite && rows_bitwise_equal(yg.data(), y1.data(), ncol),
-                kind == 2 || kind == 4 || kind == 6 ? "slot 0 != token 0 alone" : "slot 0 != gemv_q alone");
+                kind == 2 || kind == 4 || kind >= 6 ? "slot 0 != token 0 alone" : "slot 0 != gemv_q alone");
   }
   int it = 0;
   res.us = time_us([&] {
@@ -2786,7 +2857,7 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
         const int i = it++;
         CK(launch(i % copies, i % nsets, stream));
       },
-      n);
+      n, pdl);
   it = 0;
   res.host_us = host_us([&] {
     const int i = it++;
@@ -4708,10 +4779,17 @@ void register_cases() {
       add(n, [=] { return moe_gemv2_case(c.T, c.topk, c.E, c.N, c.K, c.per_slot, c.swiglu, c.variant, c.sel_mode, n, 3); });
     }
     add("moe_gemv3 unsupported shapes", [] { return moe_gemv2_unsupported_case(3); });
-    // moe_gemv2_rows (the session-5 loads): the same cases, each also bitwise against moe_gemv2
+    // moe_gemv2_rows (the session-5 loads) and moe_gemv2_early (early = 2, 1): the same cases, each also
+    // bitwise against moe_gemv2
     for (auto c : mg) {
       auto n = nm("moe_gemv2_rows fp4 T=%ld topk=%d E=%d N=%ld K=%ld %s", c.T, c.topk, c.E, c.N, c.K, c.what);
       add(n, [=] { return moe_gemv2_case(c.T, c.topk, c.E, c.N, c.K, c.per_slot, c.swiglu, c.variant, c.sel_mode, n, 6); });
+      for (int early : {2, 1}) {
+        n = nm("moe_gemv2_early=%d fp4 T=%ld topk=%d E=%d N=%ld K=%ld %s", early, c.T, c.topk, c.E, c.N, c.K, c.what);
+        add(n, [=] {
+          return moe_gemv2_case(c.T, c.topk, c.E, c.N, c.K, c.per_slot, c.swiglu, c.variant, c.sel_mode, n, 9 - early);
+        });
+      }
     }
     // gemv_q_v5 (decode GEMV v5, bf16 / fp8 only): the same checks as gemv_q (f64 reference, padding,
     // every row alone bitwise), small and V4-Flash shapes at M = 1..8 (13: launches of 8; K = 16384:
@@ -5082,6 +5160,14 @@ void register_cases() {
           auto n = nm("floor perf stream %ld MB %s", mb, mode == 0 ? "plain" : mode == 1 ? "pdl" : "pdl early loads");
           add(n, [=] { return floor_case(mb << 20, mode > 0, mode == 2); });
         }
+      // the floor of the GEMVs' 16-row tile pattern (wo_b- and wq_b-shaped, 33.5 MB), by slice length and order
+      for (auto [N, K] : {std::pair<int64_t, int64_t>{4096, 8192}, {32768, 1024}})
+        for (int span : {256, 1024, 8192})
+          for (int order : {0, 1}) {
+            if (span > K) continue;
+            auto n = nm("floor perf tiles N=%ld K=%ld span=%d order=%d", N, K, span, order);
+            add(n, [=] { return floor_tiles_case(N, K, span, order); });
+          }
       // the floor of a bulk-copy stream (copy size x ring bytes a block, one block an SM)
       for (int64_t mb : {4, 33})
         for (int copy : {1024, 2048, 4096, 16384, 32768})
@@ -5120,6 +5206,13 @@ void register_cases() {
         add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, 2 * I, D, false, true, false, 6, n); });
         n = nm("moe_gemv2_rows perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w2)", T, T * 6, D, I);
         add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, D, I, true, false, false, 6, n); });
+        for (int kind : {8, 7}) {
+          const char* what = kind == 7 ? "moe_gemv2_early" : "moe_gemv2 pdl";
+          n = nm("%s perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w13 + fused swiglu)", what, T, T * 6, 2 * I, D);
+          add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, 2 * I, D, false, true, false, kind, n); });
+          n = nm("%s perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w2)", what, T, T * 6, D, I);
+          add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, D, I, true, false, false, kind, n); });
+        }
         n = nm("moe_gemv3 perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w13 + fused swiglu)", T, T * 6, 2 * I, D);
         add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, 2 * I, D, false, true, false, 4, n); });
         n = nm("moe_gemv3 perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w2)", T, T * 6, D, I);

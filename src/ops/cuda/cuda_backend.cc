@@ -1267,12 +1267,12 @@ void CudaBackend::moe_ffn(const float* h, int64_t T, const Experts& exb, const i
   // The shared expert's output goes into the combine (one add after the routed sum: add_rows' bits);
   // DEEPINFER_CUDA_OFF=fusecomp: an add_rows after the routed experts, as before.
   const bool fuse_add = shared && !impl_->off("fusecomp");
-  moe_ffn_routed(h, T, exb, sel, wsel, K, limit, fuse_add ? shared : nullptr, out);
+  moe_ffn_routed(h, T, exb, sel, wsel, K, limit, fuse_add ? shared : nullptr, out, shared != nullptr);
   if (shared && !fuse_add && T > 0) add_rows(shared, T, exb.D, nullptr, nullptr, out);
 }
 
 void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, const int32_t* sel, const float* wsel,
-                                 int K, float limit, const float* shared, float* out) {
+                                 int K, float limit, const float* shared, float* out, bool after_shared) {
   const auto& ex = static_cast<const CudaExperts&>(exb);
   const int64_t E = ex.E, D = ex.D, I = ex.I, S = T * K;
   if (T <= 0) return;
@@ -1289,14 +1289,22 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
     // measured it no faster (T = 1 w13 34.6 vs 33.3 µs, w2 25.9 vs 24.1; T = 8 w13 231 vs 194)
     // (DEEPINFER_CUDA_OFF=moe_gemv2: the gemv above), for both matrices or neither
     auto g13 = gemv, g2 = gemv;
+    bool early = false;
     if (impl_->on("moe_gemv3") && cuda::moe_gemv3_ok(ex.r13, T, K, 2 * I, D, ex.w13_stride, ex.s13_stride) &&
         cuda::moe_gemv3_ok(ex.r2, T, K, D, I, ex.w2_stride, ex.s2_stride))
       g13 = g2 = cuda::moe_gemv3;
     else if (!impl_->off("moe_gemv2") && cuda::moe_gemv2_ok(ex.r13, T, K, 2 * I, D, ex.w13_stride, ex.s13_stride) &&
-             cuda::moe_gemv2_ok(ex.r2, T, K, D, I, ex.w2_stride, ex.s2_stride))
+             cuda::moe_gemv2_ok(ex.r2, T, K, D, I, ex.w2_stride, ex.s2_stride)) {
       g13 = g2 = impl_->off("moe_blocks") ? cuda::moe_gemv2_rows : cuda::moe_gemv2;  // (same bits)
-    cudaError_t e = g13(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true, limit,
-                        act.data(), I, s, &ex.plan13);
+      early = after_shared && !impl_->off("moe_blocks") && impl_->on("moe_early");
+    }
+    // DEEPINFER_CUDA_ON=moe_early (the same bits): w13 reads sel and h and issues its first copies before its
+    // PDL wait (the shared expert's two launches came in between). Opt-in: s8-run2 measured no gain in the op
+    // test's chains; w2 stays on moe_gemv2 (early = 1 puts its x staging behind the copies: 24.5 vs 21.5 µs).
+    cudaError_t e = early ? cuda::moe_gemv2_early(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride,
+                                                  2 * I, true, limit, act.data(), I, 2, s, &ex.plan13)
+                          : g13(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true, limit,
+                                act.data(), I, s, &ex.plan13);
     if (e == cudaSuccess)
       e = g2(act.data(), I, true, sel, T, K, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, ye.data(), D, s,
              &ex.plan2);

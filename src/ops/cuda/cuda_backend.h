@@ -108,9 +108,10 @@ class CudaBackend final : public Backend {
 
  private:
   std::unique_ptr<Impl> impl_;
-  // moe_ffn with the shared addend in the combine (null: none)
+  // moe_ffn with the shared addend in the combine (null: none); after_shared: the shared expert's launches
+  // ran after sel and h were written (moe_ffn's contract), so the routed GEMVs may read them early
   void moe_ffn_routed(const float* h, int64_t T, const Experts& ex, const int32_t* sel, const float* wsel, int K,
-                      float limit, const float* shared, float* out);
+                      float limit, const float* shared, float* out, bool after_shared = false);
 };
 
 }  // namespace deepinfer

@@ -72,6 +72,9 @@ struct MvParams {
   int mmr, stages;  // x staging rows (= run cap), ring stages
   int contig;       // 1: an item's rows in 2–4 bulk copies of whole 16/32-row blocks (unpadded rows in
                     // shared memory); 0: one copy a row and a scale row (padded rows), the session-5 form
+  int nred;         // partial-sum buffers (2 where shared memory allows: one block barrier an item, not 2)
+  int early;        // 0: everything after the PDL wait; 1: sel was written ≥ 2 launches back (routing and the
+                    // first stages' copies before the wait); 2: x too (its staging also before the wait)
 };
 
 // x rows of a run → bf16 in shared memory, in gemv_q's fp4 fragment order: unit ((c·4 + q)·mmr + m)·4 + t
@@ -105,7 +108,11 @@ __device__ __forceinline__ void mv_stage_x(uint4* xs, const float* __restrict__ 
 }
 
 __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
-  DI_PDL_WAIT();
+  // p.early > 0 (moe_gemv2_early): with programmatic edges this grid starts only after its predecessor has
+  // passed its own wait, so what was written ≥ 2 launches back is complete. The routing, the first S
+  // stages' copies (weights: constant) and, early == 2, x's staging then run before the wait, while the
+  // predecessor's last blocks finish. Nothing is written to global memory before the wait.
+  if (p.early == 0) DI_PDL_WAIT();
   extern __shared__ __align__(128) uint8_t mv_smem[];
   __shared__ __align__(8) uint64_t full[MV_MAXS];
   __shared__ int s_sel[MV_MAXSLOTS], s_lead[MV_MAXSLOTS], s_run_e[MV_MAXSLOTS];
@@ -126,7 +133,7 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
   const int stage_bytes = MV_ROWS * (RS + SS);
   uint8_t* ring = mv_smem;  // [S][32 rows × RS | 32 rows × SS]
   uint4* xs = reinterpret_cast<uint4*>(mv_smem + (size_t)S * stage_bytes);
-  float* red = reinterpret_cast<float*>(xs + (size_t)(K / 8) * mmr);  // [16 warps][MV_RED]
+  float* red = reinterpret_cast<float*>(xs + (size_t)(K / 8) * mmr);  // [nred][16 warps][MV_RED]
 
   // Runs: slot s leads a run when the number of earlier slots with its expert is a multiple of mmr; the
   // run holds that slot and the next ≤ mmr − 1 slots with the expert (slot order). Runs ordered by leader.
@@ -162,7 +169,10 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
   const int64_t nitems = (int64_t)s_nruns * RG;
   const int64_t i0 = nitems * blockIdx.x / gridDim.x, i1 = nitems * (blockIdx.x + 1) / gridDim.x;
   const int nq = (int)(i1 - i0);
-  if (nq <= 0) return;  // (block-uniform; nothing issued)
+  if (nq <= 0) {  // (block-uniform; nothing issued)
+    if (p.early) DI_PDL_WAIT();
+    return;
+  }
 
   // Item q's 32 weight rows and their scale rows → stage q % S. The stage's one arrival, with the byte
   // count, is made by thread 0 before a block barrier that precedes every copy of the phase; then lane 0
@@ -195,28 +205,44 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
       bulk_load(smem_u32(sw + MV_ROWS * RS + L * SS), p.ws + e * p.s_stride + n * SB, (uint32_t)SB, bar);
     }
   };
+  // A run's x rows (and its output offsets); x is restaged only when its rows change (w13 at T = 1: all six
+  // runs read token 0's row, staged once). Block-uniform; its first barrier: the previous item's reducers
+  // are done with s_yoff and every warp with xs.
+  int cur = -1, cur_rows = 0;
+  auto set_run = [&](int run) {
+    const int rows = s_run_n[run];
+    int diff = 0;
+    __syncthreads();
+    if (tid < rows) {
+      const int j = s_run_slot[run][tid];
+      const int64_t xo = (int64_t)(p.x_per_slot ? j : j / p.topk) * p.ldx;
+      diff = cur < 0 || rows != cur_rows || s_xoff[tid] != xo;
+      s_xoff[tid] = xo;
+      s_yoff[tid] = (int64_t)j * p.ldy;
+    }
+    if (__syncthreads_or(diff)) {
+      mv_stage_x(xs, p.x, s_xoff, rows, mmr, K);
+      __syncthreads();
+    }
+    cur = run, cur_rows = rows;
+  };
+  // The first run's x goes before the first copies (unless it is the predecessor's output, early == 1):
+  // issued after them, its loads queue behind a whole ring of weight bytes an SM (s8-run1, Nsight Compute
+  // on T = 1 w13: ~9 % of the warps' time waiting on x there).
+  if (p.early != 1) set_run((int)(i0 / RG));
   if (tid == 0)
     for (int q = 0; q < S && q < nq; ++q) expect(q);
   __syncthreads();
   for (int q = 0; q < S && q < nq; ++q) issue(q);
+  if (p.early) DI_PDL_WAIT();
 
   const int nch = K / 128;  // 64-byte chunks a row
-  int cur = -1;
   for (int q = 0; q < nq; ++q) {
     const int64_t it = i0 + q;
     const int run = (int)(it / RG), rg = (int)(it % RG), st = q % S;
     const int rows = s_run_n[run];
-    if (run != cur) {  // block-uniform; every thread is past the previous item's last barrier
-      if (tid < rows) {
-        const int j = s_run_slot[run][tid];
-        s_xoff[tid] = (int64_t)(p.x_per_slot ? j : j / p.topk) * p.ldx;
-        s_yoff[tid] = (int64_t)j * p.ldy;
-      }
-      __syncthreads();
-      mv_stage_x(xs, p.x, s_xoff, rows, mmr, K);
-      __syncthreads();
-      cur = run;
-    }
+    if (run != cur) set_run(run);  // (block-uniform)
+    float* rd = red + (size_t)(q % p.nred) * MV_WARPS * MV_RED;
     mbar_wait(smem_u32(&full[st]), (uint32_t)((q / S) & 1));
 
     // This lane's 16 bytes of chunk 0 in row g of tile 0 (+ 16·RS: tile 1, + 8·RS: row g + 8), its scale
@@ -261,32 +287,39 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
 #pragma unroll
     for (int rt = 0; rt < 2; ++rt)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) red[warp * MV_RED + (rt * 4 + r) * 32 + lane] = acc[rt][r];
+      for (int r = 0; r < 4; ++r) rd[warp * MV_RED + (rt * 4 + r) * 32 + lane] = acc[rt][r];
     // thread 0 has seen stage st's phase complete (its wait above): the next phase's arrival may go now
     if (tid == 0 && q + S < nq) expect(q + S);
     __syncthreads();  // every warp is done with stage st and has stored its sums
     if (q + S < nq) issue(q + S);
 
     // element el of the [tile][4][32] fragment image: lane (gg, tt), register r → row gg + 8·(r / 2),
-    // column (run row) 2·tt + r % 2
+    // column (run row) 2·tt + r % 2. Only the run's columns are summed (T = 1: 1 in 8).
     if (!p.fuse) {
       if (tid < MV_RED) {
-        float v = red[tid];
-#pragma unroll
-        for (int w = 1; w < MV_WARPS; ++w) v += red[w * MV_RED + tid];
         const int rt = tid >> 7, r = (tid >> 5) & 3, ln = tid & 31;
         const int row = (ln >> 2) + 8 * (r >> 1), col = 2 * (ln & 3) + (r & 1);
-        if (col < rows) p.y[s_yoff[col] + (int64_t)rg * MV_ROWS + rt * 16 + row] = v;
+        if (col < rows) {
+          float v = rd[tid];
+#pragma unroll
+          for (int w = 1; w < MV_WARPS; ++w) v += rd[w * MV_RED + tid];
+          p.y[s_yoff[col] + (int64_t)rg * MV_ROWS + rt * 16 + row] = v;
+        }
       }
     } else if (tid < 128) {  // tile 0 = gate rows, tile 1 = the matching up rows
-      float gt = red[tid], up = red[128 + tid];
-#pragma unroll
-      for (int w = 1; w < MV_WARPS; ++w) gt += red[w * MV_RED + tid], up += red[w * MV_RED + 128 + tid];
       const int r = tid >> 5, ln = tid & 31;
       const int row = (ln >> 2) + 8 * (r >> 1), col = 2 * (ln & 3) + (r & 1);
-      if (col < rows) p.y[s_yoff[col] + (int64_t)rg * 16 + row] = detail::swiglu_clamp_one(gt, up, p.lim, 1.0f);
+      if (col < rows) {
+        float gt = rd[tid], up = rd[128 + tid];
+#pragma unroll
+        for (int w = 1; w < MV_WARPS; ++w) gt += rd[w * MV_RED + tid], up += rd[w * MV_RED + 128 + tid];
+        p.y[s_yoff[col] + (int64_t)rg * 16 + row] = detail::swiglu_clamp_one(gt, up, p.lim, 1.0f);
+      }
     }
-    __syncthreads();  // red, s_yoff and (at a run change) x are free again
+    // One buffer: red is rewritten by the next item, so every reducer must be done first. Two: item q + 2
+    // rewrites this one after the next item's barrier, which the reducers reach after their sums (x and
+    // s_yoff change only in set_run, behind its own barrier).
+    if (p.nred == 1) __syncthreads();
   }
 }
 
@@ -297,8 +330,15 @@ int mv_stages(int64_t K, int mmr) {
   const int64_t room = (int64_t)MV_SMEM - fixed;
   return room < 2 * stage ? 0 : (int)std::min<int64_t>(MV_MAXS, room / stage);
 }
-size_t mv_smem_bytes(int64_t K, int mmr, int stages) {
-  return (size_t)stages * MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16) + (size_t)mmr * K * 2 + (size_t)MV_WARPS * MV_RED * 4;
+// A second partial-sum buffer where the stages leave room for it (never at the cost of a stage)
+int mv_nred(int64_t K, int mmr, int stages) {
+  const int64_t used = (int64_t)stages * MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16) + (int64_t)mmr * K * 2 +
+                       (int64_t)MV_WARPS * MV_RED * 4;
+  return used + (int64_t)MV_WARPS * MV_RED * 4 <= (int64_t)MV_SMEM ? 2 : 1;
+}
+size_t mv_smem_bytes(int64_t K, int mmr, int stages, int nred) {
+  return (size_t)stages * MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16) + (size_t)mmr * K * 2 +
+         (size_t)nred * MV_WARPS * MV_RED * 4;
 }
 int mv_mmr(int64_t T) {
   const int64_t m = std::min<int64_t>(MV_MAXRUN, std::max<int64_t>(1, T));
@@ -316,7 +356,7 @@ bool moe_gemv2_ok(WeightRef W, int64_t T, int topk, int64_t N, int64_t K, int64_
 
 static cudaError_t mv_run(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
                           int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit,
-                          float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan, bool contig) {
+                          float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan, bool contig, int early) {
   if (!moe_gemv2_ok(W, T, topk, N, K, w_stride, s_stride)) return cudaErrorNotSupported;
   if (ldx % 4 || reinterpret_cast<uintptr_t>(x) % 16) return cudaErrorInvalidValue;
   if (swiglu && limit <= 0.0f) return cudaErrorInvalidValue;
@@ -337,20 +377,29 @@ static cudaError_t mv_run(const float* x, int64_t ldx, bool x_per_slot, const in
   p.mmr = mv_mmr(T);
   p.stages = mv_stages(K, p.mmr);
   p.contig = contig ? 1 : 0;
+  p.nred = mv_nred(K, p.mmr, p.stages);
+  p.early = early;
   // (the max dynamic shared memory attribute MV_SMEM: set by init_kernel_attributes)
-  moe_gemv2_kernel<<<sms, MV_NT, mv_smem_bytes(K, p.mmr, p.stages), s>>>(p);
+  moe_gemv2_kernel<<<sms, MV_NT, mv_smem_bytes(K, p.mmr, p.stages, p.nred), s>>>(p);
   return cudaGetLastError();
 }
 
 cudaError_t moe_gemv2(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk, int64_t K,
                       WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit, float* y,
                       int64_t ldy, cudaStream_t s, const GemvPlan* plan) {
-  return mv_run(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy, s, plan, true);
+  return mv_run(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy, s, plan, true, 0);
+}
+cudaError_t moe_gemv2_early(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
+                            int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
+                            float limit, float* y, int64_t ldy, int early, cudaStream_t s, const GemvPlan* plan) {
+  if (early < 0 || early > 2) return cudaErrorInvalidValue;
+  return mv_run(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy, s, plan, true,
+                early);
 }
 cudaError_t moe_gemv2_rows(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
                            int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
                            float limit, float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan) {
-  return mv_run(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy, s, plan, false);
+  return mv_run(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy, s, plan, false, 0);
 }
 
 namespace detail {
