@@ -1296,18 +1296,22 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
     else if (!impl_->off("moe_gemv2") && cuda::moe_gemv2_ok(ex.r13, T, K, 2 * I, D, ex.w13_stride, ex.s13_stride) &&
              cuda::moe_gemv2_ok(ex.r2, T, K, D, I, ex.w2_stride, ex.s2_stride)) {
       g13 = g2 = impl_->off("moe_blocks") ? cuda::moe_gemv2_rows : cuda::moe_gemv2;  // (same bits)
-      early = after_shared && !impl_->off("moe_blocks") && impl_->on("moe_early");
+      early = !impl_->off("moe_blocks") && !impl_->off("moe_early");
     }
-    // DEEPINFER_CUDA_ON=moe_early (the same bits): w13 reads sel and h and issues its first copies before its
-    // PDL wait (the shared expert's two launches came in between). Opt-in: s8-run2 measured no gain in the op
-    // test's chains; w2 stays on moe_gemv2 (early = 1 puts its x staging behind the copies: 24.5 vs 21.5 µs).
-    cudaError_t e = early ? cuda::moe_gemv2_early(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride,
-                                                  2 * I, true, limit, act.data(), I, 2, s, &ex.plan13)
-                          : g13(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true, limit,
-                                act.data(), I, s, &ex.plan13);
+    // moe_early (the same bits; DEEPINFER_CUDA_OFF=moe_early): work before the PDL wait. w13, when the shared
+    // expert's two launches came between the routing and here: the routing, x (= h) and the first ring
+    // stages (s8-run3: 31 layers b1 6.71 vs 6.91 ms). w2 (w13 came in between; its x is w13's output): one
+    // stage before the wait, x and the rest after it (DEEPINFER_CUDA_OFF=moe_early_w2: none).
+    const int early13 = early && after_shared ? 2 : 0, early2 = early && !impl_->off("moe_early_w2") ? 1 : 0;
+    cudaError_t e = early13 ? cuda::moe_gemv2_early(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride,
+                                                    2 * I, true, limit, act.data(), I, early13, s, &ex.plan13)
+                            : g13(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true, limit,
+                                  act.data(), I, s, &ex.plan13);
     if (e == cudaSuccess)
-      e = g2(act.data(), I, true, sel, T, K, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, ye.data(), D, s,
-             &ex.plan2);
+      e = early2 ? cuda::moe_gemv2_early(act.data(), I, true, sel, T, K, I, ex.r2, ex.w2_stride, ex.s2_stride, D,
+                                         false, 0.0f, ye.data(), D, early2, s, &ex.plan2)
+                 : g2(act.data(), I, true, sel, T, K, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, ye.data(),
+                      D, s, &ex.plan2);
     if (e == cudaSuccess) e = (impl_->off("smallk") ? cuda::moe_combine_v1 : cuda::moe_combine)(
                                 ye.data(), sel, wsel, nullptr, T, K, D, shared, out, s);
     check(e, "moe_ffn (decode)");

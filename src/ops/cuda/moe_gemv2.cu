@@ -226,24 +226,32 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
     }
     cur = run, cur_rows = rows;
   };
-  // The first run's x goes before the first copies (unless it is the predecessor's output, early == 1):
-  // issued after them, its loads queue behind a whole ring of weight bytes an SM (s8-run1, Nsight Compute
-  // on T = 1 w13: ~9 % of the warps' time waiting on x there).
+  // The first run's x goes before the first copies: issued after them, its loads queue behind a whole
+  // ring of weight bytes an SM (s8-run1, Nsight Compute on T = 1 w13: ~9 % of the warps' time waiting on x
+  // there). early == 1 (x is the predecessor's output): one stage's copies before the wait, then x, then
+  // the rest of the ring.
   if (p.early != 1) set_run((int)(i0 / RG));
   if (tid == 0)
     for (int q = 0; q < S && q < nq; ++q) expect(q);
   __syncthreads();
-  for (int q = 0; q < S && q < nq; ++q) issue(q);
+  const int pre = p.early == 1 ? 1 : S;  // stages issued before x's staging
+  for (int q = 0; q < pre && q < nq; ++q) issue(q);
   if (p.early) DI_PDL_WAIT();
+  if (p.early == 1) {
+    set_run((int)(i0 / RG));
+    for (int q = pre; q < S && q < nq; ++q) issue(q);
+  }
 
   const int nch = K / 128;  // 64-byte chunks a row
+  // item i0 + q = (run, rg), its stage st and the stage's phase parity, advanced by counters (64-bit
+  // divisions cost ~100 instructions a warp an item)
+  int run = (int)(i0 / RG), rg = (int)(i0 % RG), st = 0;
+  uint32_t ph = 0;
   for (int q = 0; q < nq; ++q) {
-    const int64_t it = i0 + q;
-    const int run = (int)(it / RG), rg = (int)(it % RG), st = q % S;
     const int rows = s_run_n[run];
     if (run != cur) set_run(run);  // (block-uniform)
-    float* rd = red + (size_t)(q % p.nred) * MV_WARPS * MV_RED;
-    mbar_wait(smem_u32(&full[st]), (uint32_t)((q / S) & 1));
+    float* rd = red + (size_t)(p.nred == 2 ? (q & 1) : 0) * MV_WARPS * MV_RED;
+    mbar_wait(smem_u32(&full[st]), ph);
 
     // This lane's 16 bytes of chunk 0 in row g of tile 0 (+ 16·RS: tile 1, + 8·RS: row g + 8), its scale
     // byte, and its x unit (columns ≥ rows read row rows − 1: valid values whose outputs are not stored;
@@ -320,6 +328,8 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
     // rewrites this one after the next item's barrier, which the reducers reach after their sums (x and
     // s_yoff change only in set_run, behind its own barrier).
     if (p.nred == 1) __syncthreads();
+    if (++rg == RG) rg = 0, ++run;
+    if (++st == S) st = 0, ph ^= 1u;
   }
 }
 
