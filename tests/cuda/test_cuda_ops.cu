@@ -5141,7 +5141,8 @@ void register_cases() {
         // one-step slices over 4-rank clusters): fewer, longer slices and fewer ranks, M = 1
         if (c.N < 16384)
           for (dc::GemvV6Tune t : {dc::GemvV6Tune{2048, 1, 4}, dc::GemvV6Tune{1024, 2, 4}, dc::GemvV6Tune{512, 4, 4},
-                                   dc::GemvV6Tune{512, 4, 1}, dc::GemvV6Tune{256, 4, 1}, dc::GemvV6Tune{1024, 4, 2}}) {
+                                   dc::GemvV6Tune{512, 4, 1}, dc::GemvV6Tune{256, 4, 1}, dc::GemvV6Tune{1024, 4, 2},
+                                   dc::GemvV6Tune{2048, 4, 2}, dc::GemvV6Tune{4096, 4, 2}}) {
             auto n = nm("gemv_q_v6 tune items=%d steps=%d ranks=%d perf %s M=1 N=%ld K=%ld (%s)", t.items,
                         t.min_steps, t.ranks, wfmt_name(c.f), c.N, c.K, c.what);
             add(n, [=] { return gemv_perf_case(c.f, 1, c.N, c.K, 8, n, t); });

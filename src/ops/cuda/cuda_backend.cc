@@ -779,6 +779,7 @@ WeightPtr CudaBackend::make_weight(const StoredWeight& sw) {
   }
   check(cudaStreamSynchronize(impl_->stream), "weight upload");  // the host copies may go away now
   check(cuda::gemv_q_plan(cw->ref(), cw->N, cw->K, false, &cw->gemv), "gemv plan");
+  if (impl_->off("v6_s8")) cw->gemv.v6_sched = 0;
   return cw;
 }
 
@@ -1184,6 +1185,7 @@ WeightGroupsPtr CudaBackend::make_groups(std::vector<WeightPtr> ws) {
   check(cudaMalloc(&g->sel, sel.size() * sizeof(int32_t)), "groups allocation");
   check(cudaMemcpy(g->sel, sel.data(), sel.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "groups upload");
   check(cuda::gemv_q_plan(g->r, g->N, g->K, true, &g->plan), "gemv plan");
+  if (impl_->off("v6_s8")) g->plan.v6_sched = 0;
   g->packed = true;
   return g;
 }

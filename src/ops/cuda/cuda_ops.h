@@ -113,6 +113,8 @@ struct GemvPlan {
   bool grouped = false;  // for gemv_q_grouped(_v3), else gemv_q(_v3)
   int sms = 0;           // multiprocessors of the device (0: no plan)
   int clusters[6] = {};  // v4, cluster size ≥ 4: resident clusters at 1, 2, 4, 8, 16, 32 padded rows (0: unknown)
+  int v6_sched = 1;      // gemv_q_v6's default schedules: 1 = session 8's (> 6 MB with < 1024 tiles: 2 blocks an
+                         // SM), 0 = session 6's (DEEPINFER_CUDA_OFF=v6_s8); other bits, both batch invariant
 };
 // Makes the plan of weight W (only its fmt is read) [N, K] on the current device. Needs
 // init_kernel_attributes() first (occupancy depends on the shared-memory attribute).

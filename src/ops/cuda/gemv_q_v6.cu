@@ -387,11 +387,14 @@ bool gemv_q_v6_supported(WFmt f, int64_t K) {
 // weights cold): ≥ 1024 tiles (wq_b, the head) as before; otherwise slices of ≥ 4 steps, one rank up to
 // 6 MB of weights (wq_a, wkv, a wo_a group: 6.6 µs against 7.8 with v3) and two ranks above (wo_b 18.1
 // against 21.2, shared w13 12.4 against 14.9). A function of (fmt, N, K, G) only: batch invariant.
-GemvV6Tune g6_default_tune(WFmt f, int64_t N, int64_t K, int G) {
+// Session 8 (sched 1): above 6 MB with < 1024 tiles, session 6's {1024, 4, 2} gave wo_b, the shared w13 and the
+// wo_a groups 128 blocks of 8 warps (one an SM: 64 KiB of loads in flight, ~43 % of HBM); {2048, 4, 2} doubles
+// the slices (256 blocks, two an SM), as wq_b has at 56 %.
+GemvV6Tune g6_default_tune(WFmt f, int64_t N, int64_t K, int G, int sched) {
   const int64_t tiles = G * cdiv(N, 16), bytes = G * N * K * (f == WFmt::BF16 ? 2 : 1);
   if (tiles >= 1024) return GemvV6Tune{2048, 1, 4};
   if (bytes <= (int64_t)6 << 20) return GemvV6Tune{512, 4, 1};
-  return GemvV6Tune{1024, 4, 2};
+  return sched == 0 ? GemvV6Tune{1024, 4, 2} : GemvV6Tune{2048, 4, 2};
 }
 
 static cudaError_t g6_run(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
@@ -414,7 +417,7 @@ static cudaError_t g6_run(const float* x, int64_t M, int64_t K, int64_t ldx, Wei
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (e != cudaSuccess) return e;
   }
-  const G6Sched sc = g6_schedule(W.fmt, N, K, G, tune ? *tune : g6_default_tune(W.fmt, N, K, G));
+  const G6Sched sc = g6_schedule(W.fmt, N, K, G, tune ? *tune : g6_default_tune(W.fmt, N, K, G, plan ? plan->v6_sched : 1));
   // fused: pairs of tiles a round (≥ 2 tiles a block), dense only
   if (swiglu && (N % 32 || limit <= 0.0f || G != 1 || G6_WARPS / sc.sw < 2)) return cudaErrorNotSupported;
   G6Params p = {};
@@ -457,7 +460,10 @@ static cudaError_t g6_run(const float* x, int64_t M, int64_t K, int64_t ldx, Wei
 }
 
 bool gemv_q_v6_swiglu_ok(WFmt f, int64_t N, int64_t K) {
-  return gemv_q_v6_supported(f, K) && N > 0 && N % 32 == 0 && G6_WARPS / g6_schedule(f, N, K, 1, g6_default_tune(f, N, K, 1)).sw >= 2;
+  // (both default schedules: a plan picks one)
+  return gemv_q_v6_supported(f, K) && N > 0 && N % 32 == 0 &&
+         G6_WARPS / g6_schedule(f, N, K, 1, g6_default_tune(f, N, K, 1, 0)).sw >= 2 &&
+         G6_WARPS / g6_schedule(f, N, K, 1, g6_default_tune(f, N, K, 1, 1)).sw >= 2;
 }
 cudaError_t gemv_q_v6_swiglu(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float limit,
                              float* act, int64_t lda, cudaStream_t s, const GemvPlan* plan) {
