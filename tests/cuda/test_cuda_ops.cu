@@ -5148,6 +5148,19 @@ void register_cases() {
             add(n, [=] { return gemv_perf_case(c.f, 1, c.N, c.K, 8, n, t); });
           }
       }
+      // session-8 sweep of the shapes the one above leaves out: wq_b (the ≥ 1024-tile default) and the fused
+      // wq_a+wkv weight (the ≤ 6 MB default {512, 4, 1})
+      for (auto [c, t] : {std::pair{GP{F::FP8_B128, H * d, ql, "wq_b"}, dc::GemvV6Tune{4096, 1, 1}},
+                          std::pair{GP{F::FP8_B128, H * d, ql, "wq_b"}, dc::GemvV6Tune{4096, 1, 2}},
+                          std::pair{GP{F::FP8_B128, H * d, ql, "wq_b"}, dc::GemvV6Tune{1024, 1, 1}},
+                          std::pair{GP{F::FP8_B128, ql + d, D, "wq_a+wkv fused"}, dc::GemvV6Tune{512, 4, 1}},
+                          std::pair{GP{F::FP8_B128, ql + d, D, "wq_a+wkv fused"}, dc::GemvV6Tune{1024, 2, 1}},
+                          std::pair{GP{F::FP8_B128, ql + d, D, "wq_a+wkv fused"}, dc::GemvV6Tune{1024, 4, 2}},
+                          std::pair{GP{F::FP8_B128, ql + d, D, "wq_a+wkv fused"}, dc::GemvV6Tune{2048, 2, 2}}}) {
+        auto n = nm("gemv_q_v6 tune items=%d steps=%d ranks=%d perf %s M=1 N=%ld K=%ld (%s)", t.items, t.min_steps,
+                    t.ranks, wfmt_name(c.f), c.N, c.K, c.what);
+        add(n, [=] { return gemv_perf_case(c.f, 1, c.N, c.K, 8, n, t); });
+      }
       // v7 against v6 on two more M = 1 shapes (the fused wq_a+wkv weight, a 2560-row compressor)
       for (auto c : {GP{F::FP8_B128, ql + d, D, "wq_a+wkv fused"}, GP{F::BF16, 2560, D, "compressor 2560"}})
         for (int ver : {7, 9, 10, 11, 12}) {
