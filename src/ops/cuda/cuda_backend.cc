@@ -1305,15 +1305,18 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
     // stages (s8-run3: 31 layers b1 6.71 vs 6.91 ms). w2 (w13 came in between; its x is w13's output): one
     // stage before the wait, x and the rest after it (DEEPINFER_CUDA_OFF=moe_early_w2: none).
     const int early13 = early && after_shared ? 2 : 0, early2 = early && !impl_->off("moe_early_w2") ? 1 : 0;
+    // w2 (K = I = 2048) in 64-row items (the same bits; DEEPINFER_CUDA_OFF=moe_wide: 32-row items)
+    const bool wide = !impl_->off("moe_wide");
     cudaError_t e = early13 ? cuda::moe_gemv2_early(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride,
                                                     2 * I, true, limit, act.data(), I, early13, s, &ex.plan13)
                             : g13(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true, limit,
                                   act.data(), I, s, &ex.plan13);
     if (e == cudaSuccess)
-      e = early2 ? cuda::moe_gemv2_early(act.data(), I, true, sel, T, K, I, ex.r2, ex.w2_stride, ex.s2_stride, D,
-                                         false, 0.0f, ye.data(), D, early2, s, &ex.plan2)
-                 : g2(act.data(), I, true, sel, T, K, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, ye.data(),
-                      D, s, &ex.plan2);
+      e = g2 == cuda::moe_gemv2
+              ? cuda::moe_gemv2_early(act.data(), I, true, sel, T, K, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false,
+                                      0.0f, ye.data(), D, early2, s, &ex.plan2, wide)
+              : g2(act.data(), I, true, sel, T, K, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, ye.data(), D,
+                   s, &ex.plan2);
     if (e == cudaSuccess) e = (impl_->off("smallk") ? cuda::moe_combine_v1 : cuda::moe_combine)(
                                 ye.data(), sel, wsel, nullptr, T, K, D, shared, out, s);
     check(e, "moe_ffn (decode)");

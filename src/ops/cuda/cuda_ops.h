@@ -266,11 +266,12 @@ cudaError_t moe_gemv2_rows(const float* x, int64_t ldx, bool x_per_slot, const i
 // written ≥ 2 launches before this one (in a graph with programmatic edges the predecessor has then passed
 // its own wait): the routing and the first ring stages' weight copies go before the wait. early = 2: x
 // too (its staging also before the wait). The model's routed w13 (sel and h precede the shared expert's
-// two launches) takes 2, its w2 (x = w13's output) 1. early = 0 is moe_gemv2.
+// two launches) takes 2, its w2 (x = w13's output) 1. early = 0 is moe_gemv2. wide = false: 32-row work
+// items only (moe_gemv2 takes 64 rows where they fit: unfused, K ≤ 2048-ish; the same bits either way).
 cudaError_t moe_gemv2_early(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
                             int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
                             float limit, float* y, int64_t ldy, int early, cudaStream_t s,
-                            const GemvPlan* plan = nullptr);
+                            const GemvPlan* plan = nullptr, bool wide = true);
 // moe_gemv3 (moe_gemv3.cu; docs/cuda-notes.md "MoE decode GEMV v3"): moe_gemv2's contract, shapes and
 // results bit for bit (the same MMA chains and reduction order), with 32 warps an SM, one block barrier
 // an item, coalesced x staging shared by runs that read the same x rows, two tiles a warp for w2's

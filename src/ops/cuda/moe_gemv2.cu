@@ -47,12 +47,12 @@ using detail::smem_u32, detail::mbar_init, detail::mbar_expect, detail::mbar_wai
 using detail::fp4_mma, detail::pack_bf16, detail::pow2_bf16x2;
 
 constexpr int MV_WARPS = 16, MV_NT = MV_WARPS * 32;
-constexpr int MV_ROWS = 32;                        // weight rows an item (two 16-row tiles)
+constexpr int MV_ROWS = 32;                        // weight rows a tile pair (two 16-row tiles); an item: 1 or 2 pairs
 constexpr int MV_PAD = 64;                         // shared-memory bytes after each weight row
 constexpr int MV_MAXS = 6;                         // ring stages at most
 constexpr int MV_MAXSLOTS = 64;                    // T·topk a launch
 constexpr int MV_MAXRUN = 8;                       // slots a run (the MMA's n8 side)
-constexpr int MV_RED = 2 * 128;                    // a warp's partial sums of an item: [tile][4][32]
+constexpr int MV_RED = 2 * 128;                    // a warp's partial sums of a tile pair: [tile][4][32]
 constexpr size_t MV_SMEM = 224 * 1024;  // dynamic shared memory budget (+ 2.5 KiB static ≤ the 227 KiB opt-in)
 
 struct MvParams {
@@ -75,6 +75,8 @@ struct MvParams {
   int nred;         // partial-sum buffers (2 where shared memory allows: one block barrier an item, not 2)
   int early;        // 0: everything after the PDL wait; 1: sel was written ≥ 2 launches back (routing and the
                     // first stages' copies before the wait); 2: x too (its staging also before the wait)
+  int pairs;        // tile pairs an item (2: 64-row items, unfused with block copies only; session 8: at K = 2048
+                    // an item is one 128-k chunk a warp, so the per-item work was ~40 % of its instructions)
 };
 
 // x rows of a run → bf16 in shared memory, in gemv_q's fp4 fragment order: unit ((c·4 + q)·mmr + m)·4 + t
@@ -130,10 +132,12 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
   const int SB = K / 32;  // scale bytes a row
   const int RS = p.contig ? K / 2 : K / 2 + MV_PAD;
   const int SS = p.contig ? SB : SB + 16;
-  const int stage_bytes = MV_ROWS * (RS + SS);
+  const int IR = MV_ROWS * p.pairs;  // rows an item
+  const int stage_bytes = IR * (RS + SS);
   uint8_t* ring = mv_smem;  // [S][32 rows × RS | 32 rows × SS]
   uint4* xs = reinterpret_cast<uint4*>(mv_smem + (size_t)S * stage_bytes);
-  float* red = reinterpret_cast<float*>(xs + (size_t)(K / 8) * mmr);  // [nred][16 warps][MV_RED]
+  float* red = reinterpret_cast<float*>(xs + (size_t)(K / 8) * mmr);  // [nred][16 warps][pairs · MV_RED]
+  const int wred = p.pairs * MV_RED;                                  // floats a warp an item
 
   // Runs: slot s leads a run when the number of earlier slots with its expert is a multiple of mmr; the
   // run holds that slot and the next ≤ mmr − 1 slots with the expert (slot order). Runs ordered by leader.
@@ -165,7 +169,7 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // the inits, seen by the copy engine
   __syncthreads();
 
-  const int RG = p.fuse ? (int)(p.I / 16) : (int)(p.N / MV_ROWS);  // items a run
+  const int RG = p.fuse ? (int)(p.I / 16) : (int)(p.N / IR);  // items a run
   const int64_t nitems = (int64_t)s_nruns * RG;
   const int64_t i0 = nitems * blockIdx.x / gridDim.x, i1 = nitems * (blockIdx.x + 1) / gridDim.x;
   const int nq = (int)(i1 - i0);
@@ -178,7 +182,7 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
   // count, is made by thread 0 before a block barrier that precedes every copy of the phase; then lane 0
   // of warp w copies rows 2w, 2w + 1 (a bulk copy takes uniform operands: one issuing lane a warp keeps
   // it to 4 copies, no lane loop).
-  const uint32_t stage_tx = (uint32_t)(MV_ROWS * (K / 2 + SB));
+  const uint32_t stage_tx = (uint32_t)(IR * (K / 2 + SB));
   auto expect = [&](int q) { mbar_expect(smem_u32(&full[q % S]), stage_tx); };
   auto issue = [&](int q) {
     if (lane != 0) return;
@@ -189,11 +193,11 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
     const int64_t e = s_run_e[run];
     if (p.contig) {  // warp 0: the item's one (two, fused) contiguous row blocks and their scale rows
       if (warp != 0) return;
-      const int nb = p.fuse ? 2 : 1, rb = MV_ROWS / nb;
+      const int nb = p.fuse ? 2 : 1, rb = IR / nb;
       for (int b = 0; b < nb; ++b) {
-        const int64_t n = p.fuse ? b * p.I + (int64_t)rg * 16 : (int64_t)rg * MV_ROWS;
+        const int64_t n = p.fuse ? b * p.I + (int64_t)rg * 16 : (int64_t)rg * IR;
         bulk_load(smem_u32(sw + b * rb * RS), p.w + e * p.w_stride + n * (K / 2), (uint32_t)(rb * (K / 2)), bar);
-        bulk_load(smem_u32(sw + MV_ROWS * RS + b * rb * SS), p.ws + e * p.s_stride + n * SB, (uint32_t)(rb * SB), bar);
+        bulk_load(smem_u32(sw + IR * RS + b * rb * SS), p.ws + e * p.s_stride + n * SB, (uint32_t)(rb * SB), bar);
       }
       return;
     }
@@ -250,15 +254,16 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
   for (int q = 0; q < nq; ++q) {
     const int rows = s_run_n[run];
     if (run != cur) set_run(run);  // (block-uniform)
-    float* rd = red + (size_t)(p.nred == 2 ? (q & 1) : 0) * MV_WARPS * MV_RED;
+    float* rd = red + (size_t)(p.nred == 2 ? (q & 1) : 0) * MV_WARPS * wred;
     mbar_wait(smem_u32(&full[st]), ph);
 
     // This lane's 16 bytes of chunk 0 in row g of tile 0 (+ 16·RS: tile 1, + 8·RS: row g + 8), its scale
     // byte, and its x unit (columns ≥ rows read row rows − 1: valid values whose outputs are not stored;
     // an MMA column depends on its own B column only)
-    const uint8_t* wl = ring + (size_t)st * stage_bytes + g * RS + t * 16;
-    const uint8_t* sl = ring + (size_t)st * stage_bytes + MV_ROWS * RS + g * SS + t;
     const uint4* xl = xs + min(g, rows - 1) * 4 + t;
+    for (int pr = 0; pr < p.pairs; ++pr) {  // (each pair's sums from zero: the same chains as 32-row items)
+    const uint8_t* wl = ring + (size_t)st * stage_bytes + (pr * MV_ROWS + g) * RS + t * 16;
+    const uint8_t* sl = ring + (size_t)st * stage_bytes + IR * RS + (pr * MV_ROWS + g) * SS + t;
     float acc[2][4];
 #pragma unroll
     for (int rt = 0; rt < 2; ++rt)
@@ -295,7 +300,8 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
 #pragma unroll
     for (int rt = 0; rt < 2; ++rt)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) rd[warp * MV_RED + (rt * 4 + r) * 32 + lane] = acc[rt][r];
+      for (int r = 0; r < 4; ++r) rd[warp * wred + pr * MV_RED + (rt * 4 + r) * 32 + lane] = acc[rt][r];
+    }
     // thread 0 has seen stage st's phase complete (its wait above): the next phase's arrival may go now
     if (tid == 0 && q + S < nq) expect(q + S);
     __syncthreads();  // every warp is done with stage st and has stored its sums
@@ -304,14 +310,14 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
     // element el of the [tile][4][32] fragment image: lane (gg, tt), register r → row gg + 8·(r / 2),
     // column (run row) 2·tt + r % 2. Only the run's columns are summed (T = 1: 1 in 8).
     if (!p.fuse) {
-      if (tid < MV_RED) {
-        const int rt = tid >> 7, r = (tid >> 5) & 3, ln = tid & 31;
+      if (tid < wred) {
+        const int pr = tid >> 8, rt = (tid >> 7) & 1, r = (tid >> 5) & 3, ln = tid & 31;
         const int row = (ln >> 2) + 8 * (r >> 1), col = 2 * (ln & 3) + (r & 1);
         if (col < rows) {
           float v = rd[tid];
 #pragma unroll
-          for (int w = 1; w < MV_WARPS; ++w) v += rd[w * MV_RED + tid];
-          p.y[s_yoff[col] + (int64_t)rg * MV_ROWS + rt * 16 + row] = v;
+          for (int w = 1; w < MV_WARPS; ++w) v += rd[w * wred + tid];
+          p.y[s_yoff[col] + (int64_t)rg * IR + pr * MV_ROWS + rt * 16 + row] = v;
         }
       }
     } else if (tid < 128) {  // tile 0 = gate rows, tile 1 = the matching up rows
@@ -320,7 +326,7 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
       if (col < rows) {
         float gt = rd[tid], up = rd[128 + tid];
 #pragma unroll
-        for (int w = 1; w < MV_WARPS; ++w) gt += rd[w * MV_RED + tid], up += rd[w * MV_RED + 128 + tid];
+        for (int w = 1; w < MV_WARPS; ++w) gt += rd[w * wred + tid], up += rd[w * wred + 128 + tid];
         p.y[s_yoff[col] + (int64_t)rg * 16 + row] = detail::swiglu_clamp_one(gt, up, p.lim, 1.0f);
       }
     }
@@ -334,21 +340,21 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
 }
 
 // Ring stages for (K, mmr): as many as the budget holds (≤ MV_MAXS); < 2 means the shape does not fit.
-int mv_stages(int64_t K, int mmr) {
-  const int64_t stage = MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16);
-  const int64_t fixed = (int64_t)mmr * K * 2 + (int64_t)MV_WARPS * MV_RED * 4;
+int mv_stages(int64_t K, int mmr, int pairs = 1) {
+  const int64_t stage = pairs * MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16);
+  const int64_t fixed = (int64_t)mmr * K * 2 + (int64_t)MV_WARPS * pairs * MV_RED * 4;
   const int64_t room = (int64_t)MV_SMEM - fixed;
   return room < 2 * stage ? 0 : (int)std::min<int64_t>(MV_MAXS, room / stage);
 }
 // A second partial-sum buffer where the stages leave room for it (never at the cost of a stage)
-int mv_nred(int64_t K, int mmr, int stages) {
-  const int64_t used = (int64_t)stages * MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16) + (int64_t)mmr * K * 2 +
-                       (int64_t)MV_WARPS * MV_RED * 4;
-  return used + (int64_t)MV_WARPS * MV_RED * 4 <= (int64_t)MV_SMEM ? 2 : 1;
+int mv_nred(int64_t K, int mmr, int stages, int pairs) {
+  const int64_t red = (int64_t)MV_WARPS * pairs * MV_RED * 4;
+  const int64_t used = (int64_t)stages * pairs * MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16) + (int64_t)mmr * K * 2 + red;
+  return used + red <= (int64_t)MV_SMEM ? 2 : 1;
 }
-size_t mv_smem_bytes(int64_t K, int mmr, int stages, int nred) {
-  return (size_t)stages * MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16) + (size_t)mmr * K * 2 +
-         (size_t)nred * MV_WARPS * MV_RED * 4;
+size_t mv_smem_bytes(int64_t K, int mmr, int stages, int nred, int pairs) {
+  return (size_t)stages * pairs * MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16) + (size_t)mmr * K * 2 +
+         (size_t)nred * MV_WARPS * pairs * MV_RED * 4;
 }
 int mv_mmr(int64_t T) {
   const int64_t m = std::min<int64_t>(MV_MAXRUN, std::max<int64_t>(1, T));
@@ -366,7 +372,8 @@ bool moe_gemv2_ok(WeightRef W, int64_t T, int topk, int64_t N, int64_t K, int64_
 
 static cudaError_t mv_run(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
                           int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit,
-                          float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan, bool contig, int early) {
+                          float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan, bool contig, int early,
+                          bool pairs) {
   if (!moe_gemv2_ok(W, T, topk, N, K, w_stride, s_stride)) return cudaErrorNotSupported;
   if (ldx % 4 || reinterpret_cast<uintptr_t>(x) % 16) return cudaErrorInvalidValue;
   if (swiglu && limit <= 0.0f) return cudaErrorInvalidValue;
@@ -385,31 +392,37 @@ static cudaError_t mv_run(const float* x, int64_t ldx, bool x_per_slot, const in
   p.sel = sel, p.slots = (int)(T * topk), p.topk = topk, p.x_per_slot = x_per_slot ? 1 : 0;
   p.fuse = swiglu ? 1 : 0, p.I = N / 2, p.lim = limit;
   p.mmr = mv_mmr(T);
-  p.stages = mv_stages(K, p.mmr);
   p.contig = contig ? 1 : 0;
-  p.nred = mv_nred(K, p.mmr, p.stages);
+  // 64-row items where a 64-row stage still leaves a ring of 2 (w2: K = 2048); the fused w13's pairs are
+  // gate and up tiles, the row copies form moves 2 rows a warp: 32-row items there
+  p.pairs = pairs && !swiglu && contig && N % (2 * MV_ROWS) == 0 && mv_stages(K, p.mmr, 2) >= 2 ? 2 : 1;
+  p.stages = mv_stages(K, p.mmr, p.pairs);
+  p.nred = mv_nred(K, p.mmr, p.stages, p.pairs);
   p.early = early;
   // (the max dynamic shared memory attribute MV_SMEM: set by init_kernel_attributes)
-  moe_gemv2_kernel<<<sms, MV_NT, mv_smem_bytes(K, p.mmr, p.stages, p.nred), s>>>(p);
+  moe_gemv2_kernel<<<sms, MV_NT, mv_smem_bytes(K, p.mmr, p.stages, p.nred, p.pairs), s>>>(p);
   return cudaGetLastError();
 }
 
 cudaError_t moe_gemv2(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk, int64_t K,
                       WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit, float* y,
                       int64_t ldy, cudaStream_t s, const GemvPlan* plan) {
-  return mv_run(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy, s, plan, true, 0);
+  return mv_run(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy, s, plan, true, 0,
+                true);
 }
 cudaError_t moe_gemv2_early(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
                             int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
-                            float limit, float* y, int64_t ldy, int early, cudaStream_t s, const GemvPlan* plan) {
+                            float limit, float* y, int64_t ldy, int early, cudaStream_t s, const GemvPlan* plan,
+                            bool wide) {
   if (early < 0 || early > 2) return cudaErrorInvalidValue;
   return mv_run(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy, s, plan, true,
-                early);
+                early, wide);
 }
 cudaError_t moe_gemv2_rows(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
                            int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
                            float limit, float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan) {
-  return mv_run(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy, s, plan, false, 0);
+  return mv_run(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy, s, plan, false, 0,
+                false);
 }
 
 namespace detail {
