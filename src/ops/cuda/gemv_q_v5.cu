@@ -58,16 +58,8 @@ struct G5Params {
   int xs_u4;   // row stride of the x staging, 16-byte units
 };
 
-// 16 bytes, read once: not kept in L1; ask L2 for the whole 256-byte span (the warp reads it anyway).
-// Not .nc: with .nc loads ptxas hoisted griddepcontrol.wait above them (nvcc 13.0 SASS: ACQBULK first),
-// which would keep the weight stream from starting before the previous kernel ends.
-__device__ __forceinline__ uint4 ld_w(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+// Weights: 16 bytes read once, L2 asked for the 256-byte span (detail::ld_early_u4_l2: not .nc, see there).
+using detail::ld_early_u4_l2;
 
 // One warp's work item: tile rows [n0, n0 + 16), chunks [c0, c1).
 struct G5Item {
@@ -100,8 +92,8 @@ __device__ __forceinline__ void g5_load(const G5Params& p, const G5Item& it, int
     const int c = cb + j;
     const int64_t off = (int64_t)c * 64;
     const bool ok = c < it.c1 && off + t * 16 < kb;
-    wv[j][0] = ok && nA < p.N ? ld_w(rA + off) : make_uint4(0, 0, 0, 0);
-    wv[j][1] = ok && nB < p.N ? ld_w(rB + off) : make_uint4(0, 0, 0, 0);
+    wv[j][0] = ok && nA < p.N ? ld_early_u4_l2(rA + off) : make_uint4(0, 0, 0, 0);
+    wv[j][1] = ok && nB < p.N ? ld_early_u4_l2(rB + off) : make_uint4(0, 0, 0, 0);
     // fp8: chunk c = k [64c, 64c + 64), scale column c / 2 (cb is even: one scale per chunk pair)
     if constexpr (WF == WFmt::FP8_B128)
       if (j % 2 == 0) sc[j / 2] = c < it.c1 ? __float_as_uint(__ldg(p.ws + (it.n0 / 128) * p.ldws + c / 2)) : 0u;

@@ -96,21 +96,8 @@ __device__ __forceinline__ uint4 g6_ld(const uint8_t* p) {
                : "l"(p));
   return v;
 }
-// The same for the loads issued before griddepcontrol.wait (the weights are constant, so they may be read
-// while the previous kernel still runs). Not .nc: with .nc loads ptxas hoisted the wait above them (nvcc
-// 13.0, seen in gemv_q_v5), which would keep the stream from starting before the previous kernel ends.
-__device__ __forceinline__ uint4 g6_ld_early(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ float g6_ldf_early(const float* p) {
-  float v;
-  asm volatile("ld.global.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
-  return v;
-}
+// The same for the loads issued before griddepcontrol.wait: detail::ld_early_u4_l2 / ld_early_f32 (not .nc).
+using detail::ld_early_f32, detail::ld_early_u4_l2;
 
 // A warp's rows in a round: row n0 + g (a), n0 + g + 8 (b) at this lane's byte 16t, null past N; fp8: the
 // tile's row of block scales.
@@ -140,10 +127,10 @@ __device__ __forceinline__ void g6_load(const G6Rows& r, int st, bool ok, uint4 
   const int64_t o = (int64_t)st * 128;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (r.a) wv[2 * h] = EARLY ? g6_ld_early(r.a + o + 64 * h) : g6_ld(r.a + o + 64 * h);
-    if (r.b) wv[2 * h + 1] = EARLY ? g6_ld_early(r.b + o + 64 * h) : g6_ld(r.b + o + 64 * h);
+    if (r.a) wv[2 * h] = EARLY ? ld_early_u4_l2(r.a + o + 64 * h) : g6_ld(r.a + o + 64 * h);
+    if (r.b) wv[2 * h + 1] = EARLY ? ld_early_u4_l2(r.b + o + 64 * h) : g6_ld(r.b + o + 64 * h);
   }
-  if constexpr (WF == WFmt::FP8_B128) sc = EARLY ? g6_ldf_early(r.s + st) : __ldg(r.s + st);
+  if constexpr (WF == WFmt::FP8_B128) sc = EARLY ? ld_early_f32(r.s + st) : __ldg(r.s + st);
 }
 
 // The MMAs of one step (local step ls of the rank's K-range). xrow: this lane's x row g, or null (rows

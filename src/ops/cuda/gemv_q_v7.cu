@@ -54,19 +54,9 @@ struct G7Params {
   int cpl;  // slots a row a lane: ceil(C / 32)
 };
 
-// 16 bytes read once, not kept in L1, not .nc (the floor kernel's load; see the header).
-__device__ __forceinline__ uint4 g7_ld(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ float g7_ldf(const float* p) {  // block scales: reused by 128 rows, L1 cached
-  float v;
-  asm volatile("ld.global.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
-  return v;
-}
+// Weights: 16 bytes read once, not kept in L1, not .nc (the floor kernel's load; see the header); block
+// scales: reused by 128 rows, L1 cached (detail::ld_early_u4 / ld_early_f32).
+using detail::ld_early_f32, detail::ld_early_u4;
 __device__ __forceinline__ float2 g7_h2f(uint32_t h) {
   __half2 v;
   *reinterpret_cast<uint32_t*>(&v) = h;
@@ -92,8 +82,8 @@ __device__ __forceinline__ void g7_load(const G7Params& p, G7Cur& c, int64_t T, 
   for (int u = 0; u < G7_NL; ++u) {
     const int ch = lane + 32 * c.j;
     if (c.n < p.N && ch < p.C) {
-      wv[u] = g7_ld(p.w + c.n * rb + (int64_t)ch * 16);
-      if constexpr (WF == WFmt::FP8_B128) sc[u] = g7_ldf(p.ws + (c.n / 128) * p.ldws + ch / 8);
+      wv[u] = ld_early_u4(p.w + c.n * rb + (int64_t)ch * 16);
+      if constexpr (WF == WFmt::FP8_B128) sc[u] = ld_early_f32(p.ws + (c.n / 128) * p.ldws + ch / 8);
     }
     g7_next(c, p.cpl, T);
   }

@@ -947,18 +947,8 @@ constexpr int DEC_NT = 256, DEC_MAXM = DEC_NT / 32, DEC_FQ = 4;  // 256 threads,
 constexpr int DEC_PL = 16;         // finisher: partial loads in flight a thread (16 · 256 ≥ 128 · 25)
 constexpr int DEC_SYNC_INTS = 32;  // sync[0..1] used; room to grow
 
-__device__ __forceinline__ float4 hc_ld4_early(const float* p) {  // constant data, before the wait (not .nc)
-  float4 v;
-  asm volatile("ld.global.L1::no_allocate.v4.f32 {%0,%1,%2,%3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ float hc_ld_early(const float* p) {
-  float v;
-  asm volatile("ld.global.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
-  return v;
-}
+// constant data, before the wait: detail::ld_early_f4 / ld_early_f32 (not .nc)
+using detail::ld_early_f32, detail::ld_early_f4;
 // after the wait (activations of earlier kernels, read-only here): .nc, volatile so that they stay first
 __device__ __forceinline__ float4 hc_ld4_nc(const float* p) {
   float4 v;
@@ -1020,14 +1010,14 @@ __global__ void __launch_bounds__(DEC_NT) hc_dec_kernel(const float* X, int M, i
   }
 #pragma unroll
   for (int q = 0; q < DEC_FQ; ++q)
-    if (fvv[q] < MIX) fv[q] = hc_ld4_early(fn + (int64_t)fvv[q] * K + k0 + 4 * fvc[q]);
+    if (fvv[q] < MIX) fv[q] = ld_early_f4(fn + (int64_t)fvv[q] * K + k0 + 4 * fvc[q]);
   // what B reads of base / scale, one register each on warp 0's lanes (indices clamped, as B's lanes use them)
   float b_pre = 0.0f, b_post = 0.0f, b_comb = 0.0f, sc0 = 0.0f, sc1 = 0.0f, sc2 = 0.0f;
   if (t < 32) {
-    b_pre = hc_ld_early(base + min(lane, HC - 1));
-    b_post = hc_ld_early(base + HC + min(lane, HC - 1));
-    b_comb = hc_ld_early(base + 2 * HC + (lane < HC * HC ? lane : 0));
-    sc0 = hc_ld_early(scale), sc1 = hc_ld_early(scale + 1), sc2 = hc_ld_early(scale + 2);
+    b_pre = ld_early_f32(base + min(lane, HC - 1));
+    b_post = ld_early_f32(base + HC + min(lane, HC - 1));
+    b_comb = ld_early_f32(base + 2 * HC + (lane < HC * HC ? lane : 0));
+    sc0 = ld_early_f32(scale), sc1 = ld_early_f32(scale + 1), sc2 = ld_early_f32(scale + 2);
   }
   const int xr0 = t / len4, xc0 = t - xr0 * len4;  // this thread's first float4 of the X slice
   DI_PDL_WAIT();
