@@ -39,6 +39,7 @@
 // NT8); the combine (moe_combine) then adds a token's experts in ascending id.
 #include <algorithm>
 
+#include "ops/cuda/async_bits.cuh"
 #include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
@@ -684,29 +685,8 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgPa
 constexpr int W2_CW = 8, W2_NT = 384;  // warpgroups 0, 1: consumers; warpgroup 2: producer (its warp 8 works)
 constexpr int W2_PREG = 72, W2_CREG = 216;  // setmaxnreg: 128·72 + 256·216 ≤ 64 K registers
 
-__device__ __forceinline__ uint32_t w2_smem(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void w2_mbar_init(uint64_t* b, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(w2_smem(b)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void w2_mbar_arrive(uint64_t* b) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(w2_smem(b)) : "memory");
-}
-__device__ __forceinline__ void w2_mbar_wait(uint64_t* b, uint32_t parity) {
-  const uint32_t a = w2_smem(b);
-  uint32_t done = 0;
-  while (true) {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(a), "r"(parity)
-        : "memory");
-    if (done) return;
-  }
-}
-// the arrive-on fires once all of this thread's earlier cp.async have landed
-__device__ __forceinline__ void w2_cp_arrive(uint64_t* b) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(w2_smem(b)) : "memory");
-}
+// mbarriers and shared addresses: async_bits.cuh
+using detail::cp_async_arrive, detail::mbar_arrive, detail::mbar_init, detail::mbar_wait, detail::smem_u32;
 
 __global__ void __launch_bounds__(W2_NT, 1) moe_expert_gemm_wg2_kernel(const MgParams p, int nblk) {
   DI_PDL_WAIT();
@@ -718,7 +698,7 @@ __global__ void __launch_bounds__(W2_NT, 1) moe_expert_gemm_wg2_kernel(const MgP
   // serialized for a warpgroup arrive "in divergent path"; ptxas is silent on this one)
   const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0), wgi = warp >> 2;
   if (tid == 0) {
-    for (int b = 0; b < MW_NST; ++b) w2_mbar_init(&full[b], 32), w2_mbar_init(&empty[b], W2_CW);
+    for (int b = 0; b < MW_NST; ++b) mbar_init(smem_u32(&full[b]), 32), mbar_init(smem_u32(&empty[b]), W2_CW);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();  // the only block-wide barrier
@@ -749,7 +729,7 @@ __global__ void __launch_bounds__(W2_NT, 1) moe_expert_gemm_wg2_kernel(const MgP
       for (int s = 0; s < nst; ++s, ++gs) {
         const int b = (int)(gs % MW_NST);
         const int64_t use = gs / MW_NST;
-        if (use > 0) w2_mbar_wait(&empty[b], (uint32_t)((use - 1) & 1));
+        if (use > 0) mbar_wait(smem_u32(&empty[b]), (uint32_t)((use - 1) & 1));
         uint8_t* base = mw_smem + b * MW_STAGE;
         // weights: 256 rows × 4 pieces of 16 B (8 rows a warp instruction, 64 contiguous bytes a row)
 #pragma unroll 8
@@ -762,7 +742,7 @@ __global__ void __launch_bounds__(W2_NT, 1) moe_expert_gemm_wg2_kernel(const MgP
 #pragma unroll
         for (int q = 0; q < MW_BN / 32; ++q) {
           const int row = lane + 32 * q;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(w2_smem(base + MW_SOFF + row * MW_SROW)),
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(base + MW_SOFF + row * MW_SROW)),
                        "l"(sb + grow(row) * (K / 32) + (int64_t)s * MW_SROW)
                        : "memory");
         }
@@ -776,7 +756,7 @@ __global__ void __launch_bounds__(W2_NT, 1) moe_expert_gemm_wg2_kernel(const MgP
                        p.x + s_xrow[row] + (int64_t)s * MW_KC + pc * 8);
           }
         }
-        w2_cp_arrive(&full[b]);
+        cp_async_arrive(smem_u32(&full[b]));
       }
     }
     cp_async_wait<0>();
@@ -789,7 +769,7 @@ __global__ void __launch_bounds__(W2_NT, 1) moe_expert_gemm_wg2_kernel(const MgP
   const int wg = warp >> 2, wv = warp & 3;
   const int trow0 = sw ? wg * 64 + wv * 16 : wg * 128 + wv * 16;
   const int trow1 = sw ? MW_BN / 2 + wg * 64 + wv * 16 : wg * 128 + 64 + wv * 16;
-  const uint32_t smem0 = w2_smem(mw_smem);
+  const uint32_t smem0 = smem_u32(mw_smem);
   int64_t gs = 0;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int tile = (int)(item / nblk), nb = (int)(item % nblk);
@@ -805,7 +785,7 @@ __global__ void __launch_bounds__(W2_NT, 1) moe_expert_gemm_wg2_kernel(const MgP
     int pend = -1;  // ring slot whose last wgmma may still run (released after the next wait)
     for (int s = 0; s < nst; ++s, ++gs) {
       const int buf = (int)(gs % MW_NST);
-      w2_mbar_wait(&full[buf], (uint32_t)((gs / MW_NST) & 1));
+      mbar_wait(smem_u32(&full[buf]), (uint32_t)((gs / MW_NST) & 1));
       detail::fence_proxy_async_smem();  // cp.async data (generic proxy) → this thread's wgmma operand reads
       const uint8_t* base = mw_smem + buf * MW_STAGE;
 #pragma unroll
@@ -846,7 +826,7 @@ __global__ void __launch_bounds__(W2_NT, 1) moe_expert_gemm_wg2_kernel(const MgP
           detail::wgmma_wait<1>();  // the previous step done: its A registers may be rewritten
           if (c == 0 && i == 0 && pend >= 0) {  // … and it was the previous stage's last: release that slot
             __syncwarp();
-            if (lane == 0) w2_mbar_arrive(&empty[pend]);
+            if (lane == 0) mbar_arrive(smem_u32(&empty[pend]));
             pend = -1;
           }
         }
@@ -858,7 +838,7 @@ __global__ void __launch_bounds__(W2_NT, 1) moe_expert_gemm_wg2_kernel(const MgP
     detail::wgmma_fence_acc(acc[1]);
     if (pend >= 0) {
       __syncwarp();
-      if (lane == 0) w2_mbar_arrive(&empty[pend]);
+      if (lane == 0) mbar_arrive(smem_u32(&empty[pend]));
     }
     // epilogue (the old kernel's): d[4j + r] → row 16·wv + g + 8·(r / 2) of the m64 tile, column 8j + 2t + r % 2
 #pragma unroll
