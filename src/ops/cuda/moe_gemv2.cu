@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
   const int SS = p.contig ? SB : SB + 16;
   const int IR = MV_ROWS * p.pairs;  // rows an item
   const int stage_bytes = IR * (RS + SS);
-  uint8_t* ring = mv_smem;  // [S][32 rows × RS | 32 rows × SS]
+  uint8_t* ring = mv_smem;  // [S][IR rows × RS | IR rows × SS]
   uint4* xs = reinterpret_cast<uint4*>(mv_smem + (size_t)S * stage_bytes);
   float* red = reinterpret_cast<float*>(xs + (size_t)(K / 8) * mmr);  // [nred][16 warps][pairs · MV_RED]
   const int wred = p.pairs * MV_RED;                                  // floats a warp an item
@@ -178,10 +178,10 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
     return;
   }
 
-  // Item q's 32 weight rows and their scale rows → stage q % S. The stage's one arrival, with the byte
-  // count, is made by thread 0 before a block barrier that precedes every copy of the phase; then lane 0
-  // of warp w copies rows 2w, 2w + 1 (a bulk copy takes uniform operands: one issuing lane a warp keeps
-  // it to 4 copies, no lane loop).
+  // Item q's IR (32 or 64) weight rows and their scale rows → stage q % S. The stage's one arrival, with the
+  // byte count, is made by thread 0 before a block barrier that precedes every copy of the phase; then lane
+  // 0 of warp 0 copies the item's row blocks (row copies, 32-row items only: lane 0 of warp w copies rows 2w,
+  // 2w + 1; a bulk copy takes uniform operands: one issuing lane a warp, no lane loop).
   const uint32_t stage_tx = (uint32_t)(IR * (K / 2 + SB));
   auto expect = [&](int q) { mbar_expect(smem_u32(&full[q % S]), stage_tx); };
   auto issue = [&](int q) {
