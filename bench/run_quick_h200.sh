@@ -37,24 +37,19 @@ echo "== bench l31 at $(( $(date +%s) - t0 )) s"
 [ "${L31:-1}" = 1 ] && SKIP_MODEL=1 HF_TIMEOUT=0 DI_TIMEOUT=${L31_TIMEOUT:-90} OFF=${OFF:-} \
   BENCH_ARGS="${L31_ARGS:---layers 31 --steps 8 --case-seconds 3 --batch 1,8,128 --prefill 0}" \
   bash bench/run_session_h200.sh "$PKG" "$OUT/l31" 2>&1 | grep -E "^\|" | head -10
-# ABLATE: '|'-separated DEEPINFER_CUDA_OFF values, each a short decode (ABL_ARGS) beside the default
-if [ -n "${ABLATE:-}" ]; then
-  IFS='|' read -ra A <<< "$ABLATE"
+# ABLATE / ABLATE_ON: '|'-separated DEEPINFER_CUDA_OFF / DEEPINFER_CUDA_ON values (ON: opt-in paths), each a
+# short decode (ABL_ARGS) beside the default. ablate KIND VALUES, KIND off or on.
+ablate() {
+  local kind=$1 a A
+  IFS='|' read -ra A <<< "$2"
   for a in "${A[@]}"; do
-    echo "== ablation OFF=$a at $(( $(date +%s) - t0 )) s"
-    SKIP_MODEL=1 HF_TIMEOUT=0 DI_TIMEOUT=${ABL_TIMEOUT:-60} OFF="$a" \
-      BENCH_ARGS="${ABL_ARGS:---layers 31 --steps 8 --case-seconds 2 --batch 1,8 --prefill 0}" \
-      bash bench/run_session_h200.sh "$PKG" "$OUT/off_${a//,/_}" 2>&1 | grep -E "^\| decode|^\| prefill" | head -6
+    if [ "$kind" = off ]; then echo "== ablation OFF=$a at $(( $(date +%s) - t0 )) s"; else echo "== opt-in ON=$a at $(( $(date +%s) - t0 )) s"; fi
+    ( if [ "$kind" = off ]; then export OFF="$a"; else export DEEPINFER_CUDA_ON="$a" OFF="${OFF:-}"; fi
+      SKIP_MODEL=1 HF_TIMEOUT=0 DI_TIMEOUT=${ABL_TIMEOUT:-60} \
+        BENCH_ARGS="${ABL_ARGS:---layers 31 --steps 8 --case-seconds 2 --batch 1,8 --prefill 0}" \
+        bash bench/run_session_h200.sh "$PKG" "$OUT/${kind}_${a//,/_}" 2>&1 | grep -E "^\| decode|^\| prefill" | head -6 )
   done
-fi
-# ABLATE_ON: '|'-separated DEEPINFER_CUDA_ON values (opt-in paths), the same short decode each
-if [ -n "${ABLATE_ON:-}" ]; then
-  IFS='|' read -ra A <<< "$ABLATE_ON"
-  for a in "${A[@]}"; do
-    echo "== opt-in ON=$a at $(( $(date +%s) - t0 )) s"
-    DEEPINFER_CUDA_ON="$a" SKIP_MODEL=1 HF_TIMEOUT=0 DI_TIMEOUT=${ABL_TIMEOUT:-60} OFF="${OFF:-}" \
-      BENCH_ARGS="${ABL_ARGS:---layers 31 --steps 8 --case-seconds 2 --batch 1,8 --prefill 0}" \
-      bash bench/run_session_h200.sh "$PKG" "$OUT/on_${a//,/_}" 2>&1 | grep -E "^\| decode|^\| prefill" | head -6
-  done
-fi
+}
+[ -n "${ABLATE:-}" ] && ablate off "$ABLATE"
+[ -n "${ABLATE_ON:-}" ] && ablate on "$ABLATE_ON"
 echo "== done at $(( $(date +%s) - t0 )) s"

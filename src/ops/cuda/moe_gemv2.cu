@@ -340,21 +340,21 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
 }
 
 // Ring stages for (K, mmr): as many as the budget holds (≤ MV_MAXS); < 2 means the shape does not fit.
+// Shared-memory bytes of one ring stage (an item's rows, padded as the row copies lay them out) and of one
+// partial-sum buffer
+int64_t mv_stage_bytes(int64_t K, int pairs) { return (int64_t)pairs * MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16); }
+int64_t mv_red_bytes(int pairs) { return (int64_t)MV_WARPS * pairs * MV_RED * 4; }
 int mv_stages(int64_t K, int mmr, int pairs = 1) {
-  const int64_t stage = pairs * MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16);
-  const int64_t fixed = (int64_t)mmr * K * 2 + (int64_t)MV_WARPS * pairs * MV_RED * 4;
-  const int64_t room = (int64_t)MV_SMEM - fixed;
+  const int64_t stage = mv_stage_bytes(K, pairs);
+  const int64_t room = (int64_t)MV_SMEM - (int64_t)mmr * K * 2 - mv_red_bytes(pairs);
   return room < 2 * stage ? 0 : (int)std::min<int64_t>(MV_MAXS, room / stage);
+}
+size_t mv_smem_bytes(int64_t K, int mmr, int stages, int nred, int pairs) {
+  return (size_t)(stages * mv_stage_bytes(K, pairs) + (int64_t)mmr * K * 2 + nred * mv_red_bytes(pairs));
 }
 // A second partial-sum buffer where the stages leave room for it (never at the cost of a stage)
 int mv_nred(int64_t K, int mmr, int stages, int pairs) {
-  const int64_t red = (int64_t)MV_WARPS * pairs * MV_RED * 4;
-  const int64_t used = (int64_t)stages * pairs * MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16) + (int64_t)mmr * K * 2 + red;
-  return used + red <= (int64_t)MV_SMEM ? 2 : 1;
-}
-size_t mv_smem_bytes(int64_t K, int mmr, int stages, int nred, int pairs) {
-  return (size_t)stages * pairs * MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16) + (size_t)mmr * K * 2 +
-         (size_t)nred * MV_WARPS * pairs * MV_RED * 4;
+  return mv_smem_bytes(K, mmr, stages, 2, pairs) <= MV_SMEM ? 2 : 1;
 }
 int mv_mmr(int64_t T) {
   const int64_t m = std::min<int64_t>(MV_MAXRUN, std::max<int64_t>(1, T));
