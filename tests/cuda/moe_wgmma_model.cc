@@ -1,6 +1,7 @@
 // Host model of moe_expert_gemm_wg_kernel (src/ops/cuda/moe_grouped.cu), no GPU needed: mirrors one work
-// item (256 weight rows × a tile of ≤ 128 token rows) — the cp.async weight / e8m0 copies, the x loader's
-// register transpose into the no-swizzle K-major core-matrix layout, the wgmma operand reads as the PTX ISA
+// item (256 weight rows × a tile of ≤ 128 token rows) — the cp.async weight / e8m0 copies, the x copies of
+// wg-order x into the no-swizzle K-major core-matrix layout (their commit groups, wait counts and buffer
+// reuse against the wgmmas still running), the wgmma operand reads as the PTX ISA
 // defines them (B through the descriptor: start + (n / 8)·SBO + (k / 8)·LBO + (n % 8)·16 + (k % 8)·2; A
 // from registers in the m64nNk16 fragment layout; D in its accumulator layout), the dequantization's
 // register roles and the epilogue addresses (plain f32 and fused SwiGLU, modelled as 1000·gate + up, pair
@@ -8,8 +9,7 @@
 // the same logical k; (2) step i of each 64-k chunk reads exactly the stored x positions (and in the same
 // A/B slots) that mma.sync number i of moe_expert_gemm_kernel reads — the condition for equal bits;
 // (3) every output equals x·dequant(W)ᵀ exactly and is written once; columns ≥ nrows are never written.
-// The same with moe_wg2's producer copies of wg-order x (run(..., wg2 = true)): the layout it builds must be
-// the one the loader above builds.
+// The same with moe_wg2's producer copies (run(..., wg2 = true)): the layout it builds must be the same.
 // Build and run: ctest -R CudaMoeWgmmaModel (or g++ -O2 -std=c++17 tests/cuda/moe_wgmma_model.cc && ./a.out).
 // Keep it in step with the kernel when either changes.
 #include <cmath>
@@ -98,8 +98,17 @@ void run(int64_t K, int nrows, bool sw, bool act_pair, bool gather, uint64_t see
       for (int b = 0; b < 4; ++b) sm[buf * STAGE + SOFF + tid * SROW + b] = ws[grow(tid) * (K / 32) + st * SROW + b];
     }
   };
-  // x loader: thread (xr, xc) loads pieces q = 0..7 (stored positions st·KC + xc·64 + 8q + 0..7) and stores
-  // core row (i, h) = word m = 2(i & 1) + h of pieces ih, 2 + ih, 4 + ih, 6 + ih (ih = i >> 1)
+  // x copies (both kernels take x in wg order: pair-order position p = 16t + 4i + 2h + l of a 64-k chunk
+  // stored at 16i + 8h + 2t + l). Source element el of 16-byte piece pc of a stage's row: wg position
+  // st·KC + 8·pc + el → pair-order position st·KC + 64·(pc / 8) + wg_inv((8·pc + el) % 64).
+  auto copy_piece = [&](int st, int buf, int row, int pc, int dst) {
+    for (int el = 0; el < 8; ++el) {
+      const int q64 = (8 * pc + el) & 63;
+      CHECK(wg_pos(wg_inv(q64)) == q64, "wg_pos / wg_inv\n");
+      CHECK(dst >= buf * STAGE && dst + 16 <= buf * STAGE + XB && dst % 16 == 0, "x copy address\n");
+      sx[(dst + 2 * el) / 2] = Tag{row, (int64_t)st * KC + (pc >> 3) * 64 + wg_inv(q64)};
+    }
+  };
   auto load_store_x = [&](int st, int buf) {
     if (wg2) {  // the producer warp: lane + 32q → (row, piece pc) of the stage, one 16-byte cp.async each
       for (int lane = 0; lane < 32; ++lane)
@@ -107,33 +116,50 @@ void run(int64_t K, int nrows, bool sw, bool act_pair, bool gather, uint64_t see
           const int idx = lane + 32 * q, row = idx >> 4, pc = idx & 15;
           if (row >= nrows) continue;
           const int xc = pc >> 3, i = (pc >> 1) & 3, h = pc & 1;
-          const int dst = buf * STAGE + (xc * 4 + i) * XSTEP + (row >> 3) * 256 + h * 128 + (row & 7) * 16;
-          for (int el = 0; el < 8; ++el) {  // source: wg position st·KC + 8·pc + el of the row
-            const int q64 = (8 * pc + el) & 63;
-            CHECK(wg_pos(wg_inv(q64)) == q64, "wg_pos / wg_inv\n");
-            sx[(dst + 2 * el) / 2] = Tag{row, (int64_t)st * KC + xc * 64 + wg_inv(q64)};
-          }
+          copy_piece(st, buf, row, pc, buf * STAGE + (xc * 4 + i) * XSTEP + (row >> 3) * 256 + h * 128 + (row & 7) * 16);
         }
       return;
     }
-    for (int tid = 0; tid < NT; ++tid) {
-      const int xr = tid & (MR - 1), xc = tid >> 7;
-      if (xr >= nrows) continue;
-      int64_t pos[8][8];  // [piece][element] stored position
-      for (int q = 0; q < 8; ++q)
-        for (int el = 0; el < 8; ++el) pos[q][el] = (int64_t)st * KC + xc * 64 + 8 * q + el;
-      const int dst = buf * STAGE + (xc * 4) * XSTEP + (xr >> 3) * 256 + (xr & 7) * 16;
-      for (int i = 0; i < 4; ++i)
-        for (int h = 0; h < 2; ++h) {
-          const int ih = i >> 1, m = 2 * (i & 1) + h;
-          for (int u = 0; u < 4; ++u)  // word u of the 16-byte store = word m of piece 2u + ih
-            for (int half = 0; half < 2; ++half) {
-              const int a = dst + i * XSTEP + h * 128 + u * 4 + half * 2;
-              CHECK(a % 2 == 0 && a / 2 < (int)sx.size(), "x store address\n");
-              sx[a / 2] = Tag{xr, pos[2 * u + ih][2 * m + half]};
-            }
+    // moe_expert_gemm_wg_kernel's issue_x: warp w, lane: rows 16w + 8u + lane % 8, pieces 4·pq + lane / 8;
+    // destination xdst[u] + 2·pq·XSTEP as the kernel computes it
+    for (int warp = 0; warp < 8; ++warp)
+      for (int lane = 0; lane < 32; ++lane) {
+        const int xq = lane >> 3;
+        for (int u = 0; u < 2; ++u) {
+          const int row = 16 * warp + 8 * u + (lane & 7);
+          if (row >= nrows) continue;
+          const int xdst = (row >> 3) * 256 + (xq & 1) * 128 + (row & 7) * 16 + (xq >> 1) * XSTEP;
+          for (int pq = 0; pq < 4; ++pq) copy_piece(st, buf, row, 4 * pq + xq, buf * STAGE + xdst + 2 * pq * XSTEP);
         }
-    }
+      }
+  };
+
+  // The kernel's commit groups and buffer reuse: cp.async.wait_group 3 at the top of stage s must cover the
+  // weights and x of s; a copy into a buffer must not overwrite what a wgmma may still read (the last step of
+  // stage s − 1 can run past the barrier of stage s: x of s − 1 stays live, x of s − 2 and all weights read
+  // by LDS before the barrier are free).
+  std::vector<std::vector<int>> groups(1);  // items: 2·stage (weights) or 2·stage + 1 (x)
+  std::vector<int> x_read(NST, -100), w_read(NST, -100);
+  int cur = -1;                             // the stage whose loop body runs (-1: prologue)
+  auto commit = [&] { groups.emplace_back(); };
+  auto issue_w_at = [&](int st) {
+    const int b = st % NST;
+    CHECK(w_read[b] <= cur - 1, "weights of stage %d overwrite a buffer read in stage %d (now %d)\n", st, w_read[b], cur);
+    issue_w(st, b);
+    groups.back().push_back(2 * st);
+  };
+  auto issue_x_at = [&](int st) {
+    const int b = st % NST;
+    CHECK(x_read[b] <= cur - 2, "x of stage %d overwrites a buffer a wgmma of stage %d may read (now %d)\n", st, x_read[b], cur);
+    load_store_x(st, b);
+    groups.back().push_back(2 * st + 1);
+  };
+  auto wait_covers = [&](int s) {  // wait_group 3: all but the 3 newest committed groups are complete
+    const int done = (int)groups.size() - 1 - 3;
+    bool w = false, x = false;
+    for (int gi = 0; gi < done; ++gi)
+      for (int it : groups[gi]) w |= it == 2 * s, x |= it == 2 * s + 1;
+    CHECK(w && x, "stage %d: wait_group 3 does not cover its %s\n", s, w ? "x" : "weights");
   };
 
   // accumulators: [warp][mt][64] per lane → keep D per (warpgroup, mt, m64 row, col) in double
@@ -145,12 +171,27 @@ void run(int64_t K, int nrows, bool sw, bool act_pair, bool gather, uint64_t see
     return (int64_t)c * 64 + 16 * t + 4 * i + 2 * (r >> 1) + half;
   };
 
-  for (int st = 0; st < NST - 1 && st < nst; ++st) issue_w(st, st);
-  load_store_x(0, 0);
+  // prologue: groups w0 x0 w1 x1 w2 (empty past the end)
+  for (int st = 0; st < NST - 1; ++st) {
+    if (st < nst) issue_w_at(st);
+    commit();
+    if (st < 2) {
+      if (st < nst) issue_x_at(st);
+      commit();
+    }
+  }
   const uint32_t smem0 = 0x400;  // any 16-byte aligned base (the descriptor holds address bits 4..17)
+  // (the kernel spreads stage s's copies over its wgmma steps; here they come at its top: the same side of
+  // the barrier, the same commit order)
   for (int s = 0; s < nst; ++s) {
-    if (s + NST - 1 < nst) issue_w(s + NST - 1, (s + NST - 1) % NST);
+    cur = s;
+    wait_covers(s);
+    if (s + 2 < nst) issue_x_at(s + 2);
+    commit();
+    if (s + NST - 1 < nst) issue_w_at(s + NST - 1);
+    commit();
     const int buf = s % NST;
+    x_read[buf] = s, w_read[buf] = s;
     for (int c = 0; c < KC / 64; ++c)
       for (int i = 0; i < 4; ++i) {
         const uint32_t saddr = smem0 + buf * STAGE + (c * 4 + i) * XSTEP;
@@ -210,7 +251,6 @@ void run(int64_t K, int nrows, bool sw, bool act_pair, bool gather, uint64_t see
             }
         }
       }
-    if (s + 1 < nst) load_store_x(s + 1, (s + 1) % NST);
   }
 
   // epilogue (kernel's addresses): d[4j + r] of warp wv, lane (g, t) = (row 16wv + g + 8(r / 2), col 8j + 2t + r % 2)

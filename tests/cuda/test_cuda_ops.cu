@@ -3041,15 +3041,15 @@ struct GroupedRun {
   int64_t T, S, E, D, I, maxt;
   int K, tm;
   DBuf off, perm, slot, tiles, nt, scr, hb, act, ye, out;
-  bool wg2 = false;  // tile 128 on moe_expert_gemm_wg2 (x and act in wg order), as the backend unless moe_wg2 is off
+  bool wg2 = false;  // tile 128 on moe_expert_gemm_wg2 (opt-in, as in the backend: DEEPINFER_CUDA_ON=moe_wg2)
 };
-bool moe_wg2_off() {
-  const char* v = getenv("DEEPINFER_CUDA_OFF");
+bool moe_wg2_on() {
+  const char* v = getenv("DEEPINFER_CUDA_ON");
   return v && ("," + std::string(v) + ",").find(",moe_wg2,") != std::string::npos;
 }
 GroupedRun grouped_alloc(int64_t T, int K, int E, int64_t D, int64_t I, int tm, int wg2 = -1) {
   GroupedRun g{T, T * K, E, D, I, 0, K, tm};
-  g.wg2 = tm == 128 && (wg2 < 0 ? !moe_wg2_off() : wg2 == 1);
+  g.wg2 = tm == 128 && (wg2 < 0 ? moe_wg2_on() : wg2 == 1);
   g.maxt = dc::moe_max_tiles(g.S, E, tm);
   g.off = dalloc((E + 1) * 4, "offsets"), g.perm = dalloc(g.S * 4, "perm"), g.slot = dalloc(g.S * 4, "slot_row");
   g.tiles = dalloc(g.maxt * 8, "tiles"), g.nt = dalloc(4, "n_tiles");
@@ -3059,14 +3059,14 @@ GroupedRun grouped_alloc(int64_t T, int K, int E, int64_t D, int64_t I, int tm, 
   poison(g.act), poison(g.ye), poison(g.out), poison(g.perm), poison(g.slot);
   return g;
 }
-// fp4 weights take x in e2m1 pair order: h is converted so, and w13's epilogue writes act so for fp4 w2
+// fp4 weights take x in e2m1 pair order (tile 128: wg order): h is converted so, and w13's epilogue writes act so
 cudaError_t grouped_w13(GroupedRun& g, const DevExperts& w13, const DevExperts& w2, float lim) {
   if (g.wg2)
     return dc::moe_expert_gemm_wg2(g.hb.as<bf16>(), g.D, g.perm.as<int32_t>(), g.D, w13.ref(), w13.wstr, w13.sstr,
                                    2 * g.I, true, lim, 2, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt,
                                    g.off.as<int32_t>(), g.act.p(), g.I, 0);
   return dc::moe_expert_gemm(g.hb.as<bf16>(), g.D, g.perm.as<int32_t>(), g.D, w13.ref(), w13.wstr, w13.sstr, 2 * g.I,
-                             true, lim, w2.fmt == dc::WFmt::FP4_B32, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt,
+                             true, lim, g.tm == 128 ? 2 : w2.fmt == dc::WFmt::FP4_B32, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt,
                              g.off.as<int32_t>(), g.tm, g.act.p(), g.I, 0);
 }
 cudaError_t grouped_w2(GroupedRun& g, const DevExperts& w2) {
@@ -3080,7 +3080,7 @@ void grouped_run(GroupedRun& g, const DBuf& h, const DBuf& sel, const DBuf& wsel
                  const DevExperts& w2, float lim) {
   CK(dc::moe_group_par(sel.as<int32_t>(), g.T, g.K, (int)g.E, g.tm, g.off.as<int32_t>(), g.perm.as<int32_t>(),
                        g.slot.as<int32_t>(), g.tiles.as<int2>(), g.nt.as<int32_t>(), g.scr.as<int32_t>(), 0));
-  CK(dc::moe_x_to_bf16(h.as<float>(), g.T, g.D, g.D, g.wg2 ? 2 : w13.fmt == dc::WFmt::FP4_B32 ? 1 : 0, g.hb.as<bf16>(), 0));
+  CK(dc::moe_x_to_bf16(h.as<float>(), g.T, g.D, g.D, g.tm == 128 ? 2 : w13.fmt == dc::WFmt::FP4_B32 ? 1 : 0, g.hb.as<bf16>(), 0));
   CK(grouped_w13(g, w13, w2, lim));
   CK(grouped_w2(g, w2));
   CK(dc::moe_combine(g.ye.as<float>(), sel.as<int32_t>(), wsel.as<float>(), g.slot.as<int32_t>(), g.T, g.K, g.D, nullptr,
@@ -3164,7 +3164,13 @@ Result expert_gemm_case(dc::WFmt fmt, int64_t T, int K, int E, int64_t N, int64_
     for (int64_t m = 0; m < nx; ++m)
       for (int64_t k = 0; k < Kd; ++k) xb[m * ldx + (k & ~7) + ((k & 7) < 4 ? 2 * (k & 7) : 2 * ((k & 7) - 4) + 1)] =
           __float2bfloat16_rn(x[m * ldx + k]);
-  DBuf dx = dup(xb, "x_bf16"), dsel = dup(sel, "sel"), doff = dalloc((E + 1) * 4, "offsets"), dperm = dalloc(S * 4, "perm"),
+  // the tile-128 wgmma kernels take x in wg order (the pair-order copy xb feeds the tile-64 comparison below)
+  std::vector<bf16> xw(xb.size());
+  for (int64_t m = 0; m < nx; ++m) {
+    for (int64_t k = Kd; k < ldx; ++k) xw[m * ldx + k] = xb[m * ldx + k];
+    for (int64_t pp = 0; pp < Kd; ++pp) xw[m * ldx + wg_pos_host(pp)] = xb[m * ldx + pp];
+  }
+  DBuf dx = dup(tm == 128 ? xw : xb, "x_bf16"), dsel = dup(sel, "sel"), doff = dalloc((E + 1) * 4, "offsets"), dperm = dalloc(S * 4, "perm"),
        dslot = dalloc(S * 4, "slot_row"), dtile = dalloc(maxt * 8, "tiles"), dnt = dalloc(4, "n_tiles"),
        dscr = dalloc(dc::moe_group_scratch_ints(S, E) * 4, "scratch"), dz = dalloc(S * N * 4, "z"),
        da = dalloc(S * I * 2, "act_fused"), dref = dalloc(S * I * 2, "act_unfused");
@@ -3209,9 +3215,10 @@ Result expert_gemm_case(dc::WFmt fmt, int64_t T, int K, int E, int64_t N, int64_
     CK(dc::moe_group_par(dsel.as<int32_t>(), T, K, E, 64, doff6.as<int32_t>(), dperm6.as<int32_t>(), dslot6.as<int32_t>(),
                          dtile6.as<int2>(), dnt6.as<int32_t>(), dscr.as<int32_t>(), 0));
     const int32_t* g6 = gather ? dperm6.as<int32_t>() : nullptr;
-    CK(dc::moe_expert_gemm(dx.as<bf16>(), ldx, g6, Kd, W.ref(), W.wstr, W.sstr, N, false, 0.0f, false, dtile6.as<int2>(),
+    DBuf dxp = dup(xb, "x_bf16_pair");  // the tile-64 kernel's x in pair order
+    CK(dc::moe_expert_gemm(dxp.as<bf16>(), ldx, g6, Kd, W.ref(), W.wstr, W.sstr, N, false, 0.0f, false, dtile6.as<int2>(),
                            dnt6.as<int32_t>(), maxt64, doff6.as<int32_t>(), 64, dz6.p(), N, 0));
-    CK(dc::moe_expert_gemm(dx.as<bf16>(), ldx, g6, Kd, W.ref(), W.wstr, W.sstr, N, true, 1.0f, false, dtile6.as<int2>(),
+    CK(dc::moe_expert_gemm(dxp.as<bf16>(), ldx, g6, Kd, W.ref(), W.wstr, W.sstr, N, true, 1.0f, false, dtile6.as<int2>(),
                            dnt6.as<int32_t>(), maxt64, doff6.as<int32_t>(), 64, da6.p(), I, 0));
     const auto z6 = down<float>(dz6, S * N);
     const auto a6 = down<bf16>(da6, S * I);
@@ -3220,11 +3227,6 @@ Result expert_gemm_case(dc::WFmt fmt, int64_t T, int K, int E, int64_t N, int64_
     if (same) res.detail += "== mma.sync tile 64 (bitwise) ";
     // moe_expert_gemm_wg2 (producer warp, persistent) on x in wg order: z and act bitwise the wgmma kernel's;
     // act also written in wg order (act_order 2) must be the same values at their wg positions
-    std::vector<bf16> xw(xb.size());
-    for (int64_t m = 0; m < nx; ++m) {
-      for (int64_t k = Kd; k < ldx; ++k) xw[m * ldx + k] = xb[m * ldx + k];
-      for (int64_t pp = 0; pp < Kd; ++pp) xw[m * ldx + wg_pos_host(pp)] = xb[m * ldx + pp];
-    }
     DBuf dxw = dup(xw, "x_bf16_wg"), dz2 = dalloc(S * N * 4, "z_wg2"), da2 = dalloc(S * I * 2, "act_wg2"),
          daw = dalloc(S * I * 2, "act_wg2_wgorder");
     poison(dz2), poison(da2), poison(daw);
@@ -3376,16 +3378,16 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
   old();
   const double us_old = time_us(old);
   const double pk = g_bf16_tflops * 1e6, bw = g_hbm_gbs * 1e3;  // FLOP/us, B/us
-  if (g.wg2) {  // tile 128: moe_wg2 (timed above) against the wgmma kernel it replaces, same routing, same bits
-    GroupedRun gv = grouped_alloc(T, K, E, D, I, 128, 0);
+  if (tm == 128) {  // tile 128: the other wgmma kernel (moe_wg2, or the default one when wg2 is on) on the same routing, same bits
+    GroupedRun gv = grouped_alloc(T, K, E, D, I, 128, g.wg2 ? 0 : 1);
     grouped_run(gv, dh, dsel, dw, w13, w2, lim);
     const auto ov = down<float>(gv.out, T * D);
     const bool same = memcmp(ov.data(), out.data(), T * D * 4) == 0;
     expect_true(res, same, "moe_wg2 and the wgmma kernel outputs differ");
     const double u13 = time_us([&] { CK(grouped_w13(gv, w13, w2, lim)); }), u2 = time_us([&] { CK(grouped_w2(gv, w2)); });
     char bv[200];
-    snprintf(bv, sizeof bv, "| wgmma v1 (moe_wg2 off): w13 %.1f us, w2 %.1f us (wg2 %.2fx, %.2fx)%s ", u13, u2,
-             u13 / us13, u2 / us2, same ? ", bitwise equal" : "");
+    snprintf(bv, sizeof bv, "| %s: w13 %.1f us, w2 %.1f us (%.2fx, %.2fx the time of this one)%s ",
+             gv.wg2 ? "moe_wg2" : "wgmma (moe_wg2 off)", u13, u2, u13 / us13, u2 / us2, same ? ", bitwise equal" : "");
     res.detail += bv;
   }
   if (fmt == dc::WFmt::FP4_B32) {

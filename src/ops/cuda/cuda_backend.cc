@@ -1341,14 +1341,13 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
     Buffer<float> ye(*this, S * D);
     cudaError_t e = cuda::moe_group_par(sel, T, K, (int)E, tm, offsets.data(), perm.data(), slot.data(),
                                         reinterpret_cast<int2*>(tiles.data()), n_tiles.data(), scratch.data(), s);
-    // fp4 weights take their x in e2m1 pair order (moe_grouped.h): h converted so, act written so
+    // fp4 weights take their x in e2m1 pair order (moe_grouped.h): h converted so, act written so; the
+    // 128-row tiles (both fp4, the wgmma kernels) in wg order
     const bool p13 = ex.r13.fmt == cuda::WFmt::FP4_B32, p2 = ex.r2.fmt == cuda::WFmt::FP4_B32;
-    // 128-row tiles (both fp4): the producer-warp kernel v2, x and act in its wg order, bitwise the wgmma kernel
-    // (DEEPINFER_CUDA_OFF=moe_wg2: moe_expert_gemm_wg_kernel)
-    // moe_wg2 only with DEEPINFER_CUDA_ON=moe_wg2: s6-run3 measured it slower than this kernel at T = 4096
-    // (w13 0.80×, w2 0.84× the speed; the same bits)
+    // moe_wg2 (producer-warp kernel, bitwise the wgmma kernel) only with DEEPINFER_CUDA_ON=moe_wg2: s6-run3
+    // measured it slower than the wgmma kernel at T = 4096 (w13 0.80×, w2 0.84× the speed)
     const bool wg2 = tm == 128 && impl_->on("moe_wg2");
-    const int o13 = wg2 ? 2 : p13 ? 1 : 0, o2 = wg2 ? 2 : p2 ? 1 : 0;
+    const int o13 = tm == 128 ? 2 : p13 ? 1 : 0, o2 = tm == 128 ? 2 : p2 ? 1 : 0;
     const int2* tl = reinterpret_cast<const int2*>(tiles.data());
     if (e == cudaSuccess) e = cuda::moe_x_to_bf16(h, T, D, D, o13, hb.data(), s);
     if (e == cudaSuccess)

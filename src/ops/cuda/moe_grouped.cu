@@ -481,15 +481,17 @@ __global__ void __launch_bounds__(MG_NT, mg_min_blocks<NT8>()) moe_expert_gemm_k
 //   exactly as moe_expert_gemm_kernel does, same registers, same bits), the token rows as B from shared memory.
 // * Same numerics and the same k order as the mma.sync kernel: wgmma step i of a 64-k chunk takes B's k
 //   (2t + l) from stored position 16t + 4i + l and (8 + 2t + l) from 16t + 4i + 2 + l (t = 0..3, l = 0, 1),
-//   i.e. exactly the products (and their pairing in A) of mma.sync number i. So x is rearranged on its way to
-//   shared memory (through registers: a thread moves a row's 64-k chunk, 8 × 16 bytes, as 8 core-matrix rows
-//   of 16 bytes; a 4 × 4 transpose of 32-bit words, free in registers).
+//   i.e. exactly the products (and their pairing in A) of mma.sync number i. x arrives in "wg order"
+//   (moe_x_to_bf16 order 2, or w13's act_order 2; see wg_pos), where 16-byte piece 2i + h of a 64-k chunk is
+//   exactly core-matrix row (step i, core h): plain 16-byte copies put it in place. (Session 9: the first
+//   version took pair-order x through registers and transposed it there; its 32-rows-a-warp-instruction
+//   loads clogged the memory pipe, Nsight Compute: ~26 % of the warp samples, docs/cuda-notes.md.)
 // * x stage layout (K-major, no swizzle): [k16 step j (8 a stage)][8-row group (16)][core h (2)][row (8)][16 B]
 //   → LBO = 128 (core h → h + 1), SBO = 256 (8-row group), 4 KiB a step.
 // * Pipeline: 4 stages of 128 k (x 32 KiB, weights 256 × (64 + 16) B, e8m0 256 × 4 B); weights and scales
-//   by cp.async 3 stages ahead (48 KiB of weights in flight an SM: tiles of few rows are memory-bound), x
-//   one stage ahead through registers (loaded before a stage's MMAs, stored after them); A double-buffered
-//   in registers, wgmma_wait<1> after each step keeps one step in flight.
+//   by cp.async 3 stages ahead (48 KiB of weights in flight an SM: tiles of few rows are memory-bound), x by
+//   cp.async 2 stages ahead (its buffer is read by wgmmas that may outlive the stage); A double-buffered in
+//   registers, wgmma_wait<1> after each step keeps one step in flight.
 constexpr int MW_NT = 256, MW_BN = 256, MW_MR = 128, MW_KC = 128, MW_NST = 4;
 constexpr int MW_WB = MW_KC / 2;        // fp4 bytes of a weight row a stage
 constexpr int MW_WROW = MW_WB + 16;     // padded shared row
@@ -535,40 +537,48 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgPa
 #pragma unroll
   for (int i = 0; i < 4; ++i) wsrc[i] = wb + grow((tid >> 2) + 64 * i) * wrow_bytes + wpiece * 16;
   const uint8_t* ssrc = sb + grow(tid) * (K / 32);
+  // part q = 0..3 of a stage's weight copies: rows tid / 4 + 64·q (and the e8m0 bytes with part 3)
+  auto issue_w_part = [&](int st, int buf, int q) {
+    uint8_t* base = mw_smem + buf * MW_STAGE;
+    cp_async16(base + MW_WOFF + ((tid >> 2) + 64 * q) * MW_WROW + wpiece * 16, wsrc[q] + (int64_t)st * MW_WB);
+    if (q == 3) {
+      const uint32_t s = (uint32_t)__cvta_generic_to_shared(base + MW_SOFF + tid * MW_SROW);
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(ssrc + (int64_t)st * MW_SROW));
+    }
+  };
   auto issue_w = [&](int st, int buf) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) issue_w_part(st, buf, q);
+  };
+  // x (wg order: 16-byte piece pc = 8·xc + 2i + h of a row's 256-byte stage chunk is the core-matrix row
+  // (step 4·xc + i, core h)) by cp.async, 8 pieces a thread: rows 16·warp + lane % 8 + 8·u (u = 0, 1), pieces
+  // 4·pq + lane / 8 (pq = 0..3). A warp instruction covers 8 rows × 64 contiguous bytes in global memory (8
+  // line requests; the register path's loads took 32 rows × 16 B) and 4 × 128 contiguous bytes of shared
+  // memory (conflict-free). Rows ≥ nrows are not copied: they only feed the tile's unused token columns.
+  const int xq = lane >> 3;
+  const bf16* xsrc[2];
+  bool xon[2];
+  uint32_t xdst[2];
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int row = 16 * warp + 8 * u + (lane & 7);
+    xon[u] = row < nrows;
+    xsrc[u] = p.x + s_xrow[row] + xq * 8;
+    xdst[u] = (uint32_t)((row >> 3) * 256 + (xq & 1) * 128 + (row & 7) * 16 + (xq >> 1) * MW_XSTEP);
+  }
+  // part q = 0..3 of a stage's x copies: row u = q / 2, pieces 4·pq + xq for pq = 2·(q % 2) + {0, 1}
+  // (piece 4·pq + xq → step 2·pq + xq / 2, core xq % 2)
+  auto issue_x_part = [&](int st, int buf, int q) {
+    const int u = q >> 1;
+    if (!xon[u]) return;
     uint8_t* base = mw_smem + buf * MW_STAGE;
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      cp_async16(base + MW_WOFF + ((tid >> 2) + 64 * i) * MW_WROW + wpiece * 16, wsrc[i] + (int64_t)st * MW_WB);
-    const uint32_t s = (uint32_t)__cvta_generic_to_shared(base + MW_SOFF + tid * MW_SROW);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(ssrc + (int64_t)st * MW_SROW));
+    for (int pq = 2 * (q & 1); pq < 2 * (q & 1) + 2; ++pq)
+      cp_async16(base + xdst[u] + 2 * pq * MW_XSTEP, xsrc[u] + (int64_t)st * MW_KC + pq * 32);
   };
-  // x: thread = (row xr, 64-k chunk xc of the stage); 8 × 16 B through registers
-  const int xr = tid & (MW_MR - 1), xc = tid >> 7;
-  const bool xon = xr < nrows;
-  const bf16* xsrc = p.x + s_xrow[xr] + xc * 64;
-  uint4 xv[8];
-  auto load_x = [&](int st) {
-    if (xon) {
-      const uint4* q = reinterpret_cast<const uint4*>(xsrc + (int64_t)st * MW_KC);
+  auto issue_x = [&](int st, int buf) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) xv[i] = __ldg(q + i);
-    }
-  };
-  // piece 2u + ih holds stored positions 16u + 8ih + {0..7} = words (i = 2ih + m / 2, h = m % 2), m = 0..3;
-  // core row (i, h) of this row = word m of pieces ih, 2 + ih, 4 + ih, 6 + ih (t = 0..3)
-  auto store_x = [&](int buf) {
-    if (xon) {
-      uint8_t* dst = mw_smem + buf * MW_STAGE + (xc * 4) * MW_XSTEP + (xr >> 3) * 256 + (xr & 7) * 16;
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int ih = i >> 1, m = 2 * (i & 1) + h;
-          const uint4 v = make_uint4(u4get(xv[ih], m), u4get(xv[2 + ih], m), u4get(xv[4 + ih], m), u4get(xv[6 + ih], m));
-          *reinterpret_cast<uint4*>(dst + i * MW_XSTEP + h * 128) = v;
-        }
-    }
+    for (int q = 0; q < 4; ++q) issue_x_part(st, buf, q);
   };
 
   float acc[2][64];
@@ -581,21 +591,26 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgPa
   const int trow1 = sw ? MW_BN / 2 + wg * 64 + wv * 16 : wg * 128 + 64 + wv * 16;
   const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(mw_smem);
 
+  // Commit groups, in order: w0 x0 w1 x1 w2 | x2 w3 | x3 w4 | … (stage s issues x of s + 2 and the weights of
+  // s + 3, one group each, empty past the end). x goes only 2 stages ahead: its buffer's last reader, a wgmma
+  // of stage s − 2, has retired for both warpgroups once they pass stage s's barrier (each ran stage s − 1's
+  // first wait_group 1), while stage s − 1's last wgmma may still read its buffer. Three groups follow x_s's.
   const int nst = (int)(K / MW_KC);
-#pragma unroll
   for (int st = 0; st < MW_NST - 1; ++st) {
     if (st < nst) issue_w(st, st);
     cp_async_commit();
+    if (st < 2) {
+      if (st < nst) issue_x(st, st);
+      cp_async_commit();
+    }
   }
-  load_x(0);
-  store_x(0);
+  // The copies of stage s (x of s + 2, then the weights of s + 3) are spread over its 8 wgmma steps, one part
+  // a step after the step's wgmma is issued: issued as one burst at the stage's top they queued in the memory
+  // pipe, and every warp then waited for its copies' address registers (Nsight Compute, session 9).
   for (int s = 0; s < nst; ++s) {
-    cp_async_wait<MW_NST - 2>();
-    detail::fence_proxy_async_smem();  // this thread's x stores → the wgmma reads after the barrier
-    __syncthreads();                   // stage s visible; stage s − 1's weights free
-    if (s + MW_NST - 1 < nst) issue_w(s + MW_NST - 1, (s + MW_NST - 1) % MW_NST);
-    cp_async_commit();
-    if (s + 1 < nst) load_x(s + 1);
+    cp_async_wait<3>();
+    detail::fence_proxy_async_smem();  // this thread's copies (generic proxy) → the wgmma reads after the barrier
+    __syncthreads();                   // stage s visible; stage s − 1's weights and stage s − 2's x free
     const int buf = s % MW_NST;
     const uint8_t* base = mw_smem + buf * MW_STAGE;
 #pragma unroll
@@ -633,10 +648,17 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgPa
         detail::wgmma_fence();
         detail::wgmma_rs2(ncols, acc[0], A[0], acc[1], A[1], desc);
         detail::wgmma_commit();
+        const int j = c * 4 + i;  // the stage's step (a constant once unrolled)
+        if (j < 4) {
+          if (s + 2 < nst) issue_x_part(s + 2, (s + 2) % MW_NST, j);
+          if (j == 3) cp_async_commit();
+        } else {
+          if (s + MW_NST - 1 < nst) issue_w_part(s + MW_NST - 1, (s + MW_NST - 1) % MW_NST, j - 4);
+          if (j == 7) cp_async_commit();
+        }
         detail::wgmma_wait<1>();  // the previous step done: its A registers may be rewritten
       }
     }
-    if (s + 1 < nst) store_x((s + 1) % MW_NST);  // buffer of stage s + 1 − NST: its wgmmas finished before the barrier
   }
   detail::wgmma_wait<0>();
   detail::wgmma_fence_acc(acc[0]);

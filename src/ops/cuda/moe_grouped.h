@@ -32,7 +32,7 @@ bool moe_expert_gemm_ok(WFmt f, int64_t N, int64_t K, bool swiglu);
 
 // x[M, K] f32 (row stride ldx) → bf16 [M, K] (row stride K), round to nearest even. order 0: natural;
 // 1 (pair order): each group of 8 k stored as k0 k4 k1 k5 k2 k6 k3 k7 (the order moe_expert_gemm wants for
-// fp4 weights), K % 8 == 0; 2 (wg order, moe_expert_gemm_wg2's x): pair order, then inside each 64-k chunk
+// fp4 weights), K % 8 == 0; 2 (wg order, the x of the tile-128 wgmma kernels): pair order, then inside each 64-k chunk
 // position p = 16t + 4i + 2h + l moved to 16i + 8h + 2t + l (t, i < 4; h, l < 2), K % 64 == 0.
 cudaError_t moe_x_to_bf16(const float* x, int64_t M, int64_t K, int64_t ldx, int order, bf16* y, cudaStream_t s);
 
@@ -41,12 +41,12 @@ cudaError_t moe_x_to_bf16(const float* x, int64_t M, int64_t K, int64_t ldx, int
 // W_e = W.w + e·w_stride bytes (w_stride % 16 == 0), scales W.scale + e·s_stride bytes (fp4: 8-byte
 // aligned); x[*, K] bf16 (ldx % 8 == 0, 16-byte aligned), for FP4_B32 weights in pair order (each 8 k
 // stored k0 k4 k1 k5 k2 k6 k3 k7: moe_x_to_bf16 with order 1, or a previous swiglu launch with
-// act_order 1), for BF16 / FP8 in natural order.
+// act_order 1) — with tile_m = 128 (the wgmma kernel) in wg order (order 2) —, for BF16 / FP8 in natural order.
 // swiglu = false: y is f32 [rows, N] (row stride ldy) = z.
 // swiglu = true (w13, N = 2I with gu = [gate | up] rows): y is bf16 [rows, I] (row stride ldy) =
 //   bf16(silu(min(g, limit)) · clamp(u, ±limit)), the formula (and f32 bits before the rounding) of
 //   swiglu_clamp on z; act_order: act's columns in natural (0), pair (1: the next GEMM has fp4 weights) or
-//   wg order (2: the next GEMM is moe_expert_gemm_wg2).
+//   wg order (2: the next GEMM has tile_m = 128 or is moe_expert_gemm_wg2).
 // Each (tile, 256 weight rows) reads its weight slice once from memory; a row's result does not depend on
 // the other rows (batch invariant for a fixed fmt, N, K).
 cudaError_t moe_expert_gemm(const bf16* x, int64_t ldx, const int32_t* gather, int64_t K, WeightRef W,
