@@ -137,7 +137,8 @@ void run(int64_t K, int nrows, bool sw, bool act_pair, bool gather, uint64_t see
   // The kernel's commit groups and buffer reuse: cp.async.wait_group 3 at the top of stage s must cover the
   // weights and x of s; a copy into a buffer must not overwrite what a wgmma may still read (the last step of
   // stage s − 1 can run past the barrier of stage s: x of s − 1 stays live, x of s − 2 and all weights read
-  // by LDS before the barrier are free).
+  // by LDS before the barrier are free; the kernel keeps two steps in flight, so at stage s's barrier stage
+  // s − 2 has retired: each warpgroup ran stage s − 1's second step and its wait_group 2).
   std::vector<std::vector<int>> groups(1);  // items: 2·stage (weights) or 2·stage + 1 (x)
   std::vector<int> x_read(NST, -100), w_read(NST, -100);
   int cur = -1;                             // the stage whose loop body runs (-1: prologue)

@@ -38,6 +38,7 @@
 // MMA column it occupies do not change its value, so a slot's y is independent of the other slots (and of
 // NT8); the combine (moe_combine) then adds a token's experts in ascending id.
 #include <algorithm>
+#include <type_traits>
 
 #include "ops/cuda/async_bits.cuh"
 #include "ops/cuda/bf16_bits.cuh"
@@ -491,7 +492,7 @@ __global__ void __launch_bounds__(MG_NT, mg_min_blocks<NT8>()) moe_expert_gemm_k
 // * Pipeline: 4 stages of 128 k (x 32 KiB, weights 256 × (64 + 16) B, e8m0 256 × 4 B); weights and scales
 //   by cp.async 3 stages ahead (48 KiB of weights in flight an SM: tiles of few rows are memory-bound), x by
 //   cp.async 2 stages ahead (its buffer is read by wgmmas that may outlive the stage); A double-buffered in
-//   registers, wgmma_wait<1> after each step keeps one step in flight.
+//   registers, wgmma_wait<2> after each step keeps two steps in flight (the A of three steps live).
 constexpr int MW_NT = 256, MW_BN = 256, MW_MR = 128, MW_KC = 128, MW_NST = 4;
 constexpr int MW_WB = MW_KC / 2;        // fp4 bytes of a weight row a stage
 constexpr int MW_WROW = MW_WB + 16;     // padded shared row
@@ -581,6 +582,10 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgPa
     for (int q = 0; q < 4; ++q) issue_x_part(st, buf, q);
   };
 
+  // The main loop and the epilogue, compiled for each wgmma N (the tile's rows rounded up to 16): one branch
+  // a block, none a step (the per-step switch over N cost ~5 branches an MMA step, Nsight Compute s9-run3).
+  auto run = [&](auto ncl) {
+  constexpr int NC = decltype(ncl)::value;
   float acc[2][64];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
@@ -594,7 +599,8 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgPa
   // Commit groups, in order: w0 x0 w1 x1 w2 | x2 w3 | x3 w4 | … (stage s issues x of s + 2 and the weights of
   // s + 3, one group each, empty past the end). x goes only 2 stages ahead: its buffer's last reader, a wgmma
   // of stage s − 2, has retired for both warpgroups once they pass stage s's barrier (each ran stage s − 1's
-  // first wait_group 1), while stage s − 1's last wgmma may still read its buffer. Three groups follow x_s's.
+  // second step, whose wait_group 2 leaves only that stage's steps in flight), while stage s − 1's last
+  // wgmmas may still read its buffer. Three groups follow x_s's.
   const int nst = (int)(K / MW_KC);
   for (int st = 0; st < MW_NST - 1; ++st) {
     if (st < nst) issue_w(st, st);
@@ -646,7 +652,7 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgPa
         }
         const uint64_t desc = detail::wgmma_desc(smem0 + buf * MW_STAGE + (c * 4 + i) * MW_XSTEP, 128, 256);
         detail::wgmma_fence();
-        detail::wgmma_rs2(ncols, acc[0], A[0], acc[1], A[1], desc);
+        detail::wgmma_rs2_n<NC>(acc[0], A[0], acc[1], A[1], desc);
         detail::wgmma_commit();
         const int j = c * 4 + i;  // the stage's step (a constant once unrolled)
         if (j < 4) {
@@ -656,7 +662,7 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgPa
           if (s + MW_NST - 1 < nst) issue_w_part(s + MW_NST - 1, (s + MW_NST - 1) % MW_NST, j - 4);
           if (j == 7) cp_async_commit();
         }
-        detail::wgmma_wait<1>();  // the previous step done: its A registers may be rewritten
+        detail::wgmma_wait<2>();  // step j − 2 done: its A registers may be rewritten (two steps in flight)
       }
     }
   }
@@ -668,7 +674,7 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgPa
   // Epilogue: accumulator d[4j + r] of warp wv, lane (g, t) → row 16·wv + g + 8·(r / 2) of the m64 tile,
   // token column 8j + 2t + r % 2 (mma.sync's C layout per n8 block).
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
+  for (int j = 0; j < NC / 8; ++j) {
     if (8 * j >= nrows) break;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -686,6 +692,17 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgPa
         y[yrow + (int64_t)nb * MW_BN + wg * 128 + 64 + rr] = acc[1][4 * j + r];
       }
     }
+  }
+  };
+  switch (ncols) {
+    case 16: run(std::integral_constant<int, 16>{}); break;
+    case 32: run(std::integral_constant<int, 32>{}); break;
+    case 48: run(std::integral_constant<int, 48>{}); break;
+    case 64: run(std::integral_constant<int, 64>{}); break;
+    case 80: run(std::integral_constant<int, 80>{}); break;
+    case 96: run(std::integral_constant<int, 96>{}); break;
+    case 112: run(std::integral_constant<int, 112>{}); break;
+    default: run(std::integral_constant<int, 128>{}); break;
   }
 }
 

@@ -91,6 +91,20 @@ __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], uint32_t a0, uint3
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1)
       : "memory");
 }
+// d0 += A0·B and d1 += A1·B for the token columns [0, N), N a compile-time constant (no branch).
+template <int N>
+__device__ __forceinline__ void wgmma_rs2_n(float (&d0)[64], const uint32_t (&a0)[4], float (&d1)[64],
+                                            const uint32_t (&a1)[4], uint64_t desc) {
+  static_assert(N % 16 == 0 && N >= 16 && N <= 128, "wgmma_rs2_n: N");
+#define DI_WGMMA_RS2(n)                                    \
+  if constexpr (N == n) {                                  \
+    wgmma_rs_n##n(d0, a0[0], a0[1], a0[2], a0[3], desc);   \
+    wgmma_rs_n##n(d1, a1[0], a1[1], a1[2], a1[3], desc);   \
+  }
+  DI_WGMMA_RS2(16) DI_WGMMA_RS2(32) DI_WGMMA_RS2(48) DI_WGMMA_RS2(64)
+  DI_WGMMA_RS2(80) DI_WGMMA_RS2(96) DI_WGMMA_RS2(112) DI_WGMMA_RS2(128)
+#undef DI_WGMMA_RS2
+}
 // d0 += A0·B and d1 += A1·B (two m64 tiles, one B) for the token columns [0, n) (n ∈ {16, 32, …, 128},
 // warpgroup-uniform): one branch for both.
 __device__ __forceinline__ void wgmma_rs2(int n, float (&d0)[64], const uint32_t (&a0)[4], float (&d1)[64],
