@@ -1177,10 +1177,12 @@ struct AttnKernel {
   double tol;        // NMSE against CpuBackend
   bool mma;          // perf: compare with sink_attention_f32 (else with v1)
   bool dec = false;  // attdec: bitwise equal to sink_attention_mma (v2); every query of M ≤ 8 alone; graph perf
+  bool v3 = false;   // prefill v3: bitwise equal to sink_attention_mma (v2); perf against v2
 };
 const AttnKernel kAttnF32{dc::sink_attention_f32, false, 1e-9, false};
 const AttnKernel kAttnMma{dc::sink_attention_mma, true, 2e-5, true};  // P rounded to bf16 before P·V
 const AttnKernel kAttnDec{dc::sink_attention_dec, true, 2e-5, false, true};  // v2's bits on more CTAs
+const AttnKernel kAttnV3{dc::sink_attention_mma_v3, true, 2e-5, false, false, true};  // v2's bits on wgmma
 
 Result sink_attn_case(const AttnKernel& K, int64_t M, int H, int d, int nk, int kind, const std::string& name,
                       int check, bool prefill) {
@@ -1280,6 +1282,13 @@ Result sink_attn_case(const AttnKernel& K, int64_t M, int H, int d, int nk, int 
     expect_true(res, memcmp(o1.data(), o.data(), o.size() * 4) == 0, "v2 differs from v1");
     res.detail += "v2==v1 ";
   }
+  if (K.v3) {  // v3 keeps v2's arithmetic: same bits, padding too (so the backend may choose by M)
+    poison(dout);
+    CK(run(dc::sink_attention_mma, 0, M, dout.as<float>()));
+    auto o2v = down<float>(dout, M * ldo);
+    expect_true(res, memcmp(o2v.data(), o.data(), o.size() * 4) == 0, "v3 differs from v2");
+    res.detail += "v3==v2 ";
+  }
   if (K.dec) {  // attdec keeps v2's arithmetic: same bits, padding too (so the backend may choose by M)
     poison(dout);
     CK(run(dc::sink_attention_mma, 0, M, dout.as<float>()));
@@ -1339,7 +1348,11 @@ Result sink_attn_case(const AttnKernel& K, int64_t M, int H, int d, int nk, int 
     res.bytes = M * (double)H * d * 8.0 + (prefill ? (double)(n_win + n_ent) * d * 4.0 : keys * d * 4.0);
     res.flops = keys * H * d * 4.0;
     char buf[192];
-    if (K.mma) {
+    if (K.v3) {
+      const double v2 = time_us([&] { run(dc::sink_attention_mma, 0, M, dout.as<float>()); });
+      snprintf(buf, sizeof buf, "%.1f GFLOP; v2 %.1f us (v3 %.2fx); clusters resident v3 %d, v2 %d ", res.flops / 1e9,
+               v2, v2 / res.us, dc::sink_attention_mma_max_clusters(d, 3), dc::sink_attention_mma_max_clusters(d, 2));
+    } else if (K.mma) {
       const double f32 = time_us([&] { run(dc::sink_attention_f32, 0, M, dout.as<float>()); });
       const double v1 = time_us([&] { run(dc::sink_attention_mma_v1, 0, M, dout.as<float>()); });
       snprintf(buf, sizeof buf,
@@ -4506,6 +4519,34 @@ void register_cases() {
     }
     add("sink_attention_mma perf M=1 H=64 d=512 keys=4096 (HCA at 512k)",
         [] { return attn_mma_case(1, 64, 512, 4096, 0, "am_perf_4k", 1); });
+  }
+  // v3 (sink_attention_mma_v3: v2's bits on warpgroup MMAs, d = 512; the backend's path for M > kAttDecMaxM)
+  {
+    struct MC { int64_t M; int H, nk, kind; const char* what; };
+    const MC mc[] = {{1, 64, 640, 0, "win+ent"},       {7, 64, -1, 0, "uneven win+ent"},
+                     {64, 64, 640, 0, "win+ent"},      {512, 64, -1, 0, "uneven win+ent"},
+                     {7, 64, 100, 1, "window only"},   {7, 64, 128, 1, "window only"},
+                     {7, 64, 300, 2, "entries only"},  {7, 64, -1, 2, "uneven entries only"},
+                     {3, 64, 0, 0, "no keys"},         {3, 64, 1, 0, "one key"},
+                     {3, 64, 33, 0, "33 keys"},        {3, 64, 161, 0, "161 keys"},
+                     {3, 64, 2000, 0, "many keys"},    {7, 16, 640, 0, "16 heads"},
+                     {5, 80, -1, 0, "two head groups"}, {9, 4, -1, 0, "4 heads"}};
+    for (auto c : mc) {
+      auto n = nm("sink_attention_v3 M=%ld H=%d d=512 keys=%d (%s)", c.M, c.H, c.nk, c.what);
+      add(n, [=] { return sink_attn_case(kAttnV3, c.M, c.H, 512, c.nk, c.kind, n, c.M > 64 ? 24 : 0, false); });
+    }
+    add("sink_attention_v3 M=512 H=64 d=512 keys=640 (prefill pools)",
+        [] { return sink_attn_case(kAttnV3, 512, 64, 512, 640, 0, "a3_pf512", 16, true); });
+    add("sink_attention_v3 M=300 H=64 d=512 keys<=640 (prefill pools, uneven)",
+        [] { return sink_attn_case(kAttnV3, 300, 64, 512, -1, 0, "a3_pf300", 16, true); });
+  }
+  if (g_perf) {
+    add("sink_attention_v3 perf M=4096 H=64 d=512 keys=640 (prefill 4k, CSA layer)",
+        [] { return sink_attn_case(kAttnV3, 4096, 64, 512, 640, 0, "am_perf_pf", 3, true); });
+    add("sink_attention_v3 perf M=4096 H=64 d=512 keys=160 (prefill 4k, HCA layer)",
+        [] { return sink_attn_case(kAttnV3, 4096, 64, 512, 160, 0, "am_perf_pf_hca", 3, true); });
+    add("sink_attention_v3 perf M=4096 H=64 d=512 keys=128 (prefill 4k, sliding layer)",
+        [] { return sink_attn_case(kAttnV3, 4096, 64, 512, 128, 1, "am_perf_pf_swa", 3, true); });
   }
   // attdec (sink_attention_dec: v2's bits on 8× the CTAs, the backend's path for M ≤ kAttDecMaxM)
   {

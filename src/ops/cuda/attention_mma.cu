@@ -26,6 +26,7 @@
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_attrs.h"
+#include "ops/cuda/wgmma_bits.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -724,6 +725,381 @@ int a2_max_clusters() {
 }
 
 
+// ---- v3: v2's arithmetic on warpgroup MMAs, for prefill (d = 512; docs/cuda-notes.md, "Prefill attention v3") ----
+// v2 spends ~8 k cycles a 32-key tile (s9-run1: 16 warps of mma.sync, the softmax one head a warp with full
+// warp reductions, three CTA barriers) and ~17 k of fixed cost a CTA. v3 keeps v2's grid, clusters, splits
+// and merge, and so its bits, with two warpgroups of 128 threads: warpgroup h computes half h of S's partial
+// sum (16 wgmma m64n32k16 over its 256 columns, the k16 chain mma.sync ran) and the P·V columns [256h, +256)
+// (2 wgmma m64n256k16, P from registers, V the same key tile read through a transposed descriptor). The
+// partial S halves meet through shared memory (one barrier); each warpgroup then runs the whole softmax
+// in registers (its threads hold rows gq and gq + 8 of their warp's 16 heads, 8 keys each): the max over
+// a quad, and warp_sum's butterfly tree (keys paired by bit 4, 3, 2, 1, 0 in that order) rebuilt from
+// in-thread adds and two quad shuffles, so every sum is v2's. Keys: cp.async into an f32 staging tile two
+// tiles ahead (16-byte chunks swizzled by row), converted by the thread that copied them into the bf16
+// tile of 8×8 core matrices that both wgmma operands read, while the tile's S runs. Q: 64 heads × 512
+// bf16 in the same core matrices. Shared memory 212.8 KB (one CTA an SM), 256 threads.
+constexpr int A3_NT = 256;
+constexpr int A3_OPS = 512 + 8;  // merge: O row stride (floats): rows 32 B apart in the banks
+struct A3Layout {                // bytes
+  static constexpr int q = 0;                       // Q [64 heads][512] bf16: core (cg, hg) at (cg·8 + hg)·128
+  static constexpr int k = q + 64 * 512 * 2;        // 2 tiles [32 keys][512] bf16: core (cg, kg) at (cg·4 + kg)·128
+  static constexpr int stg = k + 2 * 32 * 512 * 2;  // [32][512] f32: chunk c of row r at r·2048 + (c ^ (r & 7))·16
+  static constexpr int sx = stg + 32 * 512 * 4;     // partial S [2 halves][64][40] f32
+  static constexpr int ml = sx + 2 * 64 * 40 * 4;   // [64][2]: the split's (max, sum) a head
+  static constexpr int wt = ml + 64 * 2 * 4;        // merge weights [16][AM_KS + 1]
+  static constexpr int total = wt + (AM_HB / AM_KS) * (AM_KS + 1) * 4;
+};
+static_assert(64 * A3_OPS * 4 <= A3Layout::sx, "merge O must fit below the partial S");
+
+__global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
+    sink_attn_mma3_kernel(const float* __restrict__ q, int64_t ldq, int H, const float* __restrict__ win,
+                          const int32_t* __restrict__ win_lo, const int32_t* __restrict__ win_hi,
+                          const float* __restrict__ ent, const int32_t* __restrict__ ent_idx,
+                          const int64_t* __restrict__ ent_off, const float* __restrict__ sinks, float scale,
+                          float* __restrict__ out, int64_t ldo) {
+  DI_PDL_WAIT();
+  constexpr int D = 512;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
+  float* Stg = reinterpret_cast<float*>(smem + A3Layout::stg);
+  float* Sx = reinterpret_cast<float*>(smem + A3Layout::sx);
+  float* ML = reinterpret_cast<float*>(smem + A3Layout::ml);
+  float* Wt = reinterpret_cast<float*>(smem + A3Layout::wt);
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int split = (int)cluster.block_rank();
+  const int64_t m = blockIdx.x / AM_KS;
+  const int g0 = blockIdx.y * AM_HB;
+  const int hv = min(AM_HB, H - g0);
+  const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
+  const int wg = wp >> 2, wq = wp & 3;      // warpgroup (= half of d), warp in it (heads 16wq ..)
+  const int gq = lane >> 2, cq = lane & 3;  // accumulator row / column pair
+  const int rA = 16 * wq + gq, rB = rA + 8;  // this thread's two heads (within the group of 64)
+
+  // keys and split ranges: v2's
+  const int64_t lo = win_lo[m];
+  const int nw = win_hi[m] - win_lo[m];
+  const int64_t e0 = ent_off ? ent_off[m] : 0;
+  const int ne = ent_off ? (int)(ent_off[m + 1] - e0) : 0;
+  const int n = nw + ne;
+  const int T = (n + AM_KT - 1) / AM_KT;
+  const int ns = max(1, min(AM_KS, (T + AM_TMIN - 1) / AM_TMIN));
+  const int t0 = split < ns ? (int)((int64_t)split * T / ns) : T;
+  const int t1 = split < ns ? (int)((int64_t)(split + 1) * T / ns) : T;
+
+  // Copies: warp wp moves columns [64wp, +64) of all 32 rows, lane = (row r & 7, 16-byte chunk j of 4): a warp
+  // instruction reads 8 rows × 64 contiguous bytes. Row 8g + (lane & 7) for g = 0..3; its index is loaded one
+  // copy ahead (ridx). The thread converts exactly the chunks it copied: no barrier before the staging reuse.
+  // Every per-chunk offset is a per-thread base plus a compile-time immediate (the XOR swizzle only touches
+  // bits the immediates leave alone): ~5 instructions a chunk.
+  const int l7 = lane & 7, j4 = lane >> 3;
+  const int coff = (16 * wp + j4) * 4;  // source float offset of chunk kk = 0 (+16 a kk)
+  // staging float offset of row l7, chunk kk (+8·D a g): (4kk + j4) ^ l7 = 4(kk ^ (l7 >> 2)) + (j4 ^ (l7 & 3)), i.e.
+  // 16kk ± 16 for even / odd kk when l7 ≥ 4: two bases and immediates
+  const int sb = l7 * D + 64 * wp + 4 * (j4 ^ (l7 & 3)), sx16 = (l7 >> 2) * 16;
+  const int soffE = sb + sx16, soffO = sb - sx16;
+  auto soff = [&](int kk) { return ((kk & 1) ? soffO : soffE) + 16 * kk; };
+  // bf16 tile byte offset of row l7, chunk kk = 0: core (cg = 8wp + j4/2, kg) (+1024 a kk, +128 a g)
+  const int koff = ((8 * wp + (j4 >> 1)) * 4) * 128 + l7 * 16 + (j4 & 1) * 8;
+  int ridx[4];
+  auto load_rows = [&](int t) {
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      const int i = t * AM_KT + 8 * g + l7;
+      ridx[g] = i >= n ? 0 : i < nw ? (int)(lo + i) : ent_idx[e0 + i - nw];
+    }
+  };
+  auto copy = [&](int t) {
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      const int i = t * AM_KT + 8 * g + l7;
+      if (i < n) {
+        const float* src = (i < nw ? win : ent) + (int64_t)ridx[g] * D + coff;
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) am_cp16(Stg + soff(kk) + g * 8 * D, src + 16 * kk);
+      }
+    }
+    am_commit();
+  };
+  auto convert = [&](int t) {  // own chunks of tile t → bf16 core matrices of buffer t & 1; rows ≥ nv zeros
+    const int nv = min(AM_KT, n - t * AM_KT);
+    unsigned char* Kb = smem + A3Layout::k + (t & 1) * (32 * 512 * 2) + koff;
+    if (nv == AM_KT) {  // every tile but a list's last: no row checks, the 4 loads of a row in flight together
+#pragma unroll
+      for (int g = 0; g < 4; ++g) {
+        float4 v[4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) v[kk] = *reinterpret_cast<const float4*>(Stg + soff(kk) + g * 8 * D);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          *reinterpret_cast<uint2*>(Kb + kk * 1024 + g * 128) =
+              make_uint2(pack_bf16(v[kk].x, v[kk].y), pack_bf16(v[kk].z, v[kk].w));
+      }
+      return;
+    }
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      const bool ok = 8 * g + l7 < nv;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (ok) v = *reinterpret_cast<const float4*>(Stg + soff(kk) + g * 8 * D);
+        *reinterpret_cast<uint2*>(Kb + kk * 1024 + g * 128) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+      }
+    }
+  };
+  if (t0 < t1) {
+    load_rows(t0);
+    copy(t0);
+    if (t0 + 1 < t1) load_rows(t0 + 1);
+  }
+
+  // q (f32, any stride) → bf16 core matrices; heads ≥ hv are zeros. Warp wp: columns [64wp, +64), 16 at a
+  // time; lane = (head & 7, 16-byte chunk j of 4): a warp instruction reads 8 head rows × 64 contiguous
+  // bytes and stores two whole core matrices. 32 items a thread in 4 passes of 8 loads.
+  {
+    const float* qm = q + m * ldq + (int64_t)g0 * D;
+    const bool al16 = ((uintptr_t)qm & 15) == 0 && (ldq & 3) == 0;
+    const int h7 = lane >> 2, jq = lane & 3;
+#pragma unroll
+    for (int pass = 0; pass < 4; ++pass) {
+      float4 v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int hg = u, sp = 4 * wp + pass, h = 8 * hg + h7;
+        const float* src = qm + (int64_t)h * D + 16 * sp + 4 * jq;
+        v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (h < hv) {
+          if (al16) v[u] = *reinterpret_cast<const float4*>(src);
+          else v[u] = make_float4(src[0], src[1], src[2], src[3]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int hg = u, sp = 4 * wp + pass, cgq = 2 * sp + (jq >> 1);
+        *reinterpret_cast<uint2*>(smem + A3Layout::q + (cgq * 8 + hg) * 128 + h7 * 16 + (jq & 1) * 8) =
+            make_uint2(pack_bf16(v[u].x, v[u].y), pack_bf16(v[u].z, v[u].w));
+      }
+    }
+  }
+
+  float o[128];  // O [64 heads][256 columns of this half]: d[4j + r] as in the accumulator layout
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  float mA = -INFINITY, lA = 0.0f, mB = -INFINITY, lB = 0.0f;  // softmax state of heads rA, rB
+
+  if (t0 < t1) {
+    am_wait_all();
+    convert(t0);
+    if (t0 + 1 < t1) {
+      copy(t0 + 1);
+      if (t0 + 2 < t1) load_rows(t0 + 2);
+    }
+  }
+  detail::fence_proxy_async_smem();
+  __syncthreads();  // Q and the first tile ready
+
+  // descriptors of k-step 0 of this half (a k-step adds 16 columns = 2 core-matrix columns: +2048 B in Q, +1024 B
+  // in a key tile, i.e. +128 / +64 in the start address field, bits 0..13 of address / 16; shared addresses stay
+  // below 2^18, so the field never carries)
+  const uint64_t dq0 = detail::wgmma_desc(sbase + A3Layout::q + 32 * wg * 1024, 1024, 128);
+  const uint64_t dk00 = detail::wgmma_desc(sbase + A3Layout::k + 32 * wg * 512, 512, 128);  // buffer 0
+  const uint32_t ka = sbase + A3Layout::k;
+  for (int t = t0; t < t1; ++t) {
+    const int nv = min(AM_KT, n - t * AM_KT);
+    const uint32_t kb = ka + (t & 1) * (32 * 512 * 2);
+    const uint64_t dk0 = dk00 + (uint64_t)((t & 1) * (32 * 512 * 2 / 16));
+    // S partial of this half: 16 k-steps (columns 256wg + 16ks), the chain of v2's mma.sync
+    float sacc[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) sacc[i] = 0.0f;
+    detail::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 16; ++ks) detail::wgmma_ss_n32(sacc, dq0 + (uint64_t)(ks * 128), dk0 + (uint64_t)(ks * 64));
+    detail::wgmma_commit();
+    if (t + 1 < t1) {  // the next tile into the other buffer while S runs (P·V of tile t − 1 is done with it)
+      am_wait_all();
+      convert(t + 1);
+      detail::fence_proxy_async_smem();
+      if (t + 2 < t1) {
+        copy(t + 2);
+        if (t + 3 < t1) load_rows(t + 3);
+      }
+    }
+    detail::wgmma_wait<0>();
+    detail::wgmma_fence_regs(sacc);
+    {  // exchange the halves' partial S
+      float* Sw = Sx + wg * (64 * 40);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        *reinterpret_cast<float2*>(Sw + rA * 40 + 8 * j + 2 * cq) = make_float2(sacc[4 * j], sacc[4 * j + 1]);
+        *reinterpret_cast<float2*>(Sw + rB * 40 + 8 * j + 2 * cq) = make_float2(sacc[4 * j + 2], sacc[4 * j + 3]);
+      }
+    }
+    __syncthreads();
+    float sA[8], sB[8];  // keys 8j + 2cq + e at [2j + e]
+    {
+      const float* So = Sx + (wg ^ 1) * (64 * 40);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 a = *reinterpret_cast<const float2*>(So + rA * 40 + 8 * j + 2 * cq);
+        const float2 b = *reinterpret_cast<const float2*>(So + rB * 40 + 8 * j + 2 * cq);
+        const float oa[2] = {a.x, a.y}, ob[2] = {b.x, b.y};
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = 8 * j + 2 * cq + e;
+          const float h0a = wg == 0 ? sacc[4 * j + e] : oa[e], h1a = wg == 0 ? oa[e] : sacc[4 * j + e];
+          const float h0b = wg == 0 ? sacc[4 * j + 2 + e] : ob[e], h1b = wg == 0 ? ob[e] : sacc[4 * j + 2 + e];
+          sA[2 * j + e] = key < nv ? __fmul_rn(__fadd_rn(h0a, h1a), scale) : -INFINITY;
+          sB[2 * j + e] = key < nv ? __fmul_rn(__fadd_rn(h0b, h1b), scale) : -INFINITY;
+        }
+      }
+    }
+    // online softmax (v2's arithmetic): max over the quad, the sum as warp_sum's tree
+    float cfA, cfB;
+    uint32_t pa[2][4];
+    {
+      auto row = [&](float (&s)[8], float& mrow, float& lrow, float& cf) {
+        float mt = s[0];
+#pragma unroll
+        for (int i = 1; i < 8; ++i) mt = fmaxf(mt, s[i]);
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+        const float mn = fmaxf(mrow, mt);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s[i] = s[i] == -INFINITY ? 0.0f : expf(s[i] - mn);
+        cf = mn == -INFINITY ? 1.0f : expf(mrow - mn);
+        // key bits: 4, 3 = j (in-thread), 2, 1 = cq (lane bits 1, 0), 0 = e (in-thread)
+        float u0 = __fadd_rn(__fadd_rn(s[0], s[4]), __fadd_rn(s[2], s[6]));
+        float u1 = __fadd_rn(__fadd_rn(s[1], s[5]), __fadd_rn(s[3], s[7]));
+        u0 = __fadd_rn(u0, __shfl_xor_sync(0xffffffffu, u0, 2));
+        u1 = __fadd_rn(u1, __shfl_xor_sync(0xffffffffu, u1, 2));
+        u0 = __fadd_rn(u0, __shfl_xor_sync(0xffffffffu, u0, 1));
+        u1 = __fadd_rn(u1, __shfl_xor_sync(0xffffffffu, u1, 1));
+        lrow = fmaf(lrow, cf, __fadd_rn(u0, u1));
+        mrow = mn;
+      };
+      row(sA, mA, lA, cfA);
+      row(sB, mB, lB, cfB);
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks) {  // A fragment of keys [16ks, +16): n8 blocks 2ks, 2ks + 1
+        pa[ks][0] = pack_bf16(sA[4 * ks], sA[4 * ks + 1]);
+        pa[ks][1] = pack_bf16(sB[4 * ks], sB[4 * ks + 1]);
+        pa[ks][2] = pack_bf16(sA[4 * ks + 2], sA[4 * ks + 3]);
+        pa[ks][3] = pack_bf16(sB[4 * ks + 2], sB[4 * ks + 3]);
+      }
+    }
+    if (cfA != 1.0f || cfB != 1.0f) {  // O·cf (× 1 leaves O as it is)
+#pragma unroll
+      for (int j = 0; j < 32; ++j) o[4 * j] *= cfA, o[4 * j + 1] *= cfA, o[4 * j + 2] *= cfB, o[4 * j + 3] *= cfB;
+    }
+    detail::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks)  // V: keys [16ks, +16) (K), columns [256wg, +256) (N)
+      detail::wgmma_rs_n256_tb(o, pa[ks][0], pa[ks][1], pa[ks][2], pa[ks][3],
+                               detail::wgmma_desc(kb + (32 * wg) * 512 + (2 * ks) * 128, 128, 512));
+    detail::wgmma_commit();
+    detail::wgmma_wait<0>();
+    detail::wgmma_fence_regs(o);
+    __syncthreads();  // tile t + 1 converted; every warpgroup done with this tile's buffer and the partial S
+  }
+
+  // this split's (max, sum, O [64][512]) into shared memory over Q and the key tiles
+  float* Op = reinterpret_cast<float*>(smem);
+  if (wg == 0 && cq == 0) ML[2 * rA] = mA, ML[2 * rA + 1] = lA, ML[2 * rB] = mB, ML[2 * rB + 1] = lB;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const int col = 256 * wg + 8 * j + 2 * cq;
+    *reinterpret_cast<float2*>(Op + rA * A3_OPS + col) = make_float2(o[4 * j], o[4 * j + 1]);
+    *reinterpret_cast<float2*>(Op + rB * A3_OPS + col) = make_float2(o[4 * j + 2], o[4 * j + 3]);
+  }
+  cluster.sync();
+  // merge (v1's formula and order): this CTA finalizes heads [16·split, +16), all D columns
+  constexpr int HPS = AM_HB / AM_KS;
+  const int hb = HPS * split;
+  if (tid < HPS) {
+    const int h = hb + tid;
+    const float sink = g0 + h < H ? sinks[g0 + h] : 0.0f;
+    float mx = sink, w[AM_KS];
+#pragma unroll
+    for (int j = 0; j < AM_KS; ++j) {
+      w[j] = cluster.map_shared_rank(ML, (unsigned)j)[2 * h];
+      mx = fmaxf(mx, w[j]);
+    }
+    float Lsum = expf(sink - mx);
+#pragma unroll
+    for (int j = 0; j < AM_KS; ++j) {
+      w[j] = w[j] == -INFINITY ? 0.0f : expf(w[j] - mx);
+      Lsum = fmaf(cluster.map_shared_rank(ML, (unsigned)j)[2 * h + 1], w[j], Lsum);
+    }
+#pragma unroll
+    for (int j = 0; j < AM_KS; ++j) Wt[tid * (AM_KS + 1) + j] = w[j];
+    Wt[tid * (AM_KS + 1) + AM_KS] = 1.0f / Lsum;
+  }
+  __syncthreads();
+  {
+    const float* opr[AM_KS];
+#pragma unroll
+    for (int j = 0; j < AM_KS; ++j) opr[j] = cluster.map_shared_rank(Op, (unsigned)j);
+    constexpr int ITEMS = HPS * (D / 4) / A3_NT;  // 8 float4 a thread, all loads issued before the sums
+    float4 v[ITEMS][AM_KS];
+#pragma unroll
+    for (int it = 0; it < ITEMS; ++it) {
+      const int idx = tid + it * A3_NT, hl = idx / (D / 4), c = 4 * (idx % (D / 4));
+#pragma unroll
+      for (int j = 0; j < AM_KS; ++j)
+        v[it][j] = *reinterpret_cast<const float4*>(opr[j] + (hb + hl) * A3_OPS + c);
+    }
+#pragma unroll
+    for (int it = 0; it < ITEMS; ++it) {
+      const int idx = tid + it * A3_NT, hl = idx / (D / 4), c = 4 * (idx % (D / 4));
+      const int h = hb + hl;
+      if (h >= hv) continue;
+      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int j = 0; j < AM_KS; ++j) {
+        const float wj = Wt[hl * (AM_KS + 1) + j];
+        if (wj == 0.0f) continue;  // an empty split (or one outweighed to 0): its O is 0
+        a.x = fmaf(v[it][j].x, wj, a.x), a.y = fmaf(v[it][j].y, wj, a.y), a.z = fmaf(v[it][j].z, wj, a.z),
+        a.w = fmaf(v[it][j].w, wj, a.w);
+      }
+      const float inv = Wt[hl * (AM_KS + 1) + AM_KS];
+      float* orow = out + m * ldo + (int64_t)(g0 + h) * D + c;
+      orow[0] = __fmul_rn(a.x, inv), orow[1] = __fmul_rn(a.y, inv), orow[2] = __fmul_rn(a.z, inv),
+      orow[3] = __fmul_rn(a.w, inv);
+    }
+  }
+  cluster.sync();  // no CTA leaves while another still reads its shared memory
+}
+
+cudaError_t a3_launch(const float* q, int64_t M, int64_t ldq, int H, const float* win, const int32_t* win_lo,
+                      const int32_t* win_hi, const float* ent, const int32_t* ent_idx, const int64_t* ent_off,
+                      const float* sinks, float scale, float* out, int64_t ldo, cudaStream_t s) {
+  cudaError_t e = cudaFuncSetAttribute(sink_attn_mma3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       A3Layout::total);
+  if (e != cudaSuccess) return e;
+  const int64_t bx = M * AM_KS;
+  if (bx > INT_MAX) return cudaErrorInvalidConfiguration;
+  const dim3 grid((unsigned)bx, (unsigned)((H + AM_HB - 1) / AM_HB));
+  sink_attn_mma3_kernel<<<grid, A3_NT, A3Layout::total, s>>>(q, ldq, H, win, win_lo, win_hi, ent, ent_idx, ent_off,
+                                                              sinks, scale, out, ldo);
+  return cudaGetLastError();
+}
+
+int a3_max_clusters() {
+  if (cudaFuncSetAttribute(sink_attn_mma3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, A3Layout::total) !=
+      cudaSuccess)
+    return -1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(AM_KS * 1024, 1, 1);
+  cfg.blockDim = dim3(A3_NT, 1, 1);
+  cfg.dynamicSmemBytes = (size_t)A3Layout::total;
+  int n = -1;
+  if (cudaOccupancyMaxActiveClusters(&n, sink_attn_mma3_kernel, &cfg) != cudaSuccess) return -1;
+  return n;
+}
+
+
 // ---- attdec: v2's arithmetic on 8× the CTAs, for decode (docs/cuda-notes.md, "Decode attention on many CTAs") ----
 // v2 gives a query 4 CTAs (one per key split), each walking its ~5 tiles one after the other: at M = 1 four SMs
 // work and the rest idle (24.8 µs a call). attdec keeps every rounding and every order of v2, so it gives the
@@ -1123,7 +1499,7 @@ int sink_attention_mma_max_clusters(int d, int version) {
     case 64: return version == 1 ? am_max_clusters<64>() : a2_max_clusters<64>();
     case 128: return version == 1 ? am_max_clusters<128>() : a2_max_clusters<128>();
     case 256: return version == 1 ? am_max_clusters<256>() : a2_max_clusters<256>();
-    case 512: return version == 1 ? am_max_clusters<512>() : a2_max_clusters<512>();
+    case 512: return version == 1 ? am_max_clusters<512>() : version == 3 ? a3_max_clusters() : a2_max_clusters<512>();
     default: return -1;
   }
 }
@@ -1146,6 +1522,15 @@ cudaError_t sink_attention_mma(const float* q, int64_t M, int64_t ldq, int H, in
     case 256: return a2_launch<256>(AM_ARGS);
     default: return a2_launch<512>(AM_ARGS);
   }
+}
+
+cudaError_t sink_attention_mma_v3(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                                  const int32_t* win_lo, const int32_t* win_hi, const float* ent,
+                                  const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
+                                  float* out, int64_t ldo, cudaStream_t s) {
+  if (d != 512 || !sink_attention_mma_supported(H, d, win, ent)) return cudaErrorNotSupported;
+  if (M <= 0) return cudaSuccess;
+  return a3_launch(AM_ARGS);
 }
 
 cudaError_t sink_attention_mma_v1(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,

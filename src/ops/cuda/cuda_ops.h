@@ -488,7 +488,7 @@ cudaError_t sink_attention_f32(const float* q, int64_t M, int64_t ldq, int H, in
 // both halves of d in the CTA). v1 (sink_attention_mma_v1, DEEPINFER_CUDA_OFF=attn_mma2): a cluster of
 // 8 CTAs of 256 (split × half of d, partial S exchanged every 32-key tile). v1 and v2 give the same bits.
 bool sink_attention_mma_supported(int H, int d, const float* win, const float* ent);
-// Clusters of sink_attention_mma (version 2) or _v1 (version 1) that fit the device at once
+// Clusters of sink_attention_mma (version 2), _v1 (version 1) or _v3 (version 3, d = 512) that fit the device at once
 // (diagnostics: v2 ~SMs/4, v1 ~2·SMs/8); −1 on error.
 int sink_attention_mma_max_clusters(int d, int version = 2);
 cudaError_t sink_attention_mma(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
@@ -496,6 +496,12 @@ cudaError_t sink_attention_mma(const float* q, int64_t M, int64_t ldq, int H, in
                                const int64_t* ent_off, const float* sinks, float scale, float* out, int64_t ldo,
                                cudaStream_t s);
 cudaError_t sink_attention_mma_v1(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                                  const int32_t* win_lo, const int32_t* win_hi, const float* ent,
+                                  const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
+                                  float* out, int64_t ldo, cudaStream_t s);
+// v3 (prefill, d = 512 only, else cudaErrorNotSupported): v2's grid, splits and merge, and so its bits, with
+// the tile's S and P·V on warpgroup MMAs (two warpgroups = the two halves of d) and the softmax in registers.
+cudaError_t sink_attention_mma_v3(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
                                   const int32_t* win_lo, const int32_t* win_hi, const float* ent,
                                   const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
                                   float* out, int64_t ldo, cudaStream_t s);
