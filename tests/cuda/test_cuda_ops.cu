@@ -1189,7 +1189,9 @@ Result sink_attn_case(const AttnKernel& K, int64_t M, int H, int d, int nk, int 
   Rng r = rng_for(name);
   Result res;
   const int Wn = 128, En = 512;
-  const int64_t ldq = (int64_t)H * d + 3, ldo = (int64_t)H * d + 5;
+  // padded strides (the padding must stay poisoned); prefill-pool cases keep rows 16-byte aligned, as the
+  // model's q and out are (an odd stride takes the kernels' scalar paths)
+  const int64_t ldq = (int64_t)H * d + (prefill ? 4 : 3), ldo = (int64_t)H * d + (prefill ? 4 : 5);
   std::vector<int32_t> lo(M), hi(M), idx;
   std::vector<int64_t> off(M + 1, 0);
   const int64_t ereg = 2 * (int64_t)std::max(En, nk);

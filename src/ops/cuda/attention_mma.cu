@@ -856,17 +856,17 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
 
   // q (f32, any stride) → bf16 core matrices; heads ≥ hv are zeros. Warp wp: columns [64wp, +64), 16 at a
   // time; lane = (head & 7, 16-byte chunk j of 4): a warp instruction reads 8 head rows × 64 contiguous
-  // bytes and stores two whole core matrices. 32 items a thread in 4 passes of 8 loads.
+  // bytes and stores two whole core matrices. 32 items a thread in 2 passes of 16 loads.
   {
     const float* qm = q + m * ldq + (int64_t)g0 * D;
     const bool al16 = ((uintptr_t)qm & 15) == 0 && (ldq & 3) == 0;
     const int h7 = lane >> 2, jq = lane & 3;
 #pragma unroll
-    for (int pass = 0; pass < 4; ++pass) {
-      float4 v[8];
+    for (int pass = 0; pass < 2; ++pass) {
+      float4 v[16];  // 16 loads in flight a thread
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int hg = u, sp = 4 * wp + pass, h = 8 * hg + h7;
+      for (int u = 0; u < 16; ++u) {
+        const int hg = u & 7, sp = 4 * wp + 2 * pass + (u >> 3), h = 8 * hg + h7;
         const float* src = qm + (int64_t)h * D + 16 * sp + 4 * jq;
         v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (h < hv) {
@@ -875,8 +875,8 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
         }
       }
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int hg = u, sp = 4 * wp + pass, cgq = 2 * sp + (jq >> 1);
+      for (int u = 0; u < 16; ++u) {
+        const int hg = u & 7, sp = 4 * wp + 2 * pass + (u >> 3), cgq = 2 * sp + (jq >> 1);
         *reinterpret_cast<uint2*>(smem + A3Layout::q + (cgq * 8 + hg) * 128 + h7 * 16 + (jq & 1) * 8) =
             make_uint2(pack_bf16(v[u].x, v[u].y), pack_bf16(v[u].z, v[u].w));
       }
@@ -966,9 +966,15 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
         mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
         mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
         const float mn = fmaxf(mrow, mt);
+        // expf then select (no branch around it): s = −inf gives expf(−inf) = 0 or, with mn = −inf, NaN, and
+        // either way the select's 0 — v2's values
 #pragma unroll
-        for (int i = 0; i < 8; ++i) s[i] = s[i] == -INFINITY ? 0.0f : expf(s[i] - mn);
-        cf = mn == -INFINITY ? 1.0f : expf(mrow - mn);
+        for (int i = 0; i < 8; ++i) {
+          const float e = expf(s[i] - mn);
+          s[i] = s[i] == -INFINITY ? 0.0f : e;
+        }
+        const float ec = expf(mrow - mn);
+        cf = mn == -INFINITY ? 1.0f : ec;
         // key bits: 4, 3 = j (in-thread), 2, 1 = cq (lane bits 1, 0), 0 = e (in-thread)
         float u0 = __fadd_rn(__fadd_rn(s[0], s[4]), __fadd_rn(s[2], s[6]));
         float u1 = __fadd_rn(__fadd_rn(s[1], s[5]), __fadd_rn(s[3], s[7]));
@@ -989,7 +995,9 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
         pa[ks][3] = pack_bf16(sB[4 * ks + 2], sB[4 * ks + 3]);
       }
     }
-    if (cfA != 1.0f || cfB != 1.0f) {  // O·cf (× 1 leaves O as it is)
+    // O·cf, skipped where it cannot change O: a split's first tile (O = +0) and warps whose 16 heads all kept
+    // their max (cf = 1)
+    if (t != t0 && __any_sync(0xffffffffu, cfA != 1.0f || cfB != 1.0f)) {
 #pragma unroll
       for (int j = 0; j < 32; ++j) o[4 * j] *= cfA, o[4 * j + 1] *= cfA, o[4 * j + 2] *= cfB, o[4 * j + 3] *= cfB;
     }
@@ -1014,23 +1022,32 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
     *reinterpret_cast<float2*>(Op + rB * A3_OPS + col) = make_float2(o[4 * j + 2], o[4 * j + 3]);
   }
   cluster.sync();
-  // merge (v1's formula and order): this CTA finalizes heads [16·split, +16), all D columns
+  // merge (v1's formula and order): this CTA finalizes heads [16·split, +16), all D columns. Remote shared
+  // memory through mapa + ld.shared::cluster (generic loads queued behind the LSU's global traffic in s10-run2).
   constexpr int HPS = AM_HB / AM_KS;
   const int hb = HPS * split;
+  const uint32_t ml_loc = (uint32_t)__cvta_generic_to_shared(ML), op_loc = sbase;
+  auto remote = [](uint32_t a, int rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
+    return r;
+  };
   if (tid < HPS) {
     const int h = hb + tid;
     const float sink = g0 + h < H ? sinks[g0 + h] : 0.0f;
-    float mx = sink, w[AM_KS];
+    float mx = sink, w[AM_KS], l[AM_KS];
 #pragma unroll
-    for (int j = 0; j < AM_KS; ++j) {
-      w[j] = cluster.map_shared_rank(ML, (unsigned)j)[2 * h];
-      mx = fmaxf(mx, w[j]);
-    }
+    for (int j = 0; j < AM_KS; ++j)
+      asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n"
+                   : "=f"(w[j]), "=f"(l[j])
+                   : "r"(remote(ml_loc + 8 * h, j)));
+#pragma unroll
+    for (int j = 0; j < AM_KS; ++j) mx = fmaxf(mx, w[j]);
     float Lsum = expf(sink - mx);
 #pragma unroll
     for (int j = 0; j < AM_KS; ++j) {
       w[j] = w[j] == -INFINITY ? 0.0f : expf(w[j] - mx);
-      Lsum = fmaf(cluster.map_shared_rank(ML, (unsigned)j)[2 * h + 1], w[j], Lsum);
+      Lsum = fmaf(l[j], w[j], Lsum);
     }
 #pragma unroll
     for (int j = 0; j < AM_KS; ++j) Wt[tid * (AM_KS + 1) + j] = w[j];
@@ -1038,38 +1055,45 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
   }
   __syncthreads();
   {
-    const float* opr[AM_KS];
+    uint32_t opr[AM_KS];
 #pragma unroll
-    for (int j = 0; j < AM_KS; ++j) opr[j] = cluster.map_shared_rank(Op, (unsigned)j);
-    constexpr int ITEMS = HPS * (D / 4) / A3_NT;  // 8 float4 a thread, all loads issued before the sums
-    float4 v[ITEMS][AM_KS];
+    for (int j = 0; j < AM_KS; ++j) opr[j] = remote(op_loc, j);
+    float* ob = out + m * ldo + (int64_t)g0 * D;
+    const bool al16 = ((uintptr_t)ob & 15) == 0 && (ldo & 3) == 0;
+    constexpr int ITEMS = HPS * (D / 4) / A3_NT;  // 8 float4 a thread
+    float4 vv[ITEMS][AM_KS];  // every remote load issued before the first use (one round trip, not eight)
 #pragma unroll
     for (int it = 0; it < ITEMS; ++it) {
       const int idx = tid + it * A3_NT, hl = idx / (D / 4), c = 4 * (idx % (D / 4));
 #pragma unroll
       for (int j = 0; j < AM_KS; ++j)
-        v[it][j] = *reinterpret_cast<const float4*>(opr[j] + (hb + hl) * A3_OPS + c);
+        asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=f"(vv[it][j].x), "=f"(vv[it][j].y), "=f"(vv[it][j].z), "=f"(vv[it][j].w)
+                     : "r"(opr[j] + (uint32_t)(((hb + hl) * A3_OPS + c) * 4)));
     }
 #pragma unroll
     for (int it = 0; it < ITEMS; ++it) {
       const int idx = tid + it * A3_NT, hl = idx / (D / 4), c = 4 * (idx % (D / 4));
       const int h = hb + hl;
+      const float4* v = vv[it];
       if (h >= hv) continue;
       float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
       for (int j = 0; j < AM_KS; ++j) {
         const float wj = Wt[hl * (AM_KS + 1) + j];
         if (wj == 0.0f) continue;  // an empty split (or one outweighed to 0): its O is 0
-        a.x = fmaf(v[it][j].x, wj, a.x), a.y = fmaf(v[it][j].y, wj, a.y), a.z = fmaf(v[it][j].z, wj, a.z),
-        a.w = fmaf(v[it][j].w, wj, a.w);
+        a.x = fmaf(v[j].x, wj, a.x), a.y = fmaf(v[j].y, wj, a.y), a.z = fmaf(v[j].z, wj, a.z), a.w = fmaf(v[j].w, wj, a.w);
       }
       const float inv = Wt[hl * (AM_KS + 1) + AM_KS];
-      float* orow = out + m * ldo + (int64_t)(g0 + h) * D + c;
-      orow[0] = __fmul_rn(a.x, inv), orow[1] = __fmul_rn(a.y, inv), orow[2] = __fmul_rn(a.z, inv),
-      orow[3] = __fmul_rn(a.w, inv);
+      const float4 r = make_float4(__fmul_rn(a.x, inv), __fmul_rn(a.y, inv), __fmul_rn(a.z, inv), __fmul_rn(a.w, inv));
+      float* orow = ob + (int64_t)h * D + c;
+      if (al16) *reinterpret_cast<float4*>(orow) = r;
+      else orow[0] = r.x, orow[1] = r.y, orow[2] = r.z, orow[3] = r.w;
     }
   }
-  cluster.sync();  // no CTA leaves while another still reads its shared memory
+  // no CTA leaves while another still reads its shared memory: every remote load above has returned (its value
+  // was used) before the arrive, so a relaxed arrive suffices (no wait for this CTA's output stores)
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
 cudaError_t a3_launch(const float* q, int64_t M, int64_t ldq, int H, const float* win, const int32_t* win_lo,
