@@ -772,7 +772,9 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
   const int g0 = blockIdx.y * AM_HB;
   const int hv = min(AM_HB, H - g0);
   const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
-  const int wg = wp >> 2, wq = wp & 3;      // warpgroup (= half of d), warp in it (heads 16wq ..)
+  // warpgroup (= half of d; read through a lane-0 shuffle so the compiler knows it is warp-uniform and keeps the
+  // wgmma descriptors in uniform registers), warp in it (heads 16wq ..)
+  const int wg = __shfl_sync(0xffffffffu, wp >> 2, 0), wq = wp & 3;
   const int gq = lane >> 2, cq = lane & 3;  // accumulator row / column pair
   const int rA = 16 * wq + gq, rB = rA + 8;  // this thread's two heads (within the group of 64)
 
