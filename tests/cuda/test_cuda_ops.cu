@@ -3056,15 +3056,9 @@ struct GroupedRun {
   int64_t T, S, E, D, I, maxt;
   int K, tm;
   DBuf off, perm, slot, tiles, nt, scr, hb, act, ye, out;
-  bool wg2 = false;  // tile 128 on moe_expert_gemm_wg2 (opt-in, as in the backend: DEEPINFER_CUDA_ON=moe_wg2)
 };
-bool moe_wg2_on() {
-  const char* v = getenv("DEEPINFER_CUDA_ON");
-  return v && ("," + std::string(v) + ",").find(",moe_wg2,") != std::string::npos;
-}
-GroupedRun grouped_alloc(int64_t T, int K, int E, int64_t D, int64_t I, int tm, int wg2 = -1) {
+GroupedRun grouped_alloc(int64_t T, int K, int E, int64_t D, int64_t I, int tm) {
   GroupedRun g{T, T * K, E, D, I, 0, K, tm};
-  g.wg2 = tm == 128 && (wg2 < 0 ? moe_wg2_on() : wg2 == 1);
   g.maxt = dc::moe_max_tiles(g.S, E, tm);
   g.off = dalloc((E + 1) * 4, "offsets"), g.perm = dalloc(g.S * 4, "perm"), g.slot = dalloc(g.S * 4, "slot_row");
   g.tiles = dalloc(g.maxt * 8, "tiles"), g.nt = dalloc(4, "n_tiles");
@@ -3076,18 +3070,11 @@ GroupedRun grouped_alloc(int64_t T, int K, int E, int64_t D, int64_t I, int tm, 
 }
 // fp4 weights take x in e2m1 pair order (tile 128: wg order): h is converted so, and w13's epilogue writes act so
 cudaError_t grouped_w13(GroupedRun& g, const DevExperts& w13, const DevExperts& w2, float lim) {
-  if (g.wg2)
-    return dc::moe_expert_gemm_wg2(g.hb.as<bf16>(), g.D, g.perm.as<int32_t>(), g.D, w13.ref(), w13.wstr, w13.sstr,
-                                   2 * g.I, true, lim, 2, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt,
-                                   g.off.as<int32_t>(), g.act.p(), g.I, 0);
   return dc::moe_expert_gemm(g.hb.as<bf16>(), g.D, g.perm.as<int32_t>(), g.D, w13.ref(), w13.wstr, w13.sstr, 2 * g.I,
                              true, lim, g.tm == 128 ? 2 : w2.fmt == dc::WFmt::FP4_B32, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt,
                              g.off.as<int32_t>(), g.tm, g.act.p(), g.I, 0);
 }
 cudaError_t grouped_w2(GroupedRun& g, const DevExperts& w2) {
-  if (g.wg2)
-    return dc::moe_expert_gemm_wg2(g.act.as<bf16>(), g.I, nullptr, g.I, w2.ref(), w2.wstr, w2.sstr, g.D, false, 0.0f, 0,
-                                   g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt, g.off.as<int32_t>(), g.ye.p(), g.D, 0);
   return dc::moe_expert_gemm(g.act.as<bf16>(), g.I, nullptr, g.I, w2.ref(), w2.wstr, w2.sstr, g.D, false, 0.0f, false,
                              g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt, g.off.as<int32_t>(), g.tm, g.ye.p(), g.D, 0);
 }
@@ -3128,7 +3115,7 @@ std::vector<float> grouped_ref(const std::vector<float>& hb, const std::vector<i
   return ref;
 }
 
-// wg order (moe_expert_gemm_wg2's x): pair-order position p = 16t + 4i + 2h + l of each 64-k chunk moved to
+// wg order (the tile-128 kernel's x): pair-order position p = 16t + 4i + 2h + l of each 64-k chunk moved to
 // 16i + 8h + 2t + l (written here from the header's definition, independently of the kernel's wg_pos)
 int64_t wg_pos_host(int64_t pp) {
   const int64_t q = pp & 63, t = q >> 4, i = (q >> 2) & 3, h = (q >> 1) & 1, l = q & 1;
@@ -3240,29 +3227,20 @@ Result expert_gemm_case(dc::WFmt fmt, int64_t T, int K, int E, int64_t N, int64_
     const bool same = memcmp(z6.data(), z.data(), S * N * 4) == 0 && memcmp(a6.data(), a.data(), S * I * 2) == 0;
     expect_true(res, same, "wgmma (tile 128) != mma.sync (tile 64) bits");
     if (same) res.detail += "== mma.sync tile 64 (bitwise) ";
-    // moe_expert_gemm_wg2 (producer warp, persistent) on x in wg order: z and act bitwise the wgmma kernel's;
-    // act also written in wg order (act_order 2) must be the same values at their wg positions
-    DBuf dxw = dup(xw, "x_bf16_wg"), dz2 = dalloc(S * N * 4, "z_wg2"), da2 = dalloc(S * I * 2, "act_wg2"),
-         daw = dalloc(S * I * 2, "act_wg2_wgorder");
-    poison(dz2), poison(da2), poison(daw);
-    CK(dc::moe_expert_gemm_wg2(dxw.as<bf16>(), ldx, g, Kd, W.ref(), W.wstr, W.sstr, N, false, 0.0f, 0, dtile.as<int2>(),
-                               dnt.as<int32_t>(), maxt, doff.as<int32_t>(), dz2.p(), N, 0));
-    CK(dc::moe_expert_gemm_wg2(dxw.as<bf16>(), ldx, g, Kd, W.ref(), W.wstr, W.sstr, N, true, 1.0f, 0, dtile.as<int2>(),
-                               dnt.as<int32_t>(), maxt, doff.as<int32_t>(), da2.p(), I, 0));
-    CK(dc::moe_expert_gemm_wg2(dxw.as<bf16>(), ldx, g, Kd, W.ref(), W.wstr, W.sstr, N, true, 1.0f, 2, dtile.as<int2>(),
-                               dnt.as<int32_t>(), maxt, doff.as<int32_t>(), daw.p(), I, 0));
-    const auto z2 = down<float>(dz2, S * N);
-    const auto a2 = down<bf16>(da2, S * I), aw = down<bf16>(daw, S * I);
-    const bool same2 = memcmp(z2.data(), z.data(), S * N * 4) == 0 && memcmp(a2.data(), a.data(), S * I * 2) == 0;
+    // act written in wg order (act_order 2, what w2's tile-128 launch reads): the same values at their wg positions
+    DBuf daw = dalloc(S * I * 2, "act_wgorder");
+    poison(daw);
+    CK(dc::moe_expert_gemm(dx.as<bf16>(), ldx, g, Kd, W.ref(), W.wstr, W.sstr, N, true, 1.0f, 2, dtile.as<int2>(),
+                           dnt.as<int32_t>(), maxt, doff.as<int32_t>(), tm, daw.p(), I, 0));
+    const auto aw = down<bf16>(daw, S * I);
     bool samew = true;
     for (int64_t r = 0; r < S; ++r)
       for (int64_t i = 0; i < I; ++i) {
         const int64_t pp = (i & ~7) + ((i & 7) < 4 ? 2 * (i & 7) : 2 * ((i & 7) - 4) + 1);
         samew &= memcmp(&aw[r * I + wg_pos_host(pp)], &a[r * I + i], 2) == 0;
       }
-    expect_true(res, same2, "moe_wg2 != wgmma kernel bits (z or act)");
-    expect_true(res, samew, "moe_wg2 act in wg order != act");
-    if (same2 && samew) res.detail += "moe_wg2 == wgmma (bitwise, act in wg order too) ";
+    expect_true(res, samew, "act in wg order != act");
+    if (samew) res.detail += "act in wg order == act (bitwise) ";
   }
   return res;
 }
@@ -3393,18 +3371,6 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
   old();
   const double us_old = time_us(old);
   const double pk = g_bf16_tflops * 1e6, bw = g_hbm_gbs * 1e3;  // FLOP/us, B/us
-  if (tm == 128) {  // tile 128: the other wgmma kernel (moe_wg2, or the default one when wg2 is on) on the same routing, same bits
-    GroupedRun gv = grouped_alloc(T, K, E, D, I, 128, g.wg2 ? 0 : 1);
-    grouped_run(gv, dh, dsel, dw, w13, w2, lim);
-    const auto ov = down<float>(gv.out, T * D);
-    const bool same = memcmp(ov.data(), out.data(), T * D * 4) == 0;
-    expect_true(res, same, "moe_wg2 and the wgmma kernel outputs differ");
-    const double u13 = time_us([&] { CK(grouped_w13(gv, w13, w2, lim)); }), u2 = time_us([&] { CK(grouped_w2(gv, w2)); });
-    char bv[200];
-    snprintf(bv, sizeof bv, "| %s: w13 %.1f us, w2 %.1f us (%.2fx, %.2fx the time of this one)%s ",
-             gv.wg2 ? "moe_wg2" : "wgmma (moe_wg2 off)", u13, u2, u13 / us13, u2 / us2, same ? ", bitwise equal" : "");
-    res.detail += bv;
-  }
   if (fmt == dc::WFmt::FP4_B32) {
     // fp4: the other expert kernel on the same routing, side by side, outputs bitwise equal — at T > 256 the
     // mma.sync kernel (tile 64) next to the wgmma one; at T ≤ 256 the wgmma kernel (tile 128, not used there:
@@ -3419,7 +3385,7 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
     const double u13 = time_us([&] { CK(grouped_w13(go, w13, w2, lim)); }), u2 = time_us([&] { CK(grouped_w2(go, w2)); });
     char bo[240];
     snprintf(bo, sizeof bo, "| %s tile %d: %.1f us (w13 %.1f, w2 %.1f; %.1f%% bf16) = %.2fx this%s ",
-             tmo == 128 ? (go.wg2 ? "wgmma v2 (moe_wg2)" : "wgmma") : "mma.sync", tmo, u, u13, u2,
+             tmo == 128 ? "wgmma" : "mma.sync", tmo, u, u13, u2,
              100.0 * res.flops / u / pk, u / res.us,
              same ? ", bitwise equal" : "");
     res.detail += bo;
@@ -4672,9 +4638,9 @@ void register_cases() {
     // the wgmma kernel (tile 128) on full and partial tiles (skewed routing: one hot expert with ~270 rows, 8 with
     // ~190: n = 128, 64-ish and 16) and a 1024-k reduction (8 stages); the tile-64 mma.sync kernel on the same draw
     for (int tm : {128, 64}) {
-      auto n = nm("moe_expert_gemm fp4 T=300 K=6 E=64 N=512 K=1024 tile=%d x gathered (w13 mode)%s", tm, tm == 128 ? " + moe_wg2" : "");
+      auto n = nm("moe_expert_gemm fp4 T=300 K=6 E=64 N=512 K=1024 tile=%d x gathered (w13 mode)", tm);
       add(n, [=] { return expert_gemm_case(F::FP4_B32, 300, 6, 64, 512, 1024, tm, true, "mwg300g"); });
-      n = nm("moe_expert_gemm fp4 T=300 K=6 E=64 N=512 K=1024 tile=%d x per grouped row (w2 mode)%s", tm, tm == 128 ? " + moe_wg2" : "");
+      n = nm("moe_expert_gemm fp4 T=300 K=6 E=64 N=512 K=1024 tile=%d x per grouped row (w2 mode)", tm);
       add(n, [=] { return expert_gemm_case(F::FP4_B32, 300, 6, 64, 512, 1024, tm, false, "mwg300r"); });
     }
     for (F f : {F::FP4_B32, F::FP8_B128, F::BF16})

@@ -95,7 +95,8 @@ struct CudaBackend::Impl {
     return "," + std::string(v ? v : "") + ",";
   }();
   // Kernel paths that are built and tested but measured slower than what they would replace are taken only
-  // when named in DEEPINFER_CUDA_ON=name,name (session 6: moe_gemv3, moe_wg2), for the next measurement.
+  // when named in DEEPINFER_CUDA_ON=name,name (session 6: moe_gemv3; moe_wg2 was deleted in session 10), for the
+  // next measurement.
   std::string on_list = [] {
     const char* v = std::getenv("DEEPINFER_CUDA_ON");
     return "," + std::string(v ? v : "") + ",";
@@ -1347,22 +1348,15 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
     // fp4 weights take their x in e2m1 pair order (moe_grouped.h): h converted so, act written so; the
     // 128-row tiles (both fp4, the wgmma kernels) in wg order
     const bool p13 = ex.r13.fmt == cuda::WFmt::FP4_B32, p2 = ex.r2.fmt == cuda::WFmt::FP4_B32;
-    // moe_wg2 (producer-warp kernel, bitwise the wgmma kernel) only with DEEPINFER_CUDA_ON=moe_wg2: s6-run3
-    // measured it slower than the wgmma kernel at T = 4096 (w13 0.80×, w2 0.84× the speed)
-    const bool wg2 = tm == 128 && impl_->on("moe_wg2");
     const int o13 = tm == 128 ? 2 : p13 ? 1 : 0, o2 = tm == 128 ? 2 : p2 ? 1 : 0;
     const int2* tl = reinterpret_cast<const int2*>(tiles.data());
     if (e == cudaSuccess) e = cuda::moe_x_to_bf16(h, T, D, D, o13, hb.data(), s);
     if (e == cudaSuccess)
-      e = wg2 ? cuda::moe_expert_gemm_wg2(hb.data(), D, perm.data(), D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I,
-                                          true, limit, o2, tl, n_tiles.data(), maxt, offsets.data(), act.data(), I, s)
-              : cuda::moe_expert_gemm(hb.data(), D, perm.data(), D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true,
-                                      limit, o2, tl, n_tiles.data(), maxt, offsets.data(), tm, act.data(), I, s);
+      e = cuda::moe_expert_gemm(hb.data(), D, perm.data(), D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true, limit,
+                                o2, tl, n_tiles.data(), maxt, offsets.data(), tm, act.data(), I, s);
     if (e == cudaSuccess)
-      e = wg2 ? cuda::moe_expert_gemm_wg2(act.data(), I, nullptr, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f,
-                                          0, tl, n_tiles.data(), maxt, offsets.data(), ye.data(), D, s)
-              : cuda::moe_expert_gemm(act.data(), I, nullptr, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, 0,
-                                      tl, n_tiles.data(), maxt, offsets.data(), tm, ye.data(), D, s);
+      e = cuda::moe_expert_gemm(act.data(), I, nullptr, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, 0, tl,
+                                n_tiles.data(), maxt, offsets.data(), tm, ye.data(), D, s);
     if (e == cudaSuccess) e = (impl_->off("smallk") ? cuda::moe_combine_v1 : cuda::moe_combine)(
                                 ye.data(), sel, wsel, slot.data(), T, K, D, shared, out, s);
     check(e, "moe_ffn (grouped experts)");

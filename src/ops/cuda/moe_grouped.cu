@@ -40,7 +40,6 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "ops/cuda/async_bits.cuh"
 #include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
@@ -253,8 +252,8 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 // Position of k (within its group of 8) in e2m1 pair order: k0 k4 k1 k5 k2 k6 k3 k7.
 __host__ __device__ __forceinline__ int pair_pos(int k8) { return k8 < 4 ? 2 * k8 : 2 * (k8 - 4) + 1; }
-// "wg order" (moe_wg2's x): inside each 64-k chunk, pair-order position p = 16t + 4i + 2h + l moves to
-// 16i + 8h + 2t + l, so 16-byte piece 2i + h is the old wgmma kernel's core-matrix row (step i, core h).
+// "wg order" (the tile-128 kernel's x): inside each 64-k chunk, pair-order position p = 16t + 4i + 2h + l
+// moves to 16i + 8h + 2t + l, so 16-byte piece 2i + h is the wgmma stage's core-matrix row (step i, core h).
 __host__ __device__ __forceinline__ int wg_pos(int p64) {
   return ((p64 >> 2) & 3) * 16 + ((p64 >> 1) & 1) * 8 + (p64 >> 4) * 2 + (p64 & 1);
 }
@@ -706,203 +705,6 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgPa
   }
 }
 
-// ---------------------------------------------------------------------------------------------------------
-// Prefill expert GEMM v2 ("moe_wg2"): the wgmma kernel's math (same work items, same A dequantization, same
-// wgmma steps in the same order: bitwise its results) with the loads taken off the MMA warps.
-// * Block = 2 consumer warpgroups (as before) + 1 producer warpgroup whose first warp issues every copy
-//   (384 threads, setmaxnreg 216 / 72 registers, 1 block an SM), persistent over the work items
-//   (item = blockIdx.x + j·gridDim.x, nb fastest as in the old grid).
-// * The producer moves everything with cp.async into the 4-stage ring (weights 256 × 64 B, e8m0 256 × 4 B,
-//   x 128 rows × 256 B a 128-k stage) and signals a stage's full mbarrier with cp.async.mbarrier.arrive
-//   (.noinc, 32 lanes); consumers release a stage on its empty mbarrier (one arrive a warp) once the last
-//   wgmma that reads it has completed. No block-wide barrier in the main loop: the two warpgroups drift
-//   freely, and the producer runs up to 3 stages ahead, across item boundaries (the next item's first
-//   stages load while the consumers run the epilogue).
-// * x needs no register transpose: it arrives in "wg order" (moe_x_to_bf16 order 2 / act_order 2: in each
-//   64-k chunk the pair-order position p = 16t + 4i + 2h + l sits at 16i + 8h + 2t + l), so 16-byte piece
-//   2i + h of a chunk is exactly core matrix row (step i, core h) of the old kernel's stage layout.
-constexpr int W2_CW = 8, W2_NT = 384;  // warpgroups 0, 1: consumers; warpgroup 2: producer (its warp 8 works)
-constexpr int W2_PREG = 72, W2_CREG = 216;  // setmaxnreg: 128·72 + 256·216 ≤ 64 K registers
-
-// mbarriers and shared addresses: async_bits.cuh
-using detail::cp_async_arrive, detail::mbar_arrive, detail::mbar_init, detail::mbar_wait, detail::smem_u32;
-
-__global__ void __launch_bounds__(W2_NT, 1) moe_expert_gemm_wg2_kernel(const MgParams p, int nblk) {
-  DI_PDL_WAIT();
-  extern __shared__ __align__(128) uint8_t mw_smem[];
-  __shared__ __align__(8) uint64_t full[MW_NST], empty[MW_NST];
-  __shared__ int64_t s_xrow[MW_MR];  // producer only
-  // warp and warpgroup through a shuffle: provably warp-uniform, so ptxas keeps the consumer branch's wgmmas
-  // unserialized (a first version, 288 threads and a threadIdx-derived branch, got ptxas C7520: wgmmas
-  // serialized for a warpgroup arrive "in divergent path"; ptxas is silent on this one)
-  const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0), wgi = warp >> 2;
-  if (tid == 0) {
-    for (int b = 0; b < MW_NST; ++b) mbar_init(smem_u32(&full[b]), 32), mbar_init(smem_u32(&empty[b]), W2_CW);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();  // the only block-wide barrier
-  const int64_t K = p.K, I = p.I;
-  const bool sw = p.swiglu != 0;
-  const int nst = (int)(K / MW_KC);
-  const int64_t items = (int64_t)(*p.n_tiles) * nblk;
-
-  if (wgi == 2) {  // ---- producer warpgroup: registers to the consumers, warp 8 issues every copy
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(W2_PREG));
-    if (warp != W2_CW) return;
-    int64_t gs = 0;     // stage counter over all items of this block (ring slot gs % NST, use gs / NST)
-    for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-      const int tile = (int)(item / nblk), nb = (int)(item % nblk);
-      const int2 ti = p.tiles[tile];
-      const int e = ti.x, r0 = ti.y;
-      const int nrows = min(MW_MR, p.offsets[e + 1] - r0);
-      const uint8_t* wb = p.w + (int64_t)e * p.w_stride;
-      const uint8_t* sb = p.ws + (int64_t)e * p.s_stride;
-      __syncwarp();
-      for (int r = lane; r < MW_MR; r += 32)
-        s_xrow[r] = r < nrows ? (int64_t)(p.gather ? p.gather[r0 + r] : r0 + r) * p.ldx : 0;
-      __syncwarp();
-      auto grow = [&](int r) -> int64_t {
-        return sw ? (r < MW_BN / 2 ? (int64_t)nb * (MW_BN / 2) + r : I + (int64_t)nb * (MW_BN / 2) + (r - MW_BN / 2))
-                  : (int64_t)nb * MW_BN + r;
-      };
-      for (int s = 0; s < nst; ++s, ++gs) {
-        const int b = (int)(gs % MW_NST);
-        const int64_t use = gs / MW_NST;
-        if (use > 0) mbar_wait(smem_u32(&empty[b]), (uint32_t)((use - 1) & 1));
-        uint8_t* base = mw_smem + b * MW_STAGE;
-        // weights: 256 rows × 4 pieces of 16 B (8 rows a warp instruction, 64 contiguous bytes a row)
-#pragma unroll 8
-        for (int q = 0; q < MW_BN * 4 / 32; ++q) {
-          const int idx = lane + 32 * q, row = idx >> 2, pc = idx & 3;
-          cp_async16(base + MW_WOFF + row * MW_WROW + pc * 16,
-                     wb + grow(row) * (K / 2) + (int64_t)s * MW_WB + pc * 16);
-        }
-        // e8m0: 4 bytes a row
-#pragma unroll
-        for (int q = 0; q < MW_BN / 32; ++q) {
-          const int row = lane + 32 * q;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(base + MW_SOFF + row * MW_SROW)),
-                       "l"(sb + grow(row) * (K / 32) + (int64_t)s * MW_SROW)
-                       : "memory");
-        }
-        // x: 128 rows × 16 pieces (two 64-k chunks × 8); piece pc = 8·xc + 2i + h → step xc·4 + i, core h
-#pragma unroll 8
-        for (int q = 0; q < MW_MR * 16 / 32; ++q) {
-          const int idx = lane + 32 * q, row = idx >> 4, pc = idx & 15;
-          if (row < nrows) {
-            const int xc = pc >> 3, i = (pc >> 1) & 3, h = pc & 1;
-            cp_async16(base + (xc * 4 + i) * MW_XSTEP + (row >> 3) * 256 + h * 128 + (row & 7) * 16,
-                       p.x + s_xrow[row] + (int64_t)s * MW_KC + pc * 8);
-          }
-        }
-        cp_async_arrive(smem_u32(&full[b]));
-      }
-    }
-    cp_async_wait<0>();
-    return;
-  }
-
-  // ---- consumer warps 0..7: the old kernel's dequantization, wgmma steps and epilogue
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(W2_CREG));
-  const int g = lane >> 2, t = lane & 3;
-  const int wg = warp >> 2, wv = warp & 3;
-  const int trow0 = sw ? wg * 64 + wv * 16 : wg * 128 + wv * 16;
-  const int trow1 = sw ? MW_BN / 2 + wg * 64 + wv * 16 : wg * 128 + 64 + wv * 16;
-  const uint32_t smem0 = smem_u32(mw_smem);
-  int64_t gs = 0;
-  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int tile = (int)(item / nblk), nb = (int)(item % nblk);
-    const int2 ti = p.tiles[tile];
-    const int e = ti.x, r0 = ti.y;
-    const int nrows = min(MW_MR, p.offsets[e + 1] - r0);
-    const int ncols = (nrows + 15) & ~15;  // wgmma N (block-uniform)
-    float acc[2][64];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int r = 0; r < 64; ++r) acc[mt][r] = 0.0f;
-    int pend = -1;  // ring slot whose last wgmma may still run (released after the next wait)
-    for (int s = 0; s < nst; ++s, ++gs) {
-      const int buf = (int)(gs % MW_NST);
-      mbar_wait(smem_u32(&full[buf]), (uint32_t)((gs / MW_NST) & 1));
-      detail::fence_proxy_async_smem();  // cp.async data (generic proxy) → this thread's wgmma operand reads
-      const uint8_t* base = mw_smem + buf * MW_STAGE;
-#pragma unroll
-      for (int c = 0; c < MW_KC / 64; ++c) {
-        uint2 va[2], vb[2];
-        uint32_t ca[2], cb[2], ca2[2], cb2[2];
-        bool big[2];
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          const int ra = (mt ? trow1 : trow0) + g, rb = ra + 8;
-          va[mt] = *reinterpret_cast<const uint2*>(base + MW_WOFF + ra * MW_WROW + c * 32 + t * 8);
-          vb[mt] = *reinterpret_cast<const uint2*>(base + MW_WOFF + rb * MW_WROW + c * 32 + t * 8);
-          const int ea = (int)base[MW_SOFF + ra * MW_SROW + c * 2 + (t >> 1)] - 1;
-          const int eb = (int)base[MW_SOFF + rb * MW_SROW + c * 2 + (t >> 1)] - 1;
-          ca[mt] = pow2_bf16x2(min(ea, 127)), cb[mt] = pow2_bf16x2(min(eb, 127));
-          big[mt] = __any_sync(0xffffffffu, max(ea, eb) > 127);
-          ca2[mt] = pow2_bf16x2(max(ea - 127, 0)), cb2[mt] = pow2_bf16x2(max(eb - 127, 0));
-        }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          uint32_t A[2][4];
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {  // as moe_expert_gemm_wg_kernel (and the mma.sync kernel): same bits
-            uint32_t ra[4], rb[4];
-            e2m1x8_raw((i >> 1) ? va[mt].y : va[mt].x, ra);
-            e2m1x8_raw((i >> 1) ? vb[mt].y : vb[mt].x, rb);
-            A[mt][0] = bmul2(ra[2 * (i & 1)], ca[mt]), A[mt][2] = bmul2(ra[2 * (i & 1) + 1], ca[mt]);
-            A[mt][1] = bmul2(rb[2 * (i & 1)], cb[mt]), A[mt][3] = bmul2(rb[2 * (i & 1) + 1], cb[mt]);
-            if (big[mt]) {  // warp-uniform
-              A[mt][0] = bmul2(A[mt][0], ca2[mt]), A[mt][2] = bmul2(A[mt][2], ca2[mt]);
-              A[mt][1] = bmul2(A[mt][1], cb2[mt]), A[mt][3] = bmul2(A[mt][3], cb2[mt]);
-            }
-          }
-          const uint64_t desc = detail::wgmma_desc(smem0 + buf * MW_STAGE + (c * 4 + i) * MW_XSTEP, 128, 256);
-          detail::wgmma_fence();
-          detail::wgmma_rs2(ncols, acc[0], A[0], acc[1], A[1], desc);
-          detail::wgmma_commit();
-          detail::wgmma_wait<1>();  // the previous step done: its A registers may be rewritten
-          if (c == 0 && i == 0 && pend >= 0) {  // … and it was the previous stage's last: release that slot
-            __syncwarp();
-            if (lane == 0) mbar_arrive(smem_u32(&empty[pend]));
-            pend = -1;
-          }
-        }
-      }
-      pend = buf;
-    }
-    detail::wgmma_wait<0>();
-    detail::wgmma_fence_acc(acc[0]);
-    detail::wgmma_fence_acc(acc[1]);
-    if (pend >= 0) {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(smem_u32(&empty[pend]));
-    }
-    // epilogue (the old kernel's): d[4j + r] → row 16·wv + g + 8·(r / 2) of the m64 tile, column 8j + 2t + r % 2
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      if (8 * j >= nrows) break;
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int col = j * 8 + 2 * t + (r & 1);
-        if (col >= nrows) continue;
-        const int64_t yrow = (int64_t)(r0 + col) * p.ldy;
-        const int rr = wv * 16 + g + 8 * (r >> 1);
-        if (sw) {
-          const int64_t i = act_pos((int64_t)nb * (MW_BN / 2) + wg * 64 + rr, p.act_pair);
-          reinterpret_cast<bf16*>(p.y)[yrow + i] =
-              __float2bfloat16_rn(detail::swiglu_clamp_one(acc[0][4 * j + r], acc[1][4 * j + r], p.lim, 1.0f));
-        } else {
-          float* y = reinterpret_cast<float*>(p.y);
-          y[yrow + (int64_t)nb * MW_BN + wg * 128 + rr] = acc[0][4 * j + r];
-          y[yrow + (int64_t)nb * MW_BN + wg * 128 + 64 + rr] = acc[1][4 * j + r];
-        }
-      }
-    }
-  }
-}
-
 // y[M, K] bf16 (row stride K) = x[M, K] f32 (row stride ldx), each group of 8 k in pair order. K % 8 == 0.
 __global__ void bf16_pair_rows_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t ldx,
                                       bf16* __restrict__ y) {
@@ -946,23 +748,11 @@ cudaError_t mg_launch(const MgParams& p, int64_t max_tiles, cudaStream_t s) {
   moe_expert_gemm_kernel<WF, NT8><<<grid, MG_NT, smem, s>>>(p);
   return cudaGetLastError();
 }
-
 cudaError_t mw_launch(const MgParams& p, int64_t max_tiles, cudaStream_t s) {
   cudaError_t e = cudaFuncSetAttribute(moe_expert_gemm_wg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MW_SMEM);
   if (e != cudaSuccess) return e;
   const int64_t nblk = p.swiglu ? (p.N / 2) / (MW_BN / 2) : p.N / MW_BN;
   moe_expert_gemm_wg_kernel<<<dim3((unsigned)nblk, (unsigned)max_tiles), MW_NT, MW_SMEM, s>>>(p);
-  return cudaGetLastError();
-}
-cudaError_t mw2_launch(const MgParams& p, int64_t max_tiles, cudaStream_t s) {
-  cudaError_t e = cudaFuncSetAttribute(moe_expert_gemm_wg2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MW_SMEM);
-  if (e != cudaSuccess) return e;
-  int dev = 0, sms = 0;
-  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
-  if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
-  const int64_t nblk = p.swiglu ? (p.N / 2) / (MW_BN / 2) : p.N / MW_BN;
-  const int64_t grid = std::min<int64_t>((int64_t)sms, max_tiles * nblk);  // persistent: one block an SM
-  moe_expert_gemm_wg2_kernel<<<(unsigned)grid, W2_NT, MW_SMEM, s>>>(p, (int)nblk);
   return cudaGetLastError();
 }
 template <WFmt WF, int NT8>
@@ -1058,27 +848,6 @@ cudaError_t moe_expert_gemm(const bf16* x, int64_t ldx, const int32_t* gather, i
     case WFmt::FP8_B128: return mg_dispatch_nt<WFmt::FP8_B128>(p, tile_m, max_tiles, s);
     default: return mg_dispatch_nt<WFmt::FP4_B32>(p, tile_m, max_tiles, s);
   }
-}
-
-cudaError_t moe_expert_gemm_wg2(const bf16* x, int64_t ldx, const int32_t* gather, int64_t K, WeightRef W,
-                                int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit, int act_order,
-                                const int2* tile_info, const int32_t* n_tiles, int64_t max_tiles,
-                                const int32_t* offsets, void* y, int64_t ldy, cudaStream_t s) {
-  if (W.fmt != WFmt::FP4_B32 || !moe_expert_gemm_ok(W.fmt, N, K, swiglu) || ldx % 8 ||
-      reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(W.w) % 16 || w_stride % 16 || !W.scale ||
-      reinterpret_cast<uintptr_t>(W.scale) % 8 || s_stride % 8 || (swiglu && !(limit > 0.0f)) || act_order < 0 ||
-      act_order > 2 || (act_order == 2 && (swiglu ? N / 2 : N) % 64))
-    return cudaErrorInvalidValue;
-  if (max_tiles <= 0) return cudaSuccess;
-  MgParams p = {};
-  p.x = x, p.ldx = ldx, p.gather = gather;
-  p.w = static_cast<const uint8_t*>(W.w), p.ws = static_cast<const uint8_t*>(W.scale), p.ldws = W.ldws;
-  p.w_stride = w_stride, p.s_stride = s_stride;
-  p.N = N, p.K = K, p.I = N / 2;
-  p.swiglu = swiglu ? 1 : 0, p.lim = limit, p.act_pair = swiglu ? act_order : 0;
-  p.tiles = tile_info, p.n_tiles = n_tiles, p.offsets = offsets;
-  p.y = y, p.ldy = ldy;
-  return mw2_launch(p, max_tiles, s);
 }
 
 namespace detail {

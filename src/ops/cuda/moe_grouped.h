@@ -46,21 +46,12 @@ cudaError_t moe_x_to_bf16(const float* x, int64_t M, int64_t K, int64_t ldx, int
 // swiglu = true (w13, N = 2I with gu = [gate | up] rows): y is bf16 [rows, I] (row stride ldy) =
 //   bf16(silu(min(g, limit)) · clamp(u, ±limit)), the formula (and f32 bits before the rounding) of
 //   swiglu_clamp on z; act_order: act's columns in natural (0), pair (1: the next GEMM has fp4 weights) or
-//   wg order (2: the next GEMM has tile_m = 128 or is moe_expert_gemm_wg2).
+//   wg order (2: the next GEMM has tile_m = 128).
 // Each (tile, 256 weight rows) reads its weight slice once from memory; a row's result does not depend on
 // the other rows (batch invariant for a fixed fmt, N, K).
 cudaError_t moe_expert_gemm(const bf16* x, int64_t ldx, const int32_t* gather, int64_t K, WeightRef W,
                             int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit,
                             int act_order, const int2* tile_info, const int32_t* n_tiles, int64_t max_tiles,
                             const int32_t* offsets, int tile_m, void* y, int64_t ldy, cudaStream_t s);
-// The fp4 prefill kernel v2 (DEEPINFER_CUDA_OFF=moe_wg2 gives tile_m = 128 of moe_expert_gemm back): the same
-// work, products and wgmma steps as moe_expert_gemm with tile_m = 128 (tiles from moe_group_par with
-// tile_m = 128), bitwise its results, with a producer warp feeding a 4-stage ring through cp.async and
-// mbarriers, persistent over the work items (one block an SM). x must be in wg order (moe_x_to_bf16 order 2,
-// or a previous swiglu launch with act_order 2); FP4_B32 weights only.
-cudaError_t moe_expert_gemm_wg2(const bf16* x, int64_t ldx, const int32_t* gather, int64_t K, WeightRef W,
-                                int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit, int act_order,
-                                const int2* tile_info, const int32_t* n_tiles, int64_t max_tiles,
-                                const int32_t* offsets, void* y, int64_t ldy, cudaStream_t s);
 
 }  // namespace deepinfer::cuda
