@@ -96,6 +96,45 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// Every kernel of this file gives the same bits because they share these two rules (one definition each):
+// a query's keys and the tile range [t0, t1) of key split `split` — n = window + entry keys, T = ⌈n / 32⌉ tiles,
+// ns = min(4, ⌈T / AM_TMIN⌉) splits, split j gets tiles [⌊j·T/ns⌋, ⌊(j+1)·T/ns⌋) (a function of n only: batch
+// invariant); splits ≥ ns are empty.
+struct AmKeys {
+  int64_t lo, e0;  // first window row, first entry index
+  int nw, n, T, ns, t0, t1;
+};
+__device__ __forceinline__ AmKeys am_keys(const int32_t* win_lo, const int32_t* win_hi, const int64_t* ent_off,
+                                          int64_t m, int split) {
+  AmKeys k;
+  k.lo = win_lo[m];
+  k.nw = win_hi[m] - win_lo[m];
+  k.e0 = ent_off ? ent_off[m] : 0;
+  const int ne = ent_off ? (int)(ent_off[m + 1] - k.e0) : 0;
+  k.n = k.nw + ne;
+  k.T = (k.n + AM_KT - 1) / AM_KT;
+  k.ns = max(1, min(AM_KS, (k.T + AM_TMIN - 1) / AM_TMIN));
+  k.t0 = split < k.ns ? (int)((int64_t)split * k.T / k.ns) : k.T;
+  k.t1 = split < k.ns ? (int)((int64_t)(split + 1) * k.T / k.ns) : k.T;
+  return k;
+}
+// and the merge's weights for one head from its splits' (max mj, sum lj) and its sink: w_j = exp(mj − mx), 0 for
+// an empty split, mx = max(sink, mj), L = exp(sink − mx) + Σ lj·w_j in split order; wt[0..AM_KS) = w, wt[AM_KS] = 1/L.
+__device__ __forceinline__ void am_merge_weights(float sink, const float (&mj)[AM_KS], const float (&lj)[AM_KS],
+                                                 float* wt) {
+  float mx = sink;
+#pragma unroll
+  for (int j = 0; j < AM_KS; ++j) mx = fmaxf(mx, mj[j]);
+  float Lsum = expf(sink - mx);
+#pragma unroll
+  for (int j = 0; j < AM_KS; ++j) {
+    const float w = mj[j] == -INFINITY ? 0.0f : expf(mj[j] - mx);
+    Lsum = fmaf(lj[j], w, Lsum);
+    wt[j] = w;
+  }
+  wt[AM_KS] = 1.0f / Lsum;
+}
+
 // D = d (64, 128, 256, 512); DH = D/2 columns per CTA.
 template <int D>
 __global__ void __cluster_dims__(AM_CS, 1, 1) __launch_bounds__(AM_NT, 2)
@@ -136,15 +175,9 @@ __global__ void __cluster_dims__(AM_CS, 1, 1) __launch_bounds__(AM_NT, 2)
   const int c0 = half * DH;           // first column of this half
 
   // this query's keys and this split's tile range (a function of the key count only)
-  const int64_t lo = win_lo[m];
-  const int nw = win_hi[m] - win_lo[m];
-  const int64_t e0 = ent_off ? ent_off[m] : 0;
-  const int ne = ent_off ? (int)(ent_off[m + 1] - e0) : 0;
-  const int n = nw + ne;
-  const int T = (n + AM_KT - 1) / AM_KT;
-  const int ns = max(1, min(AM_KS, (T + AM_TMIN - 1) / AM_TMIN));
-  const int t0 = split < ns ? (int)((int64_t)split * T / ns) : T;
-  const int t1 = split < ns ? (int)((int64_t)(split + 1) * T / ns) : T;
+  const AmKeys kr = am_keys(win_lo, win_hi, ent_off, m, split);
+  const int64_t lo = kr.lo, e0 = kr.e0;
+  const int nw = kr.nw, n = kr.n, T = kr.T, ns = kr.ns, t0 = kr.t0, t1 = kr.t1;
   const int NI = (T + ns - 1) / ns;  // iterations (same on every rank of the cluster)
 
   auto issue = [&](int t) {  // cp.async of tile t's rows (this half's columns) into Stg
@@ -300,21 +333,13 @@ __global__ void __cluster_dims__(AM_CS, 1, 1) __launch_bounds__(AM_NT, 2)
   if (tid < HPS) {
     const int h = hb + tid;
     const float sink = g0 + h < H ? sinks[g0 + h] : 0.0f;
-    float mx = sink, w[AM_KS];
+    float mj[AM_KS], lj[AM_KS];
 #pragma unroll
     for (int j = 0; j < AM_KS; ++j) {
-      w[j] = cluster.map_shared_rank(ML, (unsigned)(2 * j + half))[2 * h];
-      mx = fmaxf(mx, w[j]);
+      const float* mlj = cluster.map_shared_rank(ML, (unsigned)(2 * j + half));
+      mj[j] = mlj[2 * h], lj[j] = mlj[2 * h + 1];
     }
-    float Lsum = expf(sink - mx);
-#pragma unroll
-    for (int j = 0; j < AM_KS; ++j) {
-      w[j] = w[j] == -INFINITY ? 0.0f : expf(w[j] - mx);
-      Lsum = fmaf(cluster.map_shared_rank(ML, (unsigned)(2 * j + half))[2 * h + 1], w[j], Lsum);
-    }
-#pragma unroll
-    for (int j = 0; j < AM_KS; ++j) Wt[tid * (AM_KS + 1) + j] = w[j];
-    Wt[tid * (AM_KS + 1) + AM_KS] = 1.0f / Lsum;
+    am_merge_weights(sink, mj, lj, Wt + tid * (AM_KS + 1));
   }
   __syncthreads();
   {
@@ -450,15 +475,9 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A2_NT, 1)
   const int c0 = hf * DH;
 
   // keys and split ranges: v1's (a function of the key count only)
-  const int64_t lo = win_lo[m];
-  const int nw = win_hi[m] - win_lo[m];
-  const int64_t e0 = ent_off ? ent_off[m] : 0;
-  const int ne = ent_off ? (int)(ent_off[m + 1] - e0) : 0;
-  const int n = nw + ne;
-  const int T = (n + AM_KT - 1) / AM_KT;
-  const int ns = max(1, min(AM_KS, (T + AM_TMIN - 1) / AM_TMIN));
-  const int t0 = split < ns ? (int)((int64_t)split * T / ns) : T;
-  const int t1 = split < ns ? (int)((int64_t)(split + 1) * T / ns) : T;
+  const AmKeys kr = am_keys(win_lo, win_hi, ent_off, m, split);
+  const int64_t lo = kr.lo, e0 = kr.e0;
+  const int nw = kr.nw, n = kr.n, T = kr.T, ns = kr.ns, t0 = kr.t0, t1 = kr.t1;
 
   // A thread copies chunk ch of rows r0 + k·RPP of a tile into Stg and later converts exactly those
   // chunks: its own cp.async.wait covers them, and it may copy the next tile into them as soon as it
@@ -646,21 +665,13 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A2_NT, 1)
   if (tid < HPS) {
     const int h = hb + tid;
     const float sink = g0 + h < H ? sinks[g0 + h] : 0.0f;
-    float mx = sink, w[AM_KS];
+    float mj[AM_KS], lj[AM_KS];
 #pragma unroll
     for (int j = 0; j < AM_KS; ++j) {
-      w[j] = cluster.map_shared_rank(ML, (unsigned)j)[2 * h];
-      mx = fmaxf(mx, w[j]);
+      const float* mlj = cluster.map_shared_rank(ML, (unsigned)j);
+      mj[j] = mlj[2 * h], lj[j] = mlj[2 * h + 1];
     }
-    float Lsum = expf(sink - mx);
-#pragma unroll
-    for (int j = 0; j < AM_KS; ++j) {
-      w[j] = w[j] == -INFINITY ? 0.0f : expf(w[j] - mx);
-      Lsum = fmaf(cluster.map_shared_rank(ML, (unsigned)j)[2 * h + 1], w[j], Lsum);
-    }
-#pragma unroll
-    for (int j = 0; j < AM_KS; ++j) Wt[tid * (AM_KS + 1) + j] = w[j];
-    Wt[tid * (AM_KS + 1) + AM_KS] = 1.0f / Lsum;
+    am_merge_weights(sink, mj, lj, Wt + tid * (AM_KS + 1));
   }
   __syncthreads();
   {
@@ -693,12 +704,7 @@ cudaError_t a2_launch(const float* q, int64_t M, int64_t ldq, int H, const float
                       const int32_t* win_hi, const float* ent, const int32_t* ent_idx, const int64_t* ent_off,
                       const float* sinks, float scale, float* out, int64_t ldo, cudaStream_t s) {
   constexpr A2Layout L(D);
-  cudaError_t e =
-      cudaFuncSetAttribute(sink_attn_mma2_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total);
-  if (e != cudaSuccess) return e;
-  e = cudaFuncSetAttribute(sink_attn_mma2_kernel<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                           (int)cudaSharedmemCarveoutMaxShared);  // 218 KB at d = 512: one CTA an SM
-  if (e != cudaSuccess) return e;
+  // (its attributes, L.total of dynamic shared memory and the max-shared carveout: a2_attrs, once)
   const int64_t bx = M * AM_KS;
   if (bx > INT_MAX) return cudaErrorInvalidConfiguration;
   const dim3 grid((unsigned)bx, (unsigned)((H + AM_HB - 1) / AM_HB));
@@ -707,14 +713,19 @@ cudaError_t a2_launch(const float* q, int64_t M, int64_t ldq, int H, const float
   return cudaGetLastError();
 }
 
+// Set once (init_kernel_attributes): L.total bytes of dynamic shared memory (218 KB at d = 512: one CTA an SM)
+// and the largest carveout.
+template <int D>
+cudaError_t a2_attrs() {
+  constexpr A2Layout L(D);
+  return detail::first_error({detail::set_max_dynamic_smem(sink_attn_mma2_kernel<D>, (size_t)L.total),
+                              cudaFuncSetAttribute(sink_attn_mma2_kernel<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                   (int)cudaSharedmemCarveoutMaxShared)});
+}
+
 template <int D>
 int a2_max_clusters() {
   constexpr A2Layout L(D);
-  if (cudaFuncSetAttribute(sink_attn_mma2_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total) !=
-          cudaSuccess ||
-      cudaFuncSetAttribute(sink_attn_mma2_kernel<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                           (int)cudaSharedmemCarveoutMaxShared) != cudaSuccess)
-    return -1;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(AM_KS * 1024, 1, 1);
   cfg.blockDim = dim3(A2_NT, 1, 1);
@@ -779,15 +790,9 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
   const int rA = 16 * wq + gq, rB = rA + 8;  // this thread's two heads (within the group of 64)
 
   // keys and split ranges: v2's
-  const int64_t lo = win_lo[m];
-  const int nw = win_hi[m] - win_lo[m];
-  const int64_t e0 = ent_off ? ent_off[m] : 0;
-  const int ne = ent_off ? (int)(ent_off[m + 1] - e0) : 0;
-  const int n = nw + ne;
-  const int T = (n + AM_KT - 1) / AM_KT;
-  const int ns = max(1, min(AM_KS, (T + AM_TMIN - 1) / AM_TMIN));
-  const int t0 = split < ns ? (int)((int64_t)split * T / ns) : T;
-  const int t1 = split < ns ? (int)((int64_t)(split + 1) * T / ns) : T;
+  const AmKeys kr = am_keys(win_lo, win_hi, ent_off, m, split);
+  const int64_t lo = kr.lo, e0 = kr.e0;
+  const int nw = kr.nw, n = kr.n, T = kr.T, ns = kr.ns, t0 = kr.t0, t1 = kr.t1;
 
   // Copies: warp wp moves columns [64wp, +64) of all 32 rows, lane = (row r & 7, 16-byte chunk j of 4): a warp
   // instruction reads 8 rows × 64 contiguous bytes. Row 8g + (lane & 7) for g = 0..3; its index is loaded one
@@ -929,7 +934,7 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
       }
     }
     detail::wgmma_wait<0>();
-    detail::wgmma_fence_regs(sacc);
+    detail::wgmma_fence_acc(sacc);
     {  // exchange the halves' partial S
       float* Sw = Sx + wg * (64 * 40);
 #pragma unroll
@@ -1010,7 +1015,7 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
                                detail::wgmma_desc(kb + (32 * wg) * 512 + (2 * ks) * 128, 128, 512));
     detail::wgmma_commit();
     detail::wgmma_wait<0>();
-    detail::wgmma_fence_regs(o);
+    detail::wgmma_fence_acc(o);
     __syncthreads();  // tile t + 1 converted; every warpgroup done with this tile's buffer and the partial S
   }
 
@@ -1037,23 +1042,13 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
   if (tid < HPS) {
     const int h = hb + tid;
     const float sink = g0 + h < H ? sinks[g0 + h] : 0.0f;
-    float mx = sink, w[AM_KS], l[AM_KS];
+    float mj[AM_KS], lj[AM_KS];
 #pragma unroll
     for (int j = 0; j < AM_KS; ++j)
       asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n"
-                   : "=f"(w[j]), "=f"(l[j])
+                   : "=f"(mj[j]), "=f"(lj[j])
                    : "r"(remote(ml_loc + 8 * h, j)));
-#pragma unroll
-    for (int j = 0; j < AM_KS; ++j) mx = fmaxf(mx, w[j]);
-    float Lsum = expf(sink - mx);
-#pragma unroll
-    for (int j = 0; j < AM_KS; ++j) {
-      w[j] = w[j] == -INFINITY ? 0.0f : expf(w[j] - mx);
-      Lsum = fmaf(l[j], w[j], Lsum);
-    }
-#pragma unroll
-    for (int j = 0; j < AM_KS; ++j) Wt[tid * (AM_KS + 1) + j] = w[j];
-    Wt[tid * (AM_KS + 1) + AM_KS] = 1.0f / Lsum;
+    am_merge_weights(sink, mj, lj, Wt + tid * (AM_KS + 1));
   }
   __syncthreads();
   {
@@ -1101,9 +1096,7 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
 cudaError_t a3_launch(const float* q, int64_t M, int64_t ldq, int H, const float* win, const int32_t* win_lo,
                       const int32_t* win_hi, const float* ent, const int32_t* ent_idx, const int64_t* ent_off,
                       const float* sinks, float scale, float* out, int64_t ldo, cudaStream_t s) {
-  cudaError_t e = cudaFuncSetAttribute(sink_attn_mma3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       A3Layout::total);
-  if (e != cudaSuccess) return e;
+  // (its max dynamic shared memory attribute, A3Layout::total: a3_attrs, once)
   const int64_t bx = M * AM_KS;
   if (bx > INT_MAX) return cudaErrorInvalidConfiguration;
   const dim3 grid((unsigned)bx, (unsigned)((H + AM_HB - 1) / AM_HB));
@@ -1112,10 +1105,10 @@ cudaError_t a3_launch(const float* q, int64_t M, int64_t ldq, int H, const float
   return cudaGetLastError();
 }
 
+// Set once (init_kernel_attributes): A3Layout::total bytes of dynamic shared memory.
+cudaError_t a3_attrs() { return detail::set_max_dynamic_smem(sink_attn_mma3_kernel, (size_t)A3Layout::total); }
+
 int a3_max_clusters() {
-  if (cudaFuncSetAttribute(sink_attn_mma3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, A3Layout::total) !=
-      cudaSuccess)
-    return -1;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(AM_KS * 1024, 1, 1);
   cfg.blockDim = dim3(A3_NT, 1, 1);
@@ -1217,15 +1210,9 @@ __global__ void __cluster_dims__(AD_CS, 1, 1) __launch_bounds__(AD_NT, CT <= 2 ?
   const int c0 = hf * DH;
 
   // keys and split ranges: v2's (a function of the key count only)
-  const int64_t lo = win_lo[m];
-  const int nw = win_hi[m] - win_lo[m];
-  const int64_t e0 = ent_off ? ent_off[m] : 0;
-  const int ne = ent_off ? (int)(ent_off[m + 1] - e0) : 0;
-  const int n = nw + ne;
-  const int T = (n + AM_KT - 1) / AM_KT;
-  const int ns = max(1, min(AM_KS, (T + AM_TMIN - 1) / AM_TMIN));
-  const int t0 = split < ns ? (int)((int64_t)split * T / ns) : T;
-  const int t1 = split < ns ? (int)((int64_t)(split + 1) * T / ns) : T;
+  const AmKeys kr = am_keys(win_lo, win_hi, ent_off, m, split);
+  const int64_t lo = kr.lo, e0 = kr.e0;
+  const int nw = kr.nw, n = kr.n, T = kr.T, ns = kr.ns, t0 = kr.t0, t1 = kr.t1;
   const int NCH = ((T + ns - 1) / ns + CT - 1) / CT;  // chunks of the longest split: the same on every rank
 
   // Chunk c: tiles [t0 + c·CT, +ntc), keys [kb, kb + kv) of them valid (< n). Pool rows first (one load a
@@ -1441,21 +1428,13 @@ __global__ void __cluster_dims__(AD_CS, 1, 1) __launch_bounds__(AD_NT, CT <= 2 ?
   if (tid < AD_HPS) {
     const int h = hb + tid;
     const float sink = g0 + h < H ? sinks[g0 + h] : 0.0f;
-    float mx = sink, w[AM_KS];
+    float mj[AM_KS], lj[AM_KS];
 #pragma unroll
     for (int j = 0; j < AM_KS; ++j) {
-      w[j] = cluster.map_shared_rank(ML, (unsigned)(2 * j + hf))[2 * h];
-      mx = fmaxf(mx, w[j]);
+      const float* mlj = cluster.map_shared_rank(ML, (unsigned)(2 * j + hf));
+      mj[j] = mlj[2 * h], lj[j] = mlj[2 * h + 1];
     }
-    float Lsum = expf(sink - mx);
-#pragma unroll
-    for (int j = 0; j < AM_KS; ++j) {
-      w[j] = w[j] == -INFINITY ? 0.0f : expf(w[j] - mx);
-      Lsum = fmaf(cluster.map_shared_rank(ML, (unsigned)(2 * j + hf))[2 * h + 1], w[j], Lsum);
-    }
-#pragma unroll
-    for (int j = 0; j < AM_KS; ++j) Wt[tid * (AM_KS + 1) + j] = w[j];
-    Wt[tid * (AM_KS + 1) + AM_KS] = 1.0f / Lsum;
+    am_merge_weights(sink, mj, lj, Wt + tid * (AM_KS + 1));
   }
   __syncthreads();
   {
@@ -1610,7 +1589,8 @@ int sink_attention_dec_max_clusters(int d, bool narrow) {
 #undef AM_ARGS
 namespace detail {
 cudaError_t init_attributes_attention_mma() {
-  return first_error({am_attrs<64>(), am_attrs<128>(), am_attrs<256>(), am_attrs<512>(), ad_attrs<64, AD_CT>(),
+  return first_error({am_attrs<64>(), am_attrs<128>(), am_attrs<256>(), am_attrs<512>(), a2_attrs<64>(),
+                      a2_attrs<128>(), a2_attrs<256>(), a2_attrs<512>(), a3_attrs(), ad_attrs<64, AD_CT>(),
                       ad_attrs<128, AD_CT>(), ad_attrs<256, AD_CT>(), ad_attrs<512, AD_CT>(),
                       ad_attrs<512, AD_CT_NARROW>()});
 }

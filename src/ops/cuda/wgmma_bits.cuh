@@ -17,10 +17,11 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 // Generic-proxy shared-memory writes (st.shared) made visible to the async proxy (wgmma operand reads).
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// Keeps the compiler from moving accumulator reads/writes across an asynchronous wgmma.
-__device__ __forceinline__ void wgmma_fence_acc(float (&d)[64]) {
+// Keeps the compiler from moving accumulator reads/writes across an asynchronous wgmma (any accumulator size).
+template <int N>
+__device__ __forceinline__ void wgmma_fence_acc(float (&d)[N]) {
 #pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 // Shared-memory matrix descriptor, no swizzle (core matrices of 8 rows × 16 bytes, K-major): start address,
 // LBO = bytes between the two core matrices of a k16 step (K direction), SBO = bytes between 8-row groups.
@@ -146,12 +147,6 @@ __device__ __forceinline__ void wgmma_rs2(int n, float (&d0)[64], const uint32_t
   }
 }
 
-// Register fence for any accumulator size (see wgmma_fence_acc).
-template <int N>
-__device__ __forceinline__ void wgmma_fence_regs(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
 // (attention_mma.cu's prefill kernel: S = Q·Kᵀ with both operands in shared memory, O += P·V with P from
 // registers and V the same key tile read transposed.)
 // d += A·B, A and B from shared memory (K-major descriptors), m64n32k16.
