@@ -1350,6 +1350,25 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
     const bool p13 = ex.r13.fmt == cuda::WFmt::FP4_B32, p2 = ex.r2.fmt == cuda::WFmt::FP4_B32;
     const int o13 = tm == 128 ? 2 : p13 ? 1 : 0, o2 = tm == 128 ? 2 : p2 ? 1 : 0;
     const int2* tl = reinterpret_cast<const int2*>(tiles.data());
+    // 128-row tiles (prefill, T ≥ 2048, fp4): the fp8 expert kernels (moe_fp8.cu): x and act quantized to e4m3
+    // per 128-k block as DeepSeek's own inference does, e4m3 MMAs (DEEPINFER_CUDA_OFF=moe_fp8: the bf16 wgmma kernel)
+    if (tm == 128 && !impl_->off("moe_fp8") && cuda::moe_expert_fp8_ok(ex.r13.fmt, 2 * I, D, true) &&
+        cuda::moe_expert_fp8_ok(ex.r2.fmt, D, I, false) && reinterpret_cast<uintptr_t>(h) % 16 == 0 && D % 4 == 0) {
+      Buffer<uint8_t> xq(*this, T * D), aq(*this, S * I);
+      Buffer<float> xs(*this, T * (D / 128)), as(*this, S * (I / 128));
+      if (e == cudaSuccess) e = cuda::moe_quant_fp8(h, T, D, D, xq.data(), xs.data(), s);
+      if (e == cudaSuccess)
+        e = cuda::moe_expert_gemm_fp8(xq.data(), xs.data(), perm.data(), D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I,
+                                      true, limit, tl, n_tiles.data(), maxt, offsets.data(), act.data(), I, s);
+      if (e == cudaSuccess) e = cuda::moe_quant_fp8_bf16(act.data(), S, I, I, aq.data(), as.data(), s);
+      if (e == cudaSuccess)
+        e = cuda::moe_expert_gemm_fp8(aq.data(), as.data(), nullptr, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false,
+                                      0.0f, tl, n_tiles.data(), maxt, offsets.data(), ye.data(), D, s);
+      if (e == cudaSuccess) e = (impl_->off("smallk") ? cuda::moe_combine_v1 : cuda::moe_combine)(
+                                  ye.data(), sel, wsel, slot.data(), T, K, D, shared, out, s);
+      check(e, "moe_ffn (grouped experts, fp8)");
+      return;
+    }
     if (e == cudaSuccess) e = cuda::moe_x_to_bf16(h, T, D, D, o13, hb.data(), s);
     if (e == cudaSuccess)
       e = cuda::moe_expert_gemm(hb.data(), D, perm.data(), D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true, limit,

@@ -34,6 +34,7 @@ cudaError_t init_attributes_gemv_q_v6();
 cudaError_t init_attributes_gemv_q_v7();
 cudaError_t init_attributes_gemv_q_v8();
 cudaError_t init_attributes_moe_grouped();
+cudaError_t init_attributes_moe_fp8();
 cudaError_t init_attributes_moe_gemv2();
 cudaError_t init_attributes_moe_gemv3();
 cudaError_t init_attributes_attention_mma();

@@ -54,4 +54,30 @@ cudaError_t moe_expert_gemm(const bf16* x, int64_t ldx, const int32_t* gather, i
                             int act_order, const int2* tile_info, const int32_t* n_tiles, int64_t max_tiles,
                             const int32_t* offsets, int tile_m, void* y, int64_t ldy, cudaStream_t s);
 
+// ---- Prefill experts on fp8 MMAs (moe_fp8.cu; fp4 weights, tiles of 128 rows from moe_group_par) ----
+// The stored position of k inside its 128-k block in the x order of moe_expert_gemm_fp8: k = 32t + 8j + 4h + i
+// → 32j + 16h + 4t + i (t, j < 4; h < 2; i < 4).
+inline int moe_fp8_pos(int k128) {
+  return 32 * ((k128 >> 3) & 3) + 16 * ((k128 >> 2) & 1) + 4 * (k128 >> 5) + (k128 & 3);
+}
+// x[M, K] (f32 or bf16, row stride ldx, 16-byte aligned rows) → e4m3 q[M, K] (row stride K, each 128-k block
+// in moe_fp8_pos order) and f32 scales sc[M, K / 128], DeepSeek's activation quantization: per 128-k block
+// s = 2^ceil(log2(max(amax, 1e-4) / 448)) (amax/448 an f32 division), q = e4m3(x / s) round to nearest even,
+// saturating. K % 128 == 0.
+cudaError_t moe_quant_fp8(const float* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* sc, cudaStream_t s);
+cudaError_t moe_quant_fp8_bf16(const bf16* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* sc,
+                               cudaStream_t s);
+// Shapes moe_expert_gemm_fp8 takes: FP4_B32 weights, K % 128 == 0, N % 256 == 0 (swiglu: I % 128 == 0).
+bool moe_expert_fp8_ok(WFmt f, int64_t N, int64_t K, bool swiglu);
+// Grouped expert GEMM on e4m3 tensor cores over the tile_m = 128 tiles of moe_group_par: for grouped row r of
+// expert e, z[r, n] = Σ_blocks b of 128 k  sx[row(r), b] · Σ_{k in b} q[row(r), k] · W_e[n, k] (W_e's e2m1 ×
+// e8m0 values, exact; f32 sums, the block's promotion as in moe_fp8.cu), row(r) = gather ? gather[r] : r;
+// xq / xs from moe_quant_fp8 (row stride K / K/128). swiglu = false: y f32 [rows, N] (row stride ldy) = z;
+// swiglu = true (N = 2I, gate | up): y bf16 [rows, I] natural order = bf16(swiglu_clamp_one(g, u, limit)).
+// A row's result does not depend on the other rows.
+cudaError_t moe_expert_gemm_fp8(const uint8_t* xq, const float* xs, const int32_t* gather, int64_t K, WeightRef W,
+                                int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit,
+                                const int2* tile_info, const int32_t* n_tiles, int64_t max_tiles,
+                                const int32_t* offsets, void* y, int64_t ldy, cudaStream_t s);
+
 }  // namespace deepinfer::cuda

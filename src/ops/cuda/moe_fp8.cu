@@ -1,0 +1,379 @@
+// Prefill routed experts on fp8 tensor cores (fp4 weights; the backend's path for T ≥ 2048 tokens). Design,
+// numerics and measurements: docs/cuda-notes.md, "MoE prefill experts on fp8 MMAs".
+//
+// Numerics (those of DeepSeek's own fp4 expert GEMM): x is quantized per token and 128-k block to e4m3 with a
+// power-of-two scale (moe_quant_fp8: s = 2^ceil(log2(max(amax, 1e-4) / 448)), q = e4m3(x / s)). The weights
+// stay e2m1 + one e8m0 exponent per 32 k in memory; in registers each row's 128-k block is re-expressed as
+// e4m3 codes with one power-of-two factor: code = e4m3(e2m1 · 2^(d − 6)), d = e_group − e_max + 12, factor
+// 2^(e_max − 133) — exact for d ≥ −2, i.e. unless a row's four groups of a block span more than 14 binades.
+// The block's 4 wgmma k32 steps accumulate in a fresh f32 fragment, which is then added to the result times
+// factor · s (promotion every 128 k, as DeepSeek's fp8 GEMMs do: the tensor cores' own fp8 sums are short).
+// So y = Σ_blocks 2^(e_max − 133)·s·Σ_k code·q with exact products; only f32 sums round, in a fixed order,
+// and a token's row does not depend on the other tokens of its tile (batch invariant within this path).
+//
+// Block = 2 warpgroups (256 threads), work item = (tile of ≤ 128 token rows of one expert, 128 weight rows),
+// the tiles of moe_group_par (tile_m 128). Warp w (0..7) owns block weight rows 16w..16w+15 (warpgroup q: an
+// m64 tile); w13 (SwiGLU): rows 16w + r, r < 8 = gate row 64·nb + 8w + r, r ≥ 8 = the matching up row, so
+// one thread holds the gate and the up value of each of its outputs.
+// k order: in a stage of 128 k, thread t of a quad takes the 16 weight bytes [16t, 16t + 16) of its rows (k
+// 32t..32t+31, one e8m0 group); word j (k 32t + 8j..) gives A registers a0/a1 (k +0..3) and a2/a3 (k +4..7) of
+// wgmma step j. x is stored in the matching order (moe_fp8_pos in moe_grouped.h): k = 32t + 8j + 4h + i of a
+// block at byte 32j + 16h + 4t + i — step j's core matrices, filled by plain 16-byte copies.
+#include <cuda_fp8.h>
+
+#include "ops/cuda/async_bits.cuh"
+#include "ops/cuda/bf16_bits.cuh"
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_attrs.h"
+#include "ops/cuda/moe_grouped.h"
+#include "ops/cuda/wgmma_bits.cuh"
+
+namespace deepinfer::cuda {
+namespace {
+using detail::cdiv;
+
+// ---------------------------------------------------------------------------------------------------------
+// x → e4m3 + scales, one warp a (row, 128-k block): lane l holds k 4l..4l+3 = (t, j, h) = (l / 8, l / 2 % 4,
+// l % 2), i = 0..3 — four bytes that land together at 32j + 16h + 4t.
+// ---------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ float4 mq_load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 mq_load4(const bf16* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                     __uint_as_float(u.y & 0xffff0000u));
+}
+template <class T>
+__global__ void moe_quant_fp8_kernel(const T* __restrict__ x, int64_t M, int64_t K, int64_t ldx,
+                                     uint8_t* __restrict__ q, float* __restrict__ sc) {
+  DI_PDL_WAIT();
+  const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nb = K / 128;
+  const int lane = threadIdx.x & 31;
+  if (wid >= M * nb) return;
+  const int64_t m = wid / nb, b = wid - m * nb;
+  const float4 v = mq_load4(x + m * ldx + b * 128 + 4 * lane);
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  // s = 2^ceil(log2(r)), r = max(amax, 1e-4) / 448 (f32 division, then the exponent rounded up)
+  const uint32_t rb = __float_as_uint(fmaxf(amax, 1e-4f) / 448.0f);
+  const int e = (int)((rb >> 23) & 0xff) - 127 + ((rb & 0x7fffffu) != 0);
+  const float inv = __uint_as_float((uint32_t)(127 - e) << 23);
+  const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v.x * inv, v.y * inv), __NV_SATFINITE, __NV_E4M3);
+  const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(make_float2(v.z * inv, v.w * inv), __NV_SATFINITE, __NV_E4M3);
+  const int t = lane >> 3, j = (lane >> 1) & 3, h = lane & 1;
+  *reinterpret_cast<uint32_t*>(q + m * K + b * 128 + 32 * j + 16 * h + 4 * t) = (uint32_t)lo | ((uint32_t)hi << 16);
+  if (lane == 0) sc[m * nb + b] = __uint_as_float((uint32_t)(e + 127) << 23);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Expert GEMM
+// ---------------------------------------------------------------------------------------------------------
+constexpr int MF_NT = 256;                       // 2 warpgroups
+constexpr int MF_BN = 256;                       // weight rows a block: 2 m64 tiles a warpgroup (w13: 128 gate + 128 up)
+constexpr int MF_MR = 128;                       // token rows a tile
+constexpr int MF_KC = 128;                       // k a stage (one x scale block)
+constexpr int MF_NST = 6;                        // stages (MF_PD = 4 in flight)
+constexpr int MF_XSTEP = MF_MR * 32;             // x bytes of one k32 step: [8-row group][core][row][16 B]
+constexpr int MF_WOFF = 4 * MF_XSTEP;            // fp4 weights: 64 B a row (LDS.128 at 16t: conflict-free)
+constexpr int MF_SOFF = MF_WOFF + MF_BN * 64;    // e8m0: 4 B a row
+constexpr int MF_XSOFF = MF_SOFF + MF_BN * 4;    // x scales: f32 a token row
+constexpr int MF_STAGE = MF_XSOFF + MF_MR * 4;
+constexpr int MF_SMEM = MF_NST * MF_STAGE;
+constexpr int MF_LUT_D0 = 16, MF_LUT_N = 29;     // code tables for d = −16..12
+static_assert(MF_STAGE % 128 == 0 && MF_SMEM <= 227 * 1024, "moe_expert_fp8: shared memory");
+
+struct MfParams {
+  const uint8_t* xq;
+  const float* xs;
+  const int32_t* gather;
+  const uint8_t* w;
+  const uint8_t* ws;
+  int64_t w_stride, s_stride;
+  int64_t N, K, I;
+  int swiglu;
+  float lim;
+  const int2* tiles;
+  const int32_t* n_tiles;
+  const int32_t* offsets;
+  void* y;
+  int64_t ldy;
+};
+
+__device__ __forceinline__ void mf_cp16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+__device__ __forceinline__ void mf_cp4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+}
+__device__ __forceinline__ uint32_t mf_prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+// e2m1 nibbles 0..3 of v → four e4m3 codes through the row block's table (magnitudes 0..7): the magnitude
+// by byte permute, the sign by permute's sign-replicate mode (nibble bit 3 set → 0xff, else 0x80: bit 0
+// of each byte is the sign) shifted to bit 7.
+__device__ __forceinline__ uint32_t mf_dec4(uint32_t v, uint2 lut) {
+  const uint32_t mag = mf_prmt(lut.x, lut.y, v & 0x7777u);
+  const uint32_t sgn = mf_prmt(0x80808080u, 0x80808080u, v);
+  return mag | ((sgn << 7) & 0x80808080u);
+}
+// 2^(E − 127) as f32 (E an e8m0-style exponent, possibly ≤ 0)
+__device__ __forceinline__ float mf_pow2(int E) {
+  return E >= 1 ? __uint_as_float((uint32_t)min(E, 255) << 23) : ldexpf(1.0f, E - 127);
+}
+// A row's block: its four e8m0 bytes s4 → the table of thread t's group and e_max.
+__device__ __forceinline__ uint2 mf_row_lut(uint32_t s4, int t, const uint2* lut, int& emax) {
+  const uint32_t m2 = __vmaxu4(s4, s4 >> 16);
+  emax = (int)max(m2 & 0xffu, (m2 >> 8) & 0xffu);
+  const int d = max((int)((s4 >> (8 * t)) & 0xffu) - emax + 12, -MF_LUT_D0);
+  return lut[d + MF_LUT_D0];
+}
+
+// Pipeline: every thread copies its part of a stage with cp.async and arrives on the stage's `full` mbarrier
+// when its copies land (cp.async.mbarrier.arrive.noinc, 256 arrivals); a warpgroup waits on `full`, decodes,
+// issues its 4 MMAs, and after its MMAs and promotion arrives on `empty` (256 arrivals). Copies for stage
+// s + MF_PD go out at stage s into the buffer of stage s + MF_PD − MF_NST = s − 2, so a warpgroup may run up to
+// a stage ahead of the other. The two warpgroups take turns on the tensor cores (named barriers 1 and 2): wg 0
+// issues stage s, then wg 1 stage s, then wg 0 stage s + 1 …, so one's decode and promotion run during the
+// other's MMAs (a block barrier each stage had serialized them: s11-run1, 1.35 µs a stage).
+constexpr int MF_PD = MF_NST - 2;  // stages issued ahead
+__device__ __forceinline__ void mf_bar_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void mf_bar_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void mf_cp_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+__global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams p) {
+  DI_PDL_WAIT();
+  extern __shared__ __align__(128) uint8_t mf_smem[];
+  __shared__ int64_t s_xrow[MF_MR];
+  __shared__ uint2 s_lut[MF_LUT_N];
+  __shared__ __align__(8) uint64_t s_full[MF_NST], s_empty[MF_NST];
+
+  const int tile = blockIdx.y;
+  if (tile >= *p.n_tiles) return;
+  const int2 ti = p.tiles[tile];
+  const int e = ti.x, r0 = ti.y;
+  const int nrows = min(MF_MR, p.offsets[e + 1] - r0);
+  const int ncols = (nrows + 15) & ~15;  // wgmma N (block-uniform)
+  const int nb = blockIdx.x;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3, wg = warp >> 2;
+  const int64_t K = p.K, I = p.I;
+  const bool sw = p.swiglu != 0;
+  const uint8_t* wb = p.w + (int64_t)e * p.w_stride;
+  const uint8_t* sb = p.ws + (int64_t)e * p.s_stride;
+  // block weight row b = 128·mt + 16·warp + r (m-tile mt of warpgroup warp / 4) → matrix row; w13: r < 8 the
+  // gate row 128·nb + 64·mt + 8·warp + r, r ≥ 8 its up row
+  auto grow = [&](int b) -> int64_t {
+    if (!sw) return (int64_t)nb * MF_BN + b;
+    const int bb = b & 127;
+    const int64_t i = (int64_t)nb * (MF_BN / 2) + 64 * (b >> 7) + 8 * (bb >> 4) + (bb & 7);
+    return (bb & 8) ? I + i : i;
+  };
+  if (tid < MF_MR) s_xrow[tid] = tid < nrows ? (int64_t)(p.gather ? p.gather[r0 + tid] : r0 + tid) : 0;
+  if (tid < MF_LUT_N * 8) {  // code of e2m1 magnitude m at d = idx − 16: e4m3(e2m1(m) · 2^(d − 6))
+    const int idx = tid >> 3, m = tid & 7, ee = m >> 1, mm = m & 1;
+    const float val = ee == 0 ? 0.5f * (float)mm : ldexpf(1.0f + 0.5f * (float)mm, ee - 1);
+    reinterpret_cast<uint8_t*>(s_lut)[tid] =
+        (uint8_t)__nv_cvt_float_to_fp8(ldexpf(val, idx - MF_LUT_D0 - 6), __NV_SATFINITE, __NV_E4M3);
+  }
+  if (tid < MF_NST) {
+    detail::mbar_init(detail::smem_u32(&s_full[tid]), MF_NT);
+    detail::mbar_init(detail::smem_u32(&s_empty[tid]), MF_NT);
+  }
+  __syncthreads();
+
+  const uint32_t smem0 = detail::smem_u32(mf_smem);
+  // copies of a stage: weights rows tid / 4 + 64i (i < 4), 16-byte piece tid % 4; e8m0 of row tid; x scale of
+  // token row tid (tid < 128); x rows 16·warp + 8u + lane % 8, pieces lane / 8 + 4v (piece 2j + h = step j,
+  // core h): a warp instruction covers 8 rows × 64 contiguous bytes.
+  const int64_t wrow_bytes = K / 2, nsb = K / 128;
+  const uint8_t* wsrc[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) wsrc[i] = wb + grow((tid >> 2) + 64 * i) * wrow_bytes + (tid & 3) * 16;
+  const uint32_t wdst = MF_WOFF + (tid >> 2) * 64 + (tid & 3) * 16;
+  const uint8_t* ssrc = sb + grow(tid) * (K / 32);
+  const bool xson = tid < nrows;
+  const float* xssrc = p.xs + s_xrow[tid & (MF_MR - 1)] * nsb;
+  const uint8_t* xsrc[2];
+  uint32_t xdst[2][2];
+  bool xon[2];
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int row = 16 * warp + 8 * u + (lane & 7);
+    xon[u] = row < nrows;
+    xsrc[u] = p.xq + s_xrow[row] * K + (lane >> 3) * 16;
+#pragma unroll
+    for (int v = 0; v < 2; ++v) {
+      const int pc = (lane >> 3) + 4 * v;
+      xdst[u][v] = (uint32_t)((pc >> 1) * MF_XSTEP + (row >> 3) * 256 + (pc & 1) * 128 + (row & 7) * 16);
+    }
+  }
+  const int nst = (int)(K / MF_KC);
+  // stage st into its buffer (after the buffer's previous stage, st − MF_NST, was released by all 256 threads)
+  auto issue = [&](int st) {
+    const int buf = st % MF_NST, use = st / MF_NST;
+    if (use > 0) detail::mbar_wait(detail::smem_u32(&s_empty[buf]), (use - 1) & 1);
+    const uint32_t base = smem0 + buf * MF_STAGE;
+    const int64_t wo = (int64_t)st * (MF_KC / 2);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) mf_cp16(base + wdst + i * (64 * 64), wsrc[i] + wo);
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+      if (xon[u]) {
+        mf_cp16(base + xdst[u][0], xsrc[u] + (int64_t)st * MF_KC);
+        mf_cp16(base + xdst[u][1], xsrc[u] + (int64_t)st * MF_KC + 64);
+      }
+    mf_cp4(base + MF_SOFF + tid * 4, ssrc + (int64_t)st * 4);
+    if (xson) mf_cp4(base + MF_XSOFF + tid * 4, xssrc + st);
+    mf_cp_arrive(detail::smem_u32(&s_full[buf]));
+  };
+  for (int st = 0; st < MF_PD && st < nst; ++st) issue(st);
+
+  // The main loop and the epilogue, compiled for each wgmma N (the tile's rows rounded up to 16).
+  auto run = [&](auto ncl) {
+    constexpr int NC = decltype(ncl)::value;
+    float acc[2][64], tmp[64];
+#pragma unroll
+    for (int r = 0; r < 64; ++r) acc[0][r] = acc[1][r] = tmp[r] = 0.0f;
+    const int nturn = 2 * nst;  // a turn = one m-tile of one stage; the warpgroups alternate turn by turn
+    for (int s = 0; s < nst; ++s) {
+      const int buf = s % MF_NST;
+      detail::mbar_wait(detail::smem_u32(&s_full[buf]), (s / MF_NST) & 1);
+      detail::fence_proxy_async_smem();  // the copies (generic proxy) → this warpgroup's wgmma reads
+      const uint8_t* base = mf_smem + buf * MF_STAGE;
+      const float* xsc = reinterpret_cast<const float*>(base + MF_XSOFF);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const int rA = 128 * mt + 16 * warp + g, rB = rA + 8;  // this thread's block weight rows
+        const uint4 wa = *reinterpret_cast<const uint4*>(base + MF_WOFF + rA * 64 + 16 * t);
+        const uint4 wbv = *reinterpret_cast<const uint4*>(base + MF_WOFF + rB * 64 + 16 * t);
+        int ma, mb;
+        const uint2 la = mf_row_lut(*reinterpret_cast<const uint32_t*>(base + MF_SOFF + rA * 4), t, s_lut, ma);
+        const uint2 lb = mf_row_lut(*reinterpret_cast<const uint32_t*>(base + MF_SOFF + rB * 4), t, s_lut, mb);
+        uint32_t A[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t va = detail::u4get(wa, j), vb = detail::u4get(wbv, j);
+          A[j][0] = mf_dec4(va, la), A[j][1] = mf_dec4(vb, lb);
+          A[j][2] = mf_dec4(va >> 16, la), A[j][3] = mf_dec4(vb >> 16, lb);
+        }
+        const int turn = 2 * s + mt;
+        if (wg == 0 && turn > 0) mf_bar_sync(1);  // wg 1 has issued turn − 1
+        if (wg == 1) mf_bar_sync(2);              // wg 0 has issued this turn
+        detail::wgmma_fence();
+        const uint32_t xb = smem0 + buf * MF_STAGE;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          detail::wgmma_e4m3_n<NC>(tmp, A[j], detail::wgmma_desc(xb + j * MF_XSTEP, 128, 256), j);
+        detail::wgmma_commit();
+        if (wg == 0) mf_bar_arrive(2);
+        else if (turn + 1 < nturn) mf_bar_arrive(1);
+        if (mt == 0 && s + MF_PD < nst) issue(s + MF_PD);
+        const float fa = mf_pow2(ma - 6), fb = mf_pow2(mb - 6);
+        detail::wgmma_wait<0>();
+        detail::wgmma_fence_acc(tmp);
+#pragma unroll
+        for (int jj = 0; jj < NC / 8; ++jj) {
+          const float2 c = *reinterpret_cast<const float2*>(xsc + 8 * jj + 2 * t);
+          acc[mt][4 * jj + 0] = fmaf(tmp[4 * jj + 0], fa * c.x, acc[mt][4 * jj + 0]);
+          acc[mt][4 * jj + 1] = fmaf(tmp[4 * jj + 1], fa * c.y, acc[mt][4 * jj + 1]);
+          acc[mt][4 * jj + 2] = fmaf(tmp[4 * jj + 2], fb * c.x, acc[mt][4 * jj + 2]);
+          acc[mt][4 * jj + 3] = fmaf(tmp[4 * jj + 3], fb * c.y, acc[mt][4 * jj + 3]);
+        }
+      }
+      detail::mbar_arrive(detail::smem_u32(&s_empty[buf]));  // this thread is done with the stage's buffer
+    }
+
+    // Epilogue: acc[mt][4jj + r] → block weight row 128·mt + 16·warp + g + 8·(r / 2), token column 8jj + 2t + r % 2.
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int jj = 0; jj < NC / 8; ++jj) {
+        if (8 * jj >= nrows) break;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int col = jj * 8 + 2 * t + (r & 1);
+          if (col >= nrows) continue;
+          const int64_t yrow = (int64_t)(r0 + col) * p.ldy;
+          if (sw) {
+            if (r < 2)
+              reinterpret_cast<bf16*>(p.y)[yrow + (int64_t)nb * (MF_BN / 2) + 64 * mt + 8 * warp + g] =
+                  __float2bfloat16_rn(
+                      detail::swiglu_clamp_one(acc[mt][4 * jj + r], acc[mt][4 * jj + r + 2], p.lim, 1.0f));
+          } else {
+            reinterpret_cast<float*>(p.y)[yrow + (int64_t)nb * MF_BN + 128 * mt + 16 * warp + g + 8 * (r >> 1)] =
+                acc[mt][4 * jj + r];
+          }
+        }
+      }
+  };
+  switch (ncols) {
+    case 16: run(std::integral_constant<int, 16>{}); break;
+    case 32: run(std::integral_constant<int, 32>{}); break;
+    case 48: run(std::integral_constant<int, 48>{}); break;
+    case 64: run(std::integral_constant<int, 64>{}); break;
+    case 80: run(std::integral_constant<int, 80>{}); break;
+    case 96: run(std::integral_constant<int, 96>{}); break;
+    case 112: run(std::integral_constant<int, 112>{}); break;
+    default: run(std::integral_constant<int, 128>{}); break;
+  }
+}
+
+template <class T>
+cudaError_t quant_launch(const T* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* sc, cudaStream_t s) {
+  if (M < 0 || K <= 0 || K % 128 || ldx < K || ldx % (16 / (int)sizeof(T)) ||
+      reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(q) % 16)
+    return cudaErrorInvalidValue;
+  if (M == 0) return cudaSuccess;
+  const int64_t warps = M * (K / 128);
+  moe_quant_fp8_kernel<T><<<(unsigned)cdiv(warps, 8), 256, 0, s>>>(x, M, K, ldx, q, sc);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t moe_quant_fp8(const float* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* sc, cudaStream_t s) {
+  return quant_launch(x, M, K, ldx, q, sc, s);
+}
+cudaError_t moe_quant_fp8_bf16(const bf16* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* sc,
+                               cudaStream_t s) {
+  return quant_launch(x, M, K, ldx, q, sc, s);
+}
+
+bool moe_expert_fp8_ok(WFmt f, int64_t N, int64_t K, bool swiglu) {
+  (void)swiglu;  // swiglu: I = N / 2 a multiple of 64, the same condition
+  return f == WFmt::FP4_B32 && K > 0 && K % MF_KC == 0 && N > 0 && N % MF_BN == 0;
+}
+
+cudaError_t moe_expert_gemm_fp8(const uint8_t* xq, const float* xs, const int32_t* gather, int64_t K, WeightRef W,
+                                int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit,
+                                const int2* tile_info, const int32_t* n_tiles, int64_t max_tiles,
+                                const int32_t* offsets, void* y, int64_t ldy, cudaStream_t s) {
+  if (!moe_expert_fp8_ok(W.fmt, N, K, swiglu) || !W.scale || reinterpret_cast<uintptr_t>(xq) % 16 ||
+      reinterpret_cast<uintptr_t>(W.w) % 16 || w_stride % 16 || reinterpret_cast<uintptr_t>(W.scale) % 4 ||
+      s_stride % 4 || (K / 32) % 4)
+    return cudaErrorInvalidValue;
+  if (swiglu && !(limit > 0.0f)) return cudaErrorInvalidValue;
+  if (max_tiles <= 0) return cudaSuccess;
+  if (max_tiles > 65535) return cudaErrorInvalidValue;
+  MfParams p = {};
+  p.xq = xq, p.xs = xs, p.gather = gather;
+  p.w = static_cast<const uint8_t*>(W.w), p.ws = static_cast<const uint8_t*>(W.scale);
+  p.w_stride = w_stride, p.s_stride = s_stride;
+  p.N = N, p.K = K, p.I = N / 2;
+  p.swiglu = swiglu ? 1 : 0, p.lim = limit;
+  p.tiles = tile_info, p.n_tiles = n_tiles, p.offsets = offsets;
+  p.y = y, p.ldy = ldy;
+  const int64_t nblk = N / MF_BN;  // w13: 128 act columns a block, I / 128 = N / 256 blocks as well
+  moe_expert_fp8_kernel<<<dim3((unsigned)nblk, (unsigned)max_tiles), MF_NT, MF_SMEM, s>>>(p);
+  return cudaGetLastError();
+}
+
+namespace detail {
+cudaError_t init_attributes_moe_fp8() { return set_max_dynamic_smem(moe_expert_fp8_kernel, MF_SMEM); }
+}  // namespace detail
+
+}  // namespace deepinfer::cuda
