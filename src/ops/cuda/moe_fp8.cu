@@ -3,13 +3,15 @@
 //
 // Numerics (those of DeepSeek's own fp4 expert GEMM): x is quantized per token and 128-k block to e4m3 with a
 // power-of-two scale (moe_quant_fp8: s = 2^ceil(log2(max(amax, 1e-4) / 448)), q = e4m3(x / s)). The weights
-// stay e2m1 + one e8m0 exponent per 32 k in memory; in registers each row's 128-k block is re-expressed as
-// e4m3 codes with one power-of-two factor: code = e4m3(e2m1 · 2^(d − 6)), d = e_group − e_max + 12, factor
-// 2^(e_max − 133) — exact for d ≥ −2, i.e. unless a row's four groups of a block span more than 14 binades.
-// The block's 4 wgmma k32 steps accumulate in a fresh f32 fragment, which is then added to the result times
-// factor · s (promotion every 128 k, as DeepSeek's fp8 GEMMs do: the tensor cores' own fp8 sums are short).
-// So y = Σ_blocks 2^(e_max − 133)·s·Σ_k code·q with exact products; only f32 sums round, in a fixed order,
-// and a token's row does not depend on the other tokens of its tile (batch invariant within this path).
+// stay e2m1 + one e8m0 exponent per 32 k in memory; in registers each row is re-expressed as e4m3 codes with
+// one power-of-two factor for the whole row: code = e4m3(e2m1 · 2^(d − 6)), d = e_group − e_max + 12 (e_max
+// the row's largest e8m0 byte), factor 2^(e_max − 133) — exact for d ≥ −2, i.e. unless the row's groups span
+// more than 14 binades (smaller groups then round to e4m3's subnormals). A 128-k block's 4 wgmma k32 steps
+// accumulate in a fresh f32 fragment, which is then added to the result times the token's x scale s
+// (promotion every 128 k, as DeepSeek's fp8 GEMMs do: the tensor cores' own fp8 sums keep few bits); the
+// row factor multiplies the result once at the end. So y = 2^(e_max − 133)·Σ_blocks s·Σ_k code·q with exact
+// products; only f32 sums round, in a fixed order, and a token's row does not depend on the other tokens of
+// its tile (batch invariant within this path).
 //
 // Block = 2 warpgroups (256 threads), work item = (tile of ≤ 128 token rows of one expert, 128 weight rows),
 // the tiles of moe_group_par (tile_m 128). Warp w (0..7) owns block weight rows 16w..16w+15 (warpgroup q: an
@@ -123,10 +125,8 @@ __device__ __forceinline__ uint32_t mf_dec4(uint32_t v, uint2 lut) {
 __device__ __forceinline__ float mf_pow2(int E) {
   return E >= 1 ? __uint_as_float((uint32_t)min(E, 255) << 23) : ldexpf(1.0f, E - 127);
 }
-// A row's block: its four e8m0 bytes s4 → the table of thread t's group and e_max.
-__device__ __forceinline__ uint2 mf_row_lut(uint32_t s4, int t, const uint2* lut, int& emax) {
-  const uint32_t m2 = __vmaxu4(s4, s4 >> 16);
-  emax = (int)max(m2 & 0xffu, (m2 >> 8) & 0xffu);
+// A row's stage: its four e8m0 bytes s4 → the code table of thread t's group (emax: the row's largest byte).
+__device__ __forceinline__ uint2 mf_row_lut(uint32_t s4, int t, const uint2* lut, int emax) {
   const int d = max((int)((s4 >> (8 * t)) & 0xffu) - emax + 12, -MF_LUT_D0);
   return lut[d + MF_LUT_D0];
 }
@@ -151,6 +151,7 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
   __shared__ int64_t s_xrow[MF_MR];
   __shared__ uint2 s_lut[MF_LUT_N];
   __shared__ __align__(8) uint64_t s_full[MF_NST], s_empty[MF_NST];
+  __shared__ int s_emax[MF_BN];
 
   const int tile = blockIdx.y;
   if (tile >= *p.n_tiles) return;
@@ -231,6 +232,15 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
     mf_cp_arrive(detail::smem_u32(&s_full[buf]));
   };
   for (int st = 0; st < MF_PD && st < nst; ++st) issue(st);
+  {  // each row's largest e8m0 byte (while the first stages' copies are in flight): thread tid, row tid
+    const uint32_t* sp = reinterpret_cast<const uint32_t*>(ssrc);
+    uint32_t m = 0;
+#pragma unroll 8
+    for (int64_t i = 0; i < K / 128; ++i) m = __vmaxu4(m, __ldg(sp + i));
+    m = __vmaxu4(m, m >> 16);
+    s_emax[tid] = (int)max(m & 0xffu, (m >> 8) & 0xffu);
+  }
+  __syncthreads();
 
   // The main loop and the epilogue, compiled for each wgmma N (the tile's rows rounded up to 16).
   auto run = [&](auto ncl) {
@@ -239,6 +249,9 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
 #pragma unroll
     for (int r = 0; r < 64; ++r) acc[0][r] = acc[1][r] = tmp[r] = 0.0f;
     const int nturn = 2 * nst;  // a turn = one m-tile of one stage; the warpgroups alternate turn by turn
+    int emax[2][2];  // [m-tile][row g, g + 8]
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) emax[mt][0] = s_emax[128 * mt + 16 * warp + g], emax[mt][1] = s_emax[128 * mt + 16 * warp + g + 8];
     for (int s = 0; s < nst; ++s) {
       const int buf = s % MF_NST;
       detail::mbar_wait(detail::smem_u32(&s_full[buf]), (s / MF_NST) & 1);
@@ -250,9 +263,8 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
         const int rA = 128 * mt + 16 * warp + g, rB = rA + 8;  // this thread's block weight rows
         const uint4 wa = *reinterpret_cast<const uint4*>(base + MF_WOFF + rA * 64 + 16 * t);
         const uint4 wbv = *reinterpret_cast<const uint4*>(base + MF_WOFF + rB * 64 + 16 * t);
-        int ma, mb;
-        const uint2 la = mf_row_lut(*reinterpret_cast<const uint32_t*>(base + MF_SOFF + rA * 4), t, s_lut, ma);
-        const uint2 lb = mf_row_lut(*reinterpret_cast<const uint32_t*>(base + MF_SOFF + rB * 4), t, s_lut, mb);
+        const uint2 la = mf_row_lut(*reinterpret_cast<const uint32_t*>(base + MF_SOFF + rA * 4), t, s_lut, emax[mt][0]);
+        const uint2 lb = mf_row_lut(*reinterpret_cast<const uint32_t*>(base + MF_SOFF + rB * 4), t, s_lut, emax[mt][1]);
         uint32_t A[4][4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -272,24 +284,25 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
         if (wg == 0) mf_bar_arrive(2);
         else if (turn + 1 < nturn) mf_bar_arrive(1);
         if (mt == 0 && s + MF_PD < nst) issue(s + MF_PD);
-        const float fa = mf_pow2(ma - 6), fb = mf_pow2(mb - 6);
         detail::wgmma_wait<0>();
         detail::wgmma_fence_acc(tmp);
 #pragma unroll
         for (int jj = 0; jj < NC / 8; ++jj) {
           const float2 c = *reinterpret_cast<const float2*>(xsc + 8 * jj + 2 * t);
-          acc[mt][4 * jj + 0] = fmaf(tmp[4 * jj + 0], fa * c.x, acc[mt][4 * jj + 0]);
-          acc[mt][4 * jj + 1] = fmaf(tmp[4 * jj + 1], fa * c.y, acc[mt][4 * jj + 1]);
-          acc[mt][4 * jj + 2] = fmaf(tmp[4 * jj + 2], fb * c.x, acc[mt][4 * jj + 2]);
-          acc[mt][4 * jj + 3] = fmaf(tmp[4 * jj + 3], fb * c.y, acc[mt][4 * jj + 3]);
+          acc[mt][4 * jj + 0] = fmaf(tmp[4 * jj + 0], c.x, acc[mt][4 * jj + 0]);
+          acc[mt][4 * jj + 1] = fmaf(tmp[4 * jj + 1], c.y, acc[mt][4 * jj + 1]);
+          acc[mt][4 * jj + 2] = fmaf(tmp[4 * jj + 2], c.x, acc[mt][4 * jj + 2]);
+          acc[mt][4 * jj + 3] = fmaf(tmp[4 * jj + 3], c.y, acc[mt][4 * jj + 3]);
         }
       }
       detail::mbar_arrive(detail::smem_u32(&s_empty[buf]));  // this thread is done with the stage's buffer
     }
 
-    // Epilogue: acc[mt][4jj + r] → block weight row 128·mt + 16·warp + g + 8·(r / 2), token column 8jj + 2t + r % 2.
+    // Epilogue: acc[mt][4jj + r] · the row factor → block weight row 128·mt + 16·warp + g + 8·(r / 2), token
+    // column 8jj + 2t + r % 2.
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < 2; ++mt) {
+      const float fa = mf_pow2(emax[mt][0] - 6), fb = mf_pow2(emax[mt][1] - 6);
 #pragma unroll
       for (int jj = 0; jj < NC / 8; ++jj) {
         if (8 * jj >= nrows) break;
@@ -302,13 +315,14 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
             if (r < 2)
               reinterpret_cast<bf16*>(p.y)[yrow + (int64_t)nb * (MF_BN / 2) + 64 * mt + 8 * warp + g] =
                   __float2bfloat16_rn(
-                      detail::swiglu_clamp_one(acc[mt][4 * jj + r], acc[mt][4 * jj + r + 2], p.lim, 1.0f));
+                      detail::swiglu_clamp_one(acc[mt][4 * jj + r] * fa, acc[mt][4 * jj + r + 2] * fb, p.lim, 1.0f));
           } else {
             reinterpret_cast<float*>(p.y)[yrow + (int64_t)nb * MF_BN + 128 * mt + 16 * warp + g + 8 * (r >> 1)] =
-                acc[mt][4 * jj + r];
+                acc[mt][4 * jj + r] * (r < 2 ? fa : fb);
           }
         }
       }
+    }
   };
   switch (ncols) {
     case 16: run(std::integral_constant<int, 16>{}); break;
