@@ -79,8 +79,8 @@ constexpr int MF_NST = 6;                        // stages (MF_PD = 4 in flight)
 constexpr int MF_XSTEP = MF_MR * 32;             // x bytes of one k32 step: [8-row group][core][row][16 B]
 constexpr int MF_WOFF = 4 * MF_XSTEP;            // fp4 weights: 64 B a row (LDS.128 at 16t: conflict-free)
 constexpr int MF_SOFF = MF_WOFF + MF_BN * 64;    // e8m0: 4 B a row
-constexpr int MF_XSOFF = MF_SOFF + MF_BN * 4;    // x scales: f32 a token row
-constexpr int MF_STAGE = MF_XSOFF + MF_MR * 4;
+constexpr int MF_XSOFF = MF_SOFF + MF_BN * 4;    // x scales: f32 a token row, in mf_xs_pos order
+constexpr int MF_STAGE = MF_XSOFF + 640;         // (4 × 36 floats, padded to 128 bytes)
 constexpr int MF_SMEM = MF_NST * MF_STAGE;
 constexpr int MF_LUT_D0 = 16, MF_LUT_N = 29;     // code tables for d = −16..12
 static_assert(MF_STAGE % 128 == 0 && MF_SMEM <= 227 * 1024, "moe_expert_fp8: shared memory");
@@ -101,6 +101,10 @@ struct MfParams {
   void* y;
   int64_t ldy;
 };
+
+// Token column c's x scale in a stage: the 32 columns of quad thread t (8jj + 2t + e) contiguous, in float4s of
+// two n8 blocks, each thread's run 36 floats apart (the 4 runs start in different banks): 8 LDS.128 a promotion.
+__device__ __forceinline__ int mf_xs_pos(int c) { return ((c >> 1) & 3) * 36 + (c >> 3) * 2 + (c & 1); }
 
 __device__ __forceinline__ void mf_cp16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
@@ -226,15 +230,24 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
         mf_cp16(base + xdst[u][1], xsrc[u] + (int64_t)st * MF_KC + 64);
       }
     mf_cp4(base + MF_SOFF + tid * 4, ssrc + (int64_t)st * 4);
-    if (xson) mf_cp4(base + MF_XSOFF + tid * 4, xssrc + st);
+    if (xson) mf_cp4(base + MF_XSOFF + mf_xs_pos(tid) * 4, xssrc + st);
     mf_cp_arrive(detail::smem_u32(&s_full[buf]));
   };
   for (int st = 0; st < MF_PD && st < nst; ++st) issue(st);
   {  // each row's largest e8m0 byte (while the first stages' copies are in flight): thread tid, row tid
-    const uint32_t* sp = reinterpret_cast<const uint32_t*>(ssrc);
     uint32_t m = 0;
+    if ((K / 32) % 16 == 0 && reinterpret_cast<uintptr_t>(ssrc) % 16 == 0) {  // 16-byte loads, 8 in flight
+      const uint4* sp = reinterpret_cast<const uint4*>(ssrc);
 #pragma unroll 8
-    for (int64_t i = 0; i < K / 128; ++i) m = __vmaxu4(m, __ldg(sp + i));
+      for (int64_t i = 0; i < K / 512; ++i) {
+        const uint4 v = __ldg(sp + i);
+        m = __vmaxu4(__vmaxu4(m, v.x), __vmaxu4(v.y, __vmaxu4(v.z, v.w)));
+      }
+    } else {
+      const uint32_t* sp = reinterpret_cast<const uint32_t*>(ssrc);
+#pragma unroll 8
+      for (int64_t i = 0; i < K / 128; ++i) m = __vmaxu4(m, __ldg(sp + i));
+    }
     m = __vmaxu4(m, m >> 16);
     s_emax[tid] = (int)max(m & 0xffu, (m >> 8) & 0xffu);
   }
@@ -279,12 +292,12 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
         detail::wgmma_wait<0>();
         detail::wgmma_fence_acc(tmp);
 #pragma unroll
-        for (int jj = 0; jj < NC / 8; ++jj) {
-          const float2 c = *reinterpret_cast<const float2*>(xsc + 8 * jj + 2 * t);
-          acc[mt][4 * jj + 0] = fmaf(tmp[4 * jj + 0], c.x, acc[mt][4 * jj + 0]);
-          acc[mt][4 * jj + 1] = fmaf(tmp[4 * jj + 1], c.y, acc[mt][4 * jj + 1]);
-          acc[mt][4 * jj + 2] = fmaf(tmp[4 * jj + 2], c.x, acc[mt][4 * jj + 2]);
-          acc[mt][4 * jj + 3] = fmaf(tmp[4 * jj + 3], c.y, acc[mt][4 * jj + 3]);
+        for (int i = 0; i < NC / 16; ++i) {  // n8 blocks 2i and 2i + 1
+          const float4 c = *reinterpret_cast<const float4*>(xsc + 36 * t + 4 * i);
+          float* a = acc[mt] + 8 * i;
+          const float* u = tmp + 8 * i;
+          a[0] = fmaf(u[0], c.x, a[0]), a[1] = fmaf(u[1], c.y, a[1]), a[2] = fmaf(u[2], c.x, a[2]), a[3] = fmaf(u[3], c.y, a[3]);
+          a[4] = fmaf(u[4], c.z, a[4]), a[5] = fmaf(u[5], c.w, a[5]), a[6] = fmaf(u[6], c.z, a[6]), a[7] = fmaf(u[7], c.w, a[7]);
         }
       }
       detail::mbar_arrive(detail::smem_u32(&s_empty[buf]));  // this thread is done with the stage's buffer
