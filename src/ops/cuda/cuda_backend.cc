@@ -1335,7 +1335,8 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
     // weights are read once per row tile (moe_grouped.cu). DEEPINFER_CUDA_OFF=moe_grouped: the path below.
     HostTimer ht_(impl_.get(), Impl::kOp, "moe_ffn");
     if (impl_->replaying()) return;
-    // prefill (T ≥ 2048) with fp4 experts: 128-row tiles on the wgmma kernel (DEEPINFER_CUDA_OFF=moe_wgmma: 64, mma.sync)
+    // prefill (T ≥ 2048) with fp4 experts: 128-row tiles, on the fp8 kernels below or the bf16 wgmma kernel
+    // (DEEPINFER_CUDA_OFF=moe_wgmma: 64-row tiles, mma.sync)
     const bool wide = ex.r13.fmt == cuda::WFmt::FP4_B32 && ex.r2.fmt == cuda::WFmt::FP4_B32 && !impl_->off("moe_wgmma");
     const int tm = cuda::moe_grouped_tile_m(T, wide);
     const int64_t maxt = cuda::moe_max_tiles(S, (int)E, tm);

@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
   const int2 ti = p.tiles[tile];
   const int e = ti.x, r0 = ti.y;
   const int nrows = min(MF_MR, p.offsets[e + 1] - r0);
-  const int ncols = (nrows + 15) & ~15;  // wgmma N (block-uniform)
+  const int ncols = (nrows + 15) & ~15;  // rows rounded up to the wgmma N step
   const int nb = blockIdx.x;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int64_t K = p.K, I = p.I;
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
   }
   __syncthreads();
 
-  // The main loop and the epilogue, compiled for each wgmma N (the tile's rows rounded up to 16).
+  // The main loop and the epilogue, compiled for each wgmma N (32, 64 or 128 token columns).
   auto run = [&](auto ncl) {
     constexpr int NC = decltype(ncl)::value;
     float acc[2][64], tmp[64];
@@ -329,14 +329,12 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
       }
     }
   };
-  switch (ncols) {
-    case 16: run(std::integral_constant<int, 16>{}); break;
+  // Three wgmma widths only: the padding columns cost MMA time the kernel has to spare, while 8 widths of a
+  // ~1000-instruction loop cost instruction fetch (s11-run12, one process, alternating: w13 2315 / 2307 µs with 3
+  // widths vs 2477 / 2496 with 8, w2 1305 vs 1508 / 1550).
+  switch (ncols <= 32 ? 32 : ncols <= 64 ? 64 : 128) {
     case 32: run(std::integral_constant<int, 32>{}); break;
-    case 48: run(std::integral_constant<int, 48>{}); break;
     case 64: run(std::integral_constant<int, 64>{}); break;
-    case 80: run(std::integral_constant<int, 80>{}); break;
-    case 96: run(std::integral_constant<int, 96>{}); break;
-    case 112: run(std::integral_constant<int, 112>{}); break;
     default: run(std::integral_constant<int, 128>{}); break;
   }
 }

@@ -25,7 +25,8 @@ cudaError_t moe_group_par(const int32_t* sel, int64_t T, int K, int E, int tile_
 int moe_grouped_tile_m(int64_t T);
 // The same with the prefill wgmma kernel allowed (wide: both expert matrices fp4 and the path not switched
 // off, DEEPINFER_CUDA_OFF=moe_wgmma): 128 for T ≥ 2048 (measured faster only there). tile_m = 128 takes FP4_B32 weights only; a row's
-// result is bitwise that of the other tile heights (same products, same k order, same MMA grouping).
+// result is bitwise that of the other tile heights (same products, same k order, same MMA grouping). (CudaBackend
+// runs its 128-row tiles on moe_expert_gemm_fp8 below unless DEEPINFER_CUDA_OFF=moe_fp8: fp8 numerics there.)
 int moe_grouped_tile_m(int64_t T, bool wide);
 // Shapes moe_expert_gemm takes: K % 64 (bf16), % 128 (fp8), % 256 (fp4); N % 256 (swiglu: I = N/2 % 128).
 bool moe_expert_gemm_ok(WFmt f, int64_t N, int64_t K, bool swiglu);
