@@ -13,10 +13,11 @@
 // products; only f32 sums round, in a fixed order, and a token's row does not depend on the other tokens of
 // its tile (batch invariant within this path).
 //
-// Block = 2 warpgroups (256 threads), work item = (tile of ≤ 128 token rows of one expert, 128 weight rows),
-// the tiles of moe_group_par (tile_m 128). Warp w (0..7) owns block weight rows 16w..16w+15 (warpgroup q: an
-// m64 tile); w13 (SwiGLU): rows 16w + r, r < 8 = gate row 64·nb + 8w + r, r ≥ 8 = the matching up row, so
-// one thread holds the gate and the up value of each of its outputs.
+// Block = 2 warpgroups (256 threads), work item = (tile of ≤ 128 token rows of one expert, 256 weight rows),
+// the tiles of moe_group_par (tile_m 128). Warp w (0..7) owns block weight rows 128·mt + 16w .. + 15 of its
+// warpgroup's two m64 tiles mt, which share one fresh fragment; w13 (SwiGLU): row 128·mt + 16w + r, r < 8 = gate
+// row 128·nb + 64·mt + 8w + r, r ≥ 8 = the matching up row, so one thread holds the gate and the up value of
+// each of its outputs.
 // k order: in a stage of 128 k, thread t of a quad takes the 16 weight bytes [16t, 16t + 16) of its rows (k
 // 32t..32t+31, one e8m0 group); word j (k 32t + 8j..) gives A registers a0/a1 (k +0..3) and a2/a3 (k +4..7) of
 // wgmma step j. x is stored in the matching order (moe_fp8_pos in moe_grouped.h): k = 32t + 8j + 4h + i of a
