@@ -3569,7 +3569,8 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
   };
   old();
   const double us_old = time_us(old);
-  const double pk = g_bf16_tflops * 1e6, bw = g_hbm_gbs * 1e3;  // FLOP/us, B/us
+  res.fp8 = fp8;  // (the perf line and the w13 / w2 shares against fp8's peak on the fp8 path)
+  const double pk = (fp8 ? g_fp8_tflops : g_bf16_tflops) * 1e6, bw = g_hbm_gbs * 1e3;  // FLOP/us, B/us
   if (fmt == dc::WFmt::FP4_B32) {
     // fp4: the other expert kernel on the same routing, side by side, outputs bitwise equal — at T > 256 the
     // mma.sync kernel (tile 64) next to the wgmma one; at T ≤ 256 the wgmma kernel (tile 128, not used there:
@@ -3587,16 +3588,17 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
     char bo[240];
     snprintf(bo, sizeof bo, "| %s tile %d: %.1f us (w13 %.1f, w2 %.1f; %.1f%% bf16) = %.2fx this%s ",
              tmo == 128 ? "bf16 wgmma" : "mma.sync", tmo, u, u13, u2,
-             100.0 * res.flops / u / pk, u / res.us,
+             100.0 * res.flops / u / (g_bf16_tflops * 1e6), u / res.us,
              same ? ", bitwise equal" : "");
     res.detail += bo;
   }
   char buf[400];
   snprintf(buf, sizeof buf,
-           "(%.0f distinct experts, tile %d%s) w13+swiglu %.1f us (%.0f%% HBM on its weights, %.1f%% bf16) | w2 %.1f us "
-           "(%.0f%% HBM, %.1f%% bf16) | old path %.1f us (%.2fx) ",
-           nhit, tm, fp8 ? ", fp8" : "", us13, 100.0 * wb13 / us13 / bw, 100.0 * 2.0 * S * 2 * I * D / us13 / pk, us2,
-           100.0 * wb2 / us2 / bw, 100.0 * 2.0 * S * D * I / us2 / pk, us_old, us_old / res.us);
+           "(%.0f distinct experts, tile %d%s) w13+swiglu %.1f us (%.0f%% HBM on its weights, %.1f%% %s) | w2 %.1f us "
+           "(%.0f%% HBM, %.1f%% %s) | old path %.1f us (%.2fx) ",
+           nhit, tm, fp8 ? ", fp8" : "", us13, 100.0 * wb13 / us13 / bw, 100.0 * 2.0 * S * 2 * I * D / us13 / pk,
+           fp8 ? "fp8" : "bf16", us2, 100.0 * wb2 / us2 / bw, 100.0 * 2.0 * S * D * I / us2 / pk, fp8 ? "fp8" : "bf16",
+           us_old, us_old / res.us);
   res.detail += buf;
   return res;
 }
