@@ -14,16 +14,12 @@
 #include <random>
 #include <vector>
 
+#include "host_check.h"
+
 namespace {
 constexpr int DEC_NT = 256, DEC_MAXM = DEC_NT / 32, DEC_FQ = 4, DEC_PL = 16, U = 5, CT = DEC_NT - 32;
 constexpr size_t kMaxSmem = 227 * 1024;
-int fails = 0;
-#define CHECK(c, ...)                                            \
-  do {                                                           \
-    if (!(c)) {                                                  \
-      if (fails++ < 20) fprintf(stderr, "FAIL: " __VA_ARGS__); \
-    }                                                            \
-  } while (0)
+using host_check::fails;
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // hc.cu hc_slice_len / hc_a_smem / hcd_smem / hcd_shape_ok

@@ -12,15 +12,11 @@
 #include <set>
 #include <vector>
 
+#include "host_check.h"
+
 namespace {
 constexpr int Q_NT = 128, Q_BM = 128, Q_FR = 4, Q_L = 128, Q_LP = Q_L + 4;
-int fails = 0;
-#define CHECK(c, ...)                                            \
-  do {                                                           \
-    if (!(c)) {                                                  \
-      if (fails++ < 20) fprintf(stderr, "FAIL: " __VA_ARGS__); \
-    }                                                            \
-  } while (0)
+using host_check::fails;
 
 int hcq_pitch(int S, int nv) { return S * nv + (((nv - S * nv) % 32) + 32) % 32; }
 

@@ -17,18 +17,14 @@
 #include <set>
 #include <vector>
 
+#include "host_check.h"
+
 namespace {
 constexpr int NT = 256, BN = 256, MR = 128, KC = 128;
 constexpr int XSTEP = MR * 32, WOFF = 4 * XSTEP, SOFF = WOFF + BN * 64, XSOFF = SOFF + BN * 4, STAGE = XSOFF + 640;
 constexpr uint32_t LBO = 128, SBO = 256;
 
-int fails = 0;
-#define CHECK(c, ...)                                            \
-  do {                                                           \
-    if (!(c)) {                                                  \
-      if (fails++ < 20) fprintf(stderr, "FAIL: " __VA_ARGS__); \
-    }                                                            \
-  } while (0)
+using host_check::fails;
 
 // moe_grouped.h's moe_fp8_pos: k = 32t + 8j + 4h + i → 32j + 16h + 4t + i
 int fp8_pos(int k) { return 32 * ((k >> 3) & 3) + 16 * ((k >> 2) & 1) + 4 * (k >> 5) + (k & 3); }

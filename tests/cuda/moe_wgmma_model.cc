@@ -19,6 +19,8 @@
 #include <random>
 #include <vector>
 
+#include "host_check.h"
+
 namespace {
 constexpr int NT = 256, BN = 256, MR = 128, KC = 128, NST = 4;
 constexpr int WB = KC / 2, WROW = WB + 16, SROW = KC / 32, XSTEP = MR * 32, XB = (KC / 16) * XSTEP;
@@ -28,13 +30,7 @@ constexpr uint32_t LBO = 128, SBO = 256;
 int pair_pos(int k8) { return k8 < 4 ? 2 * k8 : 2 * (k8 - 4) + 1; }
 int pair_inv(int p8) { return (p8 & 1) ? 4 + p8 / 2 : p8 / 2; }  // stored position in an 8-group → k
 
-int fails = 0;
-#define CHECK(c, ...)                                            \
-  do {                                                           \
-    if (!(c)) {                                                  \
-      if (fails++ < 20) fprintf(stderr, "FAIL: " __VA_ARGS__); \
-    }                                                            \
-  } while (0)
+using host_check::fails;
 
 // x element tag in shared memory: (token row n of the tile, stored position p in the row); -1 = unwritten
 struct Tag {
