@@ -100,25 +100,25 @@ uint8_t rand_e4m3(Rng& r) {
 const float kE2M1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
 float e8m0_val(uint8_t b) { return std::ldexp(1.0f, (int)b - 127); }
 
-// Host copy of the activation quantization (reference for quant_act_fp8).
+// Host copy of the activation quantization (reference for quant_act_fp8 and moe_quant_fp8): one 128-value block
+// x → e4m3 bytes q (natural order), returns its scale sc = 2^ceil(log2(max(amax, 1e-4) / 448)).
+float host_quant_block(const float* x, uint8_t* q) {
+  float amax = 0;
+  for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float r = std::max(amax, 1e-4f) / 448.0f;
+  int e;
+  const float mant = std::frexp(r, &e);  // r = mant · 2^e, mant ∈ [0.5, 1)
+  const int ce = (mant == 0.5f) ? e - 1 : e;  // ceil(log2 r)
+  const float inv = std::ldexp(1.0f, -ce);
+  for (int i = 0; i < 128; ++i) q[i] = __nv_fp8_e4m3(std::min(std::max(x[i] * inv, -448.0f), 448.0f)).__x;
+  return std::ldexp(1.0f, ce);
+}
+// x[M, K] → q[M, K], sc_t[K/128, M] (quant_act_fp8's layout)
 void host_quant_act(const std::vector<float>& x, int64_t M, int64_t K, std::vector<uint8_t>& q, std::vector<float>& sc_t) {
   q.assign(M * K, 0);
   sc_t.assign((K / 128) * M, 0);
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t kb = 0; kb < K / 128; ++kb) {
-      float amax = 0;
-      for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(x[m * K + kb * 128 + i]));
-      const float r = std::max(amax, 1e-4f) / 448.0f;
-      int e;
-      const float mant = std::frexp(r, &e);  // r = mant · 2^e, mant ∈ [0.5, 1)
-      const int ce = (mant == 0.5f) ? e - 1 : e;  // ceil(log2 r)
-      const float sc = std::ldexp(1.0f, ce), inv = std::ldexp(1.0f, -ce);
-      sc_t[kb * M + m] = sc;
-      for (int i = 0; i < 128; ++i) {
-        float t = std::min(std::max(x[m * K + kb * 128 + i] * inv, -448.0f), 448.0f);
-        q[m * K + kb * 128 + i] = __nv_fp8_e4m3(t).__x;
-      }
-    }
+    for (int64_t kb = 0; kb < K / 128; ++kb) sc_t[kb * M + m] = host_quant_block(&x[m * K + kb * 128], &q[m * K + kb * 128]);
 }
 
 // ---- device buffers with guard regions ----
@@ -3109,40 +3109,12 @@ void grouped_run(GroupedRun& g, const DBuf& h, const DBuf& sel, const DBuf& wsel
 }
 
 
-// ---- fp8 activations (moe_fp8.cu), written here from DeepSeek's definition, independently of the kernels ----
-// e4m3 (fn) of v, round to nearest even, saturating at ±448
-uint8_t host_e4m3(float v) {
-  const uint8_t s = std::signbit(v) ? 0x80 : 0;
-  const double a = std::fabs((double)v);
-  if (a >= 448.0) return s | 0x7E;  // [448, 464] rounds to 448, above to 480 = not finite → 448
-  if (a < std::ldexp(1.0, -6)) return s | (uint8_t)std::nearbyint(a * 512.0);  // subnormals: multiples of 2^-9
-  int e;
-  const double f = std::frexp(a, &e);  // a = 2f · 2^(e − 1), 2f in [1, 2)
-  double m = std::nearbyint((2 * f - 1) * 8);
-  int E = e - 1;
-  if (m == 8) m = 0, E += 1;
-  return s | (uint8_t)std::min(((E + 7) << 3) | (int)m, 0x7E);
-}
-double e4m3_value(uint8_t c) {
-  const int E = (c >> 3) & 15, m = c & 7;
-  const double a = E == 0 ? std::ldexp((double)m, -9) : std::ldexp(1.0 + m / 8.0, E - 7);
-  return (c & 0x80) ? -a : a;
-}
+// ---- fp8 activations (moe_fp8.cu) ----
 // one row: q (natural k order), scales [K/128]; xd = the dequantized row q·s
 void host_quant_row(const float* x, int64_t K, uint8_t* q, float* sc, float* xd) {
   for (int64_t b = 0; b < K / 128; ++b) {
-    float amax = 0.0f;
-    for (int k = 0; k < 128; ++k) amax = std::max(amax, std::fabs(x[b * 128 + k]));
-    const float r = std::max(amax, 1e-4f) / 448.0f;
-    uint32_t bits;
-    memcpy(&bits, &r, 4);
-    const int e = (int)((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffffu) != 0);
-    const float s = std::ldexp(1.0f, e), inv = std::ldexp(1.0f, -e);
-    sc[b] = s;
-    for (int k = 0; k < 128; ++k) {
-      q[b * 128 + k] = host_e4m3(x[b * 128 + k] * inv);
-      xd[b * 128 + k] = (float)(e4m3_value(q[b * 128 + k]) * s);
-    }
+    sc[b] = host_quant_block(x + b * 128, q + b * 128);
+    for (int k = 0; k < 128; ++k) xd[b * 128 + k] = e4m3_val(q[b * 128 + k]) * sc[b];
   }
 }
 void host_quant_rows(float* x, int64_t n, int64_t K) {  // in place: x → q·s
