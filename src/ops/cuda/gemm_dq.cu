@@ -10,6 +10,7 @@
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_attrs.h"
+#include "ops/cuda/moe_grouped.h"
 
 namespace deepinfer::cuda {
 namespace {
@@ -407,15 +408,27 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ x, int64_t n, bf16*
 }
 
 // One warp per 1×128 group, 4 values a lane.
-__global__ void quant_act_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t ldx, uint8_t* __restrict__ q,
-                                 float* __restrict__ sc_t) {
+// Activation quantization to e4m3, one warp a (row, 128-k block), lane l holding k 4l..4l+3: quant_act_fp8
+// (FP8POS = false: bytes in natural order, scales k-block major sc[kb·M + m], x/sc clamped to ±448 first as [OFF]
+// writes it) and moe_quant_fp8 (FP8POS: lane l's four bytes at moe_fp8_pos = 32j + 16h + 4t with t = l / 8,
+// j = l / 2 % 4, h = l % 2, scales row major sc[m·K/128 + kb], no clamp: with satfinite the clamp only decides
+// what a NaN becomes, and the expert path passes NaN on).
+__device__ __forceinline__ float4 quant_load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 quant_load4(const bf16* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                     __uint_as_float(u.y & 0xffff0000u));
+}
+template <class T, bool FP8POS>
+__global__ void quant_act_kernel(const T* __restrict__ x, int64_t M, int64_t K, int64_t ldx, uint8_t* __restrict__ q,
+                                 float* __restrict__ sc) {
   DI_PDL_WAIT();
   const int64_t g = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   const int64_t groups = K / 128;
   if (g >= M * groups) return;
   const int64_t m = g / groups, kb = g % groups;
-  const float4 v = *reinterpret_cast<const float4*>(x + m * ldx + kb * 128 + lane * 4);
+  const float4 v = quant_load4(x + m * ldx + kb * 128 + lane * 4);
   float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
   amax = detail::warp_max(amax);
   // 2^ceil(log2(max(amax, 1e-4) / 448)), from the bits (exact)
@@ -423,16 +436,22 @@ __global__ void quant_act_kernel(const float* __restrict__ x, int64_t M, int64_t
   const uint32_t bits = __float_as_uint(r);
   int e = (int)((bits >> 23) & 0xff) - 127;
   if (bits & 0x7fffff) e += 1;
-  const float sc = __uint_as_float((uint32_t)(e + 127) << 23), inv = __uint_as_float((uint32_t)(127 - e) << 23);
+  const float s = __uint_as_float((uint32_t)(e + 127) << 23), inv = __uint_as_float((uint32_t)(127 - e) << 23);
   const float in[4] = {v.x, v.y, v.z, v.w};
   uint32_t packed = 0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float t = fminf(fmaxf(in[i] * inv, -448.0f), 448.0f);
+    const float t = FP8POS ? in[i] * inv : fminf(fmaxf(in[i] * inv, -448.0f), 448.0f);
     packed |= (uint32_t)__nv_cvt_float_to_fp8(t, __NV_SATFINITE, __NV_E4M3) << (8 * i);
   }
-  *reinterpret_cast<uint32_t*>(q + m * K + kb * 128 + lane * 4) = packed;
-  if (lane == 0) sc_t[kb * M + m] = sc;
+  if constexpr (FP8POS) {
+    const int t = lane >> 3, j = (lane >> 1) & 3, h = lane & 1;
+    *reinterpret_cast<uint32_t*>(q + m * K + kb * 128 + 32 * j + 16 * h + 4 * t) = packed;
+    if (lane == 0) sc[m * groups + kb] = s;
+  } else {
+    *reinterpret_cast<uint32_t*>(q + m * K + kb * 128 + lane * 4) = packed;
+    if (lane == 0) sc[kb * M + m] = s;
+  }
 }
 
 }  // namespace
@@ -448,8 +467,26 @@ cudaError_t quant_act_fp8(const float* x, int64_t M, int64_t K, int64_t ldx, uin
   if (K % 128 || ldx % 4) return cudaErrorInvalidValue;
   if (M <= 0) return cudaSuccess;
   const int64_t warps = M * (K / 128);
-  quant_act_kernel<<<(unsigned)cdiv(warps * 32, 256), 256, 0, s>>>(x, M, K, ldx, q, sc_t);
+  quant_act_kernel<float, false><<<(unsigned)cdiv(warps * 32, 256), 256, 0, s>>>(x, M, K, ldx, q, sc_t);
   return cudaGetLastError();
+}
+template <class T>
+static cudaError_t moe_quant_launch(const T* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* sc,
+                                    cudaStream_t s) {
+  if (M < 0 || K <= 0 || K % 128 || ldx < K || ldx % (16 / (int)sizeof(T)) ||
+      reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(q) % 16)
+    return cudaErrorInvalidValue;
+  if (M == 0) return cudaSuccess;
+  const int64_t warps = M * (K / 128);
+  quant_act_kernel<T, true><<<(unsigned)cdiv(warps * 32, 256), 256, 0, s>>>(x, M, K, ldx, q, sc);
+  return cudaGetLastError();
+}
+cudaError_t moe_quant_fp8(const float* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* sc, cudaStream_t s) {
+  return moe_quant_launch(x, M, K, ldx, q, sc, s);
+}
+cudaError_t moe_quant_fp8_bf16(const bf16* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* sc,
+                               cudaStream_t s) {
+  return moe_quant_launch(x, M, K, ldx, q, sc, s);
 }
 
 cudaError_t gemm_dq(AFmt afmt, const void* x, const float* xs_t, int64_t M, int64_t K, int64_t ldx, WeightRef W,

@@ -37,39 +37,6 @@ namespace {
 using detail::cdiv;
 
 // ---------------------------------------------------------------------------------------------------------
-// x → e4m3 + scales, one warp a (row, 128-k block): lane l holds k 4l..4l+3 = (t, j, h) = (l / 8, l / 2 % 4,
-// l % 2), i = 0..3 — four bytes that land together at 32j + 16h + 4t.
-// ---------------------------------------------------------------------------------------------------------
-__device__ __forceinline__ float4 mq_load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
-__device__ __forceinline__ float4 mq_load4(const bf16* p) {
-  const uint2 u = *reinterpret_cast<const uint2*>(p);
-  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                     __uint_as_float(u.y & 0xffff0000u));
-}
-template <class T>
-__global__ void moe_quant_fp8_kernel(const T* __restrict__ x, int64_t M, int64_t K, int64_t ldx,
-                                     uint8_t* __restrict__ q, float* __restrict__ sc) {
-  DI_PDL_WAIT();
-  const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nb = K / 128;
-  const int lane = threadIdx.x & 31;
-  if (wid >= M * nb) return;
-  const int64_t m = wid / nb, b = wid - m * nb;
-  const float4 v = mq_load4(x + m * ldx + b * 128 + 4 * lane);
-  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  // s = 2^ceil(log2(r)), r = max(amax, 1e-4) / 448 (f32 division, then the exponent rounded up)
-  const uint32_t rb = __float_as_uint(fmaxf(amax, 1e-4f) / 448.0f);
-  const int e = (int)((rb >> 23) & 0xff) - 127 + ((rb & 0x7fffffu) != 0);
-  const float inv = __uint_as_float((uint32_t)(127 - e) << 23);
-  const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v.x * inv, v.y * inv), __NV_SATFINITE, __NV_E4M3);
-  const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(make_float2(v.z * inv, v.w * inv), __NV_SATFINITE, __NV_E4M3);
-  const int t = lane >> 3, j = (lane >> 1) & 3, h = lane & 1;
-  *reinterpret_cast<uint32_t*>(q + m * K + b * 128 + 32 * j + 16 * h + 4 * t) = (uint32_t)lo | ((uint32_t)hi << 16);
-  if (lane == 0) sc[m * nb + b] = __uint_as_float((uint32_t)(e + 127) << 23);
-}
-
-// ---------------------------------------------------------------------------------------------------------
 // Expert GEMM
 // ---------------------------------------------------------------------------------------------------------
 constexpr int MF_NT = 256;                       // 2 warpgroups
@@ -340,29 +307,12 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
   }
 }
 
-template <class T>
-cudaError_t quant_launch(const T* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* sc, cudaStream_t s) {
-  if (M < 0 || K <= 0 || K % 128 || ldx < K || ldx % (16 / (int)sizeof(T)) ||
-      reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(q) % 16)
-    return cudaErrorInvalidValue;
-  if (M == 0) return cudaSuccess;
-  const int64_t warps = M * (K / 128);
-  moe_quant_fp8_kernel<T><<<(unsigned)cdiv(warps, 8), 256, 0, s>>>(x, M, K, ldx, q, sc);
-  return cudaGetLastError();
-}
-
 }  // namespace
 
-cudaError_t moe_quant_fp8(const float* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* sc, cudaStream_t s) {
-  return quant_launch(x, M, K, ldx, q, sc, s);
-}
-cudaError_t moe_quant_fp8_bf16(const bf16* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* sc,
-                               cudaStream_t s) {
-  return quant_launch(x, M, K, ldx, q, sc, s);
-}
+// (moe_quant_fp8 / moe_quant_fp8_bf16: gemm_dq.cu's quant_act_kernel, which quant_act_fp8 runs too.)
 
 bool moe_expert_fp8_ok(WFmt f, int64_t N, int64_t K, bool swiglu) {
-  (void)swiglu;  // swiglu: I = N / 2 a multiple of 64, the same condition
+  (void)swiglu;  // swiglu: I = N / 2 a multiple of 128, the same condition
   return f == WFmt::FP4_B32 && K > 0 && K % MF_KC == 0 && N > 0 && N % MF_BN == 0;
 }
 
