@@ -1,7 +1,7 @@
 #pragma once
 // Shared-memory addresses, mbarriers and bulk (TMA) copies for the kernels that stream weights through a
-// ring in shared memory (moe_gemv2.cu, moe_gemv3.cu, gemv_q_v8.cu, moe_grouped.cu's wg2 kernel, the op
-// test's bulk floor): one definition of each.
+// ring in shared memory (moe_gemv2.cu, moe_gemv3.cu, gemv_q_v8.cu, moe_fp8.cu, the op test's bulk floor): one
+// definition of each.
 #include <cstdint>
 
 namespace deepinfer::cuda::detail {
@@ -30,6 +30,11 @@ __device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   while (!mbar_test(bar, parity)) {
   }
+}
+// Arrives on `bar` once all of this thread's earlier cp.async copies have landed (counted in the barrier's
+// arrival count: noinc).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 // global → shared bulk copy (TMA), bytes % 16 == 0, both ends 16-byte aligned; completes on `bar`.
 __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {

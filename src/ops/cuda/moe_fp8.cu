@@ -111,9 +111,6 @@ __device__ __forceinline__ uint2 mf_row_lut(uint32_t s4, int t, const uint2* lut
 // block barrier each stage serialized decode, MMAs and promotion: s11-run1; making the warpgroups take turns
 // on the tensor cores by named barriers was 12-15 % slower than letting them run free: s11-run9.)
 constexpr int MF_PD = MF_NST - 2;  // stages issued ahead
-__device__ __forceinline__ void mf_cp_arrive(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
 
 __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams p) {
   DI_PDL_WAIT();
@@ -199,7 +196,7 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
       }
     mf_cp4(base + MF_SOFF + tid * 4, ssrc + (int64_t)st * 4);
     if (xson) mf_cp4(base + MF_XSOFF + mf_xs_pos(tid) * 4, xssrc + st);
-    mf_cp_arrive(detail::smem_u32(&s_full[buf]));
+    detail::cp_async_mbar_arrive(detail::smem_u32(&s_full[buf]));
   };
   for (int st = 0; st < MF_PD && st < nst; ++st) issue(st);
   {  // each row's largest e8m0 byte (while the first stages' copies are in flight): thread tid, row tid
