@@ -3194,6 +3194,17 @@ Result x_pair_case(int64_t M, int64_t K, int64_t ldx, const std::string& name) {
   return res;
 }
 
+// The expert GEMM cases' fused SwiGLU (bf16 act a) against swiglu_clamp of the unfused z (ar), bitwise, with
+// limit 1: some |z| must reach it or the check is too weak.
+void expect_fused_swiglu(Result& res, const std::vector<bf16>& a, const std::vector<bf16>& ar, const std::vector<float>& z) {
+  const bool eq = a.size() == ar.size() && memcmp(a.data(), ar.data(), a.size() * 2) == 0;
+  int64_t clamped = 0;
+  for (float v : z) clamped += std::fabs(v) > 1.0f;
+  expect_true(res, eq, "fused swiglu != swiglu_clamp(z)");
+  expect_true(res, clamped > 0, "no value reached the clamp (test too weak)");
+  if (eq) res.detail += "fused swiglu == swiglu_clamp (bitwise) ";
+}
+
 // moe_expert_gemm alone (diagnoses a moe_grouped failure: grouping, w13 gather mode or w2 mode): z for
 // every grouped row against the f64 reference (x[row] · dequant(W_e) over the routed rows), and the fused
 // SwiGLU bitwise equal to swiglu_clamp (bf16 out) applied to the unfused z (same k order per element).
@@ -3245,13 +3256,8 @@ Result expert_gemm_case(dc::WFmt fmt, int64_t T, int K, int E, int64_t N, int64_
     }
   }
   expect_nmse(res, "z", z, zr, 1e-10);
-  auto a = down<bf16>(da, S * I), ar = down<bf16>(dref, S * I);
-  const bool eq = memcmp(a.data(), ar.data(), S * I * 2) == 0;
-  int64_t clamped = 0;
-  for (float v : z) clamped += std::fabs(v) > 1.0f;
-  expect_true(res, eq, "fused swiglu != swiglu_clamp(z)");
-  expect_true(res, clamped > 0, "no value reached the clamp (test too weak)");
-  if (eq) res.detail += "fused swiglu == swiglu_clamp (bitwise) ";
+  const auto a = down<bf16>(da, S * I), ar = down<bf16>(dref, S * I);
+  expect_fused_swiglu(res, a, ar, z);
   if (tm == 128) {  // wgmma kernel vs the mma.sync kernel (tile 64) on the same rows: the same bits (batch invariance)
     const int64_t maxt64 = dc::moe_max_tiles(S, E, 64);
     DBuf doff6 = dalloc((E + 1) * 4, "offsets64"), dperm6 = dalloc(S * 4, "perm64"), dslot6 = dalloc(S * 4, "slot64"),
@@ -3378,12 +3384,7 @@ Result fp8_expert_case(int64_t T, int K, int E, int64_t N, int64_t Kd, int varia
   }
   expect_nmse(res, "z (vs f64 on q·s)", z, zr, 1e-7);
   const auto a = down<bf16>(da, S * I), ar = down<bf16>(dref, S * I);
-  const bool eq = memcmp(a.data(), ar.data(), S * I * 2) == 0;
-  int64_t clamped = 0;
-  for (float v : z) clamped += std::fabs(v) > 1.0f;
-  expect_true(res, eq, "fused swiglu != swiglu_clamp(z)");
-  expect_true(res, clamped > 0, "no value reached the clamp (test too weak)");
-  if (eq) res.detail += "fused swiglu == swiglu_clamp (bitwise) ";
+  expect_fused_swiglu(res, a, ar, z);
   const bool rep = rows_bitwise_equal(down<float>(dz2, S * N).data(), z.data(), S * N);
   expect_true(res, rep, "a second run differs");
   if (rep) res.detail += "2nd run == 1st (bitwise) ";
