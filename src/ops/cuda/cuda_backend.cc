@@ -1342,19 +1342,16 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
     const int64_t maxt = cuda::moe_max_tiles(S, (int)E, tm);
     Buffer<int32_t> offsets(*this, E + 1), perm(*this, S), slot(*this, S), n_tiles(*this, 1), tiles(*this, 2 * maxt),
         scratch(*this, cuda::moe_group_scratch_ints(S, (int)E));
-    Buffer<cuda::bf16> hb(*this, T * D), act(*this, S * I);
+    Buffer<cuda::bf16> act(*this, S * I);
     Buffer<float> ye(*this, S * D);
     cudaError_t e = cuda::moe_group_par(sel, T, K, (int)E, tm, offsets.data(), perm.data(), slot.data(),
                                         reinterpret_cast<int2*>(tiles.data()), n_tiles.data(), scratch.data(), s);
-    // fp4 weights take their x in e2m1 pair order (moe_grouped.h): h converted so, act written so; the
-    // 128-row tiles (both fp4, the wgmma kernels) in wg order
-    const bool p13 = ex.r13.fmt == cuda::WFmt::FP4_B32, p2 = ex.r2.fmt == cuda::WFmt::FP4_B32;
-    const int o13 = tm == 128 ? 2 : p13 ? 1 : 0, o2 = tm == 128 ? 2 : p2 ? 1 : 0;
     const int2* tl = reinterpret_cast<const int2*>(tiles.data());
     // 128-row tiles (prefill, T ≥ 2048, fp4): the fp8 expert kernels (moe_fp8.cu): x and act quantized to e4m3
     // per 128-k block as DeepSeek's own inference does, e4m3 MMAs (DEEPINFER_CUDA_OFF=moe_fp8: the bf16 wgmma kernel)
-    if (tm == 128 && !impl_->off("moe_fp8") && cuda::moe_expert_fp8_ok(ex.r13.fmt, 2 * I, D, true) &&
-        cuda::moe_expert_fp8_ok(ex.r2.fmt, D, I, false) && reinterpret_cast<uintptr_t>(h) % 16 == 0 && D % 4 == 0) {
+    const bool fp8 = tm == 128 && !impl_->off("moe_fp8") && cuda::moe_expert_fp8_ok(ex.r13.fmt, 2 * I, D, true) &&
+                     cuda::moe_expert_fp8_ok(ex.r2.fmt, D, I, false) && reinterpret_cast<uintptr_t>(h) % 16 == 0;
+    if (fp8) {
       Buffer<uint8_t> xq(*this, T * D), aq(*this, S * I);
       Buffer<float> xs(*this, T * (D / 128)), as(*this, S * (I / 128));
       if (e == cudaSuccess) e = cuda::moe_quant_fp8(h, T, D, D, xq.data(), xs.data(), s);
@@ -1365,21 +1362,23 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
       if (e == cudaSuccess)
         e = cuda::moe_expert_gemm_fp8(aq.data(), as.data(), nullptr, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false,
                                       0.0f, tl, n_tiles.data(), maxt, offsets.data(), ye.data(), D, s);
-      if (e == cudaSuccess) e = (impl_->off("smallk") ? cuda::moe_combine_v1 : cuda::moe_combine)(
-                                  ye.data(), sel, wsel, slot.data(), T, K, D, shared, out, s);
-      check(e, "moe_ffn (grouped experts, fp8)");
-      return;
+    } else {
+      // fp4 weights take their x in e2m1 pair order (moe_grouped.h): h converted so, act written so; the
+      // 128-row tiles (both fp4, the wgmma kernels) in wg order
+      const bool p13 = ex.r13.fmt == cuda::WFmt::FP4_B32, p2 = ex.r2.fmt == cuda::WFmt::FP4_B32;
+      const int o13 = tm == 128 ? 2 : p13 ? 1 : 0, o2 = tm == 128 ? 2 : p2 ? 1 : 0;
+      Buffer<cuda::bf16> hb(*this, T * D);
+      if (e == cudaSuccess) e = cuda::moe_x_to_bf16(h, T, D, D, o13, hb.data(), s);
+      if (e == cudaSuccess)
+        e = cuda::moe_expert_gemm(hb.data(), D, perm.data(), D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true, limit,
+                                  o2, tl, n_tiles.data(), maxt, offsets.data(), tm, act.data(), I, s);
+      if (e == cudaSuccess)
+        e = cuda::moe_expert_gemm(act.data(), I, nullptr, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, 0, tl,
+                                  n_tiles.data(), maxt, offsets.data(), tm, ye.data(), D, s);
     }
-    if (e == cudaSuccess) e = cuda::moe_x_to_bf16(h, T, D, D, o13, hb.data(), s);
-    if (e == cudaSuccess)
-      e = cuda::moe_expert_gemm(hb.data(), D, perm.data(), D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true, limit,
-                                o2, tl, n_tiles.data(), maxt, offsets.data(), tm, act.data(), I, s);
-    if (e == cudaSuccess)
-      e = cuda::moe_expert_gemm(act.data(), I, nullptr, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, 0, tl,
-                                n_tiles.data(), maxt, offsets.data(), tm, ye.data(), D, s);
     if (e == cudaSuccess) e = (impl_->off("smallk") ? cuda::moe_combine_v1 : cuda::moe_combine)(
                                 ye.data(), sel, wsel, slot.data(), T, K, D, shared, out, s);
-    check(e, "moe_ffn (grouped experts)");
+    check(e, fp8 ? "moe_ffn (grouped experts, fp8)" : "moe_ffn (grouped experts)");
     return;
   }
   if (ex.packed) {
