@@ -2623,13 +2623,27 @@ cudaError_t moe_gemv2_early_n(const float* x, int64_t ldx, bool x_per_slot, cons
   return dc::moe_gemv2_early(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy,
                              Early, s, plan);
 }
+template <int Early>
+cudaError_t moe_gemv2_fp8_n(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
+                            int64_t K, dc::WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
+                            float limit, float* y, int64_t ldy, cudaStream_t s, const dc::GemvPlan* plan) {
+  return dc::moe_gemv2_fp8(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy, Early,
+                           s, plan);
+}
+// ver 10 / 11: moe_gemv2_fp8 with early = 0 / 2 (e4m3 x, wgmma): the same checks against an f64 reference on the
+// quantized x (x per token and 128-k block → e4m3 · 2^e, host_quant_block), ver 11 bitwise ver 10, and ver 10 next to
+// moe_gemv2 (bf16 x) by NMSE.
 Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per_slot, bool swiglu, int variant,
                       int sel_mode, const std::string& name, int ver = 2) {
-  const MoeGemv gemv = ver == 3   ? dc::moe_gemv3
-                       : ver == 6 ? dc::moe_gemv2_rows
-                       : ver == 7 ? moe_gemv2_early_n<2>
-                       : ver == 8 ? moe_gemv2_early_n<1>
-                                  : dc::moe_gemv2;
+  const bool f8 = ver >= 10;
+  const MoeGemv gemv = ver == 3    ? dc::moe_gemv3
+                       : ver == 6  ? dc::moe_gemv2_rows
+                       : ver == 7  ? moe_gemv2_early_n<2>
+                       : ver == 8  ? moe_gemv2_early_n<1>
+                       : ver == 10 ? moe_gemv2_fp8_n<0>
+                       : ver == 11 ? moe_gemv2_fp8_n<2>
+                                   : dc::moe_gemv2;
+  const MoeGemv base = f8 ? moe_gemv2_fp8_n<0> : dc::moe_gemv2;
   Rng r = rng_for(name);
   Result res;
   const dc::WFmt fmt = dc::WFmt::FP4_B32;
@@ -2657,16 +2671,17 @@ Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per
   DBuf dw = dup(wall, "w_experts"), ds = dup(sall, "s_experts"), dx = dup(x, "x"), dsel = dup(sel, "sel"),
        dy = dalloc(S * ldy * 4, "y"), dy1 = dalloc(topk * ldy * 4, "y_token_alone");
   const dc::WeightRef W{fmt, dw.p(), ds.p(), 0};
-  expect_true(res, (ver == 3 ? dc::moe_gemv3_ok : dc::moe_gemv2_ok)(W, T, topk, N, K, wstr, sstr), "_ok refuses the shape");
+  expect_true(res, (ver == 3 ? dc::moe_gemv3_ok : f8 ? dc::moe_gemv2_fp8_ok : dc::moe_gemv2_ok)(W, T, topk, N, K, wstr, sstr),
+              "_ok refuses the shape");
   poison(dy);
   CK(gemv(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f, dy.as<float>(), ldy,
           0, nullptr));
   auto yg = down<float>(dy, S * ldy);
-  if (ver != 2) {  // moe_gemv2 on the same inputs: bitwise the same rows
+  if (ver != 2 && ver != 10) {  // moe_gemv2 (fp8: moe_gemv2_fp8) on the same inputs: bitwise the same rows
     DBuf d2 = dalloc(S * ldy * 4, "y_moe_gemv2");
     poison(d2);
-    CK(dc::moe_gemv2(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f,
-                     d2.as<float>(), ldy, 0));
+    CK(base(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f,
+            d2.as<float>(), ldy, 0, nullptr));
     auto y2 = down<float>(d2, S * ldy);
     bool same = true;
     for (int64_t j = 0; j < S; ++j) same &= rows_bitwise_equal(y2.data() + j * ldy, yg.data() + j * ldy, N);
@@ -2696,11 +2711,20 @@ Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per
   } else {
     for (int i = 0; i < 256; ++i) rows_n.push_back(std::min<int64_t>(N - 1, (N * i) / 255 + (i % 5) * (i < 255)));
   }
+  // fp8: the reference takes x as the kernel quantizes it (e4m3 · 2^e per row and 128-k block: exact in bf16)
+  std::vector<float> xq(x);
+  if (f8)
+    for (int64_t m = 0; m < nx; ++m)
+      for (int64_t kb = 0; kb < K / 128; ++kb) {
+        uint8_t q[128];
+        const float sc = host_quant_block(&x[m * ldx + kb * 128], q);
+        for (int i = 0; i < 128; ++i) xq[m * ldx + kb * 128 + i] = e4m3_val(q[i]) * sc;
+      }
   std::vector<float> yc, yr;
   std::vector<double> yd;
   bool pad_ok = true;
   for (int64_t j = 0; j < S; ++j) {
-    gemv_ref_rows(qs[sel[j]], x.data() + (per_slot ? j : j / topk) * ldx, rows_n, yd);
+    gemv_ref_rows(qs[sel[j]], xq.data() + (per_slot ? j : j / topk) * ldx, rows_n, yd);
     for (size_t i = 0; i < rows_n.size(); ++i) yc.push_back(yg[j * ldy + rows_n[i]]), yr.push_back((float)yd[i]);
     for (int64_t c = N; c < ldy && j + 1 < S; ++c) {
       uint32_t u;
@@ -2708,8 +2732,18 @@ Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per
       pad_ok &= u == 0xFFFFFFFFu;
     }
   }
-  expect_nmse(res, "y", yc, yr, 1e-6);
+  expect_nmse(res, f8 ? "y (vs f64 on the e4m3 x)" : "y", yc, yr, f8 ? 1e-7 : 1e-6);
   expect_true(res, pad_ok, "y row padding written");
+  if (ver == 10) {  // next to the bf16-x kernel: the e4m3 x's own error
+    DBuf d2 = dalloc(S * ldy * 4, "y_moe_gemv2");
+    CK(dc::moe_gemv2(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f,
+                     d2.as<float>(), ldy, 0));
+    auto y2 = down<float>(d2, S * ldy);
+    std::vector<float> a, b;
+    for (int64_t j = 0; j < S; ++j)
+      for (int64_t n = 0; n < N; ++n) a.push_back(yg[j * ldy + n]), b.push_back(y2[j * ldy + n]);
+    expect_nmse(res, "vs moe_gemv2 (bf16 x)", a, b, 5e-3);
+  }
   bool inv_ok = true;
   for (int64_t t = 0; t < T; ++t) {
     poison(dy1);
@@ -2753,7 +2787,7 @@ Result moe_gemv2_unsupported_case(int ver = 2) {
 // 1 gemv_q_grouped_v3, 2 moe_gemv2 (fp4 only), 3 gemv_q_v6_groups (identity_sel, per_slot, E == topk only:
 // linear_groups' layout), 4 moe_gemv3 (fp4 only; slot 0 checked against token 0 alone, as moe_gemv2), 5
 // gemv_q_v8_groups (as 3), 6 moe_gemv2_rows (moe_gemv2 with one bulk copy a row: same bits), 7
-// moe_gemv2_early as the model calls it (early 2 with the fused SwiGLU, else 1) and 8 moe_gemv2, both timed
+// moe_gemv2_early as the model calls it (early 2 with the fused SwiGLU, else 1), 8 moe_gemv2 and 9 moe_gemv2_fp8 as 7, all timed
 // in a graph with programmatic edges (each launch's routing and x are written before the chain: valid).
 using GroupedGemv = cudaError_t (*)(const float*, int64_t, bool, const int32_t*, int64_t, int, int64_t, dc::WeightRef,
                                     int64_t, int64_t, int64_t, bool, float, float*, int64_t, cudaStream_t,
@@ -2761,8 +2795,9 @@ using GroupedGemv = cudaError_t (*)(const float*, int64_t, bool, const int32_t*,
 Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t N, int64_t K, bool per_slot,
                               bool swiglu, bool identity_sel, int kind, const std::string& name) {
   const bool v3 = kind == 1, v6 = kind == 3 || kind == 5;  // 5: gemv_q_v8_groups (as 3)
-  const bool pdl = kind == 7 || kind == 8;
+  const bool pdl = kind == 7 || kind == 8 || kind == 9;
   const GroupedGemv gemv = kind == 4   ? dc::moe_gemv3
+                           : kind == 9 ? (swiglu ? moe_gemv2_fp8_n<2> : moe_gemv2_fp8_n<1>)
                            : kind == 6 ? dc::moe_gemv2_rows
                            : kind == 7 ? (swiglu ? moe_gemv2_early_n<2> : moe_gemv2_early_n<1>)
                            : kind == 2 || kind == 8 ? dc::moe_gemv2
@@ -4993,6 +5028,15 @@ void register_cases() {
         });
       }
     }
+    // moe_gemv2_fp8 (e4m3 x, wgmma; early = 0 and 2): the same cases against the f64 reference on the quantized x
+    for (auto c : mg)
+      for (int early : {0, 2}) {
+        auto n = nm("moe_gemv2_fp8 early=%d T=%ld topk=%d E=%d N=%ld K=%ld %s", early, c.T, c.topk, c.E, c.N, c.K, c.what);
+        add(n, [=] {
+          return moe_gemv2_case(c.T, c.topk, c.E, c.N, c.K, c.per_slot, c.swiglu, c.variant, c.sel_mode, n,
+                                early ? 11 : 10);
+        });
+      }
     // gemv_q_v5 (decode GEMV v5, bf16 / fp8 only): the same checks as gemv_q (f64 reference, padding,
     // every row alone bitwise), small and V4-Flash shapes at M = 1..8 (13: launches of 8; K = 16384:
     // launches of 4 rows, x of 8 would not fit shared memory), K % 128 != 0 for fp8 (partial last scale
@@ -5422,8 +5466,8 @@ void register_cases() {
         add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, 2 * I, D, false, true, false, 6, n); });
         n = nm("moe_gemv2_rows perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w2)", T, T * 6, D, I);
         add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, D, I, true, false, false, 6, n); });
-        for (int kind : {8, 7}) {
-          const char* what = kind == 7 ? "moe_gemv2_early" : "moe_gemv2 pdl";
+        for (int kind : {8, 7, 9}) {
+          const char* what = kind == 7 ? "moe_gemv2_early" : kind == 9 ? "moe_gemv2_fp8 early" : "moe_gemv2 pdl";
           n = nm("%s perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w13 + fused swiglu)", what, T, T * 6, 2 * I, D);
           add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, 2 * I, D, false, true, false, kind, n); });
           n = nm("%s perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w2)", what, T, T * 6, D, I);

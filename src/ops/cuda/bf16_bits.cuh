@@ -25,6 +25,20 @@ __device__ __forceinline__ void mma16816_f16(float (&c)[4], uint32_t a0, uint32_
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+// c += A·B, m16n8k32, e4m3 in, f32 accumulate. A: a0 (row g, k 4t..4t+3), a1 (row g + 8, same k), a2 / a3 (k + 16);
+// B: b0 (k 4t..4t+3, column g), b1 (k + 16); C: c0, c1 (row g, columns 2t, 2t + 1), c2, c3 (row g + 8).
+__device__ __forceinline__ void mma16832_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                              uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// DeepSeek's activation scale exponent: e = ceil(log2(max(amax, 1e-4) / 448)), from the bits (exact); the block's
+// scale is 2^e and its e4m3 codes are x·2^-e.
+__device__ __forceinline__ int act_scale_exp(float amax) {
+  const uint32_t bits = __float_as_uint(fmaxf(amax, 1e-4f) / 448.0f);
+  return (int)((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) ? 1 : 0);
+}
 // bf16x2 product, round to nearest.
 __device__ __forceinline__ uint32_t bmul2(uint32_t a, uint32_t b) {
   uint32_t d;
@@ -86,6 +100,16 @@ __device__ __forceinline__ void e2m1x8_raw(uint32_t w, uint32_t (&r)[4]) {
   r[1] = ((w & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
   r[2] = ((w2 & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
   r[3] = ((w2 & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
+}
+
+// Eight e2m1 nibbles n0..n7 (n0 = low nibble of byte 0) → e4m3 bytes, each value·2^-6 (exact: the nibble's
+// bits 0..2 go to bits 2..4 — e1 e0 m as the exponent's low bits and the mantissa's top bit, e2m1's subnormal
+// 0.5 landing on e4m3's subnormal 2^-7 —, its sign to bit 7): lo = {n0, n2, n4, n6}, hi = {n1, n3, n5, n7}.
+// (v << 2 or v >> 2) & 0x3c puts a nibble at bits 2..5; adding 3·(bit 5) moves its sign to bit 7.
+__device__ __forceinline__ void e2m1x8_e4m3(uint32_t v, uint32_t& lo, uint32_t& hi) {
+  const uint32_t a = (v << 2) & 0x3C3C3C3Cu, b = (v >> 2) & 0x3C3C3C3Cu;
+  lo = a + 3u * (a & 0x20202020u);
+  hi = b + 3u * (b & 0x20202020u);
 }
 
 // The fp8 GEMV step (gemv_q, gemv_q_v5). One 16-row tile × one chunk: rows g (w0) and g + 8 (w1), 16 e4m3

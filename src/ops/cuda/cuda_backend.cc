@@ -1311,14 +1311,20 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
     const int early13 = early && after_shared ? 2 : 0, early2 = early && !impl_->off("moe_early_w2") ? 1 : 0;
     // w2 (K = I = 2048) in 64-row items (the same bits; DEEPINFER_CUDA_OFF=moe_wide: 32-row items)
     const bool wide = !impl_->off("moe_wide");
-    cudaError_t e = early13 ? cuda::moe_gemv2_early(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride,
-                                                    2 * I, true, limit, act.data(), I, early13, s, &ex.plan13)
-                            : g13(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true, limit,
-                                  act.data(), I, s, &ex.plan13);
+    // DEEPINFER_CUDA_ON=moe_gemv_fp8 (opt-in): moe_gemv2 on e4m3 wgmma, x quantized per 128-k block as DeepSeek's
+    // inference does (its own numerics; "MoE decode experts on fp8 MMAs" in the notes)
+    const bool f8 = g13 == cuda::moe_gemv2 && impl_->on("moe_gemv_fp8") &&
+                    cuda::moe_gemv2_fp8_ok(ex.r13, T, K, 2 * I, D, ex.w13_stride, ex.s13_stride) &&
+                    cuda::moe_gemv2_fp8_ok(ex.r2, T, K, D, I, ex.w2_stride, ex.s2_stride);
+    const auto early_fn = f8 ? cuda::moe_gemv2_fp8 : cuda::moe_gemv2_early;
+    cudaError_t e = early13 || f8 ? early_fn(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true,
+                                             limit, act.data(), I, early13, s, &ex.plan13, true)
+                                  : g13(h, D, false, sel, T, K, D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I, true,
+                                        limit, act.data(), I, s, &ex.plan13);
     if (e == cudaSuccess)
       e = g2 == cuda::moe_gemv2
-              ? cuda::moe_gemv2_early(act.data(), I, true, sel, T, K, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false,
-                                      0.0f, ye.data(), D, early2, s, &ex.plan2, wide)
+              ? early_fn(act.data(), I, true, sel, T, K, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, ye.data(),
+                         D, early2, s, &ex.plan2, wide)
               : g2(act.data(), I, true, sel, T, K, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false, 0.0f, ye.data(), D,
                    s, &ex.plan2);
     if (e == cudaSuccess) e = (impl_->off("smallk") ? cuda::moe_combine_v1 : cuda::moe_combine)(

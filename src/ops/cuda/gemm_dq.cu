@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_attrs.h"
@@ -431,11 +432,7 @@ __global__ void quant_act_kernel(const T* __restrict__ x, int64_t M, int64_t K, 
   const float4 v = quant_load4(x + m * ldx + kb * 128 + lane * 4);
   float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
   amax = detail::warp_max(amax);
-  // 2^ceil(log2(max(amax, 1e-4) / 448)), from the bits (exact)
-  const float r = fmaxf(amax, 1e-4f) / 448.0f;
-  const uint32_t bits = __float_as_uint(r);
-  int e = (int)((bits >> 23) & 0xff) - 127;
-  if (bits & 0x7fffff) e += 1;
+  const int e = detail::act_scale_exp(amax);  // scale 2^e
   const float s = __uint_as_float((uint32_t)(e + 127) << 23), inv = __uint_as_float((uint32_t)(127 - e) << 23);
   const float in[4] = {v.x, v.y, v.z, v.w};
   uint32_t packed = 0;

@@ -33,6 +33,8 @@
 // So a slot's result is bitwise the same whatever the other tokens picked (and for every T), and the
 // fused act equals swiglu_clamp of the unfused output bitwise. (Not the same bits as gemv_q_grouped:
 // other k split.)
+#include <cuda_fp8.h>
+
 #include <algorithm>
 
 #include "ops/cuda/async_bits.cuh"
@@ -40,11 +42,12 @@
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_attrs.h"
+#include "ops/cuda/wgmma_bits.cuh"
 
 namespace deepinfer::cuda {
 namespace {
 using detail::smem_u32, detail::mbar_init, detail::mbar_expect, detail::mbar_wait, detail::bulk_load;
-using detail::fp4_mma, detail::pack_bf16, detail::pow2_bf16x2;
+using detail::fp4_mma, detail::pack_bf16, detail::pow2_bf16x2, detail::u4get;
 
 constexpr int MV_WARPS = 16, MV_NT = MV_WARPS * 32;
 constexpr int MV_ROWS = 32;                        // weight rows a tile pair (two 16-row tiles); an item: 1 or 2 pairs
@@ -53,6 +56,7 @@ constexpr int MV_MAXS = 6;                         // ring stages at most
 constexpr int MV_MAXSLOTS = 64;                    // T·topk a launch
 constexpr int MV_MAXRUN = 8;                       // slots a run (the MMA's n8 side)
 constexpr int MV_RED = 2 * 128;                    // a warp's partial sums of a tile pair: [tile][4][32]
+constexpr int MV_RED8 = 64;                        // F8: a k split's sums of a tile pair: [tile][token][16 rows]
 constexpr size_t MV_SMEM = 224 * 1024;  // dynamic shared memory budget (+ 2.5 KiB static ≤ the 227 KiB opt-in)
 
 struct MvParams {
@@ -109,6 +113,48 @@ __device__ __forceinline__ void mv_stage_x(uint4* xs, const float* __restrict__ 
   }
 }
 
+// F8 (moe_gemv2_fp8): the x rows of a run (≤ 2 tokens u) → the wgmma B operands in shared memory, quantized
+// as quant_act_kernel's moe_quant_fp8 does (DeepSeek's activation quantization: e4m3 with a scale 2^e per token
+// and 128-k block). B of chunk pair cp (chunks 2cp + h), step j (k32): 16 columns n = 8h + 4u + q × 32 k-slots,
+// K-major core matrices (8 columns × 16 bytes; LBO 128 between the k halves, SBO 256 between h = 0 and 1), at
+// xb + (4cp + j)·512. Column n holds token u's x only in the k-slots its A side takes from lane t = q (4q..4q+3:
+// k 32q + 8j + 0, 2, 4, 6 of chunk 2cp + h; 16 + 4q..: the odd k), zeros elsewhere — so a column sums one 32-k
+// scale group of one token. xe[u·(K/128) + c] = (6 + e) << 23: the block's part of the promotion factor's
+// exponent field. One warp a (token, 128-k block); even lanes write whole 16-byte rows (the zeros too, and the
+// rows of an absent second token), so the area needs no clearing.
+__device__ __forceinline__ void mv_stage_x8(uint8_t* xb, uint32_t* xe, const float* __restrict__ x, const int64_t* xoff,
+                                            int rows, int K) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nb = K / 128;
+  for (int task = warp; task < rows * nb; task += MV_WARPS) {
+    const int u = task / nb, c = task - u * nb;
+    const float4 v = *reinterpret_cast<const float4*>(x + xoff[u] + c * 128 + lane * 4);
+    const int e = detail::act_scale_exp(
+        detail::warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)))));
+    const float inv = __uint_as_float((uint32_t)(127 - e) << 23);
+    auto q8 = [inv](float f) { return (uint32_t)__nv_cvt_float_to_fp8(f * inv, __NV_SATFINITE, __NV_E4M3); };
+    // lane l: k 4l..4l+3 of the block = group q = l / 8, word j = (l / 2) % 4, weights 4·(l % 2) + 0..3 of the
+    // word: its even k (x, z) are k-slots 4q + 2·(l % 2) + 0, 1, its odd k (y, w) the same + 16
+    uint32_t lo = q8(v.x) | q8(v.z) << 8, hi = q8(v.y) | q8(v.w) << 8;
+    lo |= __shfl_down_sync(0xffffffffu, lo, 1) << 16;
+    hi |= __shfl_down_sync(0xffffffffu, hi, 1) << 16;
+    if ((lane & 1) == 0) {
+      const int q = lane >> 3, j = (lane >> 1) & 3;
+      uint8_t* row = xb + ((c >> 1) * 4 + j) * 512 + (c & 1) * 256;
+      uint4 rl = make_uint4(0, 0, 0, 0), rh = rl;
+      (q == 0 ? rl.x : q == 1 ? rl.y : q == 2 ? rl.z : rl.w) = lo;
+      (q == 0 ? rh.x : q == 1 ? rh.y : q == 2 ? rh.z : rh.w) = hi;
+      *reinterpret_cast<uint4*>(row + (4 * u + q) * 16) = rl;
+      *reinterpret_cast<uint4*>(row + 128 + (4 * u + q) * 16) = rh;
+      if (rows == 1) {  // token 1's columns: zeros
+        *reinterpret_cast<uint4*>(row + (4 + q) * 16) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(row + 128 + (4 + q) * 16) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    if (lane == 0) xe[u * nb + c] = (uint32_t)(6 + e) << 23;
+  }
+}
+
+template <bool F8>
 __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
   // p.early > 0 (moe_gemv2_early): with programmatic edges this grid starts only after its predecessor has
   // passed its own wait, so what was written ≥ 2 launches back is complete. The routing, the first S
@@ -136,8 +182,11 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
   const int stage_bytes = IR * (RS + SS);
   uint8_t* ring = mv_smem;  // [S][IR rows × RS | IR rows × SS]
   uint4* xs = reinterpret_cast<uint4*>(mv_smem + (size_t)S * stage_bytes);
-  float* red = reinterpret_cast<float*>(xs + (size_t)(K / 8) * mmr);  // [nred][16 warps][pairs · MV_RED]
-  const int wred = p.pairs * MV_RED;                                  // floats a warp an item
+  uint8_t* xq8 = reinterpret_cast<uint8_t*>(xs);                    // F8: the B operands (8K bytes),
+  uint32_t* xe8 = reinterpret_cast<uint32_t*>(xq8 + (size_t)8 * K);  // then [2][K/128] exponent bits
+  // partial sums: [nred][16 warps][pairs · MV_RED] (F8: [nred][8 k splits][pairs · MV_RED8])
+  float* red = reinterpret_cast<float*>(mv_smem + (size_t)S * stage_bytes + (F8 ? 8 * K + K / 16 : 2 * mmr * K));
+  const int wred = p.pairs * (F8 ? MV_RED8 : MV_RED);  // floats a warp (F8: a k split) an item
 
   // Runs: slot s leads a run when the number of earlier slots with its expert is a multiple of mmr; the
   // run holds that slot and the next ≤ mmr − 1 slots with the expert (slot order). Runs ordered by leader.
@@ -225,7 +274,12 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
       s_yoff[tid] = (int64_t)j * p.ldy;
     }
     if (__syncthreads_or(diff)) {
-      mv_stage_x(xs, p.x, s_xoff, rows, mmr, K);
+      if constexpr (F8) {
+        mv_stage_x8(xq8, xe8, p.x, s_xoff, rows, K);
+        detail::fence_proxy_async_smem();  // (st.shared → the wgmma's operand reads)
+      } else {
+        mv_stage_x(xs, p.x, s_xoff, rows, mmr, K);
+      }
       __syncthreads();
     }
     cur = run, cur_rows = rows;
@@ -254,9 +308,64 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
   for (int q = 0; q < nq; ++q) {
     const int rows = s_run_n[run];
     if (run != cur) set_run(run);  // (block-uniform)
-    float* rd = red + (size_t)(p.nred == 2 ? (q & 1) : 0) * MV_WARPS * wred;
+    float* rd = red + (size_t)(p.nred == 2 ? (q & 1) : 0) * (F8 ? MV_WARPS / 2 : MV_WARPS) * wred;
     mbar_wait(smem_u32(&full[st]), ph);
 
+    if constexpr (F8) {
+    // e4m3 wgmma (m64n16k32, A from registers). Warpgroup wg = warp / 4 takes the chunk pairs cp ≡ wg (mod 4);
+    // its warp wl = warp % 4 holds tile wl % 2 (rows g, g + 8 of it) of chunk 2cp + wl / 2, so the 64 A rows are
+    // 2 tiles × 2 chunks and B's 16 columns (mv_stage_x8) are chunk half h × token u × group q: a warp reads the
+    // n8 block h = wl / 2 of the result. Lane (g, t) reads, as the bf16 form, the 16 bytes of group t in its
+    // rows; word j is step j's A (e2m1x8_e4m3: lo = k-slots 4t.., hi = 16 + 4t..), which B column (h, u, t)
+    // meets alone. A chunk's 4 steps accumulate in a fresh fragment, then promoted by 2^(e8m0(row, group) −
+    // 121 + e_x(token, chunk)) — exact products, the factor's exponent field built by one IMAD — into the
+    // f32 sums (chunks ascending). Lanes t, t ^ 1 then hold groups {0, 1} and {2, 3} of token t / 2
+    // (columns 2t, 2t + 1 of the block): added, one shuffle, the sum of the 4 groups.
+    const int wg = warp >> 2, rt = warp & 1, hh = (warp >> 1) & 1, ks = 2 * wg + hh;  // ks: the k split
+    const uint32_t* xel = xe8 + min(t >> 1, rows - 1) * nch + hh;  // token of this lane's C columns
+    const uint32_t ssel = 0x4440u + 2 * (t & 1);                   // e8m0 byte of column 2t (+ 1: 2t + 1)
+    // B descriptor of step (cp, j): the low word + (4cp + j)·512 bytes (the address field does not carry out)
+    const uint64_t desc0 = detail::wgmma_desc(smem_u32(xq8), 128, 256);
+    const uint32_t dlo = (uint32_t)desc0, dhi = (uint32_t)(desc0 >> 32);
+    const int ncp = nch / 2;
+    for (int pr = 0; pr < p.pairs; ++pr) {
+      const uint8_t* wl = ring + (size_t)st * stage_bytes + (pr * MV_ROWS + rt * 16 + g) * RS + hh * 64 + t * 16;
+      const uint8_t* sl = ring + (size_t)st * stage_bytes + IR * RS + (pr * MV_ROWS + rt * 16 + g) * SS + hh * 4;
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, z[64];  // (z: m64n16, 8 used; step 0 overwrites it)
+      for (int cp = wg; cp < ncp; cp += 4) {
+        const uint4 wa = *reinterpret_cast<const uint4*>(wl + cp * 128);
+        const uint4 wb = *reinterpret_cast<const uint4*>(wl + cp * 128 + 8 * RS);
+        const uint32_t sa = *reinterpret_cast<const uint32_t*>(sl + 8 * cp);
+        const uint32_t sb = *reinterpret_cast<const uint32_t*>(sl + 8 * cp + 8 * SS);
+        uint32_t A[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          detail::e2m1x8_e4m3(u4get(wa, j), A[j][0], A[j][2]);
+          detail::e2m1x8_e4m3(u4get(wb, j), A[j][1], A[j][3]);
+        }
+        detail::wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          detail::wgmma_e4m3_n16(z, A[j], (uint64_t)dhi << 32 | (dlo + (uint32_t)(4 * cp + j) * (512 >> 4)), j);
+        detail::wgmma_commit();
+        const uint32_t xec = xel[2 * cp];
+        detail::wgmma_wait<0>();
+        detail::wgmma_fence_acc(z);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const uint32_t b = __byte_perm(r < 2 ? sa : sb, 0u, ssel + (r & 1));
+          acc[r] = fmaf(hh ? z[4 + r] : z[r], __uint_as_float(b * (1u << 23) + xec), acc[r]);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float v = acc[2 * h] + acc[2 * h + 1];
+        v += __shfl_xor_sync(0xffffffffu, v, 1);
+        // [k split][pair][tile][token][row]: 64 floats a k split and pair
+        if ((t & 1) == 0) rd[ks * wred + pr * MV_RED8 + rt * 32 + (t >> 1) * 16 + h * 8 + g] = v;
+      }
+    }
+    } else {
     // This lane's 16 bytes of chunk 0 in row g of tile 0 (+ 16·RS: tile 1, + 8·RS: row g + 8), its scale
     // byte, and its x unit (columns ≥ rows read row rows − 1: valid values whose outputs are not stored;
     // an MMA column depends on its own B column only)
@@ -302,6 +411,7 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) rd[warp * wred + pr * MV_RED + (rt * 4 + r) * 32 + lane] = acc[rt][r];
     }
+    }
     // thread 0 has seen stage st's phase complete (its wait above): the next phase's arrival may go now
     if (tid == 0 && q + S < nq) expect(q + S);
     __syncthreads();  // every warp is done with stage st and has stored its sums
@@ -309,7 +419,27 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
 
     // element el of the [tile][4][32] fragment image: lane (gg, tt), register r → row gg + 8·(r / 2),
     // column (run row) 2·tt + r % 2. Only the run's columns are summed (T = 1: 1 in 8).
-    if (!p.fuse) {
+    if constexpr (F8) {  // rd image: [k split 0..7][pair][tile][token][row] (64 floats a pair)
+      if (!p.fuse) {
+        if (tid < p.pairs * 64) {
+          const int pr = tid >> 6, i = tid & 63, rt = i >> 5, col = (i >> 4) & 1, row = i & 15;
+          if (col < rows) {
+            float v = rd[pr * MV_RED8 + i];
+#pragma unroll
+            for (int w = 1; w < MV_WARPS / 2; ++w) v += rd[w * wred + pr * MV_RED8 + i];
+            p.y[s_yoff[col] + (int64_t)rg * IR + pr * MV_ROWS + rt * 16 + row] = v;
+          }
+        }
+      } else if (tid < 32) {  // tile 0 = gate rows, tile 1 = the matching up rows
+        const int col = tid >> 4, row = tid & 15;
+        if (col < rows) {
+          float gt = rd[tid], up = rd[32 + tid];
+#pragma unroll
+          for (int w = 1; w < MV_WARPS / 2; ++w) gt += rd[w * wred + tid], up += rd[w * wred + 32 + tid];
+          p.y[s_yoff[col] + (int64_t)rg * 16 + row] = detail::swiglu_clamp_one(gt, up, p.lim, 1.0f);
+        }
+      }
+    } else if (!p.fuse) {
       if (tid < wred) {
         const int pr = tid >> 8, rt = (tid >> 7) & 1, r = (tid >> 5) & 3, ln = tid & 31;
         const int row = (ln >> 2) + 8 * (r >> 1), col = 2 * (ln & 3) + (r & 1);
@@ -340,21 +470,22 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
 }
 
 // Ring stages for (K, mmr): as many as the budget holds (≤ MV_MAXS); < 2 means the shape does not fit.
-// Shared-memory bytes of one ring stage (an item's rows, padded as the row copies lay them out) and of one
-// partial-sum buffer
+// Shared-memory bytes of one ring stage (an item's rows, padded as the row copies lay them out), of x (bf16
+// rows; F8: the B operands and exponents of ≤ 2 tokens) and of one partial-sum buffer
 int64_t mv_stage_bytes(int64_t K, int pairs) { return (int64_t)pairs * MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16); }
-int64_t mv_red_bytes(int pairs) { return (int64_t)MV_WARPS * pairs * MV_RED * 4; }
-int mv_stages(int64_t K, int mmr, int pairs = 1) {
+int64_t mv_x_bytes(int64_t K, int mmr, bool f8) { return f8 ? 8 * K + K / 16 : (int64_t)mmr * K * 2; }
+int64_t mv_red_bytes(int pairs, bool f8) { return f8 ? (int64_t)MV_WARPS / 2 * pairs * MV_RED8 * 4 : (int64_t)MV_WARPS * pairs * MV_RED * 4; }
+int mv_stages(int64_t K, int mmr, int pairs = 1, bool f8 = false) {
   const int64_t stage = mv_stage_bytes(K, pairs);
-  const int64_t room = (int64_t)MV_SMEM - (int64_t)mmr * K * 2 - mv_red_bytes(pairs);
+  const int64_t room = (int64_t)MV_SMEM - mv_x_bytes(K, mmr, f8) - mv_red_bytes(pairs, f8);
   return room < 2 * stage ? 0 : (int)std::min<int64_t>(MV_MAXS, room / stage);
 }
-size_t mv_smem_bytes(int64_t K, int mmr, int stages, int nred, int pairs) {
-  return (size_t)(stages * mv_stage_bytes(K, pairs) + (int64_t)mmr * K * 2 + nred * mv_red_bytes(pairs));
+size_t mv_smem_bytes(int64_t K, int mmr, int stages, int nred, int pairs, bool f8) {
+  return (size_t)(stages * mv_stage_bytes(K, pairs) + mv_x_bytes(K, mmr, f8) + nred * mv_red_bytes(pairs, f8));
 }
 // A second partial-sum buffer where the stages leave room for it (never at the cost of a stage)
-int mv_nred(int64_t K, int mmr, int stages, int pairs) {
-  return mv_smem_bytes(K, mmr, stages, 2, pairs) <= MV_SMEM ? 2 : 1;
+int mv_nred(int64_t K, int mmr, int stages, int pairs, bool f8) {
+  return mv_smem_bytes(K, mmr, stages, 2, pairs, f8) <= MV_SMEM ? 2 : 1;
 }
 int mv_mmr(int64_t T) {
   const int64_t m = std::min<int64_t>(MV_MAXRUN, std::max<int64_t>(1, T));
@@ -369,12 +500,15 @@ bool moe_gemv2_ok(WeightRef W, int64_t T, int topk, int64_t N, int64_t K, int64_
          reinterpret_cast<uintptr_t>(W.w) % 16 == 0 && reinterpret_cast<uintptr_t>(W.scale) % 16 == 0 &&
          mv_stages(K, mv_mmr(T)) >= 2;
 }
+bool moe_gemv2_fp8_ok(WeightRef W, int64_t T, int topk, int64_t N, int64_t K, int64_t w_stride, int64_t s_stride) {
+  return moe_gemv2_ok(W, T, topk, N, K, w_stride, s_stride) && mv_stages(K, 2, 1, true) >= 2;
+}
 
 static cudaError_t mv_run(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
                           int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit,
                           float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan, bool contig, int early,
-                          bool pairs) {
-  if (!moe_gemv2_ok(W, T, topk, N, K, w_stride, s_stride)) return cudaErrorNotSupported;
+                          bool pairs, bool f8 = false) {
+  if (!(f8 ? moe_gemv2_fp8_ok : moe_gemv2_ok)(W, T, topk, N, K, w_stride, s_stride)) return cudaErrorNotSupported;
   if (ldx % 4 || reinterpret_cast<uintptr_t>(x) % 16) return cudaErrorInvalidValue;
   if (swiglu && limit <= 0.0f) return cudaErrorInvalidValue;
   int sms = plan && plan->sms > 0 ? plan->sms : 0;  // (only the SM count is taken from a plan)
@@ -391,16 +525,17 @@ static cudaError_t mv_run(const float* x, int64_t ldx, bool x_per_slot, const in
   p.N = N, p.K = K, p.y = y, p.ldy = ldy;
   p.sel = sel, p.slots = (int)(T * topk), p.topk = topk, p.x_per_slot = x_per_slot ? 1 : 0;
   p.fuse = swiglu ? 1 : 0, p.I = N / 2, p.lim = limit;
-  p.mmr = mv_mmr(T);
+  p.mmr = f8 ? std::min(2, mv_mmr(T)) : mv_mmr(T);  // (F8: B columns = 2 tokens × 4 groups)
   p.contig = contig ? 1 : 0;
   // 64-row items where a 64-row stage still leaves a ring of 2 (w2: K = 2048); the fused w13's pairs are
   // gate and up tiles, the row copies form moves 2 rows a warp: 32-row items there
-  p.pairs = pairs && !swiglu && contig && N % (2 * MV_ROWS) == 0 && mv_stages(K, p.mmr, 2) >= 2 ? 2 : 1;
-  p.stages = mv_stages(K, p.mmr, p.pairs);
-  p.nred = mv_nred(K, p.mmr, p.stages, p.pairs);
+  p.pairs = pairs && !swiglu && contig && N % (2 * MV_ROWS) == 0 && mv_stages(K, p.mmr, 2, f8) >= 2 ? 2 : 1;
+  p.stages = mv_stages(K, p.mmr, p.pairs, f8);
+  p.nred = mv_nred(K, p.mmr, p.stages, p.pairs, f8);
   p.early = early;
   // (the max dynamic shared memory attribute MV_SMEM: set by init_kernel_attributes)
-  moe_gemv2_kernel<<<sms, MV_NT, mv_smem_bytes(K, p.mmr, p.stages, p.nred, p.pairs), s>>>(p);
+  (f8 ? moe_gemv2_kernel<true> : moe_gemv2_kernel<false>)<<<sms, MV_NT, mv_smem_bytes(K, p.mmr, p.stages, p.nred, p.pairs, f8),
+                                                              s>>>(p);
   return cudaGetLastError();
 }
 
@@ -425,8 +560,20 @@ cudaError_t moe_gemv2_rows(const float* x, int64_t ldx, bool x_per_slot, const i
                 false);
 }
 
+cudaError_t moe_gemv2_fp8(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
+                          int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
+                          float limit, float* y, int64_t ldy, int early, cudaStream_t s, const GemvPlan* plan,
+                          bool wide) {
+  if (early < 0 || early > 2) return cudaErrorInvalidValue;
+  return mv_run(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy, s, plan, true,
+                early, wide, true);
+}
+
 namespace detail {
-cudaError_t init_attributes_moe_gemv2() { return set_max_dynamic_smem(moe_gemv2_kernel, MV_SMEM); }
+cudaError_t init_attributes_moe_gemv2() {
+  const cudaError_t e = set_max_dynamic_smem(moe_gemv2_kernel<false>, MV_SMEM);
+  return e != cudaSuccess ? e : set_max_dynamic_smem(moe_gemv2_kernel<true>, MV_SMEM);
+}
 }  // namespace detail
 
 }  // namespace deepinfer::cuda
