@@ -277,7 +277,7 @@ cudaError_t moe_gemv2_early(const float* x, int64_t ldx, bool x_per_slot, const 
 // power-of-two scale as moe_quant_fp8 does (DeepSeek's activation quantization), the weights' e2m1 → e4m3
 // exactly, the e8m0 scale applied per 32-k group in f32: y = Σ_groups 2^e8m0 · s_x · Σ_k e2m1 · q (products
 // exact; for e8m0 bytes b and x scales 2^e with 1 ≤ b + e + 6 ≤ 254, i.e. every checkpoint's). moe_gemv2_ok's
-// shapes with K % 1024 == 0, K ≤ 8192 (moe_gemv2_fp8_ok); runs of ≤ 2 slots. Batch invariant in the
+// shapes where its B operands fit (moe_gemv2_fp8_ok: K ≤ ~9000); runs of ≤ 2 slots. Batch invariant in the
 // same sense as moe_gemv2 (its own bits).
 bool moe_gemv2_fp8_ok(WeightRef W, int64_t T, int topk, int64_t N, int64_t K, int64_t w_stride, int64_t s_stride);
 cudaError_t moe_gemv2_fp8(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,

@@ -331,71 +331,31 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
     for (int pr = 0; pr < p.pairs; ++pr) {
       const uint8_t* wl = ring + (size_t)st * stage_bytes + (pr * MV_ROWS + rt * 16 + g) * RS + hh * 64 + t * 16;
       const uint8_t* sl = ring + (size_t)st * stage_bytes + IR * RS + (pr * MV_ROWS + rt * 16 + g) * SS + hh * 4;
-      // Two chunk pairs in flight: chunk pair it's wgmmas are issued, then it − 1's are waited for and promoted
-      // and it + 1's operands loaded and decoded into the buffer it − 1 used (its wgmmas done), while it's run.
-      struct Ops {
-        uint32_t A[4][4];
-        uint32_t sa, sb;  // the two rows' e8m0 words of the chunk
-      };
-      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      const int nit = (int)(p.K / 1024);  // chunk pairs wg, wg + 4, …: ncp / 4 for every warpgroup
-      auto load = [&](Ops& o, int it) {
-        const int cp = wg + 4 * it;
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, z[64];  // (z: m64n16, 8 used; step 0 overwrites it)
+      for (int cp = wg; cp < ncp; cp += 4) {
         const uint4 wa = *reinterpret_cast<const uint4*>(wl + cp * 128);
         const uint4 wb = *reinterpret_cast<const uint4*>(wl + cp * 128 + 8 * RS);
-        o.sa = *reinterpret_cast<const uint32_t*>(sl + 8 * cp);
-        o.sb = *reinterpret_cast<const uint32_t*>(sl + 8 * cp + 8 * SS);
+        const uint32_t sa = *reinterpret_cast<const uint32_t*>(sl + 8 * cp);
+        const uint32_t sb = *reinterpret_cast<const uint32_t*>(sl + 8 * cp + 8 * SS);
+        uint32_t A[4][4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          detail::e2m1x8_e4m3(u4get(wa, j), o.A[j][0], o.A[j][2]);
-          detail::e2m1x8_e4m3(u4get(wb, j), o.A[j][1], o.A[j][3]);
+          detail::e2m1x8_e4m3(u4get(wa, j), A[j][0], A[j][2]);
+          detail::e2m1x8_e4m3(u4get(wb, j), A[j][1], A[j][3]);
         }
-      };
-      auto issue_mma = [&](Ops& o, float (&z)[64], int it) {
-        const int cp = wg + 4 * it;
         detail::wgmma_fence();
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          detail::wgmma_e4m3_n16(z, o.A[j], (uint64_t)dhi << 32 | (dlo + (uint32_t)(4 * cp + j) * (512 >> 4)), j);
+          detail::wgmma_e4m3_n16(z, A[j], (uint64_t)dhi << 32 | (dlo + (uint32_t)(4 * cp + j) * (512 >> 4)), j);
         detail::wgmma_commit();
-      };
-      // after the wait that completed o's wgmmas (ptxas itself keeps a wgmma's A registers until a wait covers it)
-      auto promote = [&](Ops& o, float (&z)[64], int it) {
+        const uint32_t xec = xel[2 * cp];
+        detail::wgmma_wait<0>();
         detail::wgmma_fence_acc(z);
-        const uint32_t xec = xel[2 * (wg + 4 * it)];
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          const uint32_t b = __byte_perm(r < 2 ? o.sa : o.sb, 0u, ssel + (r & 1));
+          const uint32_t b = __byte_perm(r < 2 ? sa : sb, 0u, ssel + (r & 1));
           acc[r] = fmaf(hh ? z[4 + r] : z[r], __uint_as_float(b * (1u << 23) + xec), acc[r]);
         }
-      };
-      // NIT chunk pairs, fully unrolled: a wgmma in flight across a loop branch is serialized by ptxas (C7518)
-      auto run_pairs = [&](auto nitc) {
-        constexpr int NIT = decltype(nitc)::value;
-        Ops o[2];
-        float z[2][64];  // (m64n16: 8 used; each pair's first step overwrites them)
-        load(o[0], 0);
-#pragma unroll
-        for (int it = 0; it < NIT; ++it) {
-          issue_mma(o[it & 1], z[it & 1], it);
-          if (it > 0) {
-            detail::wgmma_wait<1>();
-            promote(o[(it - 1) & 1], z[(it - 1) & 1], it - 1);
-          }
-          if (it + 1 < NIT) load(o[(it + 1) & 1], it + 1);
-        }
-        detail::wgmma_wait<0>();
-        promote(o[(NIT - 1) & 1], z[(NIT - 1) & 1], NIT - 1);
-      };
-      switch (nit) {  // K / 1024 (moe_gemv2_fp8_ok: K % 1024 == 0, K ≤ 8192)
-        case 1: run_pairs(std::integral_constant<int, 1>{}); break;
-        case 2: run_pairs(std::integral_constant<int, 2>{}); break;
-        case 3: run_pairs(std::integral_constant<int, 3>{}); break;
-        case 4: run_pairs(std::integral_constant<int, 4>{}); break;
-        case 5: run_pairs(std::integral_constant<int, 5>{}); break;
-        case 6: run_pairs(std::integral_constant<int, 6>{}); break;
-        case 7: run_pairs(std::integral_constant<int, 7>{}); break;
-        default: run_pairs(std::integral_constant<int, 8>{}); break;
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -541,8 +501,7 @@ bool moe_gemv2_ok(WeightRef W, int64_t T, int topk, int64_t N, int64_t K, int64_
          mv_stages(K, mv_mmr(T)) >= 2;
 }
 bool moe_gemv2_fp8_ok(WeightRef W, int64_t T, int topk, int64_t N, int64_t K, int64_t w_stride, int64_t s_stride) {
-  return moe_gemv2_ok(W, T, topk, N, K, w_stride, s_stride) && K % 1024 == 0 && K <= 8192 &&
-         mv_stages(K, 2, 1, true) >= 2;
+  return moe_gemv2_ok(W, T, topk, N, K, w_stride, s_stride) && mv_stages(K, 2, 1, true) >= 2;
 }
 
 static cudaError_t mv_run(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
