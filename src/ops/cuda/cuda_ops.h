@@ -277,8 +277,9 @@ cudaError_t moe_gemv2_early(const float* x, int64_t ldx, bool x_per_slot, const 
 // power-of-two scale as moe_quant_fp8 does (DeepSeek's activation quantization), the weights' e2m1 → e4m3
 // exactly, the e8m0 scale applied per 32-k group in f32: y = Σ_groups 2^e8m0 · s_x · Σ_k e2m1 · q (products
 // exact; for e8m0 bytes b and x scales 2^e with 1 ≤ b + e + 6 ≤ 254, i.e. every checkpoint's). moe_gemv2_ok's
-// shapes where its B operands fit (moe_gemv2_fp8_ok: K ≤ ~9000); runs of ≤ 2 slots. Batch invariant in the
-// same sense as moe_gemv2 (its own bits).
+// shapes where the ring and B fit (moe_gemv2_fp8_ok: K ≤ 5120 at T ≤ 2, ≤ 4096 beyond); runs of ≤ 4 slots (B
+// columns = 2 chunks × 2 or 4 tokens × 4 scale groups: an expert with more slots is read once per 4). Batch
+// invariant in the same sense as moe_gemv2 (its own bits).
 bool moe_gemv2_fp8_ok(WeightRef W, int64_t T, int topk, int64_t N, int64_t K, int64_t w_stride, int64_t s_stride);
 cudaError_t moe_gemv2_fp8(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
                           int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,

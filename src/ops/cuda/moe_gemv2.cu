@@ -56,7 +56,7 @@ constexpr int MV_MAXS = 6;                         // ring stages at most
 constexpr int MV_MAXSLOTS = 64;                    // T·topk a launch
 constexpr int MV_MAXRUN = 8;                       // slots a run (the MMA's n8 side)
 constexpr int MV_RED = 2 * 128;                    // a warp's partial sums of a tile pair: [tile][4][32]
-constexpr int MV_RED8 = 64;                        // F8: a k split's sums of a tile pair: [tile][token][16 rows]
+constexpr int MV_RED8 = 32;                        // F8: a k split's sums of a tile pair and token: [tile][16 rows]
 constexpr size_t MV_SMEM = 224 * 1024;  // dynamic shared memory budget (+ 2.5 KiB static ≤ the 227 KiB opt-in)
 
 struct MvParams {
@@ -113,18 +113,23 @@ __device__ __forceinline__ void mv_stage_x(uint4* xs, const float* __restrict__ 
   }
 }
 
-// F8 (moe_gemv2_fp8): the x rows of a run (≤ 2 tokens u) → the wgmma B operands in shared memory, quantized
-// as quant_act_kernel's moe_quant_fp8 does (DeepSeek's activation quantization: e4m3 with a scale 2^e per token
-// and 128-k block). B of chunk pair cp (chunks 2cp + h), step j (k32): 16 columns n = 8h + 4u + q × 32 k-slots,
-// K-major core matrices (8 columns × 16 bytes; LBO 128 between the k halves, SBO 256 between h = 0 and 1), at
-// xb + (4cp + j)·512. Column n holds token u's x only in the k-slots its A side takes from lane t = q (4q..4q+3:
-// k 32q + 8j + 0, 2, 4, 6 of chunk 2cp + h; 16 + 4q..: the odd k), zeros elsewhere — so a column sums one 32-k
-// scale group of one token. xe[u·(K/128) + c] = (6 + e) << 23: the block's part of the promotion factor's
-// exponent field. One warp a (token, 128-k block); even lanes write whole 16-byte rows (the zeros too, and the
-// rows of an absent second token), so the area needs no clearing.
+// F8 = NT (moe_gemv2_fp8): the x rows of a run (≤ NT = 2 or 4 tokens u) → the wgmma B operands in shared memory,
+// quantized as quant_act_kernel's moe_quant_fp8 does (DeepSeek's activation quantization: e4m3 with a scale 2^e per
+// token and 128-k block). B of chunk pair cp (chunks 2cp + h), step j (k32): N = 8·NT columns n = 4NT·h + 4u + q ×
+// 32 k-slots, K-major core matrices (8 columns × 16 bytes; LBO 128 between the k halves, SBO 256 between 8-column
+// groups), at xb + (4cp + j)·256·NT. Column n holds token u's x only in the k-slots its A side takes from lane t = q
+// (4q..4q+3: k 32q + 8j + 0, 2, 4, 6 of chunk 2cp + h; 16 + 4q..: the odd k), zeros elsewhere — so a column sums
+// one 32-k scale group of one token. xe[u·(K/128) + c] = (6 + e) << 23: the block's part of the promotion factor's
+// exponent field. One warp a (token, 128-k block); even lanes write whole 16-byte rows (the zeros too, and token
+// 0's warps the rows of absent tokens), so the area needs no clearing.
+template <int NT>
 __device__ __forceinline__ void mv_stage_x8(uint8_t* xb, uint32_t* xe, const float* __restrict__ x, const int64_t* xoff,
                                             int rows, int K) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nb = K / 128;
+  auto row_at = [&](int c, int j, int u, int q) {  // (column 4NT·(c % 2) + 4u + q, k half 0) of step (c / 2, j)
+    const int n = 4 * NT * (c & 1) + 4 * u + q;
+    return xb + ((c >> 1) * 4 + j) * (256 * NT) + (n >> 3) * 256 + (n & 7) * 16;
+  };
   for (int task = warp; task < rows * nb; task += MV_WARPS) {
     const int u = task / nb, c = task - u * nb;
     const float4 v = *reinterpret_cast<const float4*>(x + xoff[u] + c * 128 + lane * 4);
@@ -139,22 +144,24 @@ __device__ __forceinline__ void mv_stage_x8(uint8_t* xb, uint32_t* xe, const flo
     hi |= __shfl_down_sync(0xffffffffu, hi, 1) << 16;
     if ((lane & 1) == 0) {
       const int q = lane >> 3, j = (lane >> 1) & 3;
-      uint8_t* row = xb + ((c >> 1) * 4 + j) * 512 + (c & 1) * 256;
       uint4 rl = make_uint4(0, 0, 0, 0), rh = rl;
       (q == 0 ? rl.x : q == 1 ? rl.y : q == 2 ? rl.z : rl.w) = lo;
       (q == 0 ? rh.x : q == 1 ? rh.y : q == 2 ? rh.z : rh.w) = hi;
-      *reinterpret_cast<uint4*>(row + (4 * u + q) * 16) = rl;
-      *reinterpret_cast<uint4*>(row + 128 + (4 * u + q) * 16) = rh;
-      if (rows == 1) {  // token 1's columns: zeros
-        *reinterpret_cast<uint4*>(row + (4 + q) * 16) = make_uint4(0, 0, 0, 0);
-        *reinterpret_cast<uint4*>(row + 128 + (4 + q) * 16) = make_uint4(0, 0, 0, 0);
-      }
+      uint8_t* r = row_at(c, j, u, q);
+      *reinterpret_cast<uint4*>(r) = rl;
+      *reinterpret_cast<uint4*>(r + 128) = rh;
+      if (u == 0)
+        for (int ua = rows; ua < NT; ++ua) {  // absent tokens' columns: zeros
+          uint8_t* z = row_at(c, j, ua, q);
+          *reinterpret_cast<uint4*>(z) = make_uint4(0, 0, 0, 0);
+          *reinterpret_cast<uint4*>(z + 128) = make_uint4(0, 0, 0, 0);
+        }
     }
     if (lane == 0) xe[u * nb + c] = (uint32_t)(6 + e) << 23;
   }
 }
 
-template <bool F8>
+template <int F8>  // 0: bf16 x (moe_gemv2); 2 or 4: e4m3 x, runs of ≤ F8 tokens (moe_gemv2_fp8)
 __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
   // p.early > 0 (moe_gemv2_early): with programmatic edges this grid starts only after its predecessor has
   // passed its own wait, so what was written ≥ 2 launches back is complete. The routing, the first S
@@ -182,11 +189,12 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
   const int stage_bytes = IR * (RS + SS);
   uint8_t* ring = mv_smem;  // [S][IR rows × RS | IR rows × SS]
   uint4* xs = reinterpret_cast<uint4*>(mv_smem + (size_t)S * stage_bytes);
-  uint8_t* xq8 = reinterpret_cast<uint8_t*>(xs);                    // F8: the B operands (8K bytes),
-  uint32_t* xe8 = reinterpret_cast<uint32_t*>(xq8 + (size_t)8 * K);  // then [2][K/128] exponent bits
-  // partial sums: [nred][16 warps][pairs · MV_RED] (F8: [nred][8 k splits][pairs · MV_RED8])
-  float* red = reinterpret_cast<float*>(mv_smem + (size_t)S * stage_bytes + (F8 ? 8 * K + K / 16 : 2 * mmr * K));
-  const int wred = p.pairs * (F8 ? MV_RED8 : MV_RED);  // floats a warp (F8: a k split) an item
+  uint8_t* xq8 = reinterpret_cast<uint8_t*>(xs);                         // F8: the B operands (4·F8·K bytes),
+  uint32_t* xe8 = reinterpret_cast<uint32_t*>(xq8 + (size_t)4 * F8 * K);  // then [F8][K/128] exponent bits
+  // partial sums: [nred][16 warps][pairs · MV_RED] (F8: [nred][8 k splits][pairs · F8 · MV_RED8])
+  float* red = reinterpret_cast<float*>(mv_smem + (size_t)S * stage_bytes +
+                                        (F8 ? 4 * F8 * K + F8 * (K / 32) : 2 * mmr * K));
+  const int wred = p.pairs * (F8 ? F8 * MV_RED8 : MV_RED);  // floats a warp (F8: a k split) an item
 
   // Runs: slot s leads a run when the number of earlier slots with its expert is a multiple of mmr; the
   // run holds that slot and the next ≤ mmr − 1 slots with the expert (slot order). Runs ordered by leader.
@@ -275,7 +283,7 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
     }
     if (__syncthreads_or(diff)) {
       if constexpr (F8) {
-        mv_stage_x8(xq8, xe8, p.x, s_xoff, rows, K);
+        mv_stage_x8<F8>(xq8, xe8, p.x, s_xoff, rows, K);
         detail::fence_proxy_async_smem();  // (st.shared → the wgmma's operand reads)
       } else {
         mv_stage_x(xs, p.x, s_xoff, rows, mmr, K);
@@ -312,26 +320,33 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
     mbar_wait(smem_u32(&full[st]), ph);
 
     if constexpr (F8) {
-    // e4m3 wgmma (m64n16k32, A from registers). Warpgroup wg = warp / 4 takes the chunk pairs cp ≡ wg (mod 4);
-    // its warp wl = warp % 4 holds tile wl % 2 (rows g, g + 8 of it) of chunk 2cp + wl / 2, so the 64 A rows are
-    // 2 tiles × 2 chunks and B's 16 columns (mv_stage_x8) are chunk half h × token u × group q: a warp reads the
-    // n8 block h = wl / 2 of the result. Lane (g, t) reads, as the bf16 form, the 16 bytes of group t in its
-    // rows; word j is step j's A (e2m1x8_e4m3: lo = k-slots 4t.., hi = 16 + 4t..), which B column (h, u, t)
-    // meets alone. A chunk's 4 steps accumulate in a fresh fragment, then promoted by 2^(e8m0(row, group) −
-    // 121 + e_x(token, chunk)) — exact products, the factor's exponent field built by one IMAD — into the
-    // f32 sums (chunks ascending). Lanes t, t ^ 1 then hold groups {0, 1} and {2, 3} of token t / 2
-    // (columns 2t, 2t + 1 of the block): added, one shuffle, the sum of the 4 groups.
+    // e4m3 wgmma (m64nNk32, N = 8·F8, A from registers). Warpgroup wg = warp / 4 takes the chunk pairs cp ≡ wg
+    // (mod 4); its warp wl = warp % 4 holds tile wl % 2 (rows g, g + 8 of it) of chunk 2cp + wl / 2, so the 64
+    // A rows are 2 tiles × 2 chunks and B's columns (mv_stage_x8) are chunk half h × token u × group q: a warp
+    // reads the n8 blocks of its half (h = wl / 2). Lane (g, t) reads, as the bf16 form, the 16 bytes of group t
+    // in its rows; word j is step j's A (e2m1x8_e4m3: lo = k-slots 4t.., hi = 16 + 4t..), which the B columns
+    // (h, u, t) meet alone. A chunk's 4 steps accumulate in a fresh fragment, then promoted by 2^(e8m0(row,
+    // group) − 121 + e_x(token, chunk)) — exact products, the factor's exponent field built by one IMAD — into
+    // the f32 sums (chunks ascending). In n8 block b of its half, lanes t, t ^ 1 hold groups {0, 1} and {2, 3}
+    // of token 2b + t / 2 (columns 2t, 2t + 1): added, one shuffle, the sum of the 4 groups.
+    constexpr int NB = F8 / 2;  // n8 blocks a chunk half
     const int wg = warp >> 2, rt = warp & 1, hh = (warp >> 1) & 1, ks = 2 * wg + hh;  // ks: the k split
-    const uint32_t* xel = xe8 + min(t >> 1, rows - 1) * nch + hh;  // token of this lane's C columns
-    const uint32_t ssel = 0x4440u + 2 * (t & 1);                   // e8m0 byte of column 2t (+ 1: 2t + 1)
-    // B descriptor of step (cp, j): the low word + (4cp + j)·512 bytes (the address field does not carry out)
+    const uint32_t* xel[NB];                                                         // tokens of this lane's columns
+#pragma unroll
+    for (int bb = 0; bb < NB; ++bb) xel[bb] = xe8 + min(2 * bb + (t >> 1), rows - 1) * nch + hh;
+    const uint32_t ssel = 0x4440u + 2 * (t & 1);  // e8m0 byte of column 2t (+ 1: 2t + 1)
+    // B descriptor of step (cp, j): the low word + (4cp + j)·256·F8 bytes (the address field does not carry out)
     const uint64_t desc0 = detail::wgmma_desc(smem_u32(xq8), 128, 256);
     const uint32_t dlo = (uint32_t)desc0, dhi = (uint32_t)(desc0 >> 32);
     const int ncp = nch / 2;
     for (int pr = 0; pr < p.pairs; ++pr) {
       const uint8_t* wl = ring + (size_t)st * stage_bytes + (pr * MV_ROWS + rt * 16 + g) * RS + hh * 64 + t * 16;
       const uint8_t* sl = ring + (size_t)st * stage_bytes + IR * RS + (pr * MV_ROWS + rt * 16 + g) * SS + hh * 4;
-      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, z[64];  // (z: m64n16, 8 used; step 0 overwrites it)
+      float acc[NB][4], z[64];  // (z: m64nN, 4·F8 used; step 0 overwrites it)
+#pragma unroll
+      for (int bb = 0; bb < NB; ++bb)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[bb][r] = 0.0f;
       for (int cp = wg; cp < ncp; cp += 4) {
         const uint4 wa = *reinterpret_cast<const uint4*>(wl + cp * 128);
         const uint4 wb = *reinterpret_cast<const uint4*>(wl + cp * 128 + 8 * RS);
@@ -346,24 +361,31 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
         detail::wgmma_fence();
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          detail::wgmma_e4m3_n16(z, A[j], (uint64_t)dhi << 32 | (dlo + (uint32_t)(4 * cp + j) * (512 >> 4)), j);
+          detail::wgmma_e4m3_n<8 * F8>(z, A[j], (uint64_t)dhi << 32 | (dlo + (uint32_t)(4 * cp + j) * (16 * F8)), j);
         detail::wgmma_commit();
-        const uint32_t xec = xel[2 * cp];
+        uint32_t xec[NB];
+#pragma unroll
+        for (int bb = 0; bb < NB; ++bb) xec[bb] = xel[bb][2 * cp];
         detail::wgmma_wait<0>();
         detail::wgmma_fence_acc(z);
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          const uint32_t b = __byte_perm(r < 2 ? sa : sb, 0u, ssel + (r & 1));
-          acc[r] = fmaf(hh ? z[4 + r] : z[r], __uint_as_float(b * (1u << 23) + xec), acc[r]);
+          const uint32_t b = __byte_perm(r < 2 ? sa : sb, 0u, ssel + (r & 1)) * (1u << 23);
+#pragma unroll
+          for (int bb = 0; bb < NB; ++bb)
+            acc[bb][r] = fmaf(hh ? z[4 * (NB + bb) + r] : z[4 * bb + r], __uint_as_float(b + xec[bb]), acc[bb][r]);
         }
       }
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float v = acc[2 * h] + acc[2 * h + 1];
-        v += __shfl_xor_sync(0xffffffffu, v, 1);
-        // [k split][pair][tile][token][row]: 64 floats a k split and pair
-        if ((t & 1) == 0) rd[ks * wred + pr * MV_RED8 + rt * 32 + (t >> 1) * 16 + h * 8 + g] = v;
-      }
+      for (int bb = 0; bb < NB; ++bb)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float v = acc[bb][2 * h] + acc[bb][2 * h + 1];
+          v += __shfl_xor_sync(0xffffffffu, v, 1);
+          // [k split][pair][tile][token][row]: F8 · 32 floats a k split and pair
+          if ((t & 1) == 0)
+            rd[ks * wred + pr * F8 * MV_RED8 + rt * 16 * F8 + (2 * bb + (t >> 1)) * 16 + h * 8 + g] = v;
+        }
     }
     } else {
     // This lane's 16 bytes of chunk 0 in row g of tile 0 (+ 16·RS: tile 1, + 8·RS: row g + 8), its scale
@@ -419,23 +441,24 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
 
     // element el of the [tile][4][32] fragment image: lane (gg, tt), register r → row gg + 8·(r / 2),
     // column (run row) 2·tt + r % 2. Only the run's columns are summed (T = 1: 1 in 8).
-    if constexpr (F8) {  // rd image: [k split 0..7][pair][tile][token][row] (64 floats a pair)
+    if constexpr (F8) {  // rd image: [k split 0..7][pair][tile][token < F8][row] (32·F8 floats a pair)
       if (!p.fuse) {
-        if (tid < p.pairs * 64) {
-          const int pr = tid >> 6, i = tid & 63, rt = i >> 5, col = (i >> 4) & 1, row = i & 15;
+        if (tid < p.pairs * 32 * F8) {
+          const int pr = tid / (32 * F8), i = tid - pr * (32 * F8), rt = i / (16 * F8), col = (i >> 4) % F8,
+                    row = i & 15;
           if (col < rows) {
-            float v = rd[pr * MV_RED8 + i];
+            float v = rd[pr * F8 * MV_RED8 + i];
 #pragma unroll
-            for (int w = 1; w < MV_WARPS / 2; ++w) v += rd[w * wred + pr * MV_RED8 + i];
+            for (int w = 1; w < MV_WARPS / 2; ++w) v += rd[w * wred + pr * F8 * MV_RED8 + i];
             p.y[s_yoff[col] + (int64_t)rg * IR + pr * MV_ROWS + rt * 16 + row] = v;
           }
         }
-      } else if (tid < 32) {  // tile 0 = gate rows, tile 1 = the matching up rows
+      } else if (tid < 16 * F8) {  // tile 0 = gate rows, tile 1 = the matching up rows
         const int col = tid >> 4, row = tid & 15;
         if (col < rows) {
-          float gt = rd[tid], up = rd[32 + tid];
+          float gt = rd[tid], up = rd[16 * F8 + tid];
 #pragma unroll
-          for (int w = 1; w < MV_WARPS / 2; ++w) gt += rd[w * wred + tid], up += rd[w * wred + 32 + tid];
+          for (int w = 1; w < MV_WARPS / 2; ++w) gt += rd[w * wred + tid], up += rd[w * wred + 16 * F8 + tid];
           p.y[s_yoff[col] + (int64_t)rg * 16 + row] = detail::swiglu_clamp_one(gt, up, p.lim, 1.0f);
         }
       }
@@ -473,15 +496,20 @@ __global__ void __launch_bounds__(MV_NT, 1) moe_gemv2_kernel(const MvParams p) {
 // Shared-memory bytes of one ring stage (an item's rows, padded as the row copies lay them out), of x (bf16
 // rows; F8: the B operands and exponents of ≤ 2 tokens) and of one partial-sum buffer
 int64_t mv_stage_bytes(int64_t K, int pairs) { return (int64_t)pairs * MV_ROWS * (K / 2 + MV_PAD + K / 32 + 16); }
-int64_t mv_x_bytes(int64_t K, int mmr, bool f8) { return f8 ? 8 * K + K / 16 : (int64_t)mmr * K * 2; }
-int64_t mv_red_bytes(int pairs, bool f8) { return f8 ? (int64_t)MV_WARPS / 2 * pairs * MV_RED8 * 4 : (int64_t)MV_WARPS * pairs * MV_RED * 4; }
+int mv_nt(int mmr) { return mmr <= 2 ? 2 : 4; }  // F8: tokens a B set (runs of ≤ 4)
+int64_t mv_x_bytes(int64_t K, int mmr, bool f8) {
+  return f8 ? 4 * mv_nt(mmr) * K + mv_nt(mmr) * (K / 32) : (int64_t)mmr * K * 2;
+}
+int64_t mv_red_bytes(int pairs, int mmr, bool f8) {
+  return f8 ? (int64_t)MV_WARPS / 2 * pairs * mv_nt(mmr) * MV_RED8 * 4 : (int64_t)MV_WARPS * pairs * MV_RED * 4;
+}
 int mv_stages(int64_t K, int mmr, int pairs = 1, bool f8 = false) {
   const int64_t stage = mv_stage_bytes(K, pairs);
-  const int64_t room = (int64_t)MV_SMEM - mv_x_bytes(K, mmr, f8) - mv_red_bytes(pairs, f8);
+  const int64_t room = (int64_t)MV_SMEM - mv_x_bytes(K, mmr, f8) - mv_red_bytes(pairs, mmr, f8);
   return room < 2 * stage ? 0 : (int)std::min<int64_t>(MV_MAXS, room / stage);
 }
 size_t mv_smem_bytes(int64_t K, int mmr, int stages, int nred, int pairs, bool f8) {
-  return (size_t)(stages * mv_stage_bytes(K, pairs) + mv_x_bytes(K, mmr, f8) + nred * mv_red_bytes(pairs, f8));
+  return (size_t)(stages * mv_stage_bytes(K, pairs) + mv_x_bytes(K, mmr, f8) + nred * mv_red_bytes(pairs, mmr, f8));
 }
 // A second partial-sum buffer where the stages leave room for it (never at the cost of a stage)
 int mv_nred(int64_t K, int mmr, int stages, int pairs, bool f8) {
@@ -501,7 +529,7 @@ bool moe_gemv2_ok(WeightRef W, int64_t T, int topk, int64_t N, int64_t K, int64_
          mv_stages(K, mv_mmr(T)) >= 2;
 }
 bool moe_gemv2_fp8_ok(WeightRef W, int64_t T, int topk, int64_t N, int64_t K, int64_t w_stride, int64_t s_stride) {
-  return moe_gemv2_ok(W, T, topk, N, K, w_stride, s_stride) && mv_stages(K, 2, 1, true) >= 2;
+  return moe_gemv2_ok(W, T, topk, N, K, w_stride, s_stride) && mv_stages(K, std::min(4, mv_mmr(T)), 1, true) >= 2;
 }
 
 static cudaError_t mv_run(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
@@ -525,7 +553,7 @@ static cudaError_t mv_run(const float* x, int64_t ldx, bool x_per_slot, const in
   p.N = N, p.K = K, p.y = y, p.ldy = ldy;
   p.sel = sel, p.slots = (int)(T * topk), p.topk = topk, p.x_per_slot = x_per_slot ? 1 : 0;
   p.fuse = swiglu ? 1 : 0, p.I = N / 2, p.lim = limit;
-  p.mmr = f8 ? std::min(2, mv_mmr(T)) : mv_mmr(T);  // (F8: B columns = 2 tokens × 4 groups)
+  p.mmr = f8 ? std::min(4, mv_mmr(T)) : mv_mmr(T);  // (F8: B columns = 2 chunks × ≤ 4 tokens × 4 groups)
   p.contig = contig ? 1 : 0;
   // 64-row items where a 64-row stage still leaves a ring of 2 (w2: K = 2048); the fused w13's pairs are
   // gate and up tiles, the row copies form moves 2 rows a warp: 32-row items there
@@ -534,8 +562,8 @@ static cudaError_t mv_run(const float* x, int64_t ldx, bool x_per_slot, const in
   p.nred = mv_nred(K, p.mmr, p.stages, p.pairs, f8);
   p.early = early;
   // (the max dynamic shared memory attribute MV_SMEM: set by init_kernel_attributes)
-  (f8 ? moe_gemv2_kernel<true> : moe_gemv2_kernel<false>)<<<sms, MV_NT, mv_smem_bytes(K, p.mmr, p.stages, p.nred, p.pairs, f8),
-                                                              s>>>(p);
+  (!f8 ? moe_gemv2_kernel<0> : mv_nt(p.mmr) == 2 ? moe_gemv2_kernel<2> : moe_gemv2_kernel<4>)<<<
+      sms, MV_NT, mv_smem_bytes(K, p.mmr, p.stages, p.nred, p.pairs, f8), s>>>(p);
   return cudaGetLastError();
 }
 
@@ -571,8 +599,9 @@ cudaError_t moe_gemv2_fp8(const float* x, int64_t ldx, bool x_per_slot, const in
 
 namespace detail {
 cudaError_t init_attributes_moe_gemv2() {
-  const cudaError_t e = set_max_dynamic_smem(moe_gemv2_kernel<false>, MV_SMEM);
-  return e != cudaSuccess ? e : set_max_dynamic_smem(moe_gemv2_kernel<true>, MV_SMEM);
+  cudaError_t e = set_max_dynamic_smem(moe_gemv2_kernel<0>, MV_SMEM);
+  if (e == cudaSuccess) e = set_max_dynamic_smem(moe_gemv2_kernel<2>, MV_SMEM);
+  return e != cudaSuccess ? e : set_max_dynamic_smem(moe_gemv2_kernel<4>, MV_SMEM);
 }
 }  // namespace detail
 
