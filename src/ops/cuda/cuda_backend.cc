@@ -1311,9 +1311,11 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
     const int early13 = early && after_shared ? 2 : 0, early2 = early && !impl_->off("moe_early_w2") ? 1 : 0;
     // w2 (K = I = 2048) in 64-row items (the same bits; DEEPINFER_CUDA_OFF=moe_wide: 32-row items)
     const bool wide = !impl_->off("moe_wide");
-    // DEEPINFER_CUDA_ON=moe_gemv_fp8 (opt-in): moe_gemv2 on e4m3 wgmma, x quantized per 128-k block as DeepSeek's
-    // inference does (its own numerics; "MoE decode experts on fp8 MMAs" in the notes)
-    const bool f8 = g13 == cuda::moe_gemv2 && impl_->on("moe_gemv_fp8") &&
+    // moe_gemv2_fp8: moe_gemv2 on e4m3 wgmma, x quantized per 128-k block as DeepSeek's inference does (its own
+    // numerics; "MoE decode experts on fp8 MMAs" in the notes: s12-run6, 31 layers, two rounds in one call, b1
+    // 6.07 / 6.07 against 6.15 / 6.15 ms, b8 11.25 / 11.21 against 11.45 / 11.42). DEEPINFER_CUDA_OFF=moe_gemv_fp8:
+    // moe_gemv2 (bf16 x)
+    const bool f8 = g13 == cuda::moe_gemv2 && !impl_->off("moe_gemv_fp8") &&
                     cuda::moe_gemv2_fp8_ok(ex.r13, T, K, 2 * I, D, ex.w13_stride, ex.s13_stride) &&
                     cuda::moe_gemv2_fp8_ok(ex.r2, T, K, D, I, ex.w2_stride, ex.s2_stride);
     const auto early_fn = f8 ? cuda::moe_gemv2_fp8 : cuda::moe_gemv2_early;

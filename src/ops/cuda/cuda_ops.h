@@ -272,7 +272,7 @@ cudaError_t moe_gemv2_early(const float* x, int64_t ldx, bool x_per_slot, const 
                             int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
                             float limit, float* y, int64_t ldy, int early, cudaStream_t s,
                             const GemvPlan* plan = nullptr, bool wide = true);
-// moe_gemv2_early on e4m3 tensor cores (the backend's decode experts with DEEPINFER_CUDA_ON=moe_gemv_fp8;
+// moe_gemv2_early on e4m3 tensor cores (the backend's decode experts; DEEPINFER_CUDA_OFF=moe_gemv_fp8: moe_gemv2;
 // docs/cuda-notes.md "MoE decode experts on fp8 MMAs"): x quantized per token and 128-k block to e4m3 with a
 // power-of-two scale as moe_quant_fp8 does (DeepSeek's activation quantization), the weights' e2m1 → e4m3
 // exactly, the e8m0 scale applied per 32-k group in f32: y = Σ_groups 2^e8m0 · s_x · Σ_k e2m1 · q (products
