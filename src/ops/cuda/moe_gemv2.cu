@@ -1,5 +1,7 @@
 // Routed experts at decode, fp4 weights (e2m1 + ue8m0 1×32 scales as stored): moe_gemv2. Design notes,
-// byte counts and predictions: docs/cuda-notes.md, "MoE decode GEMV v2 (moe_gemv2)".
+// byte counts and predictions: docs/cuda-notes.md, "MoE decode GEMV v2 (moe_gemv2)". The same kernel with
+// F8 = 2 or 4 is moe_gemv2_fp8 (the backend's default since session 12): x quantized to e4m3 per 128-k block,
+// e4m3 wgmma, its own staging and compute blocks below ("MoE decode experts on fp8 MMAs" in the notes).
 //
 // Why a new kernel: gemv_q_grouped (v3 and v4) reads fp4 experts at ~23 % of HBM at T = 1 and T = 8 alike
 // (so not a launch or bytes-in-flight limit alone: v4 has > 100 KiB in flight an SM). Per weight byte it
