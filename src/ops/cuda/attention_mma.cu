@@ -23,6 +23,7 @@
 
 #include <climits>
 
+#include "ops/cuda/async_bits.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_attrs.h"
@@ -57,13 +58,6 @@ struct AmLayout {
         wt(ml + AM_HB * 2 * 4),
         total(wt + AM_HB * (AM_KS + 1) * 4) {}
 };
-
-__device__ __forceinline__ void am_cp16(void* dst, const void* src) {
-  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
-}
-__device__ __forceinline__ void am_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void am_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
   const unsigned a = (unsigned)__cvta_generic_to_shared(p);
@@ -187,9 +181,9 @@ __global__ void __cluster_dims__(AM_CS, 1, 1) __launch_bounds__(AM_NT, 2)
       const int i = t * AM_KT + r;
       if (i >= n) continue;
       const float* src = i < nw ? win + (lo + i) * (int64_t)D : ent + (int64_t)ent_idx[e0 + i - nw] * D;
-      am_cp16(Stg + r * DH + ch * 4, src + c0 + ch * 4);
+      detail::cp_async16(Stg + r * DH + ch * 4, src + c0 + ch * 4);
     }
-    am_commit();
+    detail::cp_async_commit();
   };
   if (t0 < t1) issue(t0);
 
@@ -227,7 +221,7 @@ __global__ void __cluster_dims__(AM_CS, 1, 1) __launch_bounds__(AM_NT, 2)
     float* Sb = Sp + (it & 1) * AM_HB * AM_SPS;
     const int nv = valid ? min(AM_KT, n - t * AM_KT) : 0;
     if (valid) {
-      am_wait_all();
+      detail::cp_async_wait<0>();
       __syncthreads();  // Stg filled (all threads' copies); Qs written; previous P·V done with Ks
       for (int idx = tid; idx < AM_KT * (DH / 4); idx += AM_NT) {  // f32 → bf16; rows ≥ nv are zeros
         const int r = idx / (DH / 4), c = 4 * (idx % (DH / 4));
@@ -314,7 +308,7 @@ __global__ void __cluster_dims__(AM_CS, 1, 1) __launch_bounds__(AM_NT, 2)
   }
 
   // this split's partial (max, sum, O) into shared memory; O over Qs/Ks/Stg (no longer used)
-  am_wait_all();
+  detail::cp_async_wait<0>();
   __syncthreads();
   float* Op = reinterpret_cast<float*>(smem);  // [64][DH]
   if (lane < 8) ML[2 * (8 * wp + lane)] = mreg, ML[2 * (8 * wp + lane) + 1] = lreg;
@@ -493,9 +487,9 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A2_NT, 1)
     for (int k = 0; k < PASSES; ++k) {
       const int r = r0 + k * RPP, i = t * AM_KT + r;
       const int row = __shfl_sync(0xffffffffu, rowreg, r);
-      if (i < n) am_cp16(Stg + r * D + ch * 4, (i < nw ? win : ent) + (int64_t)row * D + ch * 4);
+      if (i < n) detail::cp_async16(Stg + r * D + ch * 4, (i < nw ? win : ent) + (int64_t)row * D + ch * 4);
     }
-    am_commit();
+    detail::cp_async_commit();
   };
   auto convert = [&](int t) {  // own chunks of tile t, f32 → bf16 into Ks buffer t & 1; rows ≥ nv are zeros
     const int nv = min(AM_KT, n - t * AM_KT);
@@ -553,7 +547,7 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A2_NT, 1)
   float mreg = -INFINITY, lreg = 0.0f;  // softmax state of head 4·wp + u held by lane u (u < 4)
 
   if (t0 < t1) {  // tile t0 into Ks buffer t0 & 1, tile t0 + 1 on its way
-    am_wait_all();
+    detail::cp_async_wait<0>();
     convert(t0);
     if (t0 + 1 < t1) {
       copy(t0 + 1, rnext);
@@ -637,7 +631,7 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A2_NT, 1)
       }
     }
     if (t + 1 < t1) {
-      am_wait_all();  // own chunks of tile t + 1
+      detail::cp_async_wait<0>();  // own chunks of tile t + 1
       convert(t + 1);
       if (t + 2 < t1) {
         copy(t + 2, rnext);
@@ -823,10 +817,10 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
       if (i < n) {
         const float* src = (i < nw ? win : ent) + (int64_t)ridx[g] * D + coff;
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) am_cp16(Stg + soff(kk) + g * 8 * D, src + 16 * kk);
+        for (int kk = 0; kk < 4; ++kk) detail::cp_async16(Stg + soff(kk) + g * 8 * D, src + 16 * kk);
       }
     }
-    am_commit();
+    detail::cp_async_commit();
   };
   auto convert = [&](int t) {  // own chunks of tile t → bf16 core matrices of buffer t & 1; rows ≥ nv zeros
     const int nv = min(AM_KT, n - t * AM_KT);
@@ -896,7 +890,7 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
   float mA = -INFINITY, lA = 0.0f, mB = -INFINITY, lB = 0.0f;  // softmax state of heads rA, rB
 
   if (t0 < t1) {
-    am_wait_all();
+    detail::cp_async_wait<0>();
     convert(t0);
     if (t0 + 1 < t1) {
       copy(t0 + 1);
@@ -925,7 +919,7 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
     for (int ks = 0; ks < 16; ++ks) detail::wgmma_ss_n32(sacc, dq0 + (uint64_t)(ks * 128), dk0 + (uint64_t)(ks * 64));
     detail::wgmma_commit();
     if (t + 1 < t1) {  // the next tile into the other buffer while S runs (P·V of tile t − 1 is done with it)
-      am_wait_all();
+      detail::cp_async_wait<0>();
       convert(t + 1);
       detail::fence_proxy_async_smem();
       if (t + 2 < t1) {
@@ -1229,9 +1223,9 @@ __global__ void __cluster_dims__(AD_CS, 1, 1) __launch_bounds__(AD_NT, CT <= 2 ?
     __syncthreads();
     for (int idx = tid; idx < kv * CPR; idx += AD_NT) {
       const int r = idx / CPR, ch = idx % CPR;
-      am_cp16(Kf + r * KS + ch * 4, (kb + r < nw ? win : ent) + (int64_t)Rows[r] * D + c0 + ch * 4);
+      detail::cp_async16(Kf + r * KS + ch * 4, (kb + r < nw ? win : ent) + (int64_t)Rows[r] * D + c0 + ch * 4);
     }
-    am_commit();
+    detail::cp_async_commit();
     for (int idx = tid; idx < (ntc * AM_KT - kv) * CPR; idx += AD_NT) {
       const int r = kv + idx / CPR, ch = idx % CPR;
       *reinterpret_cast<float4*>(Kf + r * KS + ch * 4) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -1274,7 +1268,7 @@ __global__ void __cluster_dims__(AD_CS, 1, 1) __launch_bounds__(AD_NT, CT <= 2 ?
       ntc = chunk_tiles(c);
       kv = stage(c, ntc);
     }
-    am_wait_all();
+    detail::cp_async_wait<0>();
     __syncthreads();  // key rows, zero rows, Qs ready
     // partial S over this half of every tile of the chunk: warp = n8 key tiles wp, wp + 8, ...; v2's k-order
     {
@@ -1410,7 +1404,7 @@ __global__ void __cluster_dims__(AD_CS, 1, 1) __launch_bounds__(AD_NT, CT <= 2 ?
   }
 
   // this split's (m, l) (ML) and O [16][DH] over the key rows
-  am_wait_all();
+  detail::cp_async_wait<0>();
   __syncthreads();
   float* Op = reinterpret_cast<float*>(smem + L.k);
 #pragma unroll

@@ -5,6 +5,7 @@
 
 #include <climits>
 
+#include "ops/cuda/async_bits.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_attrs.h"
@@ -133,19 +134,7 @@ __global__ void __launch_bounds__(AW * 32) sink_attn_f32_kernel(
 constexpr int SA_NT = 256, SA_NW = SA_NT / 32, SA_CS = 8, SA_G = 16, SA_DMAX = 1024;
 static_assert(SA_G == 2 * SA_NW && SA_G == 2 * SA_CS && SA_NT == 2 * 128, "v2 thread mappings");
 
-__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
-  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async4(float* dst, const float* src) {
-  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+using detail::cp_async16, detail::cp_async4, detail::cp_async_commit, detail::cp_async_wait;
 
 // Shared memory of the v2 kernel (floats), dp = d rounded up to 32, DQ = dp + 4 (row stride ≡ 4 mod 32
 // banks: the 4 head rows / 8 key rows one score instruction reads fall in distinct banks).

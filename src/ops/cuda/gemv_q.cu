@@ -34,6 +34,7 @@
 
 #include <algorithm>
 
+#include "ops/cuda/async_bits.cuh"
 #include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
@@ -503,33 +504,22 @@ struct G4Params {
   int kslice, row_groups, mmr, stages;  // mmr: rows allocated in the x staging = run cap (grouped)
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void cp16(uint32_t dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void cp4(uint32_t dst, const void* src, int bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int P>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(P) : "memory");
-}
+using detail::smem_u32, detail::cp_async16_zfill, detail::cp_async4_zfill, detail::cp_async_commit, detail::cp_async_wait;
 // wait until at most n groups are pending (n ≥ 11 waits for 11: stricter, still correct)
 __device__ __forceinline__ void cp_wait_dyn(int n) {
   switch (n) {
-    case 0: cp_wait<0>(); break;
-    case 1: cp_wait<1>(); break;
-    case 2: cp_wait<2>(); break;
-    case 3: cp_wait<3>(); break;
-    case 4: cp_wait<4>(); break;
-    case 5: cp_wait<5>(); break;
-    case 6: cp_wait<6>(); break;
-    case 7: cp_wait<7>(); break;
-    case 8: cp_wait<8>(); break;
-    case 9: cp_wait<9>(); break;
-    case 10: cp_wait<10>(); break;
-    default: cp_wait<11>(); break;
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    case 5: cp_async_wait<5>(); break;
+    case 6: cp_async_wait<6>(); break;
+    case 7: cp_async_wait<7>(); break;
+    case 8: cp_async_wait<8>(); break;
+    case 9: cp_async_wait<9>(); break;
+    case 10: cp_async_wait<10>(); break;
+    default: cp_async_wait<11>(); break;
   }
 }
 
@@ -646,7 +636,7 @@ __global__ void __launch_bounds__(G4_NT, 2) gemv4_kernel(const G4Params p) {
         for (int h = 0; h < 2; ++h) {
           const int64_t n = trow + g + 8 * h;
           const bool ok = cok && kk < K && n < N;
-          cp16(smem_u32(wd + (rt * 2 + h) * 32), ok ? (const void*)wrow_ptr<WF>(wb, n, K, kk) : (const void*)wb,
+          cp_async16_zfill(smem_u32(wd + (rt * 2 + h) * 32), ok ? (const void*)wrow_ptr<WF>(wb, n, K, kk) : (const void*)wb,
                ok ? 16 : 0);
         }
       }
@@ -655,17 +645,17 @@ __global__ void __launch_bounds__(G4_NT, 2) gemv4_kernel(const G4Params p) {
         if (lane < G4_RT) {  // lane rt: the tile's 128×128 block scale for this chunk (one 128-k block)
           const int64_t trow = tile_row(rg, lane);
           const bool ok = cok && trow < N;
-          cp4(smem_u32(sd), ok ? (const void*)(sb + ((trow / 128) * p.ldws + kc / 128) * 4) : (const void*)sb,
+          cp_async4_zfill(smem_u32(sd), ok ? (const void*)(sb + ((trow / 128) * p.ldws + kc / 128) * 4) : (const void*)sb,
               ok ? 4 : 0);
         }
       } else if constexpr (WF == WFmt::FP4_B32) {
         // lane L: row L % 16 of tile L / 16, its 4 e8m0 bytes of the chunk (byte t for thread t)
         const int64_t n = tile_row(rg, lane >> 4) + (lane & 15);
         const bool ok = cok && n < N;
-        cp4(smem_u32(sd), ok ? (const void*)(sb + n * (K / 32) + kc / 32) : (const void*)sb, ok ? 4 : 0);
+        cp_async4_zfill(smem_u32(sd), ok ? (const void*)(sb + n * (K / 32) + kc / 32) : (const void*)sb, ok ? 4 : 0);
       }
     }
-    cp_commit();
+    cp_async_commit();
   };
 
   for (int q = 0; q < S - 1; ++q) issue(q);  // weight loads in flight while x is staged
@@ -860,7 +850,7 @@ __global__ void __launch_bounds__(G4_NT, 2) gemv4_kernel(const G4Params p) {
       }
     }
   }
-  cp_wait<0>();
+  cp_async_wait<0>();
   if (CS > 1) cluster.sync();  // rank 0's last reads of the other ranks' shared memory
 }
 

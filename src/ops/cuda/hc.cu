@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "ops/cuda/async_bits.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_attrs.h"
@@ -172,11 +173,7 @@ constexpr int A_RT_VAL = A_NT / 32;  // value mode: a warp owns one row, a lane 
 constexpr int B_NT = 1024;        // kernel B block (one row)
 constexpr int kMaxSmem = 227 * 1024;
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  const unsigned sa = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+using detail::cp_async16, detail::cp_async_commit, detail::cp_async_wait, detail::cp_async_wait_all;
 // Programmatic dependent launch (sm_90): A lets B's blocks start early; B waits for A's completion and
 // memory before it reads the partials (a no-op when B was launched without the attribute).
 __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
@@ -562,7 +559,7 @@ __global__ void __launch_bounds__(G * BM, 1) hc_gemm_kernel(const float* __restr
           cp_async16(st + row * P_LP + 4 * c, X + (m0 + row - MIX) * K + c0 + 4 * c);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");  // empty groups keep the count uniform
+    cp_async_commit();  // empty groups keep the count uniform
   };
   int foff[NQ];  // per value slot: its row in a stage
 #pragma unroll
@@ -576,7 +573,7 @@ __global__ void __launch_bounds__(G * BM, 1) hc_gemm_kernel(const float* __restr
 #pragma unroll
   for (int i = 0; i < P_ST - 1; ++i) load(i);
   for (int ch = 0; ch < nch; ++ch) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(P_ST - 2) : "memory");
+    cp_async_wait<P_ST - 2>();
     __syncthreads();        // chunk ch visible to all; stage (ch - 1) % P_ST free again
     load(ch + P_ST - 1);    // into the stage computed last iteration
     const float* st = sm + (ch % P_ST) * STAGE;
@@ -605,7 +602,7 @@ __global__ void __launch_bounds__(G * BM, 1) hc_gemm_kernel(const float* __restr
       }
     }
   }
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
+  cp_async_wait_all();
   if (r < rows) {
 #pragma unroll
     for (int q = 0; q < NQ; ++q)
@@ -772,7 +769,7 @@ __global__ void __launch_bounds__(Q_NT, 2) hc_fast_kernel(const float* __restric
           cp_async16(Fs + (row - Q_BM) * Q_LP + 4 * c, fn + (int64_t)(row - Q_BM) * K + k0 + 4 * c);
         }
       }
-      asm volatile("cp.async.commit_group;\n" ::: "memory");
+      cp_async_commit();
     }
     const int warp = t >> 5, lane = t & 31, rg = lane & 7, vg = lane >> 3;
     const int rbase = warp * 32 + rg;  // the thread's rows: rbase + 8·i, i < 4; its sum of squares: i = vg
@@ -788,10 +785,10 @@ __global__ void __launch_bounds__(Q_NT, 2) hc_fast_kernel(const float* __restric
       for (int j = 0; j < RV; ++j) acc[i][j] = 0.0f;
     auto wait_chunk = [](int ch) {  // groups complete in order: chunk ch landed when ≤ Q_CH − 1 − ch pending
       switch (ch) {
-        case 0: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
-        case 1: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
-        case 2: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
-        default: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+        case 0: cp_async_wait<3>(); break;
+        case 1: cp_async_wait<2>(); break;
+        case 2: cp_async_wait<1>(); break;
+        default: cp_async_wait<0>(); break;
       }
     };
     static_assert(Q_CH == 4, "wait_chunk");

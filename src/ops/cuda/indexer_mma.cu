@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "ops/cuda/async_bits.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_attrs.h"
@@ -40,7 +41,7 @@ constexpr int IM_QBATCH_F32K = 8;  // float4 loads in flight per thread in the q
 constexpr int IM_QBATCH_BF16K = 16; //   its first key batch is in flight too; prefill path: q alone)
 constexpr int IM_KBATCH = 16;     // float4 loads in flight per thread (f32 key tiles)
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+using detail::smem_u32;
 
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -57,12 +58,8 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// 16-byte async copy; src_bytes = 0 fills the 16 bytes with zeros (nothing is read).
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// (cp.async: async_bits.cuh; src_bytes = 0 in cp_async16_zfill fills the 16 bytes with zeros, nothing is read)
+using detail::cp_async16_zfill, detail::cp_async_commit, detail::cp_async_wait;
 
 // Four floats → four bf16 (round to nearest even) as one 8-byte store. The one conversion used for q
 // and for K on both paths (batch invariance).
@@ -209,7 +206,7 @@ __global__ void __launch_bounds__(IM_THREADS, 1)
     Walk wk(tid, c8);
     for (int e = tid; e < total; e += IM_THREADS) {
       const bool ok = k0 + wk.r < lim;
-      cp_async16(smem_u32(dst + (size_t)wk.r * LD + 8 * wk.c), ok ? (const void*)(src + (size_t)e * 8) : (const void*)Kb,
+      cp_async16_zfill(smem_u32(dst + (size_t)wk.r * LD + 8 * wk.c), ok ? (const void*)(src + (size_t)e * 8) : (const void*)Kb,
                  ok ? 16 : 0);
       wk.next();
     }
@@ -231,7 +228,7 @@ __global__ void __launch_bounds__(IM_THREADS, 1)
         }
       }
     } else {
-      cp_async_wait_all();
+      cp_async_wait<0>();
     }
     __syncthreads();  // tile kt visible; (bf16 path) every warp is done with buffer b^1
     if constexpr (!KF32) {
@@ -304,7 +301,7 @@ __global__ void __launch_bounds__(IM_THREADS, 1)
       if (w < n_keys) srow[w] = w < nv_w ? __fmul_rn(v, qk_scale) : -INFINITY;
     }
   }
-  if constexpr (!KF32) cp_async_wait_all();  // no copy outlives the block
+  if constexpr (!KF32) cp_async_wait<0>();  // no copy outlives the block
 }
 
 size_t indexer_mma_smem(int hI, int dI, bool pq) {

@@ -74,12 +74,6 @@ struct MfParams {
 // two n8 blocks, each thread's run 36 floats apart (the 4 runs start in different banks): 8 LDS.128 a promotion.
 __device__ __forceinline__ int mf_xs_pos(int c) { return ((c >> 1) & 3) * 36 + (c >> 3) * 2 + (c & 1); }
 
-__device__ __forceinline__ void mf_cp16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
-}
-__device__ __forceinline__ void mf_cp4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
-}
 __device__ __forceinline__ uint32_t mf_prmt(uint32_t a, uint32_t b, uint32_t sel) {
   uint32_t d;
   asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
@@ -187,15 +181,15 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
     const uint32_t base = smem0 + buf * MF_STAGE;
     const int64_t wo = (int64_t)st * (MF_KC / 2);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) mf_cp16(base + wdst + i * (64 * 64), wsrc[i] + wo);
+    for (int i = 0; i < 4; ++i) detail::cp_async16(base + wdst + i * (64 * 64), wsrc[i] + wo);
 #pragma unroll
     for (int u = 0; u < 2; ++u)
       if (xon[u]) {
-        mf_cp16(base + xdst[u][0], xsrc[u] + (int64_t)st * MF_KC);
-        mf_cp16(base + xdst[u][1], xsrc[u] + (int64_t)st * MF_KC + 64);
+        detail::cp_async16(base + xdst[u][0], xsrc[u] + (int64_t)st * MF_KC);
+        detail::cp_async16(base + xdst[u][1], xsrc[u] + (int64_t)st * MF_KC + 64);
       }
-    mf_cp4(base + MF_SOFF + tid * 4, ssrc + (int64_t)st * 4);
-    if (xson) mf_cp4(base + MF_XSOFF + mf_xs_pos(tid) * 4, xssrc + st);
+    detail::cp_async4(base + MF_SOFF + tid * 4, ssrc + (int64_t)st * 4);
+    if (xson) detail::cp_async4(base + MF_XSOFF + mf_xs_pos(tid) * 4, xssrc + st);
     detail::cp_async_mbar_arrive(detail::smem_u32(&s_full[buf]));
   };
   for (int st = 0; st < MF_PD && st < nst; ++st) issue(st);

@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "ops/cuda/async_bits.cuh"
 #include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
@@ -237,19 +238,7 @@ struct MgParams {
   int64_t ldy;
 };
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* g) {
-  const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(g));
-}
-__device__ __forceinline__ void cp_async8(void* smem, const void* g) {
-  const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(g));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+using detail::cp_async16, detail::cp_async8, detail::cp_async4, detail::cp_async_commit, detail::cp_async_wait;
 // Position of k (within its group of 8) in e2m1 pair order: k0 k4 k1 k5 k2 k6 k3 k7.
 __host__ __device__ __forceinline__ int pair_pos(int k8) { return k8 < 4 ? 2 * k8 : 2 * (k8 - 4) + 1; }
 // "wg order" (the tile-128 kernel's x): inside each 64-k chunk, pair-order position p = 16t + 4i + 2h + l
@@ -542,8 +531,7 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_gemm_wg_kernel(const MgPa
     uint8_t* base = mw_smem + buf * MW_STAGE;
     cp_async16(base + MW_WOFF + ((tid >> 2) + 64 * q) * MW_WROW + wpiece * 16, wsrc[q] + (int64_t)st * MW_WB);
     if (q == 3) {
-      const uint32_t s = (uint32_t)__cvta_generic_to_shared(base + MW_SOFF + tid * MW_SROW);
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(ssrc + (int64_t)st * MW_SROW));
+      cp_async4(base + MW_SOFF + tid * MW_SROW, ssrc + (int64_t)st * MW_SROW);
     }
   };
   auto issue_w = [&](int st, int buf) {
