@@ -2685,8 +2685,10 @@ Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per
     auto y2 = down<float>(d2, S * ldy);
     bool same = true;
     for (int64_t j = 0; j < S; ++j) same &= rows_bitwise_equal(y2.data() + j * ldy, yg.data() + j * ldy, N);
-    expect_true(res, same, ver == 3 ? "moe_gemv3 != moe_gemv2 (bitwise)" : "variant != moe_gemv2 (bitwise)");
-    if (same) res.detail += "== moe_gemv2 (bitwise) ";
+    expect_true(res, same, ver == 3 ? "moe_gemv3 != moe_gemv2 (bitwise)"
+                           : f8     ? "early 2 != moe_gemv2_fp8 early 0 (bitwise)"
+                                    : "variant != moe_gemv2 (bitwise)");
+    if (same) res.detail += f8 ? "== early 0 (bitwise) " : "== moe_gemv2 (bitwise) ";
   }
   {  // (every version)
     DBuf d2 = dalloc(S * ldy * 4, "y_2blocks");
@@ -2777,6 +2779,16 @@ Result moe_gemv2_unsupported_case(int ver = 2) {
   expect_true(res, call(W, 1, 6, 48, 512) == cudaErrorNotSupported, "N % 32 != 0 accepted");
   expect_true(res, call(W, 1, 6, 256, 640) == cudaErrorNotSupported, "K % 512 != 0 accepted");
   expect_true(res, call(W, 11, 6, 256, 512) == cudaErrorNotSupported, "66 slots accepted");
+  if (ver == 2) {  // moe_gemv2_fp8: K = 4608 at T = 3 fits moe_gemv2's ring but not beside kernel<4>'s B operands
+    expect_true(res, dc::moe_gemv2_ok(W, 3, 6, 256, 4608, 1 << 14, 1 << 10) &&
+                         !dc::moe_gemv2_fp8_ok(W, 3, 6, 256, 4608, 1 << 14, 1 << 10) &&
+                         dc::moe_gemv2_fp8(dx.as<float>(), 4608, false, dsel.as<int32_t>(), 3, 6, 4608, W, 1 << 14,
+                                           1 << 10, 256, false, 0.0f, dy.as<float>(), 256, 0, 0) == cudaErrorNotSupported,
+                "moe_gemv2_fp8 accepted K = 4608 at T = 3");
+    expect_true(res, dc::moe_gemv2_fp8(dx.as<float>(), 512, false, dsel.as<int32_t>(), 1, 6, 512, W8, 1 << 14, 1 << 10,
+                                       256, false, 0.0f, dy.as<float>(), 256, 0, 0) == cudaErrorNotSupported,
+                "moe_gemv2_fp8 accepted fp8 weights");
+  }
   cudaGetLastError();
   return res;
 }
