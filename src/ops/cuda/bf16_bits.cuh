@@ -25,14 +25,6 @@ __device__ __forceinline__ void mma16816_f16(float (&c)[4], uint32_t a0, uint32_
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-// c += A·B, m16n8k32, e4m3 in, f32 accumulate. A: a0 (row g, k 4t..4t+3), a1 (row g + 8, same k), a2 / a3 (k + 16);
-// B: b0 (k 4t..4t+3, column g), b1 (k + 16); C: c0, c1 (row g, columns 2t, 2t + 1), c2, c3 (row g + 8).
-__device__ __forceinline__ void mma16832_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                              uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 // DeepSeek's activation scale exponent: e = ceil(log2(max(amax, 1e-4) / 448)), from the bits (exact); the block's
 // scale is 2^e and its e4m3 codes are x·2^-e.
 __device__ __forceinline__ int act_scale_exp(float amax) {
