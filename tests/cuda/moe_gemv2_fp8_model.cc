@@ -41,7 +41,7 @@ void e2m1x8_e4m3(uint32_t v, uint32_t& lo, uint32_t& hi) {
   lo = a + 3u * (a & 0x20202020u);
   hi = b + 3u * (b & 0x20202020u);
 }
-// bf16_bits.cuh's act_scale_exp (on the bits of the f32 quotient)
+// common.cuh's act_scale_exp (on the bits of the f32 quotient)
 int act_scale_exp(float amax) {
   const float r = std::fmax(amax, 1e-4f) / 448.0f;
   uint32_t bits;

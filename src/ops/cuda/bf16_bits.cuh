@@ -25,12 +25,6 @@ __device__ __forceinline__ void mma16816_f16(float (&c)[4], uint32_t a0, uint32_
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-// DeepSeek's activation scale exponent: e = ceil(log2(max(amax, 1e-4) / 448)), from the bits (exact); the block's
-// scale is 2^e and its e4m3 codes are x·2^-e.
-__device__ __forceinline__ int act_scale_exp(float amax) {
-  const uint32_t bits = __float_as_uint(fmaxf(amax, 1e-4f) / 448.0f);
-  return (int)((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) ? 1 : 0);
-}
 // bf16x2 product, round to nearest.
 __device__ __forceinline__ uint32_t bmul2(uint32_t a, uint32_t b) {
   uint32_t d;

@@ -64,6 +64,16 @@ __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
+// DeepSeek's activation quantization (act_quant) of one 128-value block held by a warp, 4 values a lane: the
+// block's scale exponent e = ceil(log2(max(amax, 1e-4) / 448)), from the bits (exact); the scale is 2^e and the
+// e4m3 codes are x·2^-e. (quant_act_kernel in gemm_dq.cu, moe_gemv2_fp8's x staging.)
+__device__ __forceinline__ int act_scale_exp(float amax) {
+  const uint32_t bits = __float_as_uint(fmaxf(amax, 1e-4f) / 448.0f);
+  return (int)((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) ? 1 : 0);
+}
+__device__ __forceinline__ int act_block_exp(const float4& v) {
+  return act_scale_exp(warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)))));
+}
 // Block-wide sum of one float; all threads get the result. `red` holds ≥ 32 floats of shared memory.
 __device__ __forceinline__ float block_sum(float v, float* red) {
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 
-#include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_attrs.h"
@@ -430,9 +429,7 @@ __global__ void quant_act_kernel(const T* __restrict__ x, int64_t M, int64_t K, 
   if (g >= M * groups) return;
   const int64_t m = g / groups, kb = g % groups;
   const float4 v = quant_load4(x + m * ldx + kb * 128 + lane * 4);
-  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-  amax = detail::warp_max(amax);
-  const int e = detail::act_scale_exp(amax);  // scale 2^e
+  const int e = detail::act_block_exp(v);  // scale 2^e
   const float s = __uint_as_float((uint32_t)(e + 127) << 23), inv = __uint_as_float((uint32_t)(127 - e) << 23);
   const float in[4] = {v.x, v.y, v.z, v.w};
   uint32_t packed = 0;

@@ -135,8 +135,7 @@ __device__ __forceinline__ void mv_stage_x8(uint8_t* xb, uint32_t* xe, const flo
   for (int task = warp; task < rows * nb; task += MV_WARPS) {
     const int u = task / nb, c = task - u * nb;
     const float4 v = *reinterpret_cast<const float4*>(x + xoff[u] + c * 128 + lane * 4);
-    const int e = detail::act_scale_exp(
-        detail::warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)))));
+    const int e = detail::act_block_exp(v);
     const float inv = __uint_as_float((uint32_t)(127 - e) << 23);
     auto q8 = [inv](float f) { return (uint32_t)__nv_cvt_float_to_fp8(f * inv, __NV_SATFINITE, __NV_E4M3); };
     // lane l: k 4l..4l+3 of the block = group q = l / 8, word j = (l / 2) % 4, weights 4·(l % 2) + 0..3 of the
