@@ -537,6 +537,7 @@ static cudaError_t mv_run(const float* x, int64_t ldx, bool x_per_slot, const in
                           int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit,
                           float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan, bool contig, int early,
                           bool pairs, bool f8 = false) {
+  if (early < 0 || early > 2) return cudaErrorInvalidValue;
   if (!(f8 ? moe_gemv2_fp8_ok : moe_gemv2_ok)(W, T, topk, N, K, w_stride, s_stride)) return cudaErrorNotSupported;
   if (ldx % 4 || reinterpret_cast<uintptr_t>(x) % 16) return cudaErrorInvalidValue;
   if (swiglu && limit <= 0.0f) return cudaErrorInvalidValue;
@@ -578,7 +579,6 @@ cudaError_t moe_gemv2_early(const float* x, int64_t ldx, bool x_per_slot, const 
                             int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
                             float limit, float* y, int64_t ldy, int early, cudaStream_t s, const GemvPlan* plan,
                             bool wide) {
-  if (early < 0 || early > 2) return cudaErrorInvalidValue;
   return mv_run(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy, s, plan, true,
                 early, wide);
 }
@@ -593,7 +593,6 @@ cudaError_t moe_gemv2_fp8(const float* x, int64_t ldx, bool x_per_slot, const in
                           int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
                           float limit, float* y, int64_t ldy, int early, cudaStream_t s, const GemvPlan* plan,
                           bool wide) {
-  if (early < 0 || early > 2) return cudaErrorInvalidValue;
   return mv_run(x, ldx, x_per_slot, sel, T, topk, K, W, w_stride, s_stride, N, swiglu, limit, y, ldy, s, plan, true,
                 early, wide, true);
 }
