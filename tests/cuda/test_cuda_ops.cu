@@ -2793,6 +2793,180 @@ Result moe_gemv2_unsupported_case(int ver = 2) {
   return res;
 }
 
+// gemv_e4m3 (the decode fp8 linear on e4m3 wgmma, x quantized per token and 128-k block): G groups of N × K fp8
+// weights (G = 1: a plain linear; G > 1: linear_groups' layout at a byte stride that is not a multiple of 256),
+// checked: NMSE against an f64 reference on the quantized x (host_quant_block: e4m3 · 2^e, exact in bf16), y's
+// row padding untouched, every row launched alone bitwise equal to the same row in the M-row launch (batch
+// invariance; M > 8 crosses launches of 8), a second launch bitwise equal to the first (the split counters
+// left at zero), a plan for another SM count (another split of K: other bits) close by NMSE, next to v6 (bf16 x)
+// by NMSE (the e4m3 x's own error), and with swiglu the fused act bitwise swiglu_clamp of the unfused output.
+Result gemv_e4m3_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, int variant, int sms, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const dc::WFmt fmt = dc::WFmt::FP8_B128;
+  std::vector<HostQ> qs;
+  for (int g = 0; g < G; ++g) qs.push_back(make_hostq(r, fmt, N, K, variant));
+  const int64_t wstr = G > 1 ? ((int64_t)qs[0].w.size() + 255) / 256 * 256 + 16 : (int64_t)qs[0].w.size(),
+                sstr = ((int64_t)qs[0].s.size() + 15) / 16 * 16 + 4;
+  std::vector<uint8_t> wall(G * wstr, 0), sall(G * sstr, 0);
+  for (int g = 0; g < G; ++g) {
+    memcpy(wall.data() + g * wstr, qs[g].w.data(), qs[g].w.size());
+    memcpy(sall.data() + g * sstr, qs[g].s.data(), qs[g].s.size());
+  }
+  const int64_t ldx = G * K + 4, ldy = G * N + 3;
+  std::vector<float> x = randn(r, M * ldx);
+  if (variant == 3)  // x's 128-k blocks scaled by 2^-40..2^40: the scale exponents far from 0
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k0 = 0; k0 < G * K; k0 += 128) {
+        const float f = std::ldexp(1.0f, r.range(-40, 41));
+        for (int64_t k = k0; k < k0 + 128; ++k) x[m * ldx + k] *= f;
+      }
+  DBuf dw = dup(wall, "w"), ds = dup(sall, "w_scale"), dx = dup(x, "x"), dy = dalloc(M * ldy * 4, "y"),
+       dy1 = dalloc(ldy * 4, "y_alone"), dy2 = dalloc(M * ldy * 4, "y_again");
+  const dc::WeightRef W{fmt, dw.p(), ds.p(), qs[0].ldws};
+  dc::GemvE4m3Plan pl;
+  CK(dc::gemv_e4m3_plan(W, N, K, G, wstr, sstr, false, &pl, sms));
+  char buf[160];
+  snprintf(buf, sizeof buf, "(sp=%d P=%d ks=%d ring=%d smem=%zu) ", pl.sp, pl.P, pl.ks, pl.ring, pl.smem);
+  res.detail += buf;
+  DBuf work = dalloc(pl.work_bytes, "work");
+  CK(cudaMemset(work.p(), 0, pl.work_bytes));
+  auto run = [&](const dc::GemvE4m3Plan& p, const float* xp, int64_t M_, float* yp, float lim = 0.0f) {
+    return dc::gemv_e4m3(p, xp, M_, ldx, yp, ldy, lim, work.p(), 0);
+  };
+  poison(dy);
+  CK(run(pl, dx.as<float>(), M, dy.as<float>()));
+  auto yg = down<float>(dy, M * ldy);
+  // the reference: x as the kernel quantizes it
+  std::vector<float> xq(x);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t kb = 0; kb < G * K / 128; ++kb) {
+      uint8_t q[128];
+      const float sc = host_quant_block(&x[m * ldx + kb * 128], q);
+      for (int i = 0; i < 128; ++i) xq[m * ldx + kb * 128 + i] = e4m3_val(q[i]) * sc;
+    }
+  std::vector<int64_t> rows;
+  if (N * K <= (4ll << 20)) {
+    rows.resize(N);
+    std::iota(rows.begin(), rows.end(), 0);
+  } else {
+    for (int i = 0; i < 256; ++i) rows.push_back(std::min<int64_t>(N - 1, (N * i) / 255 + (i % 5) * (i < 255)));
+  }
+  std::vector<float> yc, yr;
+  std::vector<double> yd;
+  bool pad_ok = true, inv_ok = true;
+  for (int64_t m = 0; m < M; ++m) {
+    for (int g = 0; g < G; ++g) {
+      gemv_ref_rows(qs[g], xq.data() + m * ldx + g * K, rows, yd);
+      for (size_t i = 0; i < rows.size(); ++i) yc.push_back(yg[m * ldy + g * N + rows[i]]), yr.push_back((float)yd[i]);
+    }
+    for (int64_t n = G * N; n < ldy && m + 1 < M; ++n) {
+      uint32_t u;
+      memcpy(&u, &yg[m * ldy + n], 4);
+      pad_ok &= u == 0xFFFFFFFFu;
+    }
+    poison(dy1);
+    CK(run(pl, dx.as<float>() + m * ldx, 1, dy1.as<float>()));
+    auto y1 = down<float>(dy1, G * N);
+    inv_ok &= rows_bitwise_equal(y1.data(), yg.data() + m * ldy, G * N);
+  }
+  expect_nmse(res, "y (vs f64 on the e4m3 x)", yc, yr, 1e-6);
+  expect_true(res, pad_ok, "y row padding written");
+  expect_true(res, inv_ok, "batch invariance: a row alone differs from the same row in the batch");
+  if (inv_ok) res.detail += "rows alone == in batch (bitwise) ";
+  {
+    poison(dy2);
+    CK(run(pl, dx.as<float>(), M, dy2.as<float>()));
+    auto y2 = down<float>(dy2, M * ldy);
+    bool same = true;
+    for (int64_t m = 0; m < M; ++m) same &= rows_bitwise_equal(y2.data() + m * ldy, yg.data() + m * ldy, G * N);
+    expect_true(res, same, "a second launch differs from the first");
+    if (same) res.detail += "relaunch == (bitwise) ";
+  }
+  {  // another SM count: another split (and grid); the same sums up to rounding
+    dc::GemvE4m3Plan p2;
+    CK(dc::gemv_e4m3_plan(W, N, K, G, wstr, sstr, false, &p2, sms == 0 ? 7 : 0));
+    DBuf w2 = dalloc(p2.work_bytes, "work2");
+    CK(cudaMemset(w2.p(), 0, p2.work_bytes));
+    poison(dy2);
+    CK(dc::gemv_e4m3(p2, dx.as<float>(), M, ldx, dy2.as<float>(), ldy, 0.0f, w2.p(), 0));
+    auto y2 = down<float>(dy2, M * ldy);
+    std::vector<float> a, b;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < G * N; ++n) a.push_back(y2[m * ldy + n]), b.push_back(yg[m * ldy + n]);
+    snprintf(buf, sizeof buf, "vs sp=%d P=%d", p2.sp, p2.P);
+    expect_nmse(res, buf, a, b, 1e-9);
+  }
+  if (variant != 3) {  // next to v6 (bf16 x)
+    poison(dy2);
+    if (G == 1) CK(dc::gemv_q_v6(dx.as<float>(), M, K, ldx, W, N, dy2.as<float>(), ldy, 0));
+    else CK(dc::gemv_q_v6_groups(dx.as<float>(), M, K, ldx, W, wstr, sstr, G, N, dy2.as<float>(), ldy, 0));
+    auto y2 = down<float>(dy2, M * ldy);
+    std::vector<float> a, b;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < G * N; ++n) a.push_back(yg[m * ldy + n]), b.push_back(y2[m * ldy + n]);
+    expect_nmse(res, "vs gemv_q_v6 (bf16 x)", a, b, 5e-3);
+  }
+  if (swiglu) {
+    // the fused plan, and an unfused one with its split of K (the same sums: the fused act must be their swiglu)
+    dc::GemvE4m3Plan ps, pu;
+    CK(dc::gemv_e4m3_plan(W, N, K, 1, 0, 0, true, &ps, sms));
+    CK(dc::gemv_e4m3_plan(W, N, K, 1, 0, 0, false, &pu, sms, ps.sp));
+    DBuf wsw = dalloc(ps.work_bytes, "work_swiglu"), wun = dalloc(pu.work_bytes, "work_unfused");
+    CK(cudaMemset(wsw.p(), 0, ps.work_bytes));
+    CK(cudaMemset(wun.p(), 0, pu.work_bytes));
+    check_fused_swiglu(res, M, N, N / 2 + 5, 1.0f, [&](bool fuse, float limit, float* y, int64_t ldy_) {
+      return fuse ? dc::gemv_e4m3(ps, dx.as<float>(), M, ldx, y, ldy_, limit, wsw.p(), 0)
+                  : dc::gemv_e4m3(pu, dx.as<float>(), M, ldx, y, ldy_, 0.0f, wun.p(), 0);
+    });
+  }
+  return res;
+}
+
+// gemv_e4m3 timed (as gemv_perf_case: weight copies rotated past L2, from a graph with programmatic edges
+// as in the model), with a plan a copy (the tensor map holds the address). swiglu: the fused shared w13.
+Result gemv_e4m3_perf_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const int64_t ldws = ((K / 128 + 3) / 4) * 4, wb = G * N * K, sb = G * ((N + 127) / 128) * ldws * 4;
+  const int64_t wstr = (wb + 255) / 256 * 256, sstr = (sb + 255) / 256 * 256;
+  const int copies = (int)std::min<int64_t>(64, std::max<int64_t>(1, (256ll << 20) / (wb + sb) + 1));
+  DBuf dw = dalloc(copies * wstr, "w_copies");
+  fill_bytes<<<4096, 256>>>(dw.as<uint8_t>(), copies * wstr, r.next(), 0, 0x7f);
+  std::vector<float> sc(copies * sstr / 4);
+  for (auto& v : sc) v = std::ldexp(1.0f, r.range(-10, -6));
+  DBuf ds = dup(sc, "w_scale_copies");
+  CK(cudaGetLastError());
+  const int64_t ldx = G * K, ldy = G * N;
+  std::vector<float> x = randn(r, M * ldx);
+  DBuf dx = dup(x, "x"), dy = dalloc(M * ldy * 4, "y");
+  std::vector<dc::GemvE4m3Plan> pls(copies);
+  for (int c = 0; c < copies; ++c) {
+    const dc::WeightRef W{dc::WFmt::FP8_B128, dw.as<uint8_t>() + c * wstr, ds.as<uint8_t>() + c * sstr, ldws};
+    CK(dc::gemv_e4m3_plan(W, N, K, G, N * K, ((N + 127) / 128) * ldws * 4, swiglu, &pls[c]));
+  }
+  DBuf work = dalloc(pls[0].work_bytes, "work");
+  CK(cudaMemset(work.p(), 0, pls[0].work_bytes));
+  const float lim = swiglu ? 1.0f : 0.0f;
+  int it = 0;
+  auto call = [&](cudaStream_t st) {
+    CK(dc::gemv_e4m3(pls[it++ % copies], dx.as<float>(), M, ldx, dy.as<float>(), swiglu ? N / 2 : ldy, lim, work.p(), st));
+  };
+  call(0);
+  CK(cudaDeviceSynchronize());
+  res.us = time_us([&] { call(0); });
+  res.bytes = (double)(wb + sb) + M * G * K * 4.0 + M * G * N * 4.0;
+  res.flops = 2.0 * M * G * N * K;
+  const int n = (int)((std::max(20, copies) + copies - 1) / copies * copies);
+  it = 0;
+  res.graph_us = time_graph_us(call, n, true);
+  char buf[160];
+  snprintf(buf, sizeof buf, "(sp=%d P=%d ks=%d ring=%d; %d weight copies rotated; %.1f MB; graph of %d, programmatic) ",
+           pls[0].sp, pls[0].P, pls[0].ks, pls[0].ring, copies, (wb + sb) / 1e6, n);
+  res.detail += buf;
+  return res;
+}
+
 // Grouped perf. routed: E = 256 experts (one copy: 2.2 GB / 1.1 GB), 16 routing sets rotated, bytes =
 // the distinct experts each set reads. wo_a: E = 8 groups, sel[t, g] = g, x per slot; the 8 groups'
 // weight (32 MB) rotated among copies. The swiglu case times the fused w13. kind: 0 gemv_q_grouped,
@@ -5049,6 +5223,39 @@ void register_cases() {
                                 early ? 11 : 10);
         });
       }
+    // gemv_e4m3 (the decode fp8 linear on e4m3 wgmma): V4-Flash's shapes (wq_b: no split; wo_b, wq_a+wkv, w2:
+    // split K; wo_a: 8 groups; the shared w13 fused), M = 1..13 (13: launches of 8), a partial last tile (N = 300),
+    // large / spread weight scales (variant 2 / 4), x blocks scaled by 2^±40 (variant 3), a 2-SM schedule.
+    {
+      struct GE { int64_t M; int G; int64_t N, K; bool swiglu; int variant, sms; const char* what; };
+      const GE ge[] = {{1, 1, 32768, 1024, false, 0, 0, " (wq_b)"},          {8, 1, 4096, 8192, false, 0, 0, " (wo_b)"},
+                       {3, 1, 1536, 4096, false, 0, 0, " (wq_a+wkv)"},       {13, 1, 4096, 2048, false, 0, 0, " (shared w2)"},
+                       {2, 8, 1024, 4096, false, 0, 0, " (wo_a, 8 groups)"},  {5, 1, 4096, 4096, true, 0, 0, " (shared w13)"},
+                       {4, 1, 300, 384, false, 0, 0, " (partial tile)"},      {2, 1, 640, 1024, false, 2, 0, " (large scales)"},
+                       {8, 1, 512, 2048, false, 3, 0, " (x blocks 2^±40)"},   {1, 1, 256, 4096, false, 4, 0, " (spread scales)"},
+                       {3, 1, 1024, 1024, false, 0, 2, " (2 SMs)"},           {3, 1, 512, 1024, true, 0, 0, " (small fused)"},
+                       {4, 3, 256, 512, false, 0, 0, " (3 groups)"}};
+      for (auto c : ge) {
+        auto n = nm("gemv_e4m3 M=%ld G=%d N=%ld K=%ld%s%s", c.M, c.G, c.N, c.K, c.swiglu ? " swiglu" : "", c.what);
+        add(n, [=] { return gemv_e4m3_case(c.M, c.G, c.N, c.K, c.swiglu, c.variant, c.sms, n); });
+      }
+      add("gemv_e4m3 unsupported shapes", [] {
+        Result res;
+        DBuf dw = dalloc(1 << 20, "w"), ds = dalloc(1 << 16, "s");
+        const dc::WeightRef W8{dc::WFmt::FP8_B128, dw.p(), ds.p(), 8}, Wb{dc::WFmt::BF16, dw.p(), nullptr, 0};
+        dc::GemvE4m3Plan pl;
+        expect_true(res, !dc::gemv_e4m3_ok(Wb, 256, 1024, 1, 0, 0, false), "bf16 accepted");
+        expect_true(res, !dc::gemv_e4m3_ok(W8, 256, 1000, 1, 0, 0, false), "K % 128 != 0 accepted");
+        expect_true(res, !dc::gemv_e4m3_ok(W8, 384, 1024, 1, 0, 0, true), "fused N % 256 != 0 accepted");
+        expect_true(res, !dc::gemv_e4m3_ok(W8, 256, 1024, 2, 256 * 1024 + 8, 64, false), "w_stride % 16 != 0 accepted");
+        expect_true(res, dc::gemv_e4m3_plan(W8, 256, 1000, 1, 0, 0, false, &pl) == cudaErrorNotSupported && !pl.fmt_ok,
+                    "plan made for K % 128 != 0");
+        expect_true(res, dc::gemv_e4m3(pl, nullptr, 1, 1024, nullptr, 256, 0.0f, ds.p(), 0) == cudaErrorInvalidValue,
+                    "launch without a plan accepted");
+        cudaGetLastError();
+        return res;
+      });
+    }
     // gemv_q_v5 (decode GEMV v5, bf16 / fp8 only): the same checks as gemv_q (f64 reference, padding,
     // every row alone bitwise), small and V4-Flash shapes at M = 1..8 (13: launches of 8; K = 16384:
     // launches of 4 rows, x of 8 would not fit shared memory), K % 128 != 0 for fp8 (partial last scale
@@ -5404,6 +5611,19 @@ void register_cases() {
             auto n = nm("gemv_q_v6 tune items=%d steps=%d ranks=%d perf %s M=1 N=%ld K=%ld (%s)", t.items,
                         t.min_steps, t.ranks, wfmt_name(c.f), c.N, c.K, c.what);
             add(n, [=] { return gemv_perf_case(c.f, 1, c.N, c.K, 8, n, t); });
+          }
+      }
+      // gemv_e4m3 (e4m3 x, wgmma, tensor-map weights) on the decode fp8 linears, M = 1 and 8
+      {
+        struct GEP { int G; int64_t N, K; bool swiglu; const char* what; };
+        const GEP gep[] = {{1, ql + d, D, false, "wq_a+wkv fused"}, {1, H * d, ql, false, "wq_b"}, {1, D, G * ol, false, "wo_b"},
+                           {G, ol, H * d / G, false, "wo_a 8 groups"},   {1, 2 * I, D, true, "shared w13 fused"},
+                           {1, D, I, false, "shared w2"},                 {1, 8192, ql, false, "indexer wq_b"},
+                           {1, 8192, D, false, "32 MB"}};
+        for (auto c : gep)
+          for (int64_t M : {1, 8}) {
+            auto n = nm("gemv_e4m3 perf fp8 M=%ld G=%d N=%ld K=%ld (%s)", M, c.G, c.N, c.K, c.what);
+            add(n, [=] { return gemv_e4m3_perf_case(M, c.G, c.N, c.K, c.swiglu, n); });
           }
       }
       // session-8 sweep of the shapes the one above leaves out: wq_b (the ≥ 1024-tile default) and the fused

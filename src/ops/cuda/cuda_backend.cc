@@ -37,6 +37,9 @@ struct CudaWeight final : Weight {
   int64_t ldws = 0;       // FP8: round_up(ceil(K/128), 4), the padded grid cuBLASLt wants (gemm_dq takes it too)
   bool owned = true;      // false: a view into a packed allocation (WeightGroups)
   cuda::GemvPlan gemv;    // gemv_q's launch plan (device queries made once, here, not per launch)
+  // gemv_e4m3's plans (FP8: the weight's tensor map and schedule; unfused and with the fused SwiGLU), made at load;
+  // fmt_ok false where it does not take the weight
+  cuda::GemvE4m3Plan e4m3, e4m3_swiglu;
   ~CudaWeight() override {
     if (!owned) return;
     if (w) cudaFree(w);
@@ -57,6 +60,11 @@ struct CudaBackend::Impl {
   CudaWeights weights = CudaWeights::Stored;
   cudaStream_t stream = nullptr;
   int32_t* hc_sync = nullptr;  // hcdec's arrival counter / generation (zeroed once; every launch leaves it zero)
+  // gemv_e4m3's workspace (split-K counters, zeroed once and left zero by every launch, and partial sums): one
+  // fixed buffer for every fp8 weight (one stream orders its users), allocated with the first plan; a plan that
+  // would need more is dropped (that weight keeps gemv_q_v6), so the address never changes under a graph.
+  static constexpr size_t kE4m3Work = 8ull << 20;
+  void* e4m3_work = nullptr;
   cuda::GemmContext* gemm = nullptr;  // cuBLASLt handle and workspace (large bf16 / fp8 GEMMs)
   // Step-scoped buffers come and go dozens of times a layer, nearly always last-in first-out: a bump
   // arena serves them without an API call (one stream orders every reuse after the earlier work).
@@ -344,6 +352,7 @@ CudaBackend::~CudaBackend() {
     if (e) cudaEventDestroy(e);
   cuda::gemm_context_destroy(impl_->gemm);
   if (impl_->hc_sync) cudaFree(impl_->hc_sync);
+  if (impl_->e4m3_work) cudaFree(impl_->e4m3_work);
   if (impl_->arena) cudaFree(impl_->arena);
   if (impl_->staging) cudaFreeHost(impl_->staging);
   if (impl_->view) cudaFreeHost(impl_->view);
@@ -729,6 +738,24 @@ void CudaBackend::add_rows(const float* src, int64_t n, int64_t width, const flo
   check(cuda::add_rows(src, n, width, w, dst_rows, dst, impl_->stream), "add_rows");
 }
 
+namespace {
+// gemv_e4m3's plan for an fp8 weight (or its groups), or an empty plan where it does not take the shape or its
+// workspace would not fit the backend's.
+void make_e4m3_plan(CudaBackend::Impl& m, const cuda::WeightRef& r, int64_t N, int64_t K, int G, int64_t w_stride,
+                    int64_t s_stride, bool swiglu, cuda::GemvE4m3Plan* pl) {
+  *pl = cuda::GemvE4m3Plan{};
+  if (m.off("gemv_e4m3") || !cuda::gemv_e4m3_ok(r, N, K, G, w_stride, s_stride, swiglu)) return;
+  cuda::GemvE4m3Plan p;
+  check(cuda::gemv_e4m3_plan(r, N, K, G, w_stride, s_stride, swiglu, &p), "gemv_e4m3 plan");
+  if (p.work_bytes > CudaBackend::Impl::kE4m3Work) return;
+  if (!m.e4m3_work) {
+    check(cudaMalloc(&m.e4m3_work, CudaBackend::Impl::kE4m3Work), "gemv_e4m3 workspace");
+    check(cudaMemsetAsync(m.e4m3_work, 0, CudaBackend::Impl::kE4m3Work, m.stream), "gemv_e4m3 workspace");
+  }
+  *pl = p;
+}
+}  // namespace
+
 WeightPtr CudaBackend::make_weight(const float* w, int64_t N, int64_t K) {
   auto cw = std::make_unique<CudaWeight>();
   cw->N = N;
@@ -781,6 +808,10 @@ WeightPtr CudaBackend::make_weight(const StoredWeight& sw) {
   check(cudaStreamSynchronize(impl_->stream), "weight upload");  // the host copies may go away now
   check(cuda::gemv_q_plan(cw->ref(), cw->N, cw->K, false, &cw->gemv), "gemv plan");
   if (impl_->off("v6_s8")) cw->gemv.v6_sched = 0;
+  if (cw->fmt == WeightFormat::FP8) {
+    make_e4m3_plan(*impl_, cw->ref(), cw->N, cw->K, 1, 0, 0, false, &cw->e4m3);
+    if (cw->N % 256 == 0) make_e4m3_plan(*impl_, cw->ref(), cw->N, cw->K, 1, 0, 0, true, &cw->e4m3_swiglu);
+  }
   return cw;
 }
 
@@ -838,6 +869,12 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
   }
   if (M <= 0) return;
   const int64_t K = w.K, N = w.N;
+  // fp8 at M ≤ 8: gemv_e4m3 (e4m3 x, as DeepSeek's inference and the M > 8 path quantize it; docs/cuda-notes.md
+  // "GEMV e4m3"); DEEPINFER_CUDA_OFF=gemv_e4m3: the GEMVs below (bf16 x). Chosen by the weight for every M ≤ 8.
+  if (M <= 8 && w.e4m3.fmt_ok && ldx % 4 == 0 && (uintptr_t)x % 16 == 0) {
+    check(cuda::gemv_e4m3(w.e4m3, x, M, ldx, y, ldy, 0.0f, impl_->e4m3_work, s), "linear (gemv e4m3)");
+    return;
+  }
   if (const GemvPick g = pick_gemv(*impl_, w, M, x, ldx); g != GemvPick::None) {
     if (g == GemvPick::V8)
       check(cuda::gemv_q_v8(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv), "linear (gemv v8)");
@@ -879,6 +916,15 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
 void CudaBackend::linear_swiglu(const float* x, int64_t M, int64_t ldx, const Weight& wt, float limit, float* act) {
   const auto& w = static_cast<const CudaWeight&>(wt);
   const int64_t K = w.K, N = w.N;
+  if (M > 0 && M <= 8 && w.e4m3.fmt_ok && !impl_->off("fusecomp")) {  // (as linear: gemv_e4m3, fused where it can)
+    if (!w.e4m3_swiglu.fmt_ok || limit <= 0.0f || ldx % 4 || (uintptr_t)x % 16)
+      return Backend::linear_swiglu(x, M, ldx, wt, limit, act);
+    HostTimer ht_(impl_.get(), Impl::kOp);
+    if (impl_->replaying()) return;
+    check(cuda::gemv_e4m3(w.e4m3_swiglu, x, M, ldx, act, N / 2, limit, impl_->e4m3_work, impl_->stream),
+          "linear_swiglu (gemv e4m3)");
+    return;
+  }
   // linear()'s GEMV with its fused SwiGLU (the same bits as linear + swiglu_clamp); where linear takes
   // another kernel (the GEMMs, float32 weights, a v6 schedule of one tile a block) the two ops run.
   // (v7 has no fused SwiGLU: a gate row and its up row would have to share a warp; the fused v6 stays)
@@ -1150,6 +1196,7 @@ struct CudaGroups final : WeightGroups {
   int64_t w_stride = 0, s_stride = 0;
   int32_t* sel = nullptr;  // [kGroupsMaxT, G]: sel[t, g] = g, gemv_q_grouped's "expert" ids
   cuda::GemvPlan plan;     // gemv_q_grouped's launch plan
+  cuda::GemvE4m3Plan e4m3; // gemv_e4m3's (fp8, all groups in one launch)
   ~CudaGroups() override {
     w.clear();
     if (!packed) return;
@@ -1190,6 +1237,8 @@ WeightGroupsPtr CudaBackend::make_groups(std::vector<WeightPtr> ws) {
   check(cudaMemcpy(g->sel, sel.data(), sel.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "groups upload");
   check(cuda::gemv_q_plan(g->r, g->N, g->K, true, &g->plan), "gemv plan");
   if (impl_->off("v6_s8")) g->plan.v6_sched = 0;
+  if (g->r.fmt == cuda::WFmt::FP8_B128)
+    make_e4m3_plan(*impl_, g->r, g->N, g->K, (int)g->G, g->w_stride, g->s_stride, false, &g->e4m3);
   g->packed = true;
   return g;
 }
@@ -1205,7 +1254,10 @@ void CudaBackend::linear_groups(const float* x, int64_t M, int64_t ldx, const We
     // Decode: one launch; group g of token t is "slot" t·G + g, whose input row is x[t, g·K ..] (row stride K).
     HostTimer ht_(impl_.get(), Impl::kOp);
     if (impl_->replaying()) return;
-  if (impl_->replaying()) return;
+    if (M <= 8 && g.e4m3.fmt_ok) {  // (as linear)
+      check(cuda::gemv_e4m3(g.e4m3, x, M, ldx, y, ldy, 0.0f, impl_->e4m3_work, impl_->stream), "linear_groups (gemv e4m3)");
+      return;
+    }
     if (M <= 8 && impl_->on("gemv_v8") && v8_pick(g.r, N, K)) {  // (as in linear: opt-in)
       check(cuda::gemv_q_v8_groups(x, M, K, ldx, g.r, g.w_stride, g.s_stride, (int)g.G, N, y, ldy, impl_->stream,
                                    &g.plan),

@@ -244,6 +244,40 @@ cudaError_t gemv_q_grouped_v3(const float* x, int64_t ldx, bool x_per_slot, cons
 cudaError_t gemv_q_grouped(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk,
                            int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
                            float limit, float* y, int64_t ldy, cudaStream_t s, const GemvPlan* plan = nullptr);
+// gemv_e4m3 (gemv_e4m3.cu; docs/cuda-notes.md "GEMV e4m3"): the decode linear for FP8_B128 weights on e4m3
+// tensor cores, x quantized as DeepSeek's inference does before every fp8 GEMM (act_quant: per token and
+// 128-k block, e4m3 with a power-of-two scale; quant_act_fp8's numerics):
+//   y[m, g·N + n] (row stride ldy) = Σ_kb ws_g(n / 128, kb) · 2^e(m, g, kb) · Σ_{k in kb} W_g[n, k] · q(m, g, k)
+// for the G groups of linear_groups' layout (x[m, g·K + k], row stride ldx; W_g = W.w + g·w_stride bytes, its
+// scales W.scale + g·s_stride bytes; G = 1: a plain linear). Products exact, sums in f32 (the tensor cores'
+// within a 128-k block, then f32 FMAs). swiglu (G = 1, N % 256 == 0): W = gate rows over up rows and
+// y[m, n < N/2] = swiglu_clamp(gate, up, limit) of those sums (the same bits as swiglu_clamp of the unfused y).
+// The weights go by 2-D tensor copies (a tensor map made once, in the plan) straight into wgmma's A operand.
+// Any M (launches of 8 rows). Batch invariant: a row's bits depend on (N, K, G, swiglu, the SM count the plan
+// was made for) only. `work`: plan.work_bytes of device memory, 256-byte aligned, zeroed once before the
+// first launch (counters that every launch leaves zero; partial sums); launches that share it must be ordered
+// (one stream). Shapes (gemv_e4m3_ok): K % 128 == 0, K ≤ 65536, 16-byte aligned W, ldws ≥ K / 128;
+// groups: w_stride % 16 == 0, w_stride ≥ N·K, s_stride % 4 == 0.
+struct GemvE4m3Plan {
+  alignas(64) unsigned char tmap[128] = {};  // CUtensorMap of W: bytes {K, N, G}, boxes 128 × 128 × 1, 128-byte swizzle
+  bool fmt_ok = false;                       // a plan made by gemv_e4m3_plan
+  const void* w = nullptr;
+  const void* scale = nullptr;
+  int64_t ldws = 0, N = 0, K = 0, w_stride = 0, s_stride = 0;
+  int G = 1;
+  bool swiglu = false;
+  int sms = 0, sp = 0, P = 0, tiles = 0, tiles_g = 0, ks = 0, ring = 0;  // the schedule (see gemv_e4m3.cu)
+  size_t smem = 0, work_bytes = 0;
+};
+bool gemv_e4m3_ok(WeightRef W, int64_t N, int64_t K, int G, int64_t w_stride, int64_t s_stride, bool swiglu);
+// The plan of weight W (kept next to it): the tensor map and the schedule for `sms` multiprocessors (0: the
+// current device's); `split` > 0 forces that split of K (a power of two dividing K / 128; the op test's fused /
+// unfused comparison and sweeps), else the schedule's own. cudaErrorNotSupported for shapes gemv_e4m3_ok
+// refuses (or a split the shared memory cannot take).
+cudaError_t gemv_e4m3_plan(WeightRef W, int64_t N, int64_t K, int G, int64_t w_stride, int64_t s_stride, bool swiglu,
+                           GemvE4m3Plan* plan, int sms = 0, int split = 0);
+cudaError_t gemv_e4m3(const GemvE4m3Plan& plan, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy,
+                      float limit, void* work, cudaStream_t s);
 // moe_gemv2 (moe_gemv2.cu; docs/cuda-notes.md "MoE decode GEMV v2"): gemv_q_grouped's contract for fp4
 // (FP4_B32) experts, built for the routed experts at decode (T ≤ 8): TMA bulk copies of whole weight rows
 // into a shared-memory ring, one block an SM, 32 rows × K a work item. Shapes it takes (moe_gemv2_ok):

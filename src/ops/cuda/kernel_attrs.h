@@ -33,6 +33,7 @@ cudaError_t init_attributes_gemv_q_v5();
 cudaError_t init_attributes_gemv_q_v6();
 cudaError_t init_attributes_gemv_q_v7();
 cudaError_t init_attributes_gemv_q_v8();
+cudaError_t init_attributes_gemv_e4m3();
 cudaError_t init_attributes_moe_grouped();
 cudaError_t init_attributes_moe_fp8();
 cudaError_t init_attributes_moe_gemv2();
