@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "ops/cuda/async_bits.cuh"
 #include "ops/cuda/common.cuh"
@@ -77,6 +78,12 @@ __device__ __forceinline__ void ge_tma_box(uint32_t dst, const CUtensorMap* tm, 
       "l"(reinterpret_cast<uint64_t>(tm)), "r"(k0), "r"(row0), "r"(g), "r"(bar)
       : "memory");
 }
+// mbarrier.arrive by lane 0, predicated inside the asm: no branch in the code around the asynchronous MMAs (a
+// divergent branch there makes ptxas serialize them: C7518).
+__device__ __forceinline__ void ge_arrive_lane0(uint32_t bar, int lane) {
+  asm volatile("{\n.reg .pred p;\nsetp.eq.s32 p, %1, 0;\n@p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(bar), "r"(lane)
+               : "memory");
+}
 __device__ __forceinline__ void ge_bar_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 
 // x[m < M, k range of split s in group g] → B: k block jb at xb + 1024·jb, token m's 128 bytes at row m, its
@@ -84,10 +91,10 @@ __device__ __forceinline__ void ge_bar_sync() { asm volatile("bar.sync 1, 128;\n
 __device__ __forceinline__ void ge_stage_x(const GeParams& p, uint8_t* xb, float* xsc, int g, int s) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ntask = p.M * p.ks;
   const float* x0 = p.x + (int64_t)g * p.xg + (int64_t)s * p.ks * 128 + lane * 4;
-  for (int t0 = warp; t0 < ntask; t0 += 4 * 8) {
-    float4 v[8];
+  for (int t0 = warp; t0 < ntask; t0 += 4 * 16) {
+    float4 v[16];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < 16; ++i) {
       const int t = t0 + 4 * i;
       if (t < ntask) {
         const int m = t % p.M, jb = t / p.M;
@@ -95,7 +102,7 @@ __device__ __forceinline__ void ge_stage_x(const GeParams& p, uint8_t* xb, float
       }
     }
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < 16; ++i) {
       const int t = t0 + 4 * i;
       if (t < ntask) {  // (warp-uniform)
         const int m = t % p.M, jb = t / p.M;
@@ -172,6 +179,9 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
       ge_bar_sync();
       gx = g;
     }
+    // Box (j, b): 8 independent MMAs (2 m64 halves × 4 k32 steps, each into its own fragment: no dependent
+    // chain), then their 4 k32 sums added in f32 and promoted by ws(box) · s_x(token, j); the slot handed back.
+    // (Issuing the next box before this one's wait made ptxas serialize every MMA: C7514 / C7518.)
     float tot[NB][2][4] = {};
     for (int j = 0; j < p.ks; ++j) {
       const uint64_t db = ge_desc(xb_a + j * 1024);
@@ -180,26 +190,28 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
       for (int b = 0; b < NB; ++b) {
         const int i = it * bpi + j * NB + b, slot = i % p.ring;
         detail::mbar_wait(full0 + 8 * slot, (i / p.ring) & 1);
-        float z[2][4];
+        float z[2][4][4];
         detail::wgmma_fence();
         const uint32_t a0 = ring_a + slot * GE_BOX;
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
-          for (int kk = 0; kk < 4; ++kk) wgmma_e4m3_ss_n8(z[h], ge_desc(a0 + h * 8192 + kk * 32), db + 2 * kk, kk);
+          for (int kk = 0; kk < 4; ++kk) wgmma_e4m3_ss_n8(z[h][kk], ge_desc(a0 + h * 8192 + kk * 32), db + 2 * kk, 0);
         detail::wgmma_commit();
         detail::wgmma_wait<0>();
-        detail::wgmma_fence_acc(z[0]);
-        detail::wgmma_fence_acc(z[1]);
-        if (lane == 0) detail::mbar_arrive(empty0 + 8 * slot);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) detail::wgmma_fence_acc(z[h][kk]);
+        ge_arrive_lane0(empty0 + 8 * slot, lane);
         const float f0 = wsc[i] * sx0, f1 = wsc[i] * sx1;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          tot[b][h][0] = fmaf(z[h][0], f0, tot[b][h][0]);
-          tot[b][h][1] = fmaf(z[h][1], f1, tot[b][h][1]);
-          tot[b][h][2] = fmaf(z[h][2], f0, tot[b][h][2]);
-          tot[b][h][3] = fmaf(z[h][3], f1, tot[b][h][3]);
-        }
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float sum = ((z[h][0][e] + z[h][1][e]) + z[h][2][e]) + z[h][3][e];
+            tot[b][h][e] = fmaf(sum, (e & 1) ? f1 : f0, tot[b][h][e]);
+          }
       }
     }
     // epilogue: value (b, h, i) is row 64h + 16·warp + g8 + 8·(i / 2) of the tile's box b, token 2·t4 + i % 2
@@ -231,17 +243,24 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
     ge_bar_sync();
     if (*flag) {  // the last of the tile's sp items: the sum in split order
       __threadfence();
-      for (int q = tid; q < p.M * 128; q += 128) {
-        const int m = q >> 7, r = q & 127, row = tl * 128 + r;
-        float v[NB];
+      // thread tid: row tl·128 + tid of every token; the loads of a split all in flight, splits added in order
+      float v[8][NB];
 #pragma unroll
-        for (int b = 0; b < NB; ++b) {
-          v[b] = __ldcg(pt + b * 1024 + q);
-          for (int ss = 1; ss < p.sp; ++ss) v[b] += __ldcg(pt + (ss * NB + b) * 1024 + q);
-        }
-        if (row < rows_g)
-          yg[(int64_t)m * p.ldy + row] = NB == 2 ? detail::swiglu_clamp_one(v[0], v[NB - 1], p.lim, 1.0f) : v[0];
-      }
+      for (int m = 0; m < 8; ++m)
+#pragma unroll
+        for (int b = 0; b < NB; ++b)
+          if (m < p.M) v[m][b] = __ldcg(pt + b * 1024 + m * 128 + tid);
+      for (int ss = 1; ss < p.sp; ++ss)
+#pragma unroll
+        for (int m = 0; m < 8; ++m)
+#pragma unroll
+          for (int b = 0; b < NB; ++b)
+            if (m < p.M) v[m][b] += __ldcg(pt + (ss * NB + b) * 1024 + m * 128 + tid);
+      const int row = tl * 128 + tid;
+#pragma unroll
+      for (int m = 0; m < 8; ++m)
+        if (m < p.M && row < rows_g)
+          yg[(int64_t)m * p.ldy + row] = NB == 2 ? detail::swiglu_clamp_one(v[m][0], v[m][NB - 1], p.lim, 1.0f) : v[m][0];
       if (tid == 0) p.ctr[tile] = 0;  // ready for the next launch
     }
     ge_bar_sync();  // (flag reused by the next item)
