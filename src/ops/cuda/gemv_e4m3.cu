@@ -37,7 +37,7 @@ using detail::smem_u32;
 
 constexpr int GE_BOX = 128 * 128;          // bytes a box: 128 rows × 128 k (e4m3), 128-byte swizzle
 constexpr int GE_THREADS = 160;            // 4 consumer warps + the producer warp
-constexpr int GE_RING_MAX = 8;             // 128 KiB of weights in flight an SM
+constexpr int GE_RING = 8;                 // ring slots: 128 KiB of weights in flight an SM (a power of two: slot = i % 8)
 constexpr int GE_KS_MAX = 64;              // k blocks an item (x staging ≤ 64 KiB)
 constexpr int GE_SC_MAX = 2048;            // weight scales a CTA keeps (its boxes)
 constexpr size_t GE_SMEM_MAX = 227 * 1024;
@@ -52,7 +52,8 @@ struct GeParams {
   int* ctr;              // [tiles] arrival counters (zero between launches)
   float* part;           // [tiles][sp][nb][8 tokens][128 rows] partial sums (sp > 1)
   int M, N, K, G;        // N: rows a group (fused: 2I, gate over up)
-  int ks, sp, P, tiles_g, tiles, ring;
+  int ks, sp, P, tiles_g, tiles;
+  int ablate;            // op-test timing only (results wrong): 1 no MMAs, 2 no x staging, 4 no epilogue
   int half;              // fused: N / 2 (the first up row), else 0
   float lim;
 };
@@ -122,18 +123,18 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
   extern __shared__ uint8_t ge_raw[];
   uint8_t* const sm = ge_raw + ((1024 - (smem_u32(ge_raw) & 1023)) & 1023);  // the swizzle atoms: 1024-aligned
   uint8_t* const ring = sm;                                                    // [ring][16 KiB]
-  uint8_t* const xb = ring + (size_t)p.ring * GE_BOX;                          // [ks][8][128] e4m3 (swizzled)
+  uint8_t* const xb = ring + (size_t)GE_RING * GE_BOX;                          // [ks][8][128] e4m3 (swizzled)
   float* const xsc = reinterpret_cast<float*>(xb + (size_t)p.ks * 1024);       // [ks][8]
   const int c = blockIdx.x, s = c % p.sp, pi = c / p.sp;
   const int nit = pi < p.tiles ? (p.tiles - 1 - pi) / p.P + 1 : 0;  // items of this CTA
   const int bpi = p.ks * NB, nbox = nit * bpi;
   float* const wsc = xsc + p.ks * 8;                                            // [nbox] weight scales
   uint64_t* const bars = reinterpret_cast<uint64_t*>(wsc + ((nbox + 1) & ~1));  // full[ring], empty[ring]
-  int* const flag = reinterpret_cast<int*>(bars + 2 * p.ring);
-  const uint32_t full0 = smem_u32(bars), empty0 = smem_u32(bars + p.ring);
+  int* const flag = reinterpret_cast<int*>(bars + 2 * GE_RING);
+  const uint32_t full0 = smem_u32(bars), empty0 = smem_u32(bars + GE_RING);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   if (tid == 128) {
-    for (int i = 0; i < p.ring; ++i) detail::mbar_init(full0 + 8 * i, 1), detail::mbar_init(empty0 + 8 * i, 4);
+    for (int i = 0; i < GE_RING; ++i) detail::mbar_init(full0 + 8 * i, 1), detail::mbar_init(empty0 + 8 * i, 4);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
     if (lane == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tm)) : "memory");
       for (int i = 0; i < nbox; ++i) {
-        const int slot = i % p.ring, round = i / p.ring;
+        const int slot = i % GE_RING, round = i / GE_RING;
         detail::mbar_wait(empty0 + 8 * slot, (round & 1) ^ 1);
         const int it = i / bpi, r = i - it * bpi, j = r / NB, b = r - j * NB;
         const int tile = pi + it * p.P, g = tile / p.tiles_g, tl = tile - g * p.tiles_g;
@@ -174,7 +175,7 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
     const int tile = pi + it * p.P, g = tile / p.tiles_g, tl = tile - g * p.tiles_g;
     if (g != gx) {
       ge_bar_sync();  // every consumer is past its MMAs on the previous B
-      ge_stage_x(p, xb, xsc, g, s);
+      if (!(p.ablate & 2)) ge_stage_x(p, xb, xsc, g, s);
       detail::fence_proxy_async_smem();  // (st.shared → the wgmma's operand reads)
       ge_bar_sync();
       gx = g;
@@ -188,8 +189,12 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
       const float sx0 = xsc[j * 8 + 2 * t4], sx1 = xsc[j * 8 + 2 * t4 + 1];
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
-        const int i = it * bpi + j * NB + b, slot = i % p.ring;
-        detail::mbar_wait(full0 + 8 * slot, (i / p.ring) & 1);
+        const int i = it * bpi + j * NB + b, slot = i % GE_RING;
+        detail::mbar_wait(full0 + 8 * slot, (i / GE_RING) & 1);
+        if (p.ablate & 1) {
+          ge_arrive_lane0(empty0 + 8 * slot, lane);
+          continue;
+        }
         float z[2][4][4];
         detail::wgmma_fence();
         const uint32_t a0 = ring_a + slot * GE_BOX;
@@ -215,6 +220,7 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
       }
     }
     // epilogue: value (b, h, i) is row 64h + 16·warp + g8 + 8·(i / 2) of the tile's box b, token 2·t4 + i % 2
+    if (p.ablate & 4) continue;
     const int rows_g = NB == 2 ? p.half : p.N;
     float* const yg = p.y + (int64_t)g * p.yg;
     if (p.sp == 1) {
@@ -318,10 +324,9 @@ cudaError_t gemv_e4m3_plan(WeightRef W, int64_t N, int64_t K, int G, int64_t w_s
   pl.ks = (int)(kb / best_sp);
   const int64_t boxes = cdiv(tiles, best_P) * pl.ks * nb;
   const size_t rest = (size_t)pl.ks * 1024 + (size_t)pl.ks * 32 + (size_t)(boxes + 2) * 4 + 1024 /* align */ + 16;
-  const int64_t ring = std::min<int64_t>(GE_RING_MAX, (int64_t)((GE_SMEM_MAX - rest - 2 * 8 * GE_RING_MAX) / GE_BOX));
-  if (ring < 2) return cudaErrorNotSupported;
-  pl.ring = (int)ring;
-  pl.smem = (size_t)ring * GE_BOX + rest + 2 * 8 * ring;
+  pl.ring = GE_RING;
+  pl.smem = (size_t)GE_RING * GE_BOX + rest + 2 * 8 * GE_RING;
+  if (pl.smem > GE_SMEM_MAX) return cudaErrorNotSupported;
   pl.work_bytes = (size_t)cdiv(tiles * 4, 256) * 256 + (best_sp > 1 ? (size_t)tiles * best_sp * nb * 1024 * 4 : 0);
   // the weight as a 3-D tensor of bytes {K, rows a group, G}, boxes of 128 × 128 × 1, 128-byte swizzle
   static_assert(sizeof(CUtensorMap) == sizeof(pl.tmap), "GemvE4m3Plan::tmap holds a CUtensorMap");
@@ -357,9 +362,10 @@ cudaError_t gemv_e4m3(const GemvE4m3Plan& pl, const float* x, int64_t M, int64_t
   p.ctr = static_cast<int*>(work);
   p.part = reinterpret_cast<float*>(static_cast<char*>(work) + cdiv((int64_t)pl.tiles * 4, 256) * 256);
   p.N = (int)pl.N, p.K = (int)pl.K, p.G = pl.G;
-  p.ks = pl.ks, p.sp = pl.sp, p.P = pl.P, p.tiles_g = pl.tiles_g, p.tiles = pl.tiles, p.ring = pl.ring;
+  p.ks = pl.ks, p.sp = pl.sp, p.P = pl.P, p.tiles_g = pl.tiles_g, p.tiles = pl.tiles;
   p.half = pl.swiglu ? (int)(pl.N / 2) : 0;
   p.lim = limit;
+  p.ablate = pl.ablate;
   CUtensorMap tm;
   memcpy(&tm, pl.tmap, sizeof tm);
   for (int64_t m0 = 0; m0 < M; m0 += 8) {  // rows are independent: 8 a launch
