@@ -2925,7 +2925,8 @@ Result gemv_e4m3_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, int v
 
 // gemv_e4m3 timed (as gemv_perf_case: weight copies rotated past L2, from a graph with programmatic edges
 // as in the model), with a plan a copy (the tensor map holds the address). swiglu: the fused shared w13.
-Result gemv_e4m3_perf_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, const std::string& name, int ablate = 0) {
+Result gemv_e4m3_perf_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, const std::string& name, int ablate = 0,
+                           int l2promo = -1) {
   Rng r = rng_for(name);
   Result res;
   const int64_t ldws = ((K / 128 + 3) / 4) * 4, wb = G * N * K, sb = G * ((N + 127) / 128) * ldws * 4;
@@ -2943,7 +2944,7 @@ Result gemv_e4m3_perf_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, 
   std::vector<dc::GemvE4m3Plan> pls(copies);
   for (int c = 0; c < copies; ++c) {
     const dc::WeightRef W{dc::WFmt::FP8_B128, dw.as<uint8_t>() + c * wstr, ds.as<uint8_t>() + c * sstr, ldws};
-    CK(dc::gemv_e4m3_plan(W, N, K, G, N * K, ((N + 127) / 128) * ldws * 4, swiglu, &pls[c]));
+    CK(dc::gemv_e4m3_plan(W, N, K, G, N * K, ((N + 127) / 128) * ldws * 4, swiglu, &pls[c], 0, 0, l2promo));
     pls[c].ablate = ablate;
   }
   DBuf work = dalloc(pls[0].work_bytes, "work");
@@ -5633,6 +5634,12 @@ void register_cases() {
               auto n = nm("gemv_e4m3 ablate=%d perf fp8 M=%ld G=%d N=%ld K=%ld (%s)", ab, M, c.G, c.N, c.K, c.what);
               add(n, [=] { return gemv_e4m3_perf_case(M, c.G, c.N, c.K, c.swiglu, n, ab); });
             }
+        // the tensor-copy stream alone (ablate 7) by the tensor map's L2 promotion (0 none, 1 128 B; 2 = the default 256 B)
+        for (auto c : {gep[1], gep[2]})
+          for (int l2 : {0, 1}) {
+            auto n = nm("gemv_e4m3 l2promo=%d ablate=7 perf fp8 M=1 G=%d N=%ld K=%ld (%s)", l2, c.G, c.N, c.K, c.what);
+            add(n, [=] { return gemv_e4m3_perf_case(1, c.G, c.N, c.K, c.swiglu, n, 7, l2); });
+          }
       }
       // session-8 sweep of the shapes the one above leaves out: wq_b (the ≥ 1024-tile default) and the fused
       // wq_a+wkv weight (the ≤ 6 MB default {512, 4, 1})

@@ -273,10 +273,11 @@ struct GemvE4m3Plan {
 bool gemv_e4m3_ok(WeightRef W, int64_t N, int64_t K, int G, int64_t w_stride, int64_t s_stride, bool swiglu);
 // The plan of weight W (kept next to it): the tensor map and the schedule for `sms` multiprocessors (0: the
 // current device's); `split` > 0 forces that split of K (a power of two dividing K / 128; the op test's fused /
-// unfused comparison and sweeps), else the schedule's own. cudaErrorNotSupported for shapes gemv_e4m3_ok
+// unfused comparison and sweeps), else the schedule's own; l2promo: the tensor map's L2 promotion (0 none, 1 128 B,
+// 2 or -1 256 B: the default). cudaErrorNotSupported for shapes gemv_e4m3_ok
 // refuses (or a split the shared memory cannot take).
 cudaError_t gemv_e4m3_plan(WeightRef W, int64_t N, int64_t K, int G, int64_t w_stride, int64_t s_stride, bool swiglu,
-                           GemvE4m3Plan* plan, int sms = 0, int split = 0);
+                           GemvE4m3Plan* plan, int sms = 0, int split = 0, int l2promo = -1);
 cudaError_t gemv_e4m3(const GemvE4m3Plan& plan, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy,
                       float limit, void* work, cudaStream_t s);
 // moe_gemv2 (moe_gemv2.cu; docs/cuda-notes.md "MoE decode GEMV v2"): gemv_q_grouped's contract for fp4

@@ -295,7 +295,7 @@ bool gemv_e4m3_ok(WeightRef W, int64_t N, int64_t K, int G, int64_t w_stride, in
 }
 
 cudaError_t gemv_e4m3_plan(WeightRef W, int64_t N, int64_t K, int G, int64_t w_stride, int64_t s_stride, bool swiglu,
-                           GemvE4m3Plan* plan, int sms, int split) {
+                           GemvE4m3Plan* plan, int sms, int split, int l2promo) {
   if (!plan || !gemv_e4m3_ok(W, N, K, G, w_stride, s_stride, swiglu)) return cudaErrorNotSupported;
   GemvE4m3Plan pl;
   if (sms <= 0) {
@@ -341,7 +341,10 @@ cudaError_t gemv_e4m3_plan(WeightRef W, int64_t N, int64_t K, int G, int64_t w_s
   const cuuint32_t box[3] = {128, 128, 1}, estr[3] = {1, 1, 1};
   const CUresult r = reinterpret_cast<EncodeTiled>(fn)(
       &tmap, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(W.w), dims, strides, box, estr,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      l2promo == 0   ? CU_TENSOR_MAP_L2_PROMOTION_NONE
+      : l2promo == 1 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                     : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) return cudaErrorInvalidValue;
   memcpy(pl.tmap, &tmap, sizeof tmap);
