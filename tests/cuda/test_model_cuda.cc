@@ -726,6 +726,8 @@ void stored_section(const std::string& root, CpuBackend& cpu, int n_new) {
           wf[n * K + k] = e2m1_value(k % 2 ? b >> 4 : b & 15) * std::ldexp(1.0f, scale_b[n * K / 32 + k / 32] - 127);
         }
     }
+    const char* on_env = std::getenv("DEEPINFER_CUDA_ON");
+    const bool e4m3_decode = on_env && ("," + std::string(on_env) + ",").find(",gemv_e4m3,") != std::string::npos;
     StoredWeight sw{c.fmt, N, K, data.data(), c.fmt == WeightFormat::FP8 ? (const void*)scale_f.data()
                                                 : c.fmt == WeightFormat::FP4 ? (const void*)scale_b.data()
                                                                              : nullptr,
@@ -746,7 +748,8 @@ void stored_section(const std::string& root, CpuBackend& cpu, int n_new) {
       double num = 0, den = 0;
       for (int64_t i = 0; i < M * N; ++i) num += (y[i] - yc[i]) * (double)(y[i] - yc[i]), den += yc[i] * (double)yc[i];
       const double nmse = num / std::max(den, 1e-30);
-      const bool fp8_act = c.fmt == WeightFormat::FP8 && M > 4 && K % 128 == 0;
+      // e4m3 activations: the fp8 GEMMs above M = 4, and every M with DEEPINFER_CUDA_ON=gemv_e4m3 (the decode GEMV)
+      const bool fp8_act = c.fmt == WeightFormat::FP8 && (M > 4 || e4m3_decode) && K % 128 == 0;
       const double tol = fp8_act ? 5e-3 : 1e-9;
       const char* fname = c.fmt == WeightFormat::BF16 ? "bf16" : c.fmt == WeightFormat::FP8 ? "fp8" : "fp4";
       std::printf("stored linear %-4s N=%-4lld K=%-4lld M=%-3lld: nmse %.2e (tol %.0e)\n", fname, (long long)N,

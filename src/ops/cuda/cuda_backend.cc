@@ -744,7 +744,7 @@ namespace {
 void make_e4m3_plan(CudaBackend::Impl& m, const cuda::WeightRef& r, int64_t N, int64_t K, int G, int64_t w_stride,
                     int64_t s_stride, bool swiglu, cuda::GemvE4m3Plan* pl) {
   *pl = cuda::GemvE4m3Plan{};
-  if (m.off("gemv_e4m3") || !cuda::gemv_e4m3_ok(r, N, K, G, w_stride, s_stride, swiglu)) return;
+  if (!m.on("gemv_e4m3") || !cuda::gemv_e4m3_ok(r, N, K, G, w_stride, s_stride, swiglu)) return;
   cuda::GemvE4m3Plan p;
   check(cuda::gemv_e4m3_plan(r, N, K, G, w_stride, s_stride, swiglu, &p), "gemv_e4m3 plan");
   if (p.work_bytes > CudaBackend::Impl::kE4m3Work) return;
@@ -869,8 +869,9 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
   }
   if (M <= 0) return;
   const int64_t K = w.K, N = w.N;
-  // fp8 at M ≤ 8: gemv_e4m3 (e4m3 x, as DeepSeek's inference and the M > 8 path quantize it; docs/cuda-notes.md
-  // "GEMV e4m3"); DEEPINFER_CUDA_OFF=gemv_e4m3: the GEMVs below (bf16 x). Chosen by the weight for every M ≤ 8.
+  // fp8 at M ≤ 8 with DEEPINFER_CUDA_ON=gemv_e4m3: gemv_e4m3 (e4m3 x, as DeepSeek's inference and the M > 8 path
+  // quantize it; docs/cuda-notes.md "GEMV e4m3"), chosen by the weight for every M ≤ 8. Opt-in: slower than v6 in
+  // the 31-layer decode so far (s13: b1 6.47 vs 6.25 ms, b8 12.10 vs 11.40).
   if (M <= 8 && w.e4m3.fmt_ok && ldx % 4 == 0 && (uintptr_t)x % 16 == 0) {
     check(cuda::gemv_e4m3(w.e4m3, x, M, ldx, y, ldy, 0.0f, impl_->e4m3_work, s), "linear (gemv e4m3)");
     return;
