@@ -2797,9 +2797,9 @@ Result moe_gemv2_unsupported_case(int ver = 2) {
 // weights (G = 1: a plain linear; G > 1: linear_groups' layout at a byte stride that is not a multiple of 256),
 // checked: NMSE against an f64 reference on the quantized x (host_quant_block: e4m3 · 2^e, exact in bf16), y's
 // row padding untouched, every row launched alone bitwise equal to the same row in the M-row launch (batch
-// invariance; M > 8 crosses launches of 8), a second launch bitwise equal to the first (the split counters
-// left at zero), a plan for another SM count (another split of K: other bits) close by NMSE, next to v6 (bf16 x)
-// by NMSE (the e4m3 x's own error), and with swiglu the fused act bitwise swiglu_clamp of the unfused output.
+// invariance; M > 8 crosses launches of 8), a second launch bitwise equal to the first, a plan for another SM
+// count (another split of K, another cluster size: other bits) close by NMSE, next to v6 (bf16 x) by NMSE (the
+// e4m3 x's own error), and with swiglu the fused act bitwise swiglu_clamp of the unfused output.
 Result gemv_e4m3_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, int variant, int sms, const std::string& name) {
   Rng r = rng_for(name);
   Result res;
@@ -2829,10 +2829,8 @@ Result gemv_e4m3_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, int v
   char buf[160];
   snprintf(buf, sizeof buf, "(sp=%d P=%d ks=%d ring=%d smem=%zu) ", pl.sp, pl.P, pl.ks, pl.ring, pl.smem);
   res.detail += buf;
-  DBuf work = dalloc(pl.work_bytes, "work");
-  CK(cudaMemset(work.p(), 0, pl.work_bytes));
   auto run = [&](const dc::GemvE4m3Plan& p, const float* xp, int64_t M_, float* yp, float lim = 0.0f) {
-    return dc::gemv_e4m3(p, xp, M_, ldx, yp, ldy, lim, work.p(), 0);
+    return dc::gemv_e4m3(p, xp, M_, ldx, yp, ldy, lim, 0);
   };
   poison(dy);
   CK(run(pl, dx.as<float>(), M, dy.as<float>()));
@@ -2886,10 +2884,8 @@ Result gemv_e4m3_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, int v
   {  // another SM count: another split (and grid); the same sums up to rounding
     dc::GemvE4m3Plan p2;
     CK(dc::gemv_e4m3_plan(W, N, K, G, wstr, sstr, false, &p2, sms == 0 ? 7 : 0));
-    DBuf w2 = dalloc(p2.work_bytes, "work2");
-    CK(cudaMemset(w2.p(), 0, p2.work_bytes));
     poison(dy2);
-    CK(dc::gemv_e4m3(p2, dx.as<float>(), M, ldx, dy2.as<float>(), ldy, 0.0f, w2.p(), 0));
+    CK(dc::gemv_e4m3(p2, dx.as<float>(), M, ldx, dy2.as<float>(), ldy, 0.0f, 0));
     auto y2 = down<float>(dy2, M * ldy);
     std::vector<float> a, b;
     for (int64_t m = 0; m < M; ++m)
@@ -2912,12 +2908,9 @@ Result gemv_e4m3_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, int v
     dc::GemvE4m3Plan ps, pu;
     CK(dc::gemv_e4m3_plan(W, N, K, 1, 0, 0, true, &ps, sms));
     CK(dc::gemv_e4m3_plan(W, N, K, 1, 0, 0, false, &pu, sms, ps.sp));
-    DBuf wsw = dalloc(ps.work_bytes, "work_swiglu"), wun = dalloc(pu.work_bytes, "work_unfused");
-    CK(cudaMemset(wsw.p(), 0, ps.work_bytes));
-    CK(cudaMemset(wun.p(), 0, pu.work_bytes));
     check_fused_swiglu(res, M, N, N / 2 + 5, 1.0f, [&](bool fuse, float limit, float* y, int64_t ldy_) {
-      return fuse ? dc::gemv_e4m3(ps, dx.as<float>(), M, ldx, y, ldy_, limit, wsw.p(), 0)
-                  : dc::gemv_e4m3(pu, dx.as<float>(), M, ldx, y, ldy_, 0.0f, wun.p(), 0);
+      return fuse ? dc::gemv_e4m3(ps, dx.as<float>(), M, ldx, y, ldy_, limit, 0)
+                  : dc::gemv_e4m3(pu, dx.as<float>(), M, ldx, y, ldy_, 0.0f, 0);
     });
   }
   return res;
@@ -2947,12 +2940,10 @@ Result gemv_e4m3_perf_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, 
     CK(dc::gemv_e4m3_plan(W, N, K, G, N * K, ((N + 127) / 128) * ldws * 4, swiglu, &pls[c], 0, 0, l2promo));
     pls[c].ablate = ablate;
   }
-  DBuf work = dalloc(pls[0].work_bytes, "work");
-  CK(cudaMemset(work.p(), 0, pls[0].work_bytes));
   const float lim = swiglu ? 1.0f : 0.0f;
   int it = 0;
   auto call = [&](cudaStream_t st) {
-    CK(dc::gemv_e4m3(pls[it++ % copies], dx.as<float>(), M, ldx, dy.as<float>(), swiglu ? N / 2 : ldy, lim, work.p(), st));
+    CK(dc::gemv_e4m3(pls[it++ % copies], dx.as<float>(), M, ldx, dy.as<float>(), swiglu ? N / 2 : ldy, lim, st));
   };
   call(0);
   CK(cudaDeviceSynchronize());
@@ -5252,7 +5243,7 @@ void register_cases() {
         expect_true(res, !dc::gemv_e4m3_ok(W8, 256, 1024, 2, 256 * 1024 + 8, 64, false), "w_stride % 16 != 0 accepted");
         expect_true(res, dc::gemv_e4m3_plan(W8, 256, 1000, 1, 0, 0, false, &pl) == cudaErrorNotSupported && !pl.fmt_ok,
                     "plan made for K % 128 != 0");
-        expect_true(res, dc::gemv_e4m3(pl, nullptr, 1, 1024, nullptr, 256, 0.0f, ds.p(), 0) == cudaErrorInvalidValue,
+        expect_true(res, dc::gemv_e4m3(pl, nullptr, 1, 1024, nullptr, 256, 0.0f, 0) == cudaErrorInvalidValue,
                     "launch without a plan accepted");
         cudaGetLastError();
         return res;
