@@ -12,6 +12,7 @@
 // with a per-op NMSE tolerance (or exactly, for integer outputs). --perf also times each case with CUDA
 // events (warm-up, median of repeated batches) and prints GB/s and TFLOP/s against the H200 ceilings.
 // The last line is "N passed, N failed"; the exit status is non-zero on any failure.
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -2449,6 +2450,105 @@ Result floor_bulk_case(int64_t bytes, int copy, int ring, bool pdl) {
   return res;
 }
 
+// The floor of a 2-D tensor-copy stream (gemv_e4m3's weight path): an [N, K] byte matrix read in boxes of bw bytes ×
+// bh rows (swizzle 128 B for bw = 128, 64 B for 64, none for 256), tiles of bh rows × all of K, a tile's boxes in k
+// order; block b streams boxes [b·n/G, (b+1)·n/G) through a ring of `slots` boxes (thread 32 the producer, thread 0
+// the consumer, which touches one word a box), the first before griddepcontrol.wait.
+__global__ void floor_tmap_kernel(const __grid_constant__ CUtensorMap tm, int64_t nbox, int kboxes, int bw, int bh,
+                                  int slots, uint32_t* sink) {
+  namespace dd = deepinfer::cuda::detail;
+  extern __shared__ __align__(1024) uint8_t ft_smem[];
+  __shared__ __align__(8) uint64_t full[16], empty[16];
+  uint8_t* const ring = ft_smem + ((1024 - (dd::smem_u32(ft_smem) & 1023)) & 1023);
+  const int box = bw * bh;
+  const int64_t c0 = nbox * blockIdx.x / gridDim.x, c1 = nbox * (blockIdx.x + 1) / gridDim.x, n = c1 - c0;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < slots; ++i) dd::mbar_init(dd::smem_u32(&full[i]), 1), dd::mbar_init(dd::smem_u32(&empty[i]), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x == 32) {
+    for (int64_t q = 0; q < n; ++q) {
+      const int sl = (int)(q % slots);
+      if (q >= slots) dd::mbar_wait(dd::smem_u32(&empty[sl]), (uint32_t)((q / slots - 1) & 1));
+      const uint32_t bar = dd::smem_u32(&full[sl]);
+      dd::mbar_expect(bar, (uint32_t)box);
+      const int64_t b = c0 + q, tile = b / kboxes, kb = b - tile * kboxes;
+      asm volatile(
+          "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+              dd::smem_u32(ring + (size_t)sl * box)),
+          "l"(reinterpret_cast<uint64_t>(&tm)), "r"((int)(kb * bw)), "r"((int)(tile * bh)), "r"(bar)
+          : "memory");
+      if (q + 1 == std::min<int64_t>(slots, n)) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    }
+  } else if (threadIdx.x == 0) {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    uint32_t acc = 0;
+    for (int64_t q = 0; q < n; ++q) {
+      const int sl = (int)(q % slots);
+      dd::mbar_wait(dd::smem_u32(&full[sl]), (uint32_t)((q / slots) & 1));
+      acc ^= *reinterpret_cast<const uint32_t*>(ring + (size_t)sl * box);
+      dd::mbar_arrive(dd::smem_u32(&empty[sl]));
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;
+  }
+  if (threadIdx.x != 32) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+Result floor_tmap_case(int64_t N, int64_t K, int bw, int bh, int ring, int l2promo) {
+  Result res;
+  const int64_t bytes = N * K;
+  const int copies = (int)std::min<int64_t>(64, (256ll << 20) / bytes + 1);
+  const int64_t str = (bytes + 4095) / 4096 * 4096;
+  DBuf dw = dalloc(copies * str, "stream"), dsink = dalloc(16, "sink");
+  fill_bytes<<<4096, 256>>>(dw.as<uint8_t>(), copies * str, 4321, 0, 0);
+  CK(cudaDeviceSynchronize());
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult qr{};
+  CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &qr));
+  std::vector<CUtensorMap> tms(copies);
+  for (int c = 0; c < copies; ++c) {
+    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)N}, strides[1] = {(cuuint64_t)K};
+    const cuuint32_t box[2] = {(cuuint32_t)bw, (cuuint32_t)bh}, estr[2] = {1, 1};
+    const CUresult r = reinterpret_cast<EncodeTiledFn>(fn)(
+        &tms[c], CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, dw.as<uint8_t>() + c * str, dims, strides, box, estr,
+        CU_TENSOR_MAP_INTERLEAVE_NONE,
+        bw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : bw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_NONE,
+        l2promo == 0 ? CU_TENSOR_MAP_L2_PROMOTION_NONE
+        : l2promo == 1 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+      expect_true(res, false, "cuTensorMapEncodeTiled failed");
+      return res;
+    }
+  }
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int boxb = bw * bh, slots = std::min(16, ring / boxb);
+  CK(cudaFuncSetAttribute(floor_tmap_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, slots * boxb + 1024));
+  const int kboxes = (int)(K / bw);
+  const int64_t nbox = (N / bh) * kboxes;
+  int it = 0;
+  auto launch = [&](cudaStream_t st) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)std::min<int64_t>(sms, nbox));
+    cfg.blockDim = dim3(64);
+    cfg.dynamicSmemBytes = (size_t)slots * boxb + 1024;
+    cfg.stream = st;
+    CK(cudaLaunchKernelEx(&cfg, floor_tmap_kernel, tms[it++ % copies], nbox, kboxes, bw, bh, slots, dsink.as<uint32_t>()));
+  };
+  const int n = (int)((std::max(32, copies) + copies - 1) / copies * copies);
+  res.graph_us = time_graph_us(launch, n, true);
+  res.us = res.graph_us;
+  res.bytes = (double)bytes;
+  char buf[160];
+  snprintf(buf, sizeof buf, "graph of %d (programmatic edges), %d slots of %d B, %d copies rotated ", n, slots, boxb, copies);
+  res.detail += buf;
+  return res;
+}
+
 // bytes = 0: an empty kernel (one block). pdl: launched with programmatic stream serialization, so the
 // graph's edges are programmatic (as in the model's step graphs); early: loads before the wait.
 Result floor_case(int64_t bytes, bool pdl, bool early) {
@@ -2797,9 +2897,9 @@ Result moe_gemv2_unsupported_case(int ver = 2) {
 // weights (G = 1: a plain linear; G > 1: linear_groups' layout at a byte stride that is not a multiple of 256),
 // checked: NMSE against an f64 reference on the quantized x (host_quant_block: e4m3 · 2^e, exact in bf16), y's
 // row padding untouched, every row launched alone bitwise equal to the same row in the M-row launch (batch
-// invariance; M > 8 crosses launches of 8), a second launch bitwise equal to the first, a plan for another SM
-// count (another split of K, another cluster size: other bits) close by NMSE, next to v6 (bf16 x) by NMSE (the
-// e4m3 x's own error), and with swiglu the fused act bitwise swiglu_clamp of the unfused output.
+// invariance; M > 8 crosses launches of 8), a second launch bitwise equal to the first (the split counters
+// left at zero), a plan for another SM count (another split of K: other bits) close by NMSE, next to v6 (bf16 x)
+// by NMSE (the e4m3 x's own error), and with swiglu the fused act bitwise swiglu_clamp of the unfused output.
 Result gemv_e4m3_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, int variant, int sms, const std::string& name) {
   Rng r = rng_for(name);
   Result res;
@@ -2829,8 +2929,10 @@ Result gemv_e4m3_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, int v
   char buf[160];
   snprintf(buf, sizeof buf, "(sp=%d P=%d ks=%d ring=%d smem=%zu) ", pl.sp, pl.P, pl.ks, pl.ring, pl.smem);
   res.detail += buf;
+  DBuf work = dalloc(pl.work_bytes, "work");
+  CK(cudaMemset(work.p(), 0, pl.work_bytes));
   auto run = [&](const dc::GemvE4m3Plan& p, const float* xp, int64_t M_, float* yp, float lim = 0.0f) {
-    return dc::gemv_e4m3(p, xp, M_, ldx, yp, ldy, lim, 0);
+    return dc::gemv_e4m3(p, xp, M_, ldx, yp, ldy, lim, work.p(), 0);
   };
   poison(dy);
   CK(run(pl, dx.as<float>(), M, dy.as<float>()));
@@ -2884,8 +2986,10 @@ Result gemv_e4m3_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, int v
   {  // another SM count: another split (and grid); the same sums up to rounding
     dc::GemvE4m3Plan p2;
     CK(dc::gemv_e4m3_plan(W, N, K, G, wstr, sstr, false, &p2, sms == 0 ? 7 : 0));
+    DBuf w2 = dalloc(p2.work_bytes, "work2");
+    CK(cudaMemset(w2.p(), 0, p2.work_bytes));
     poison(dy2);
-    CK(dc::gemv_e4m3(p2, dx.as<float>(), M, ldx, dy2.as<float>(), ldy, 0.0f, 0));
+    CK(dc::gemv_e4m3(p2, dx.as<float>(), M, ldx, dy2.as<float>(), ldy, 0.0f, w2.p(), 0));
     auto y2 = down<float>(dy2, M * ldy);
     std::vector<float> a, b;
     for (int64_t m = 0; m < M; ++m)
@@ -2908,9 +3012,12 @@ Result gemv_e4m3_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, int v
     dc::GemvE4m3Plan ps, pu;
     CK(dc::gemv_e4m3_plan(W, N, K, 1, 0, 0, true, &ps, sms));
     CK(dc::gemv_e4m3_plan(W, N, K, 1, 0, 0, false, &pu, sms, ps.sp));
+    DBuf wsw = dalloc(ps.work_bytes, "work_swiglu"), wun = dalloc(pu.work_bytes, "work_unfused");
+    CK(cudaMemset(wsw.p(), 0, ps.work_bytes));
+    CK(cudaMemset(wun.p(), 0, pu.work_bytes));
     check_fused_swiglu(res, M, N, N / 2 + 5, 1.0f, [&](bool fuse, float limit, float* y, int64_t ldy_) {
-      return fuse ? dc::gemv_e4m3(ps, dx.as<float>(), M, ldx, y, ldy_, limit, 0)
-                  : dc::gemv_e4m3(pu, dx.as<float>(), M, ldx, y, ldy_, 0.0f, 0);
+      return fuse ? dc::gemv_e4m3(ps, dx.as<float>(), M, ldx, y, ldy_, limit, wsw.p(), 0)
+                  : dc::gemv_e4m3(pu, dx.as<float>(), M, ldx, y, ldy_, 0.0f, wun.p(), 0);
     });
   }
   return res;
@@ -2940,10 +3047,12 @@ Result gemv_e4m3_perf_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, 
     CK(dc::gemv_e4m3_plan(W, N, K, G, N * K, ((N + 127) / 128) * ldws * 4, swiglu, &pls[c], 0, 0, l2promo));
     pls[c].ablate = ablate;
   }
+  DBuf work = dalloc(pls[0].work_bytes, "work");
+  CK(cudaMemset(work.p(), 0, pls[0].work_bytes));
   const float lim = swiglu ? 1.0f : 0.0f;
   int it = 0;
   auto call = [&](cudaStream_t st) {
-    CK(dc::gemv_e4m3(pls[it++ % copies], dx.as<float>(), M, ldx, dy.as<float>(), swiglu ? N / 2 : ldy, lim, st));
+    CK(dc::gemv_e4m3(pls[it++ % copies], dx.as<float>(), M, ldx, dy.as<float>(), swiglu ? N / 2 : ldy, lim, work.p(), st));
   };
   call(0);
   CK(cudaDeviceSynchronize());
@@ -5243,7 +5352,7 @@ void register_cases() {
         expect_true(res, !dc::gemv_e4m3_ok(W8, 256, 1024, 2, 256 * 1024 + 8, 64, false), "w_stride % 16 != 0 accepted");
         expect_true(res, dc::gemv_e4m3_plan(W8, 256, 1000, 1, 0, 0, false, &pl) == cudaErrorNotSupported && !pl.fmt_ok,
                     "plan made for K % 128 != 0");
-        expect_true(res, dc::gemv_e4m3(pl, nullptr, 1, 1024, nullptr, 256, 0.0f, 0) == cudaErrorInvalidValue,
+        expect_true(res, dc::gemv_e4m3(pl, nullptr, 1, 1024, nullptr, 256, 0.0f, ds.p(), 0) == cudaErrorInvalidValue,
                     "launch without a plan accepted");
         cudaGetLastError();
         return res;
@@ -5665,6 +5774,13 @@ void register_cases() {
             if (span > K) continue;
             auto n = nm("floor perf tiles N=%ld K=%ld span=%d order=%d", N, K, span, order);
             add(n, [=] { return floor_tiles_case(N, K, span, order); });
+          }
+      // the floor of a 2-D tensor-copy stream (gemv_e4m3's weights), wq_b- and wo_b-shaped, by box and L2 promotion
+      for (auto [N, K] : {std::pair<int64_t, int64_t>{32768, 1024}, {4096, 8192}})
+        for (auto [bw, bh] : {std::pair<int, int>{128, 128}, {128, 256}, {128, 64}, {256, 64}, {256, 128}, {64, 256}})
+          for (int l2 : {1, 2}) {
+            auto n = nm("floor perf tmap N=%ld K=%ld box=%dx%d l2promo=%d ring=131072", N, K, bw, bh, l2);
+            add(n, [=] { return floor_tmap_case(N, K, bw, bh, 131072, l2); });
           }
       // the floor of a bulk-copy stream (copy size x ring bytes a block, one block an SM)
       for (int64_t mb : {4, 33})

@@ -60,6 +60,11 @@ struct CudaBackend::Impl {
   CudaWeights weights = CudaWeights::Stored;
   cudaStream_t stream = nullptr;
   int32_t* hc_sync = nullptr;  // hcdec's arrival counter / generation (zeroed once; every launch leaves it zero)
+  // gemv_e4m3's workspace (split-K counters, zeroed once and left zero by every launch, and partial sums): one
+  // fixed buffer for every fp8 weight (one stream orders its users), allocated with the first plan; a plan that
+  // would need more is dropped (that weight keeps gemv_q_v6), so the address never changes under a graph.
+  static constexpr size_t kE4m3Work = 8ull << 20;
+  void* e4m3_work = nullptr;
   cuda::GemmContext* gemm = nullptr;  // cuBLASLt handle and workspace (large bf16 / fp8 GEMMs)
   // Step-scoped buffers come and go dozens of times a layer, nearly always last-in first-out: a bump
   // arena serves them without an API call (one stream orders every reuse after the earlier work).
@@ -347,6 +352,7 @@ CudaBackend::~CudaBackend() {
     if (e) cudaEventDestroy(e);
   cuda::gemm_context_destroy(impl_->gemm);
   if (impl_->hc_sync) cudaFree(impl_->hc_sync);
+  if (impl_->e4m3_work) cudaFree(impl_->e4m3_work);
   if (impl_->arena) cudaFree(impl_->arena);
   if (impl_->staging) cudaFreeHost(impl_->staging);
   if (impl_->view) cudaFreeHost(impl_->view);
@@ -733,13 +739,19 @@ void CudaBackend::add_rows(const float* src, int64_t n, int64_t width, const flo
 }
 
 namespace {
-// gemv_e4m3's plan for an fp8 weight (or its groups) with DEEPINFER_CUDA_ON=gemv_e4m3, else an empty plan.
+// gemv_e4m3's plan for an fp8 weight (or its groups), or an empty plan where it does not take the shape or its
+// workspace would not fit the backend's.
 void make_e4m3_plan(CudaBackend::Impl& m, const cuda::WeightRef& r, int64_t N, int64_t K, int G, int64_t w_stride,
                     int64_t s_stride, bool swiglu, cuda::GemvE4m3Plan* pl) {
   *pl = cuda::GemvE4m3Plan{};
   if (!m.on("gemv_e4m3") || !cuda::gemv_e4m3_ok(r, N, K, G, w_stride, s_stride, swiglu)) return;
   cuda::GemvE4m3Plan p;
   check(cuda::gemv_e4m3_plan(r, N, K, G, w_stride, s_stride, swiglu, &p), "gemv_e4m3 plan");
+  if (p.work_bytes > CudaBackend::Impl::kE4m3Work) return;
+  if (!m.e4m3_work) {
+    check(cudaMalloc(&m.e4m3_work, CudaBackend::Impl::kE4m3Work), "gemv_e4m3 workspace");
+    check(cudaMemsetAsync(m.e4m3_work, 0, CudaBackend::Impl::kE4m3Work, m.stream), "gemv_e4m3 workspace");
+  }
   *pl = p;
 }
 }  // namespace
@@ -861,7 +873,7 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
   // quantize it; docs/cuda-notes.md "GEMV e4m3"), chosen by the weight for every M ≤ 8. Opt-in: slower than v6 in
   // the 31-layer decode so far (s13: b1 6.47 vs 6.25 ms, b8 12.10 vs 11.40).
   if (M <= 8 && w.e4m3.fmt_ok && ldx % 4 == 0 && (uintptr_t)x % 16 == 0) {
-    check(cuda::gemv_e4m3(w.e4m3, x, M, ldx, y, ldy, 0.0f, s), "linear (gemv e4m3)");
+    check(cuda::gemv_e4m3(w.e4m3, x, M, ldx, y, ldy, 0.0f, impl_->e4m3_work, s), "linear (gemv e4m3)");
     return;
   }
   if (const GemvPick g = pick_gemv(*impl_, w, M, x, ldx); g != GemvPick::None) {
@@ -910,7 +922,7 @@ void CudaBackend::linear_swiglu(const float* x, int64_t M, int64_t ldx, const We
       return Backend::linear_swiglu(x, M, ldx, wt, limit, act);
     HostTimer ht_(impl_.get(), Impl::kOp);
     if (impl_->replaying()) return;
-    check(cuda::gemv_e4m3(w.e4m3_swiglu, x, M, ldx, act, N / 2, limit, impl_->stream),
+    check(cuda::gemv_e4m3(w.e4m3_swiglu, x, M, ldx, act, N / 2, limit, impl_->e4m3_work, impl_->stream),
           "linear_swiglu (gemv e4m3)");
     return;
   }
@@ -1244,7 +1256,7 @@ void CudaBackend::linear_groups(const float* x, int64_t M, int64_t ldx, const We
     HostTimer ht_(impl_.get(), Impl::kOp);
     if (impl_->replaying()) return;
     if (M <= 8 && g.e4m3.fmt_ok) {  // (as linear)
-      check(cuda::gemv_e4m3(g.e4m3, x, M, ldx, y, ldy, 0.0f, impl_->stream), "linear_groups (gemv e4m3)");
+      check(cuda::gemv_e4m3(g.e4m3, x, M, ldx, y, ldy, 0.0f, impl_->e4m3_work, impl_->stream), "linear_groups (gemv e4m3)");
       return;
     }
     if (M <= 8 && impl_->on("gemv_v8") && v8_pick(g.r, N, K)) {  // (as in linear: opt-in)

@@ -254,7 +254,9 @@ cudaError_t gemv_q_grouped(const float* x, int64_t ldx, bool x_per_slot, const i
 // y[m, n < N/2] = swiglu_clamp(gate, up, limit) of those sums (the same bits as swiglu_clamp of the unfused y).
 // The weights go by 2-D tensor copies (a tensor map made once, in the plan) straight into wgmma's A operand.
 // Any M (launches of 8 rows). Batch invariant: a row's bits depend on (N, K, G, swiglu, the SM count the plan
-// was made for) only (a split of K is reduced in a fixed order inside a thread-block cluster). Shapes (gemv_e4m3_ok): K % 128 == 0, K ≤ 65536, 16-byte aligned W, ldws ≥ K / 128;
+// was made for) only. `work`: plan.work_bytes of device memory, 256-byte aligned, zeroed once before the
+// first launch (counters that every launch leaves zero; partial sums); launches that share it must be ordered
+// (one stream). Shapes (gemv_e4m3_ok): K % 128 == 0, K ≤ 65536, 16-byte aligned W, ldws ≥ K / 128;
 // groups: w_stride % 16 == 0, w_stride ≥ N·K, s_stride % 4 == 0.
 struct GemvE4m3Plan {
   alignas(64) unsigned char tmap[128] = {};  // CUtensorMap of W: bytes {K, N, G}, boxes 128 × 128 × 1, 128-byte swizzle
@@ -265,7 +267,7 @@ struct GemvE4m3Plan {
   int G = 1;
   bool swiglu = false;
   int sms = 0, sp = 0, P = 0, tiles = 0, tiles_g = 0, ks = 0, ring = 0;  // the schedule (see gemv_e4m3.cu)
-  size_t smem = 0;
+  size_t smem = 0, work_bytes = 0;
   int ablate = 0;  // the op test's timing ablations only (results wrong): 1 no MMAs, 2 no x staging, 4 no epilogue
 };
 bool gemv_e4m3_ok(WeightRef W, int64_t N, int64_t K, int G, int64_t w_stride, int64_t s_stride, bool swiglu);
@@ -277,7 +279,7 @@ bool gemv_e4m3_ok(WeightRef W, int64_t N, int64_t K, int G, int64_t w_stride, in
 cudaError_t gemv_e4m3_plan(WeightRef W, int64_t N, int64_t K, int G, int64_t w_stride, int64_t s_stride, bool swiglu,
                            GemvE4m3Plan* plan, int sms = 0, int split = 0, int l2promo = -1);
 cudaError_t gemv_e4m3(const GemvE4m3Plan& plan, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy,
-                      float limit, cudaStream_t s);
+                      float limit, void* work, cudaStream_t s);
 // moe_gemv2 (moe_gemv2.cu; docs/cuda-notes.md "MoE decode GEMV v2"): gemv_q_grouped's contract for fp4
 // (FP4_B32) experts, built for the routed experts at decode (T ≤ 8): TMA bulk copies of whole weight rows
 // into a shared-memory ring, one block an SM, 32 rows × K a work item. Shapes it takes (moe_gemv2_ok):

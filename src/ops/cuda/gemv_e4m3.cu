@@ -8,10 +8,10 @@
 // by ws(box) · s_x(token, k block).
 //
 // Work: an item = a tile of 128 output rows (nb = 2 boxes a k block with the fused SwiGLU: the gate rows and
-// their up rows) × one of sp ≤ 8 splits of K. CTA c takes split s = c % sp and the tiles ≡ c / sp (mod P), so its x
-// staging is one k range. With sp > 1 the sp CTAs of a tile are one cluster: each keeps its partial sums in shared
-// memory and rank q adds a slice of the rows over ranks 0..sp−1 in that order (distributed shared memory): a fixed
-// order, so the bits depend on (N, K, G, the SM count) only, never on M or the other rows of the batch.
+// their up rows) × one of sp splits of K. CTA c takes split s = c % sp and the tiles ≡ c / sp (mod P), so its x
+// staging is one k range. With sp > 1 an item's partial sums go to a workspace; the item's last CTA to arrive
+// (a counter a tile) adds the sp partials in split order 0..sp−1 and writes y: fixed order, so the bits
+// depend on (N, K, G, the SM count) only, never on M, the other rows of the batch or the arrival order.
 //
 // Block: warps 0–3 are the consumer warpgroup (x staging, MMAs, promotion, epilogue); warp 4's lane 0 is the
 // producer (tensor copies into a ring of 16 KiB slots, full / empty mbarriers). The producer starts at once
@@ -49,6 +49,8 @@ struct GeParams {
   int64_t ldy, yg;
   const float* ws;       // scales [ceil(N/128), ldws] a group, groups sg floats apart
   int64_t ldws, sg;
+  int* ctr;              // [tiles] arrival counters (zero between launches)
+  float* part;           // [tiles][sp][nb][8 tokens][128 rows] partial sums (sp > 1)
   int M, N, K, G;        // N: rows a group (fused: 2I, gate over up)
   int ks, sp, P, tiles_g, tiles;
   int ablate;            // op-test timing only (results wrong): 1 no MMAs, 2 no x staging, 4 no epilogue
@@ -84,19 +86,6 @@ __device__ __forceinline__ void ge_arrive_lane0(uint32_t bar, int lane) {
                : "memory");
 }
 __device__ __forceinline__ void ge_bar_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
-// Cluster-wide barrier (release / acquire: shared-memory writes before it are seen by every CTA of the cluster after
-// it). The producer warp has exited by then; exited threads do not hold a cluster barrier up.
-__device__ __forceinline__ void ge_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-// A float at shared address `a` of this kernel's layout in the cluster's CTA `rank` (distributed shared memory).
-__device__ __forceinline__ float ge_ld_cluster(uint32_t a, int rank) {
-  uint32_t ra;
-  float v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(a), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(ra) : "memory");
-  return v;
-}
 
 // x[m < M, k range of split s in group g] → B: k block jb at xb + 1024·jb, token m's 128 bytes at row m, its
 // 16-byte chunk c at chunk c ^ m (the 128-byte swizzle); xsc[8·jb + m] = 2^e. Warp w takes tokens w, w + 4 and
@@ -133,9 +122,9 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
   const int c = blockIdx.x, s = c % p.sp, pi = c / p.sp;
   const int nit = pi < p.tiles ? (p.tiles - 1 - pi) / p.P + 1 : 0;  // items of this CTA
   const int bpi = p.ks * NB, nbox = nit * bpi;
-  float* const red = xsc + p.ks * 8;  // split: [NB][8 tokens][128 rows] (the same offset in every CTA: read by the cluster)
-  uint64_t* const bars = reinterpret_cast<uint64_t*>(red + NB * 1024);  // full[ring], empty[ring]
-  float* const wsc = reinterpret_cast<float*>(bars + 2 * GE_RING);       // [nbox] weight scales
+  float* const wsc = xsc + p.ks * 8;                                            // [nbox] weight scales
+  uint64_t* const bars = reinterpret_cast<uint64_t*>(wsc + ((nbox + 1) & ~1));  // full[ring], empty[ring]
+  int* const flag = reinterpret_cast<int*>(bars + 2 * GE_RING);
   const uint32_t full0 = smem_u32(bars), empty0 = smem_u32(bars + GE_RING);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   if (tid == 128) {
@@ -240,34 +229,41 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
         }
       continue;
     }
-    // split: the cluster's sp CTAs (ranks = splits) hold the tile's partial sums in shared memory; rank q adds
-    // rows [q·128/sp, (q+1)·128/sp) of every rank's in rank order (the same order for every shape and M) and
-    // writes them. Two cluster barriers: the partials are complete, and nobody reads them any more.
+    float* const pt = p.part + (size_t)tile * p.sp * NB * 1024;
 #pragma unroll
     for (int b = 0; b < NB; ++b)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          red[b * 1024 + (2 * t4 + (e & 1)) * 128 + 64 * h + 16 * warp + g8 + 8 * (e >> 1)] = tot[b][h][e];
-    ge_cluster_sync();
-    {
-      const int rows = 128 / p.sp, nq = p.M * rows;
-      const uint32_t red_a = smem_u32(red);
-      for (int q = tid; q < nq; q += 128) {
-        const int m = q / rows, r = s * rows + (q - m * rows), row = tl * 128 + r;
-        float v[NB];
+          pt[(s * NB + b) * 1024 + (2 * t4 + (e & 1)) * 128 + 64 * h + 16 * warp + g8 + 8 * (e >> 1)] = tot[b][h][e];
+    __threadfence();
+    ge_bar_sync();
+    if (tid == 0) *flag = atomicAdd(p.ctr + tile, 1) == p.sp - 1;
+    ge_bar_sync();
+    if (*flag) {  // the last of the tile's sp items: the sum in split order
+      __threadfence();
+      // thread tid: row tl·128 + tid of every token; the loads of a split all in flight, splits added in order
+      float v[8][NB];
 #pragma unroll
-        for (int b = 0; b < NB; ++b) {
-          const uint32_t off = (uint32_t)(b * 1024 + m * 128 + r) * 4;
-          v[b] = ge_ld_cluster(red_a + off, 0);
-          for (int rk = 1; rk < p.sp; ++rk) v[b] += ge_ld_cluster(red_a + off, rk);
-        }
-        if (row < rows_g)
-          yg[(int64_t)m * p.ldy + row] = NB == 2 ? detail::swiglu_clamp_one(v[0], v[NB - 1], p.lim, 1.0f) : v[0];
-      }
+      for (int m = 0; m < 8; ++m)
+#pragma unroll
+        for (int b = 0; b < NB; ++b)
+          if (m < p.M) v[m][b] = __ldcg(pt + b * 1024 + m * 128 + tid);
+      for (int ss = 1; ss < p.sp; ++ss)
+#pragma unroll
+        for (int m = 0; m < 8; ++m)
+#pragma unroll
+          for (int b = 0; b < NB; ++b)
+            if (m < p.M) v[m][b] += __ldcg(pt + (ss * NB + b) * 1024 + m * 128 + tid);
+      const int row = tl * 128 + tid;
+#pragma unroll
+      for (int m = 0; m < 8; ++m)
+        if (m < p.M && row < rows_g)
+          yg[(int64_t)m * p.ldy + row] = NB == 2 ? detail::swiglu_clamp_one(v[m][0], v[m][NB - 1], p.lim, 1.0f) : v[m][0];
+      if (tid == 0) p.ctr[tile] = 0;  // ready for the next launch
     }
-    ge_cluster_sync();
+    ge_bar_sync();  // (flag reused by the next item)
   }
 }
 
@@ -307,7 +303,7 @@ cudaError_t gemv_e4m3_plan(WeightRef W, int64_t N, int64_t K, int G, int64_t w_s
   // the split: the fewest boxes on the busiest CTA; ties to fewer splits (less to add up)
   int best_sp = 0, best_P = 0;
   int64_t best = INT64_MAX;
-  for (int sp = 1; sp <= kb && sp <= sms && sp <= 8; sp *= 2) {  // (sp > 1: a cluster of sp, portable ≤ 8)
+  for (int sp = 1; sp <= kb && sp <= sms; sp *= 2) {
     if (kb % sp || kb / sp > GE_KS_MAX || (split > 0 && sp != split)) continue;
     const int P = (int)std::min<int64_t>(tiles, sms / sp);
     const int64_t c = ge_cost(tiles, kb, nb, sp, P), boxes = cdiv(tiles, P) * (kb / sp) * nb;
@@ -321,10 +317,11 @@ cudaError_t gemv_e4m3_plan(WeightRef W, int64_t N, int64_t K, int G, int64_t w_s
   pl.sms = sms, pl.sp = best_sp, pl.P = best_P, pl.tiles = (int)tiles, pl.tiles_g = (int)tiles_g;
   pl.ks = (int)(kb / best_sp);
   const int64_t boxes = cdiv(tiles, best_P) * pl.ks * nb;
+  const size_t rest = (size_t)pl.ks * 1024 + (size_t)pl.ks * 32 + (size_t)(boxes + 2) * 4 + 1024 /* align */ + 16;
   pl.ring = GE_RING;
-  pl.smem = 1024 /* alignment */ + (size_t)GE_RING * GE_BOX + (size_t)pl.ks * (1024 + 32) + (size_t)nb * 4096 +
-            2 * 8 * GE_RING + (size_t)boxes * 4;
+  pl.smem = (size_t)GE_RING * GE_BOX + rest + 2 * 8 * GE_RING;
   if (pl.smem > GE_SMEM_MAX) return cudaErrorNotSupported;
+  pl.work_bytes = (size_t)cdiv(tiles * 4, 256) * 256 + (best_sp > 1 ? (size_t)tiles * best_sp * nb * 1024 * 4 : 0);
   // the weight as a 3-D tensor of bytes {K, rows a group, G}, boxes of 128 × 128 × 1, 128-byte swizzle
   static_assert(sizeof(CUtensorMap) == sizeof(pl.tmap), "GemvE4m3Plan::tmap holds a CUtensorMap");
   void* fn = nullptr;
@@ -350,13 +347,17 @@ cudaError_t gemv_e4m3_plan(WeightRef W, int64_t N, int64_t K, int G, int64_t w_s
 }
 
 cudaError_t gemv_e4m3(const GemvE4m3Plan& pl, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy, float limit,
-                      cudaStream_t s) {
+                      void* work, cudaStream_t s) {
   if (!pl.fmt_ok) return cudaErrorInvalidValue;
-  if (ldx % 4 || reinterpret_cast<uintptr_t>(x) % 16 || (pl.swiglu && limit <= 0.0f)) return cudaErrorInvalidValue;
+  if (ldx % 4 || reinterpret_cast<uintptr_t>(x) % 16 || (pl.swiglu && limit <= 0.0f) || !work ||
+      reinterpret_cast<uintptr_t>(work) % 256)
+    return cudaErrorInvalidValue;
   if (M <= 0) return cudaSuccess;
   GeParams p = {};
   p.ldx = ldx, p.xg = pl.K, p.ldy = ldy, p.yg = pl.N;
   p.ws = static_cast<const float*>(pl.scale), p.ldws = pl.ldws, p.sg = pl.s_stride / 4;
+  p.ctr = static_cast<int*>(work);
+  p.part = reinterpret_cast<float*>(static_cast<char*>(work) + cdiv((int64_t)pl.tiles * 4, 256) * 256);
   p.N = (int)pl.N, p.K = (int)pl.K, p.G = pl.G;
   p.ks = pl.ks, p.sp = pl.sp, p.P = pl.P, p.tiles_g = pl.tiles_g, p.tiles = pl.tiles;
   p.half = pl.swiglu ? (int)(pl.N / 2) : 0;
@@ -372,13 +373,6 @@ cudaError_t gemv_e4m3(const GemvE4m3Plan& pl, const float* x, int64_t M, int64_t
     cfg.blockDim = dim3(GE_THREADS, 1, 1);
     cfg.dynamicSmemBytes = pl.smem;
     cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = (unsigned)pl.sp;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pl.sp > 1 ? 1 : 0;
     const cudaError_t e = pl.swiglu ? cudaLaunchKernelEx(&cfg, gemv_e4m3_kernel<2>, tm, p)
                                     : cudaLaunchKernelEx(&cfg, gemv_e4m3_kernel<1>, tm, p);
     if (e != cudaSuccess) return e;
