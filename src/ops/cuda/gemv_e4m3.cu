@@ -53,7 +53,8 @@ struct GeParams {
   float* part;           // [tiles][sp][nb][8 tokens][128 rows] partial sums (sp > 1)
   int M, N, K, G;        // N: rows a group (fused: 2I, gate over up)
   int ks, sp, P, tiles_g, tiles;
-  int ablate;            // op-test timing only (results wrong): 1 no MMAs, 2 no x staging, 4 no epilogue
+  int ablate;            // op-test timing only: 1 no MMAs, 2 no x staging, 4 no epilogue (results wrong); 16 the
+                         // successor launched at the exit, 32 no scale loads (timing experiments)
   int half;              // fused: N / 2 (the first up row), else 0
   float lim;
 };
@@ -74,6 +75,13 @@ __device__ __forceinline__ uint64_t ge_desc(uint32_t saddr) {
 }
 // One box (128 k × 128 rows from (k0, row0) of group g) into shared memory, completing on `bar`.
 __device__ __forceinline__ void ge_tma_box(uint32_t dst, const CUtensorMap* tm, int k0, int row0, int g, uint32_t bar) {
+  if (g < 0) {  // a 2-D map (G = 1)
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(tm)), "r"(k0), "r"(row0), "r"(bar)
+        : "memory");
+    return;
+  }
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(tm)), "r"(k0), "r"(row0), "r"(g), "r"(bar)
@@ -141,14 +149,14 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
         const int it = i / bpi, r = i - it * bpi, j = r / NB, b = r - j * NB;
         const int tile = pi + it * p.P, g = tile / p.tiles_g, tl = tile - g * p.tiles_g;
         detail::mbar_expect(full0 + 8 * slot, GE_BOX);
-        ge_tma_box(smem_u32(ring + (size_t)slot * GE_BOX), &tm, (s * p.ks + j) * 128, b * p.half + tl * 128, g,
+        ge_tma_box(smem_u32(ring + (size_t)slot * GE_BOX), &tm, (s * p.ks + j) * 128, b * p.half + tl * 128, p.G == 1 ? -1 : g,
                    full0 + 8 * slot);
       }
     }
     return;
   }
   // consumers: the weight scales of every box (constant: before the wait), B's absent token rows zero
-  for (int i = tid; i < nbox; i += 128) {
+  for (int i = tid; i < nbox && !(p.ablate & 32); i += 128) {
     const int it = i / bpi, r = i - it * bpi, j = r / NB, b = r - j * NB;
     const int tile = pi + it * p.P, g = tile / p.tiles_g, tl = tile - g * p.tiles_g;
     wsc[i] = detail::ld_early_f32(p.ws + g * p.sg + (int64_t)((b * p.half + tl * 128) / 128) * p.ldws + s * p.ks + j);
@@ -161,7 +169,8 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
       xsc[i] = 0.0f;
     }
   }
-  DI_PDL_WAIT();
+  if (p.ablate & 16) asm volatile("griddepcontrol.wait;\n" ::: "memory");  // (the successor launches at the exit)
+  else DI_PDL_WAIT();
   const int g8 = lane >> 2, t4 = lane & 3;  // fragment: rows 16·warp + g8 (+ 8), token columns 2·t4, 2·t4 + 1
   const uint32_t ring_a = smem_u32(ring), xb_a = smem_u32(xb);
   int gx = -1;  // the group whose x is staged
@@ -334,7 +343,7 @@ cudaError_t gemv_e4m3_plan(WeightRef W, int64_t N, int64_t K, int G, int64_t w_s
   const cuuint64_t strides[2] = {(cuuint64_t)K, (cuuint64_t)pl.w_stride};
   const cuuint32_t box[3] = {128, 128, 1}, estr[3] = {1, 1, 1};
   const CUresult r = reinterpret_cast<EncodeTiled>(fn)(
-      &tmap, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(W.w), dims, strides, box, estr,
+      &tmap, CU_TENSOR_MAP_DATA_TYPE_UINT8, G == 1 ? 2 : 3, const_cast<void*>(W.w), dims, strides, box, estr,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
       l2promo == 0   ? CU_TENSOR_MAP_L2_PROMOTION_NONE
       : l2promo == 1 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
