@@ -8,8 +8,8 @@
 // by ws(box) · s_x(token, k block).
 //
 // Work: an item = a tile of 128 output rows (nb = 2 boxes a k block with the fused SwiGLU: the gate rows and
-// their up rows) × one of sp splits of K. CTA c takes split s = c % sp and the tiles ≡ c / sp (mod P), so its x
-// staging is one k range. With sp > 1 an item's partial sums go to a workspace; the item's last CTA to arrive
+// their up rows) × one of sp splits of K. CTA c takes split s = c % sp and the P-th part c / sp of the tiles (a
+// contiguous range), so its x staging is one k range (per group). With sp > 1 an item's partial sums go to a workspace; the item's last CTA to arrive
 // (a counter a tile) adds the sp partials in split order 0..sp−1 and writes y: fixed order, so the bits
 // depend on (N, K, G, the SM count) only, never on M, the other rows of the batch or the arrival order.
 //
@@ -54,7 +54,7 @@ struct GeParams {
   int M, N, K, G;        // N: rows a group (fused: 2I, gate over up)
   int ks, sp, P, tiles_g, tiles;
   int ablate;            // op-test timing only: 1 no MMAs, 2 no x staging, 4 no epilogue (results wrong); 16 the
-                         // successor launched at the exit, 32 no scale loads (timing experiments)
+                         // successor launched at the exit, 32 no scale loads, 64 tiles dealt round-robin (timing experiments)
   int half;              // fused: N / 2 (the first up row), else 0
   float lim;
 };
@@ -128,7 +128,10 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
   uint8_t* const xb = ring + (size_t)GE_RING * GE_BOX;                          // [ks][8][128] e4m3 (swizzled)
   float* const xsc = reinterpret_cast<float*>(xb + (size_t)p.ks * 1024);       // [ks][8]
   const int c = blockIdx.x, s = c % p.sp, pi = c / p.sp;
-  const int nit = pi < p.tiles ? (p.tiles - 1 - pi) / p.P + 1 : 0;  // items of this CTA
+  // items of this CTA: tiles t0, t0 + 1, .. (a contiguous range; ablate & 64: tiles pi, pi + P, .., the first form)
+  const bool cyc = p.ablate & 64;
+  const int t0 = cyc ? pi : (int)((int64_t)pi * p.tiles / p.P), tstep = cyc ? p.P : 1;
+  const int nit = cyc ? (pi < p.tiles ? (p.tiles - 1 - pi) / p.P + 1 : 0) : (int)((int64_t)(pi + 1) * p.tiles / p.P) - t0;
   const int bpi = p.ks * NB, nbox = nit * bpi;
   float* const wsc = xsc + p.ks * 8;                                            // [nbox] weight scales
   uint64_t* const bars = reinterpret_cast<uint64_t*>(wsc + ((nbox + 1) & ~1));  // full[ring], empty[ring]
@@ -147,7 +150,7 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
         const int slot = i % GE_RING, round = i / GE_RING;
         detail::mbar_wait(empty0 + 8 * slot, (round & 1) ^ 1);
         const int it = i / bpi, r = i - it * bpi, j = r / NB, b = r - j * NB;
-        const int tile = pi + it * p.P, g = tile / p.tiles_g, tl = tile - g * p.tiles_g;
+        const int tile = t0 + it * tstep, g = tile / p.tiles_g, tl = tile - g * p.tiles_g;
         detail::mbar_expect(full0 + 8 * slot, GE_BOX);
         ge_tma_box(smem_u32(ring + (size_t)slot * GE_BOX), &tm, (s * p.ks + j) * 128, b * p.half + tl * 128, p.G == 1 ? -1 : g,
                    full0 + 8 * slot);
@@ -158,7 +161,7 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
   // consumers: the weight scales of every box (constant: before the wait), B's absent token rows zero
   for (int i = tid; i < nbox && !(p.ablate & 32); i += 128) {
     const int it = i / bpi, r = i - it * bpi, j = r / NB, b = r - j * NB;
-    const int tile = pi + it * p.P, g = tile / p.tiles_g, tl = tile - g * p.tiles_g;
+    const int tile = t0 + it * tstep, g = tile / p.tiles_g, tl = tile - g * p.tiles_g;
     wsc[i] = detail::ld_early_f32(p.ws + g * p.sg + (int64_t)((b * p.half + tl * 128) / 128) * p.ldws + s * p.ks + j);
   }
   for (int i = tid; i < p.ks * 8; i += 128) {
@@ -175,7 +178,7 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
   const uint32_t ring_a = smem_u32(ring), xb_a = smem_u32(xb);
   int gx = -1;  // the group whose x is staged
   for (int it = 0; it < nit; ++it) {
-    const int tile = pi + it * p.P, g = tile / p.tiles_g, tl = tile - g * p.tiles_g;
+    const int tile = t0 + it * tstep, g = tile / p.tiles_g, tl = tile - g * p.tiles_g;
     if (g != gx) {
       ge_bar_sync();  // every consumer is past its MMAs on the previous B
       if (!(p.ablate & 2)) ge_stage_x(p, xb, xsc, g, s);
