@@ -54,7 +54,8 @@ struct GeParams {
   int M, N, K, G;        // N: rows a group (fused: 2I, gate over up)
   int ks, sp, P, tiles_g, tiles;
   int ablate;            // op-test timing only: 1 no MMAs, 2 no x staging, 4 no epilogue (results wrong); 16 the
-                         // successor launched at the exit, 32 no scale loads, 64 tiles dealt round-robin (timing experiments)
+                         // successor launched at the exit, 32 no scale loads, 64 tiles dealt round-robin, 128 one lane a warp waits for a box (timing
+                         // experiments)
   int half;              // fused: N / 2 (the first up row), else 0
   float lim;
 };
@@ -196,7 +197,12 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
         const int i = it * bpi + j * NB + b, slot = i % GE_RING;
-        detail::mbar_wait(full0 + 8 * slot, (i / GE_RING) & 1);
+        if (p.ablate & 128) {  // (experiment: lane 0 waits, the warp follows)
+          if (lane == 0) detail::mbar_wait(full0 + 8 * slot, (i / GE_RING) & 1);
+          __syncwarp();
+        } else {
+          detail::mbar_wait(full0 + 8 * slot, (i / GE_RING) & 1);
+        }
         if (p.ablate & 1) {
           ge_arrive_lane0(empty0 + 8 * slot, lane);
           continue;
