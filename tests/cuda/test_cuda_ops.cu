@@ -2454,8 +2454,10 @@ Result floor_bulk_case(int64_t bytes, int copy, int ring, bool pdl) {
 // bh rows (swizzle 128 B for bw = 128, 64 B for 64, none for 256), tiles of bh rows × all of K, a tile's boxes in k
 // order; block b streams boxes [b·n/G, (b+1)·n/G) through a ring of `slots` boxes (thread 32 the producer, thread 0
 // the consumer, which touches one word a box), the first before griddepcontrol.wait.
+// wide (gemv_e4m3's shape of block): 160 threads, warp 4's lane 0 the producer, warps 0-3 all wait for every box
+// and lane 0 of each frees it (an empty barrier of 4 arrivals).
 __global__ void floor_tmap_kernel(const __grid_constant__ CUtensorMap tm, int64_t nbox, int kboxes, int bw, int bh,
-                                  int slots, uint32_t* sink) {
+                                  int slots, uint32_t* sink, int wide) {
   namespace dd = deepinfer::cuda::detail;
   extern __shared__ __align__(1024) uint8_t ft_smem[];
   __shared__ __align__(8) uint64_t full[16], empty[16];
@@ -2463,11 +2465,25 @@ __global__ void floor_tmap_kernel(const __grid_constant__ CUtensorMap tm, int64_
   const int box = bw * bh;
   const int64_t c0 = nbox * blockIdx.x / gridDim.x, c1 = nbox * (blockIdx.x + 1) / gridDim.x, n = c1 - c0;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < slots; ++i) dd::mbar_init(dd::smem_u32(&full[i]), 1), dd::mbar_init(dd::smem_u32(&empty[i]), 1);
+    for (int i = 0; i < slots; ++i)
+      dd::mbar_init(dd::smem_u32(&full[i]), 1), dd::mbar_init(dd::smem_u32(&empty[i]), wide ? 4 : 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  if (threadIdx.x == 32) {
+  if (wide && threadIdx.x < 128) {  // gemv_e4m3's consumers
+    asm volatile("griddepcontrol.wait;\ngriddepcontrol.launch_dependents;\n" ::: "memory");
+    uint32_t acc = 0;
+    for (int64_t q = 0; q < n; ++q) {
+      const int sl = (int)(q % slots);
+      dd::mbar_wait(dd::smem_u32(&full[sl]), (uint32_t)((q / slots) & 1));
+      acc ^= *reinterpret_cast<const uint32_t*>(ring + (size_t)sl * box + 4 * (threadIdx.x & 31));
+      __syncwarp();
+      if ((threadIdx.x & 31) == 0) dd::mbar_arrive(dd::smem_u32(&empty[sl]));
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;
+    return;
+  }
+  if (threadIdx.x == (wide ? 128 : 32)) {
     for (int64_t q = 0; q < n; ++q) {
       const int sl = (int)(q % slots);
       if (q >= slots) dd::mbar_wait(dd::smem_u32(&empty[sl]), (uint32_t)((q / slots - 1) & 1));
@@ -2492,12 +2508,13 @@ __global__ void floor_tmap_kernel(const __grid_constant__ CUtensorMap tm, int64_
     }
     if (acc == 0x9e3779b9u) sink[0] = acc;
   }
-  if (threadIdx.x != 32) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  if (threadIdx.x != (wide ? 128 : 32)) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-Result floor_tmap_case(int64_t N, int64_t K, int bw, int bh, int ring, int l2promo) {
+// extra: bytes of shared memory beyond the ring (gemv_e4m3 has ~9–20 KB more than its ring).
+Result floor_tmap_case(int64_t N, int64_t K, int bw, int bh, int ring, int l2promo, int wide = 0, int extra = 0) {
   Result res;
   const int64_t bytes = N * K;
   const int copies = (int)std::min<int64_t>(64, (256ll << 20) / bytes + 1);
@@ -2527,17 +2544,18 @@ Result floor_tmap_case(int64_t N, int64_t K, int bw, int bh, int ring, int l2pro
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int boxb = bw * bh, slots = std::min(16, ring / boxb);
-  CK(cudaFuncSetAttribute(floor_tmap_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, slots * boxb + 1024));
+  CK(cudaFuncSetAttribute(floor_tmap_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, slots * boxb + 1024 + extra));
   const int kboxes = (int)(K / bw);
   const int64_t nbox = (N / bh) * kboxes;
   int it = 0;
   auto launch = [&](cudaStream_t st) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)std::min<int64_t>(sms, nbox));
-    cfg.blockDim = dim3(64);
-    cfg.dynamicSmemBytes = (size_t)slots * boxb + 1024;
+    cfg.blockDim = dim3(wide ? 160 : 64);
+    cfg.dynamicSmemBytes = (size_t)slots * boxb + 1024 + extra;
     cfg.stream = st;
-    CK(cudaLaunchKernelEx(&cfg, floor_tmap_kernel, tms[it++ % copies], nbox, kboxes, bw, bh, slots, dsink.as<uint32_t>()));
+    CK(cudaLaunchKernelEx(&cfg, floor_tmap_kernel, tms[it++ % copies], nbox, kboxes, bw, bh, slots, dsink.as<uint32_t>(),
+                          wide));
   };
   const int n = (int)((std::max(32, copies) + copies - 1) / copies * copies);
   res.graph_us = time_graph_us(launch, n, true);
@@ -5784,6 +5802,12 @@ void register_cases() {
             auto n = nm("floor perf tmap N=%ld K=%ld box=%dx%d l2promo=%d ring=131072", N, K, bw, bh, l2);
             add(n, [=] { return floor_tmap_case(N, K, bw, bh, 131072, l2); });
           }
+      // ... grown toward gemv_e4m3's block: 160 threads with 4 waiting warps, ~10 / ~90 KB more shared memory
+      for (auto [N, K] : {std::pair<int64_t, int64_t>{32768, 1024}, {4096, 8192}})
+        for (auto [wide, extra] : {std::pair<int, int>{1, 0}, {0, 10240}, {1, 10240}, {0, 90112}}) {
+          auto n = nm("floor perf tmap N=%ld K=%ld box=128x128 l2promo=1 ring=131072 wide=%d extra=%d", N, K, wide, extra);
+          add(n, [=] { return floor_tmap_case(N, K, 128, 128, 131072, 1, wide, extra); });
+        }
       // the floor of a bulk-copy stream (copy size x ring bytes a block, one block an SM)
       for (int64_t mb : {4, 33})
         for (int copy : {1024, 2048, 4096, 16384, 32768})
