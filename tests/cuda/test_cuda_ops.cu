@@ -5756,7 +5756,7 @@ void register_cases() {
         // 256 B), with the successor launched at the exit (+16), without the scale loads (+32)
         for (auto c : {gep[1], gep[2]})
           for (int l2 : {1})
-            for (int ab : {7, 7 + 128, 6, 6 + 128}) {
+            for (int ab : {7, 7 + 256, 7 + 512, 7 + 768}) {
               auto n = nm("gemv_e4m3 l2promo=%d ablate=%d perf fp8 M=1 G=%d N=%ld K=%ld (%s)", l2, ab, c.G, c.N, c.K, c.what);
               add(n, [=] { return gemv_e4m3_perf_case(1, c.G, c.N, c.K, c.swiglu, n, ab, l2); });
             }

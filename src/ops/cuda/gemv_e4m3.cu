@@ -54,7 +54,8 @@ struct GeParams {
   int M, N, K, G;        // N: rows a group (fused: 2I, gate over up)
   int ks, sp, P, tiles_g, tiles;
   int ablate;            // op-test timing only: 1 no MMAs, 2 no x staging, 4 no epilogue (results wrong); 16 the
-                         // successor launched at the exit, 32 no scale loads, 64 tiles dealt round-robin, 128 one lane a warp waits for a box (timing
+                         // successor launched at the exit, 32 no scale loads, 64 tiles dealt round-robin, 128 one lane a warp waits for a box, 256 no tensor-map
+                         // prefetch, 512 the first ring round not waited for (timing
                          // experiments)
   int half;              // fused: N / 2 (the first up row), else 0
   float lim;
@@ -146,10 +147,10 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
   __syncthreads();
   if (warp == 4) {  // producer
     if (lane == 0) {
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tm)) : "memory");
+      if (!(p.ablate & 256)) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tm)) : "memory");
       for (int i = 0; i < nbox; ++i) {
         const int slot = i % GE_RING, round = i / GE_RING;
-        detail::mbar_wait(empty0 + 8 * slot, (round & 1) ^ 1);
+        if (!(p.ablate & 512) || round > 0) detail::mbar_wait(empty0 + 8 * slot, (round & 1) ^ 1);
         const int it = i / bpi, r = i - it * bpi, j = r / NB, b = r - j * NB;
         const int tile = t0 + it * tstep, g = tile / p.tiles_g, tl = tile - g * p.tiles_g;
         detail::mbar_expect(full0 + 8 * slot, GE_BOX);
