@@ -98,28 +98,32 @@ __device__ __forceinline__ void ge_arrive_lane0(uint32_t bar, int lane) {
 __device__ __forceinline__ void ge_bar_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 
 // x[m < M, k range of split s in group g] → B: k block jb at xb + 1024·jb, token m's 128 bytes at row m, its
-// 16-byte chunk c at chunk c ^ m (the 128-byte swizzle); xsc[8·jb + m] = 2^e. Warp w takes tokens w, w + 4 and
-// their k blocks in runs of 8, all 8 loads first; no branch inside a run (its blocks past ks redo block ks − 1:
-// the same bytes to the same place).
+// 16-byte chunk c at chunk c ^ m (the 128-byte swizzle); xsc[8·jb + m] = 2^e. Tasks (m, jb) = t = m·ks + jb dealt to
+// the 4 warps (t ≡ warp mod 4), 8 a warp at a time with all 8 loads first; no branch inside a run (tasks past the
+// last redo the last one: the same bytes to the same place).
 __device__ __forceinline__ void ge_stage_x(const GeParams& p, uint8_t* xb, float* xsc, int g, int s) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ntask = p.M * p.ks;
   const float* x0 = p.x + (int64_t)g * p.xg + (int64_t)s * p.ks * 128 + lane * 4;
-  for (int m = warp; m < p.M; m += 4)
-    for (int j0 = 0; j0 < p.ks; j0 += 8) {
-      float4 v[8];
+  for (int t0 = warp; t0 < ntask; t0 += 32) {
+    float4 v[8];
+    int mm[8], jj[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = *reinterpret_cast<const float4*>(x0 + m * p.ldx + min(j0 + i, p.ks - 1) * 128);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int jb = min(j0 + i, p.ks - 1);
-        const int e = detail::act_block_exp(v[i]);
-        const float inv = __uint_as_float((uint32_t)(127 - e) << 23);
-        auto q8 = [inv](float f) { return (uint32_t)__nv_cvt_float_to_fp8(f * inv, __NV_SATFINITE, __NV_E4M3); };
-        const uint32_t w = q8(v[i].x) | q8(v[i].y) << 8 | q8(v[i].z) << 16 | q8(v[i].w) << 24;
-        *reinterpret_cast<uint32_t*>(xb + jb * 1024 + m * 128 + (((lane >> 2) ^ m) << 4) + (lane & 3) * 4) = w;
-        if (lane == 0) xsc[jb * 8 + m] = __uint_as_float((uint32_t)(127 + e) << 23);
-      }
+    for (int i = 0; i < 8; ++i) {
+      const int t = min(t0 + 4 * i, ntask - 1);
+      mm[i] = t / p.ks, jj[i] = t - mm[i] * p.ks;
+      v[i] = *reinterpret_cast<const float4*>(x0 + mm[i] * p.ldx + jj[i] * 128);
     }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int m = mm[i], jb = jj[i];
+      const int e = detail::act_block_exp(v[i]);
+      const float inv = __uint_as_float((uint32_t)(127 - e) << 23);
+      auto q8 = [inv](float f) { return (uint32_t)__nv_cvt_float_to_fp8(f * inv, __NV_SATFINITE, __NV_E4M3); };
+      const uint32_t w = q8(v[i].x) | q8(v[i].y) << 8 | q8(v[i].z) << 16 | q8(v[i].w) << 24;
+      *reinterpret_cast<uint32_t*>(xb + jb * 1024 + m * 128 + (((lane >> 2) ^ m) << 4) + (lane & 3) * 4) = w;
+      if (lane == 0) xsc[jb * 8 + m] = __uint_as_float((uint32_t)(127 + e) << 23);
+    }
+  }
 }
 
 template <int NB>  // boxes a k block: 1, or 2 with the fused SwiGLU (gate rows, up rows)
