@@ -744,7 +744,11 @@ namespace {
 void make_e4m3_plan(CudaBackend::Impl& m, const cuda::WeightRef& r, int64_t N, int64_t K, int G, int64_t w_stride,
                     int64_t s_stride, bool swiglu, cuda::GemvE4m3Plan* pl) {
   *pl = cuda::GemvE4m3Plan{};
-  if (!m.on("gemv_e4m3") || !cuda::gemv_e4m3_ok(r, N, K, G, w_stride, s_stride, swiglu)) return;
+  // DEEPINFER_CUDA_ON=gemv_e4m3: every fp8 weight; gemv_e4m3_big: those of ≥ 24 MiB only (wq_b, wo_a's groups, wo_b:
+  // where the op-level graph timings gain most, s13-run12)
+  const bool big = (double)N * K * G >= 24.0 * (1 << 20);
+  if (!(m.on("gemv_e4m3") || (big && m.on("gemv_e4m3_big"))) || !cuda::gemv_e4m3_ok(r, N, K, G, w_stride, s_stride, swiglu))
+    return;
   cuda::GemvE4m3Plan p;
   check(cuda::gemv_e4m3_plan(r, N, K, G, w_stride, s_stride, swiglu, &p), "gemv_e4m3 plan");
   if (p.work_bytes > CudaBackend::Impl::kE4m3Work) return;
