@@ -4,14 +4,16 @@
 // the 128-byte swizzle, and wgmma reads them there as its A operand (m64, K-major) as they are. x is quantized
 // per token and 128-k block to e4m3 with a power-of-two scale (DeepSeek's act_quant, quant_act_kernel's
 // numerics) into the B operand (n8: ≤ 8 tokens). A box of weights = 128 rows × 128 k = 16 KiB = one scale
-// block, so a box's 8 MMAs (2 m64 halves × 4 k32 steps) go into a fresh fragment that is promoted once in f32
-// by ws(box) · s_x(token, k block).
+// block: its 8 MMAs (2 m64 halves × 4 k32 steps) go into fragments of their own, whose sums are added in f32 and
+// promoted once by ws(box) · s_x(token, k block).
 //
 // Work: an item = a tile of 128 output rows (nb = 2 boxes a k block with the fused SwiGLU: the gate rows and
-// their up rows) × one of sp splits of K. CTA c takes split s = c % sp and the P-th part c / sp of the tiles (a
-// contiguous range), so its x staging is one k range (per group). With sp > 1 an item's partial sums go to a workspace; the item's last CTA to arrive
-// (a counter a tile) adds the sp partials in split order 0..sp−1 and writes y: fixed order, so the bits
-// depend on (N, K, G, the SM count) only, never on M, the other rows of the batch or the arrival order.
+// their up rows) × one of sp splits of K. CTA c takes split s = c % sp and part c / sp of the P parts of the
+// tiles (a contiguous range), so its x staging is one k range (per group). With sp > 1 an item's partial sums go
+// to a workspace; the item's last CTA to arrive (a counter a tile) adds the sp partials in split order 0..sp−1
+// and writes y: a fixed order, so the bits depend on (N, K, G, the SM count) only, never on M, the other rows of
+// the batch or the arrival order. (Clusters of sp CTAs reducing in shared memory were tried, s13-run5: the
+// cluster shape cost a second wave of CTAs.)
 //
 // Block: warps 0–3 are the consumer warpgroup (x staging, MMAs, promotion, epilogue); warp 4's lane 0 is the
 // producer (tensor copies into a ring of 16 KiB slots, full / empty mbarriers). The producer starts at once
@@ -53,10 +55,10 @@ struct GeParams {
   float* part;           // [tiles][sp][nb][8 tokens][128 rows] partial sums (sp > 1)
   int M, N, K, G;        // N: rows a group (fused: 2I, gate over up)
   int ks, sp, P, tiles_g, tiles;
-  int ablate;            // op-test timing only: 1 no MMAs, 2 no x staging, 4 no epilogue (results wrong); 16 the
-                         // successor launched at the exit, 32 no scale loads, 64 tiles dealt round-robin, 128 one lane a warp waits for a box, 256 no tensor-map
-                         // prefetch, 512 the first ring round not waited for (timing
-                         // experiments)
+  int ablate;            // op-test timing knobs (GemvE4m3Plan::ablate; 1, 2, 4 make the results wrong): 1 no MMAs,
+                         // 2 no x staging, 4 no epilogue, 16 successor launched at the exit, 32 no scale loads,
+                         // 64 tiles dealt round-robin, 128 one lane a warp waits for a box, 256 no tensor-map
+                         // prefetch, 512 the first ring round not waited for
   int half;              // fused: N / 2 (the first up row), else 0
   float lim;
 };
