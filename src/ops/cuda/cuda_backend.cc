@@ -745,9 +745,13 @@ void make_e4m3_plan(CudaBackend::Impl& m, const cuda::WeightRef& r, int64_t N, i
                     int64_t s_stride, bool swiglu, cuda::GemvE4m3Plan* pl) {
   *pl = cuda::GemvE4m3Plan{};
   // DEEPINFER_CUDA_ON=gemv_e4m3: every fp8 weight; gemv_e4m3_big: those of ≥ 24 MiB only (wq_b, wo_a's groups, wo_b:
-  // where the op-level graph timings gain most, s13-run12)
+  // where the op-level graph timings gain most, s13-run12); e4m3:NxK (groups: e4m3:NxKxG, the fused SwiGLU plan
+  // e4m3:NxKs): that one shape, for measuring the weights one at a time in the model
   const bool big = (double)N * K * G >= 24.0 * (1 << 20);
-  if (!(m.on("gemv_e4m3") || (big && m.on("gemv_e4m3_big"))) || !cuda::gemv_e4m3_ok(r, N, K, G, w_stride, s_stride, swiglu))
+  const std::string shape = "e4m3:" + std::to_string(N) + "x" + std::to_string(K) +
+                            (G > 1 ? "x" + std::to_string(G) : "") + (swiglu ? "s" : "");
+  if (!(m.on("gemv_e4m3") || (big && m.on("gemv_e4m3_big")) || m.on(shape.c_str())) ||
+      !cuda::gemv_e4m3_ok(r, N, K, G, w_stride, s_stride, swiglu))
     return;
   cuda::GemvE4m3Plan p;
   check(cuda::gemv_e4m3_plan(r, N, K, G, w_stride, s_stride, swiglu, &p), "gemv_e4m3 plan");
@@ -921,7 +925,8 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
 void CudaBackend::linear_swiglu(const float* x, int64_t M, int64_t ldx, const Weight& wt, float limit, float* act) {
   const auto& w = static_cast<const CudaWeight&>(wt);
   const int64_t K = w.K, N = w.N;
-  if (M > 0 && M <= 8 && w.e4m3.fmt_ok && !impl_->off("fusecomp")) {  // (as linear: gemv_e4m3, fused where it can)
+  // (as linear: gemv_e4m3 where it has a plan, fused where it has the fused plan)
+  if (M > 0 && M <= 8 && (w.e4m3.fmt_ok || w.e4m3_swiglu.fmt_ok) && !impl_->off("fusecomp")) {
     if (!w.e4m3_swiglu.fmt_ok || limit <= 0.0f || ldx % 4 || (uintptr_t)x % 16)
       return Backend::linear_swiglu(x, M, ldx, wt, limit, act);
     HostTimer ht_(impl_.get(), Impl::kOp);
