@@ -1862,6 +1862,28 @@ void gemv_ref_rows(const HostQ& q, const float* x, const std::vector<int64_t>& r
     y[i] = a;
   }
 }
+// The output rows the f64 reference checks: all of them, or 256 spread over N (both ends, nearby rows too) when
+// the weight is larger than 4 M elements.
+std::vector<int64_t> reference_rows(int64_t N, int64_t K) {
+  std::vector<int64_t> rows;
+  if (N * K <= (4ll << 20)) {
+    rows.resize(N);
+    std::iota(rows.begin(), rows.end(), 0);
+  } else {
+    for (int i = 0; i < 256; ++i) rows.push_back(std::min<int64_t>(N - 1, (N * i) / 255 + (i % 5) * (i < 255)));
+  }
+  return rows;
+}
+// Whether floats [from, to) of an output row still hold poison()'s bytes (a kernel wrote no padding).
+bool pad_untouched(const float* row, int64_t from, int64_t to) {
+  bool ok = true;
+  for (int64_t c = from; c < to; ++c) {
+    uint32_t u;
+    memcpy(&u, &row[c], 4);
+    ok &= u == 0xFFFFFFFFu;
+  }
+  return ok;
+}
 struct DevQ {
   DBuf w, s;
   dc::WeightRef ref() const { return {fmt, w.p(), s.base ? s.p() : nullptr, ldws}; }
@@ -1923,13 +1945,7 @@ Result gemv_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int variant, con
   auto yg = down<float>(dy, M * ldy);
   // the f64 reference on every output row, or on 256 rows spread over N (both ends included) when the
   // shape is large; batch invariance and the padding are checked on all of them
-  std::vector<int64_t> all;
-  if (N * K <= (4ll << 20)) {
-    all.resize(N);
-    std::iota(all.begin(), all.end(), 0);
-  } else {
-    for (int i = 0; i < 256; ++i) all.push_back(std::min<int64_t>(N - 1, (N * i) / 255 + (i % 5) * (i < 255)));
-  }
+  const std::vector<int64_t> all = reference_rows(N, K);
   const int64_t nr = (int64_t)all.size();
   std::vector<float> yc(M * nr), yr(M * nr);
   bool pad_ok = true, inv_ok = true;
@@ -1937,11 +1953,7 @@ Result gemv_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int variant, con
   for (int64_t m = 0; m < M; ++m) {
     gemv_ref_rows(q, x.data() + m * ldx, all, yd);
     for (int64_t i = 0; i < nr; ++i) yc[m * nr + i] = yg[m * ldy + all[i]], yr[m * nr + i] = (float)yd[i];
-    for (int64_t n = N; n < ldy && m + 1 < M; ++n) {
-      uint32_t u;
-      memcpy(&u, &yg[m * ldy + n], 4);
-      pad_ok &= u == 0xFFFFFFFFu;
-    }
+    if (m + 1 < M) pad_ok &= pad_untouched(yg.data() + m * ldy, N, ldy);
     poison(dy1);
     CK(gemv(dx.as<float>() + m * ldx, 1, K, ldx, dq.ref(), N, dy1.as<float>(), ldy, 0));
     auto y1 = down<float>(dy1, N);
@@ -1996,11 +2008,7 @@ Result gemv_groups_case(dc::WFmt fmt, int64_t M, int G, int64_t N, int64_t K, co
       gemv_ref_rows(qs[g], x.data() + m * ldx + g * K, all, yd);
       for (size_t i = 0; i < all.size(); ++i) yc.push_back(yg[m * ldy + g * N + all[i]]), yr.push_back((float)yd[i]);
     }
-    for (int64_t n = G * N; n < ldy && m + 1 < M; ++n) {
-      uint32_t u;
-      memcpy(&u, &yg[m * ldy + n], 4);
-      pad_ok &= u == 0xFFFFFFFFu;
-    }
+    if (m + 1 < M) pad_ok &= pad_untouched(yg.data() + m * ldy, G * N, ldy);
     poison(dy1);
     CK(groups(dx.as<float>() + m * ldx, 1, W, dy1.as<float>()));
     auto y1 = down<float>(dy1, G * N);
@@ -2647,11 +2655,7 @@ void check_fused_swiglu(Result& res, int64_t S, int64_t N, int64_t lda, float li
   int64_t clamped = 0;
   for (int64_t j = 0; j < S; ++j) {
     eq &= rows_bitwise_equal(ar.data() + j * I, ag.data() + j * lda, I);
-    for (int64_t c = I; c < lda && j + 1 < S; ++c) {
-      uint32_t u;
-      memcpy(&u, &ag[j * lda + c], 4);
-      pad_ok &= u == 0xFFFFFFFFu;
-    }
+    if (j + 1 < S) pad_ok &= pad_untouched(ag.data() + j * lda, I, lda);
     for (int64_t c = 0; c < N; ++c) clamped += std::fabs(gu[j * N + c]) > lim;
   }
   expect_true(res, eq, "fused swiglu != swiglu_clamp(gu)");
@@ -2824,13 +2828,7 @@ Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per
     expect_true(res, same, "2 blocks differ from the full grid");
     if (same) res.detail += "2 blocks == 132 (bitwise) ";
   }
-  std::vector<int64_t> rows_n;
-  if (N * K <= (4ll << 20)) {
-    rows_n.resize(N);
-    std::iota(rows_n.begin(), rows_n.end(), 0);
-  } else {
-    for (int i = 0; i < 256; ++i) rows_n.push_back(std::min<int64_t>(N - 1, (N * i) / 255 + (i % 5) * (i < 255)));
-  }
+  const std::vector<int64_t> rows_n = reference_rows(N, K);
   // fp8: the reference takes x as the kernel quantizes it (e4m3 · 2^e per row and 128-k block: exact in bf16)
   std::vector<float> xq(x);
   if (f8)
@@ -2846,11 +2844,7 @@ Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per
   for (int64_t j = 0; j < S; ++j) {
     gemv_ref_rows(qs[sel[j]], xq.data() + (per_slot ? j : j / topk) * ldx, rows_n, yd);
     for (size_t i = 0; i < rows_n.size(); ++i) yc.push_back(yg[j * ldy + rows_n[i]]), yr.push_back((float)yd[i]);
-    for (int64_t c = N; c < ldy && j + 1 < S; ++c) {
-      uint32_t u;
-      memcpy(&u, &yg[j * ldy + c], 4);
-      pad_ok &= u == 0xFFFFFFFFu;
-    }
+    if (j + 1 < S) pad_ok &= pad_untouched(yg.data() + j * ldy, N, ldy);
   }
   expect_nmse(res, f8 ? "y (vs f64 on the e4m3 x)" : "y", yc, yr, f8 ? 1e-7 : 1e-6);
   expect_true(res, pad_ok, "y row padding written");
@@ -2963,13 +2957,7 @@ Result gemv_e4m3_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, int v
       const float sc = host_quant_block(&x[m * ldx + kb * 128], q);
       for (int i = 0; i < 128; ++i) xq[m * ldx + kb * 128 + i] = e4m3_val(q[i]) * sc;
     }
-  std::vector<int64_t> rows;
-  if (N * K <= (4ll << 20)) {
-    rows.resize(N);
-    std::iota(rows.begin(), rows.end(), 0);
-  } else {
-    for (int i = 0; i < 256; ++i) rows.push_back(std::min<int64_t>(N - 1, (N * i) / 255 + (i % 5) * (i < 255)));
-  }
+  const std::vector<int64_t> rows = reference_rows(N, K);
   std::vector<float> yc, yr;
   std::vector<double> yd;
   bool pad_ok = true, inv_ok = true;
@@ -2978,11 +2966,7 @@ Result gemv_e4m3_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, int v
       gemv_ref_rows(qs[g], xq.data() + m * ldx + g * K, rows, yd);
       for (size_t i = 0; i < rows.size(); ++i) yc.push_back(yg[m * ldy + g * N + rows[i]]), yr.push_back((float)yd[i]);
     }
-    for (int64_t n = G * N; n < ldy && m + 1 < M; ++n) {
-      uint32_t u;
-      memcpy(&u, &yg[m * ldy + n], 4);
-      pad_ok &= u == 0xFFFFFFFFu;
-    }
+    if (m + 1 < M) pad_ok &= pad_untouched(yg.data() + m * ldy, G * N, ldy);
     poison(dy1);
     CK(run(pl, dx.as<float>() + m * ldx, 1, dy1.as<float>()));
     auto y1 = down<float>(dy1, G * N);
