@@ -2518,9 +2518,6 @@ __global__ void floor_tmap_kernel(const __grid_constant__ CUtensorMap tm, int64_
   }
   if (threadIdx.x != (wide ? 128 : 32)) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 // extra: bytes of shared memory beyond the ring (gemv_e4m3 has ~9–20 KB more than its ring).
 Result floor_tmap_case(int64_t N, int64_t K, int bw, int bh, int ring, int l2promo, int wide = 0, int extra = 0) {
   Result res;
@@ -2530,22 +2527,14 @@ Result floor_tmap_case(int64_t N, int64_t K, int bw, int bh, int ring, int l2pro
   DBuf dw = dalloc(copies * str, "stream"), dsink = dalloc(16, "sink");
   fill_bytes<<<4096, 256>>>(dw.as<uint8_t>(), copies * str, 4321, 0, 0);
   CK(cudaDeviceSynchronize());
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult qr{};
-  CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &qr));
   std::vector<CUtensorMap> tms(copies);
   for (int c = 0; c < copies; ++c) {
-    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)N}, strides[1] = {(cuuint64_t)K};
-    const cuuint32_t box[2] = {(cuuint32_t)bw, (cuuint32_t)bh}, estr[2] = {1, 1};
-    const CUresult r = reinterpret_cast<EncodeTiledFn>(fn)(
-        &tms[c], CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, dw.as<uint8_t>() + c * str, dims, strides, box, estr,
-        CU_TENSOR_MAP_INTERLEAVE_NONE,
-        bw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : bw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_NONE,
-        l2promo == 0 ? CU_TENSOR_MAP_L2_PROMOTION_NONE
-        : l2promo == 1 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-      expect_true(res, false, "cuTensorMapEncodeTiled failed");
+    const uint64_t dims[2] = {(uint64_t)K, (uint64_t)N}, strides[1] = {(uint64_t)K};
+    const uint32_t box[2] = {(uint32_t)bw, (uint32_t)bh};
+    const cudaError_t e = dc::tensor_map_u8(&tms[c], dw.as<uint8_t>() + c * str, 2, dims, strides, box,
+                                            bw == 128 ? 128 : bw == 64 ? 64 : 0, l2promo);
+    if (e != cudaSuccess) {
+      expect_true(res, false, std::string("tensor_map_u8 failed: ") + cudaGetErrorString(e));
       return res;
     }
   }

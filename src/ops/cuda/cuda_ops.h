@@ -258,6 +258,12 @@ cudaError_t gemv_q_grouped(const float* x, int64_t ldx, bool x_per_slot, const i
 // first launch (counters that every launch leaves zero; partial sums); launches that share it must be ordered
 // (one stream). Shapes (gemv_e4m3_ok): K % 128 == 0, K ≤ 65536, 16-byte aligned W, ldws ≥ K / 128;
 // groups: w_stride % 16 == 0, w_stride ≥ N·K, s_stride % 4 == 0.
+// A tiled tensor map (cuTensorMapEncodeTiled, looked up through the runtime: no link to the driver library) over
+// bytes at `base`: rank 1..5, dims[0] innermost, strides[i] the bytes between steps of dimension i + 1, boxes of
+// box[] elements, swizzle 0 / 32 / 64 / 128 bytes, L2 promotion 0 none / 1 128 B / 2 256 B. `out` receives the
+// 128-byte CUtensorMap (kernels take it as a __grid_constant__ parameter).
+cudaError_t tensor_map_u8(void* out, const void* base, int rank, const uint64_t* dims, const uint64_t* strides,
+                          const uint32_t* box, int swizzle, int l2promo);
 struct GemvE4m3Plan {
   alignas(64) unsigned char tmap[128] = {};  // CUtensorMap of W: bytes {K, N, G}, boxes 128 × 128 × 1, 128-byte swizzle
   bool fmt_ok = false;                       // a plan made by gemv_e4m3_plan

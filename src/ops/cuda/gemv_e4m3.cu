@@ -303,6 +303,37 @@ using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, 
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 }  // namespace
 
+cudaError_t tensor_map_u8(void* out, const void* base, int rank, const uint64_t* dims, const uint64_t* strides,
+                          const uint32_t* box, int swizzle, int l2promo) {
+  static_assert(sizeof(CUtensorMap) == 128, "tensor_map_u8 writes a 128-byte CUtensorMap");
+  if (rank < 1 || rank > 5 || (swizzle != 0 && swizzle != 32 && swizzle != 64 && swizzle != 128))
+    return cudaErrorInvalidValue;
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
+  if (e != cudaSuccess) return e;
+  if (!fn || q != cudaDriverEntryPointSuccess) return cudaErrorNotSupported;
+  cuuint64_t d[5], st[4];
+  cuuint32_t b[5], estr[5];
+  for (int i = 0; i < rank; ++i) d[i] = dims[i], b[i] = box[i], estr[i] = 1;
+  for (int i = 0; i + 1 < rank; ++i) st[i] = strides[i];
+  CUtensorMap tmap;
+  const CUresult r = reinterpret_cast<EncodeTiled>(fn)(
+      &tmap, CU_TENSOR_MAP_DATA_TYPE_UINT8, (cuuint32_t)rank, const_cast<void*>(base), d, st, b, estr,
+      CU_TENSOR_MAP_INTERLEAVE_NONE,
+      swizzle == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+      : swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+      : swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
+                      : CU_TENSOR_MAP_SWIZZLE_NONE,
+      l2promo == 0   ? CU_TENSOR_MAP_L2_PROMOTION_NONE
+      : l2promo == 1 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                     : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) return cudaErrorInvalidValue;
+  memcpy(out, &tmap, sizeof tmap);
+  return cudaSuccess;
+}
+
 bool gemv_e4m3_ok(WeightRef W, int64_t N, int64_t K, int G, int64_t w_stride, int64_t s_stride, bool swiglu) {
   if (W.fmt != WFmt::FP8_B128 || !W.w || !W.scale || N <= 0 || K <= 0 || K % 128 || K > 65536 || G < 1 ||
       W.ldws < K / 128 || reinterpret_cast<uintptr_t>(W.w) % 16 || reinterpret_cast<uintptr_t>(W.scale) % 4 ||
@@ -349,24 +380,10 @@ cudaError_t gemv_e4m3_plan(WeightRef W, int64_t N, int64_t K, int G, int64_t w_s
   pl.work_bytes = (size_t)cdiv(tiles * 4, 256) * 256 + (best_sp > 1 ? (size_t)tiles * best_sp * nb * 1024 * 4 : 0);
   // the weight as a 3-D tensor of bytes {K, rows a group, G}, boxes of 128 × 128 × 1, 128-byte swizzle
   static_assert(sizeof(CUtensorMap) == sizeof(pl.tmap), "GemvE4m3Plan::tmap holds a CUtensorMap");
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
-  if (e != cudaSuccess) return e;
-  if (!fn || q != cudaDriverEntryPointSuccess) return cudaErrorNotSupported;
-  CUtensorMap tmap;
-  const cuuint64_t dims[3] = {(cuuint64_t)K, (cuuint64_t)N, (cuuint64_t)G};
-  const cuuint64_t strides[2] = {(cuuint64_t)K, (cuuint64_t)pl.w_stride};
-  const cuuint32_t box[3] = {128, 128, 1}, estr[3] = {1, 1, 1};
-  const CUresult r = reinterpret_cast<EncodeTiled>(fn)(
-      &tmap, CU_TENSOR_MAP_DATA_TYPE_UINT8, G == 1 ? 2 : 3, const_cast<void*>(W.w), dims, strides, box, estr,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      l2promo == 0   ? CU_TENSOR_MAP_L2_PROMOTION_NONE
-      : l2promo == 1 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
-                     : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) return cudaErrorInvalidValue;
-  memcpy(pl.tmap, &tmap, sizeof tmap);
+  const uint64_t dims[3] = {(uint64_t)K, (uint64_t)N, (uint64_t)G}, strides[2] = {(uint64_t)K, (uint64_t)pl.w_stride};
+  const uint32_t box[3] = {128, 128, 1};
+  if (const cudaError_t e = tensor_map_u8(pl.tmap, W.w, G == 1 ? 2 : 3, dims, strides, box, 128, l2promo); e != cudaSuccess)
+    return e;
   *plan = pl;
   return cudaSuccess;
 }
