@@ -5725,14 +5725,12 @@ void register_cases() {
               auto n = nm("gemv_e4m3 ablate=%d perf fp8 M=%ld G=%d N=%ld K=%ld (%s)", ab, M, c.G, c.N, c.K, c.what);
               add(n, [=] { return gemv_e4m3_perf_case(M, c.G, c.N, c.K, c.swiglu, n, ab); });
             }
-        // the tensor-copy stream alone (ablate 7) by the tensor map's L2 promotion (0 none, 1 128 B; 2 = the default
-        // 256 B), with the successor launched at the exit (+16), without the scale loads (+32)
+        // the tensor-copy stream alone (ablate 7) by the tensor map's L2 promotion (0 none, 1 128 B; 2 = the default 256 B)
         for (auto c : {gep[1], gep[2]})
-          for (int l2 : {1})
-            for (int ab : {7, 7 + 256, 7 + 512, 7 + 768}) {
-              auto n = nm("gemv_e4m3 l2promo=%d ablate=%d perf fp8 M=1 G=%d N=%ld K=%ld (%s)", l2, ab, c.G, c.N, c.K, c.what);
-              add(n, [=] { return gemv_e4m3_perf_case(1, c.G, c.N, c.K, c.swiglu, n, ab, l2); });
-            }
+          for (int l2 : {0, 1}) {
+            auto n = nm("gemv_e4m3 l2promo=%d ablate=7 perf fp8 M=1 G=%d N=%ld K=%ld (%s)", l2, c.G, c.N, c.K, c.what);
+            add(n, [=] { return gemv_e4m3_perf_case(1, c.G, c.N, c.K, c.swiglu, n, 7, l2); });
+          }
       }
       // session-8 sweep of the shapes the one above leaves out: wq_b (the ≥ 1024-tile default) and the fused
       // wq_a+wkv weight (the ≤ 6 MB default {512, 4, 1})

@@ -274,7 +274,7 @@ struct GemvE4m3Plan {
   bool swiglu = false;
   int sms = 0, sp = 0, P = 0, tiles = 0, tiles_g = 0, ks = 0, ring = 0;  // the schedule (see gemv_e4m3.cu)
   size_t smem = 0, work_bytes = 0;
-  int ablate = 0;  // the op test's timing knobs only (gemv_e4m3.cu's GeParams::ablate; 1, 2, 4 make results wrong)
+  int ablate = 0;  // the op test's timing ablations only (gemv_e4m3.cu's GeParams::ablate; the results are wrong)
 };
 bool gemv_e4m3_ok(WeightRef W, int64_t N, int64_t K, int G, int64_t w_stride, int64_t s_stride, bool swiglu);
 // The plan of weight W (kept next to it): the tensor map and the schedule for `sms` multiprocessors (0: the

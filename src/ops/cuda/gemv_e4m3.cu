@@ -55,10 +55,8 @@ struct GeParams {
   float* part;           // [tiles][sp][nb][8 tokens][128 rows] partial sums (sp > 1)
   int M, N, K, G;        // N: rows a group (fused: 2I, gate over up)
   int ks, sp, P, tiles_g, tiles;
-  int ablate;            // op-test timing knobs (GemvE4m3Plan::ablate; 1, 2, 4 make the results wrong): 1 no MMAs,
-                         // 2 no x staging, 4 no epilogue, 16 successor launched at the exit, 32 no scale loads,
-                         // 64 tiles dealt round-robin, 128 one lane a warp waits for a box, 256 no tensor-map
-                         // prefetch, 512 the first ring round not waited for
+  int ablate;            // op-test timing ablations (GemvE4m3Plan::ablate; the results are wrong): 1 no MMAs, 2 no x
+                         // staging, 4 no epilogue
   int half;              // fused: N / 2 (the first up row), else 0
   float lim;
 };
@@ -136,10 +134,8 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
   uint8_t* const xb = ring + (size_t)GE_RING * GE_BOX;                          // [ks][8][128] e4m3 (swizzled)
   float* const xsc = reinterpret_cast<float*>(xb + (size_t)p.ks * 1024);       // [ks][8]
   const int c = blockIdx.x, s = c % p.sp, pi = c / p.sp;
-  // items of this CTA: tiles t0, t0 + 1, .. (a contiguous range; ablate & 64: tiles pi, pi + P, .., the first form)
-  const bool cyc = p.ablate & 64;
-  const int t0 = cyc ? pi : (int)((int64_t)pi * p.tiles / p.P), tstep = cyc ? p.P : 1;
-  const int nit = cyc ? (pi < p.tiles ? (p.tiles - 1 - pi) / p.P + 1 : 0) : (int)((int64_t)(pi + 1) * p.tiles / p.P) - t0;
+  // items of this CTA: tiles t0, t0 + 1, .. (a contiguous range)
+  const int t0 = (int)((int64_t)pi * p.tiles / p.P), nit = (int)((int64_t)(pi + 1) * p.tiles / p.P) - t0;
   const int bpi = p.ks * NB, nbox = nit * bpi;
   float* const wsc = xsc + p.ks * 8;                                            // [nbox] weight scales
   uint64_t* const bars = reinterpret_cast<uint64_t*>(wsc + ((nbox + 1) & ~1));  // full[ring], empty[ring]
@@ -153,12 +149,12 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
   __syncthreads();
   if (warp == 4) {  // producer
     if (lane == 0) {
-      if (!(p.ablate & 256)) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tm)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tm)) : "memory");
       for (int i = 0; i < nbox; ++i) {
         const int slot = i % GE_RING, round = i / GE_RING;
-        if (!(p.ablate & 512) || round > 0) detail::mbar_wait(empty0 + 8 * slot, (round & 1) ^ 1);
+        detail::mbar_wait(empty0 + 8 * slot, (round & 1) ^ 1);
         const int it = i / bpi, r = i - it * bpi, j = r / NB, b = r - j * NB;
-        const int tile = t0 + it * tstep, g = tile / p.tiles_g, tl = tile - g * p.tiles_g;
+        const int tile = t0 + it, g = tile / p.tiles_g, tl = tile - g * p.tiles_g;
         detail::mbar_expect(full0 + 8 * slot, GE_BOX);
         ge_tma_box(smem_u32(ring + (size_t)slot * GE_BOX), &tm, (s * p.ks + j) * 128, b * p.half + tl * 128, p.G == 1 ? -1 : g,
                    full0 + 8 * slot);
@@ -167,9 +163,9 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
     return;
   }
   // consumers: the weight scales of every box (constant: before the wait), B's absent token rows zero
-  for (int i = tid; i < nbox && !(p.ablate & 32); i += 128) {
+  for (int i = tid; i < nbox; i += 128) {
     const int it = i / bpi, r = i - it * bpi, j = r / NB, b = r - j * NB;
-    const int tile = t0 + it * tstep, g = tile / p.tiles_g, tl = tile - g * p.tiles_g;
+    const int tile = t0 + it, g = tile / p.tiles_g, tl = tile - g * p.tiles_g;
     wsc[i] = detail::ld_early_f32(p.ws + g * p.sg + (int64_t)((b * p.half + tl * 128) / 128) * p.ldws + s * p.ks + j);
   }
   for (int i = tid; i < p.ks * 8; i += 128) {
@@ -180,13 +176,12 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
       xsc[i] = 0.0f;
     }
   }
-  if (p.ablate & 16) asm volatile("griddepcontrol.wait;\n" ::: "memory");  // (the successor launches at the exit)
-  else DI_PDL_WAIT();
+  DI_PDL_WAIT();
   const int g8 = lane >> 2, t4 = lane & 3;  // fragment: rows 16·warp + g8 (+ 8), token columns 2·t4, 2·t4 + 1
   const uint32_t ring_a = smem_u32(ring), xb_a = smem_u32(xb);
   int gx = -1;  // the group whose x is staged
   for (int it = 0; it < nit; ++it) {
-    const int tile = t0 + it * tstep, g = tile / p.tiles_g, tl = tile - g * p.tiles_g;
+    const int tile = t0 + it, g = tile / p.tiles_g, tl = tile - g * p.tiles_g;
     if (g != gx) {
       ge_bar_sync();  // every consumer is past its MMAs on the previous B
       if (!(p.ablate & 2)) ge_stage_x(p, xb, xsc, g, s);
@@ -204,12 +199,7 @@ __global__ void __launch_bounds__(GE_THREADS, 1) gemv_e4m3_kernel(const __grid_c
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
         const int i = it * bpi + j * NB + b, slot = i % GE_RING;
-        if (p.ablate & 128) {  // (experiment: lane 0 waits, the warp follows)
-          if (lane == 0) detail::mbar_wait(full0 + 8 * slot, (i / GE_RING) & 1);
-          __syncwarp();
-        } else {
-          detail::mbar_wait(full0 + 8 * slot, (i / GE_RING) & 1);
-        }
+        detail::mbar_wait(full0 + 8 * slot, (i / GE_RING) & 1);
         if (p.ablate & 1) {
           ge_arrive_lane0(empty0 + 8 * slot, lane);
           continue;
