@@ -3372,6 +3372,7 @@ struct GroupedRun {
   int64_t T, S, E, D, I, maxt;
   int K, tm;
   bool fp8;  // the fp8 expert kernels (moe_fp8.cu: tile 128, e4m3 x and act)
+  int fk = 0;  // which fp8 expert kernel (moe_expert_gemm_fp8's kernel: 0 register-A, the backend's; 1 warp-specialized)
   DBuf off, perm, slot, tiles, nt, scr, hb, act, ye, out, xq, xs, aq, as;
 };
 GroupedRun grouped_alloc(int64_t T, int K, int E, int64_t D, int64_t I, int tm, bool fp8 = false) {
@@ -3394,7 +3395,7 @@ cudaError_t grouped_w13(GroupedRun& g, const DevExperts& w13, const DevExperts& 
   if (g.fp8)  // (x quantized by grouped_run)
     return dc::moe_expert_gemm_fp8(g.xq.as<uint8_t>(), g.xs.as<float>(), g.perm.as<int32_t>(), g.D, w13.ref(), w13.wstr,
                                    w13.sstr, 2 * g.I, true, lim, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt,
-                                   g.off.as<int32_t>(), g.act.p(), g.I, 0);
+                                   g.off.as<int32_t>(), g.act.p(), g.I, 0, g.fk);
   return dc::moe_expert_gemm(g.hb.as<bf16>(), g.D, g.perm.as<int32_t>(), g.D, w13.ref(), w13.wstr, w13.sstr, 2 * g.I,
                              true, lim, g.tm == 128 ? 2 : w2.fmt == dc::WFmt::FP4_B32, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt,
                              g.off.as<int32_t>(), g.tm, g.act.p(), g.I, 0);
@@ -3405,7 +3406,7 @@ cudaError_t grouped_w2(GroupedRun& g, const DevExperts& w2) {
     if (e != cudaSuccess) return e;
     return dc::moe_expert_gemm_fp8(g.aq.as<uint8_t>(), g.as.as<float>(), nullptr, g.I, w2.ref(), w2.wstr, w2.sstr, g.D,
                                    false, 0.0f, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt, g.off.as<int32_t>(),
-                                   g.ye.p(), g.D, 0);
+                                   g.ye.p(), g.D, 0, g.fk);
   }
   return dc::moe_expert_gemm(g.act.as<bf16>(), g.I, nullptr, g.I, w2.ref(), w2.wstr, w2.sstr, g.D, false, 0.0f, false,
                              g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt, g.off.as<int32_t>(), g.tm, g.ye.p(), g.D, 0);
@@ -3670,14 +3671,25 @@ Result fp8_expert_case(int64_t T, int K, int E, int64_t N, int64_t Kd, int varia
   CK(dc::moe_group_par(dsel.as<int32_t>(), T, K, E, 128, doff.as<int32_t>(), dperm.as<int32_t>(), dslot.as<int32_t>(),
                        dtile.as<int2>(), dnt.as<int32_t>(), dscr.as<int32_t>(), 0));
   const int32_t* g = gather ? dperm.as<int32_t>() : nullptr;
-  auto run = [&](void* y, bool swiglu) {
+  auto run = [&](void* y, bool swiglu, int kernel) {
     CK(dc::moe_expert_gemm_fp8(dq.as<uint8_t>(), ds.as<float>(), g, Kd, W.ref(), W.wstr, W.sstr, N, swiglu,
                                swiglu ? 1.0f : 0.0f, dtile.as<int2>(), dnt.as<int32_t>(), maxt, doff.as<int32_t>(), y,
-                               swiglu ? I : N, 0));
+                               swiglu ? I : N, 0, kernel));
   };
-  run(dz.p(), false);
-  run(da.p(), true);
-  run(dz2.p(), false);
+  run(dz.p(), false, 0);  // the register-A kernel (the backend's)
+  run(da.p(), true, 0);
+  run(dz2.p(), false, 0);
+  {  // the warp-specialized kernel: bitwise the same z and act (same codes, MMA shapes, sums)
+    DBuf dz0 = dalloc(S * N * 4, "z_kernel1"), da0 = dalloc(S * I * 2, "act_kernel1");
+    poison(dz0), poison(da0);
+    run(dz0.p(), false, 1);
+    run(da0.p(), true, 1);
+    const auto z0 = down<float>(dz0, S * N), zw = down<float>(dz, S * N);
+    const auto a0 = down<bf16>(da0, S * I), aw = down<bf16>(da, S * I);
+    const bool same = memcmp(z0.data(), zw.data(), S * N * 4) == 0 && memcmp(a0.data(), aw.data(), S * I * 2) == 0;
+    expect_true(res, same, "warp-specialized kernel != register-A kernel");
+    if (same) res.detail += "ws == register-A kernel (bitwise, z and act) ";
+  }
   CK(dc::swiglu_clamp(dz.as<float>(), S, I, 1.0f, nullptr, nullptr, dref.as<bf16>(), 0));
   const HostGroup h = host_group(sel, T, K, E, 128);
   auto z = down<float>(dz, S * N);
@@ -3834,6 +3846,20 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
   const double wb13 = nhit * (w13.wb + w13.sb), wb2 = nhit * (w2.wb + w2.sb);
   res.us = time_us([&] { grouped_run(g, dh, dsel, dw, w13, w2, lim); });
   const double us13 = time_us([&] { CK(grouped_w13(g, w13, w2, lim)); }), us2 = time_us([&] { CK(grouped_w2(g, w2)); });
+  if (fp8) {  // the register-A fp8 kernel on the same data, alternating with the warp-specialized one
+    double a13[2] = {0, 0}, a2[2] = {0, 0};
+    for (int rep = 0; rep < 2; ++rep)
+      for (int k = 0; k < 2; ++k) {
+        g.fk = k;
+        a13[k] += time_us([&] { CK(grouped_w13(g, w13, w2, lim)); }) / 2;
+        a2[k] += time_us([&] { CK(grouped_w2(g, w2)); }) / 2;
+      }
+    g.fk = 0;
+    char bk[200];
+    snprintf(bk, sizeof bk, "| fp8 kernels, alternating: warp-specialized w13 %.1f w2 %.1f us, register-A w13 %.1f w2 %.1f us ",
+             a13[1], a2[1], a13[0], a2[0]);
+    res.detail += bk;
+  }
   res.bytes = wb13 + wb2 + T * D * 4.0 + T * D * 2.0 + S * D * 2.0 + S * I * 2.0 * 2 + S * D * 4.0 * 2 + T * D * 4.0;
   res.flops = 2.0 * S * (2 * I * D + D * I);
   // old path on the same routing: moe_group (tile 64) + gemm_grouped ×2 + swiglu_clamp + combine

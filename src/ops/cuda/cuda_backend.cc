@@ -1422,16 +1422,19 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
     const bool fp8 = tm == 128 && !impl_->off("moe_fp8") && cuda::moe_expert_fp8_ok(ex.r13.fmt, 2 * I, D, true) &&
                      cuda::moe_expert_fp8_ok(ex.r2.fmt, D, I, false) && reinterpret_cast<uintptr_t>(h) % 16 == 0;
     if (fp8) {
+      // the register-A kernel; DEEPINFER_CUDA_ON=moe_fp8_ws: the warp-specialized one (a decode-producer
+      // warpgroup; the same bits, 13-19 % slower in session 14)
+      const int fk = impl_->on("moe_fp8_ws") ? 1 : 0;
       Buffer<uint8_t> xq(*this, T * D), aq(*this, S * I);
       Buffer<float> xs(*this, T * (D / 128)), as(*this, S * (I / 128));
       if (e == cudaSuccess) e = cuda::moe_quant_fp8(h, T, D, D, xq.data(), xs.data(), s);
       if (e == cudaSuccess)
         e = cuda::moe_expert_gemm_fp8(xq.data(), xs.data(), perm.data(), D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I,
-                                      true, limit, tl, n_tiles.data(), maxt, offsets.data(), act.data(), I, s);
+                                      true, limit, tl, n_tiles.data(), maxt, offsets.data(), act.data(), I, s, fk);
       if (e == cudaSuccess) e = cuda::moe_quant_fp8_bf16(act.data(), S, I, I, aq.data(), as.data(), s);
       if (e == cudaSuccess)
         e = cuda::moe_expert_gemm_fp8(aq.data(), as.data(), nullptr, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false,
-                                      0.0f, tl, n_tiles.data(), maxt, offsets.data(), ye.data(), D, s);
+                                      0.0f, tl, n_tiles.data(), maxt, offsets.data(), ye.data(), D, s, fk);
     } else {
       // fp4 weights take their x in e2m1 pair order (moe_grouped.h): h converted so, act written so; the
       // 128-row tiles (both fp4, the wgmma kernels) in wg order

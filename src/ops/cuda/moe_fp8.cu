@@ -97,6 +97,74 @@ __device__ __forceinline__ uint2 mf_row_lut(uint32_t s4, int t, const uint2* lut
   return lut[d + MF_LUT_D0];
 }
 
+// Code table of the e2m1 magnitudes (entry tid = 8·idx + m): e4m3(e2m1(m) · 2^(d − 6)) at d = idx − 16.
+__device__ __forceinline__ void mf_lut_fill(uint2* lut, int tid) {
+  const int idx = tid >> 3, m = tid & 7, ee = m >> 1, mm = m & 1;
+  const float val = ee == 0 ? 0.5f * (float)mm : ldexpf(1.0f + 0.5f * (float)mm, ee - 1);
+  reinterpret_cast<uint8_t*>(lut)[tid] =
+      (uint8_t)__nv_cvt_float_to_fp8(ldexpf(val, idx - MF_LUT_D0 - 6), __NV_SATFINITE, __NV_E4M3);
+}
+// A weight row's largest e8m0 byte (ssrc: the row's K / 32 scale bytes).
+__device__ __forceinline__ int mf_row_emax(const uint8_t* ssrc, int64_t K) {
+  uint32_t m = 0;
+  if ((K / 32) % 16 == 0 && reinterpret_cast<uintptr_t>(ssrc) % 16 == 0) {  // 16-byte loads, 8 in flight
+    const uint4* sp = reinterpret_cast<const uint4*>(ssrc);
+#pragma unroll 8
+    for (int64_t i = 0; i < K / 512; ++i) {
+      const uint4 v = __ldg(sp + i);
+      m = __vmaxu4(__vmaxu4(m, v.x), __vmaxu4(v.y, __vmaxu4(v.z, v.w)));
+    }
+  } else {
+    const uint32_t* sp = reinterpret_cast<const uint32_t*>(ssrc);
+#pragma unroll 8
+    for (int64_t i = 0; i < K / 128; ++i) m = __vmaxu4(m, __ldg(sp + i));
+  }
+  m = __vmaxu4(m, m >> 16);
+  return (int)max(m & 0xffu, (m >> 8) & 0xffu);
+}
+// Promotion of a 128-k block's fresh fragment: acc += tmp · the token columns' x scales (xsc in mf_xs_pos order).
+template <int NC>
+__device__ __forceinline__ void mf_promote(float (&acc)[64], const float (&tmp)[64], const float* xsc, int t) {
+#pragma unroll
+  for (int i = 0; i < NC / 16; ++i) {  // n8 blocks 2i and 2i + 1
+    const float4 c = *reinterpret_cast<const float4*>(xsc + 36 * t + 4 * i);
+    float* a = acc + 8 * i;
+    const float* u = tmp + 8 * i;
+    a[0] = fmaf(u[0], c.x, a[0]), a[1] = fmaf(u[1], c.y, a[1]), a[2] = fmaf(u[2], c.x, a[2]), a[3] = fmaf(u[3], c.y, a[3]);
+    a[4] = fmaf(u[4], c.z, a[4]), a[5] = fmaf(u[5], c.w, a[5]), a[6] = fmaf(u[6], c.z, a[6]), a[7] = fmaf(u[7], c.w, a[7]);
+  }
+}
+// Epilogue: acc[mt][4jj + r] · the row factor → block weight row 128·mt + 16·warp + g + 8·(r / 2), token column
+// 8jj + 2t + r % 2 (warp 0..7: the block's MMA warps).
+template <int NC>
+__device__ __forceinline__ void mf_epilogue(const MfParams& p, const float (&acc)[2][64], const int (&emax)[2][2],
+                                            int nrows, int r0, int nb, int warp, int g, int t) {
+  const bool sw = p.swiglu != 0;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    const float fa = mf_pow2(emax[mt][0] - 6), fb = mf_pow2(emax[mt][1] - 6);
+#pragma unroll
+    for (int jj = 0; jj < NC / 8; ++jj) {
+      if (8 * jj >= nrows) break;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int col = jj * 8 + 2 * t + (r & 1);
+        if (col >= nrows) continue;
+        const int64_t yrow = (int64_t)(r0 + col) * p.ldy;
+        if (sw) {
+          if (r < 2)
+            reinterpret_cast<bf16*>(p.y)[yrow + (int64_t)nb * (MF_BN / 2) + 64 * mt + 8 * warp + g] =
+                __float2bfloat16_rn(
+                    detail::swiglu_clamp_one(acc[mt][4 * jj + r] * fa, acc[mt][4 * jj + r + 2] * fb, p.lim, 1.0f));
+        } else {
+          reinterpret_cast<float*>(p.y)[yrow + (int64_t)nb * MF_BN + 128 * mt + 16 * warp + g + 8 * (r >> 1)] =
+              acc[mt][4 * jj + r] * (r < 2 ? fa : fb);
+        }
+      }
+    }
+  }
+}
+
 // Pipeline: every thread copies its part of a stage with cp.async and arrives on the stage's `full` mbarrier
 // when its copies land (cp.async.mbarrier.arrive.noinc, 256 arrivals); a warpgroup waits on `full`, then for
 // each of its two m64 tiles decodes, issues the 4 MMAs, waits for them and promotes; after both it arrives
@@ -135,12 +203,7 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
     return (bb & 8) ? I + i : i;
   };
   if (tid < MF_MR) s_xrow[tid] = tid < nrows ? (int64_t)(p.gather ? p.gather[r0 + tid] : r0 + tid) : 0;
-  if (tid < MF_LUT_N * 8) {  // code of e2m1 magnitude m at d = idx − 16: e4m3(e2m1(m) · 2^(d − 6))
-    const int idx = tid >> 3, m = tid & 7, ee = m >> 1, mm = m & 1;
-    const float val = ee == 0 ? 0.5f * (float)mm : ldexpf(1.0f + 0.5f * (float)mm, ee - 1);
-    reinterpret_cast<uint8_t*>(s_lut)[tid] =
-        (uint8_t)__nv_cvt_float_to_fp8(ldexpf(val, idx - MF_LUT_D0 - 6), __NV_SATFINITE, __NV_E4M3);
-  }
+  if (tid < MF_LUT_N * 8) mf_lut_fill(s_lut, tid);
   if (tid < MF_NST) {
     detail::mbar_init(detail::smem_u32(&s_full[tid]), MF_NT);
     detail::mbar_init(detail::smem_u32(&s_empty[tid]), MF_NT);
@@ -193,23 +256,7 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
     detail::cp_async_mbar_arrive(detail::smem_u32(&s_full[buf]));
   };
   for (int st = 0; st < MF_PD && st < nst; ++st) issue(st);
-  {  // each row's largest e8m0 byte (while the first stages' copies are in flight): thread tid, row tid
-    uint32_t m = 0;
-    if ((K / 32) % 16 == 0 && reinterpret_cast<uintptr_t>(ssrc) % 16 == 0) {  // 16-byte loads, 8 in flight
-      const uint4* sp = reinterpret_cast<const uint4*>(ssrc);
-#pragma unroll 8
-      for (int64_t i = 0; i < K / 512; ++i) {
-        const uint4 v = __ldg(sp + i);
-        m = __vmaxu4(__vmaxu4(m, v.x), __vmaxu4(v.y, __vmaxu4(v.z, v.w)));
-      }
-    } else {
-      const uint32_t* sp = reinterpret_cast<const uint32_t*>(ssrc);
-#pragma unroll 8
-      for (int64_t i = 0; i < K / 128; ++i) m = __vmaxu4(m, __ldg(sp + i));
-    }
-    m = __vmaxu4(m, m >> 16);
-    s_emax[tid] = (int)max(m & 0xffu, (m >> 8) & 0xffu);
-  }
+  s_emax[tid] = mf_row_emax(ssrc, K);  // (while the first stages' copies are in flight)
   __syncthreads();
 
   // The main loop and the epilogue, compiled for each wgmma N (32, 64 or 128 token columns).
@@ -250,43 +297,12 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
         if (mt == 0 && s + MF_PD < nst) issue(s + MF_PD);
         detail::wgmma_wait<0>();
         detail::wgmma_fence_acc(tmp);
-#pragma unroll
-        for (int i = 0; i < NC / 16; ++i) {  // n8 blocks 2i and 2i + 1
-          const float4 c = *reinterpret_cast<const float4*>(xsc + 36 * t + 4 * i);
-          float* a = acc[mt] + 8 * i;
-          const float* u = tmp + 8 * i;
-          a[0] = fmaf(u[0], c.x, a[0]), a[1] = fmaf(u[1], c.y, a[1]), a[2] = fmaf(u[2], c.x, a[2]), a[3] = fmaf(u[3], c.y, a[3]);
-          a[4] = fmaf(u[4], c.z, a[4]), a[5] = fmaf(u[5], c.w, a[5]), a[6] = fmaf(u[6], c.z, a[6]), a[7] = fmaf(u[7], c.w, a[7]);
-        }
+        mf_promote<NC>(acc[mt], tmp, xsc, t);
       }
       detail::mbar_arrive(detail::smem_u32(&s_empty[buf]));  // this thread is done with the stage's buffer
     }
 
-    // Epilogue: acc[mt][4jj + r] · the row factor → block weight row 128·mt + 16·warp + g + 8·(r / 2), token
-    // column 8jj + 2t + r % 2.
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-      const float fa = mf_pow2(emax[mt][0] - 6), fb = mf_pow2(emax[mt][1] - 6);
-#pragma unroll
-      for (int jj = 0; jj < NC / 8; ++jj) {
-        if (8 * jj >= nrows) break;
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int col = jj * 8 + 2 * t + (r & 1);
-          if (col >= nrows) continue;
-          const int64_t yrow = (int64_t)(r0 + col) * p.ldy;
-          if (sw) {
-            if (r < 2)
-              reinterpret_cast<bf16*>(p.y)[yrow + (int64_t)nb * (MF_BN / 2) + 64 * mt + 8 * warp + g] =
-                  __float2bfloat16_rn(
-                      detail::swiglu_clamp_one(acc[mt][4 * jj + r] * fa, acc[mt][4 * jj + r + 2] * fb, p.lim, 1.0f));
-          } else {
-            reinterpret_cast<float*>(p.y)[yrow + (int64_t)nb * MF_BN + 128 * mt + 16 * warp + g + 8 * (r >> 1)] =
-                acc[mt][4 * jj + r] * (r < 2 ? fa : fb);
-          }
-        }
-      }
-    }
+    mf_epilogue<NC>(p, acc, emax, nrows, r0, nb, warp, g, t);
   };
   // Three wgmma widths only: the padding columns cost MMA time the kernel has to spare, while 8 widths of a
   // ~1000-instruction loop cost instruction fetch (s11-run12, one process, alternating: w13 2315 / 2307 µs with 3
@@ -298,6 +314,201 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
   }
 }
 
+
+// ---------------------------------------------------------------------------------------------------------
+// Expert GEMM, warp-specialized (session 14, opt-in: DEEPINFER_CUDA_ON=moe_fp8_ws; bitwise the kernel above)
+// ---------------------------------------------------------------------------------------------------------
+// Why it was tried: Nsight Compute on the kernel above (s14-run2, w13 at T = 4096) shows 643 instructions a warp a
+// stage with 2 warps a scheduler, 31 % issue and the tensor pipe ~25 % busy; the decode, the cp.async issue
+// (~17 % of the warp samples) and the promotion's scale loads sit on the MMA warps' path between wgmma waits.
+// Here two producer warpgroups copy and decode into shared memory, in the wgmma A layout (K-major, no swizzle,
+// the x layout), and two MMA warpgroups run shared × shared MMAs, promote and store: the same e4m3 codes, MMA
+// shapes and sums, so the same bits. Measured slower (w13 2533 against 2250 µs at T = 4096, w2 1402 against
+// 1247; s14-run6): the producers are latency-bound on their shared-memory loads behind the decoded stores (32 KB
+// a stage that the register-A kernel never writes), and the MMA warps wait on them (docs/cuda-notes.md, session 14).
+//   Producer thread p < 256 owns block row p: its 4 chunks of 16 bytes (k 32q..32q+31, e8m0 group q) a stage,
+//   stored chunk-major in the raw ring, and its e8m0 word; it decodes the row into 8 cores (k32 step j, half h) of
+//   16 bytes, one store each. It also copies x row p % 128 (half of its 16-byte pieces) and that row's scale.
+//   Rings: x (+ raw weights) MW_NX = 4 stages, copies issued MW_PD = 3 ahead; decoded weights MW_NA = 2.
+//   Barriers: full[s % 2] (256 producer arrivals: the stage's x landed, its weights decoded), empty[s % 4]
+//   (256 MMA-thread arrivals). The producers decode stage s once s − 2 is released (its A buffer) and copy stage
+//   s + 3 once s − 1 is released (its x buffer). Registers by setmaxnreg: producers 40, MMA warps 216.
+constexpr int MW_NT = 512;                       // 2 producer warpgroups + 2 MMA warpgroups
+constexpr int MW_NX = 4, MW_NA = 2, MW_PD = 3;
+constexpr int MW_XS = 4 * MF_XSTEP;              // x of a stage (16 KB), then its scales
+constexpr int MW_XSTAGE = MW_XS + 640;
+constexpr int MW_RAW = MF_BN * 64 + MF_BN * 4;   // fp4 chunk-major [chunk q][row][16 B], then the rows' e8m0 words
+constexpr int MW_ASTAGE = MF_BN * MF_KC;         // decoded e4m3: [m-tile][warpgroup c][k32 step j][8-row group][core h][row][16 B]
+constexpr int MW_XOFF = 0, MW_AOFF = MW_NX * MW_XSTAGE, MW_ROFF = MW_AOFF + MW_NA * MW_ASTAGE;
+constexpr int MW_SMEM = MW_ROFF + MW_NX * MW_RAW;
+constexpr int MW_PREGS = 40, MW_CREGS = 216;     // setmaxnreg: 256 · 40 + 256 · 216 = 512 · 128, the launch allocation
+static_assert(MW_XSTAGE % 128 == 0 && MW_ASTAGE % 1024 == 0 && MW_RAW % 128 == 0, "moe_expert_fp8_ws: alignment");
+static_assert(MW_SMEM + 6 * 1024 <= 227 * 1024, "moe_expert_fp8_ws: shared memory");
+static_assert(MW_PD < MW_NX && MW_NA <= MW_NX, "moe_expert_fp8_ws: rings");
+
+__global__ void __launch_bounds__(MW_NT, 1) moe_expert_fp8_ws_kernel(const MfParams p) {
+  DI_PDL_WAIT();
+  extern __shared__ __align__(1024) uint8_t mw_smem[];
+  __shared__ int64_t s_xrow[MF_MR];
+  __shared__ uint2 s_lut[MF_LUT_N];
+  __shared__ __align__(8) uint64_t s_full[MW_NA], s_empty[MW_NX];
+  __shared__ int s_emax[MF_BN];
+  __shared__ int64_t s_grow[MF_BN];
+
+  const int tile = blockIdx.y;
+  if (tile >= *p.n_tiles) return;
+  const int2 ti = p.tiles[tile];
+  const int e = ti.x, r0 = ti.y;
+  const int nrows = min(MF_MR, p.offsets[e + 1] - r0);
+  const int ncols = (nrows + 15) & ~15;
+  const int nb = blockIdx.x;
+  const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, g = lane >> 2, t = lane & 3;
+  const int64_t K = p.K, I = p.I;
+  const bool sw = p.swiglu != 0;
+  const uint8_t* wb = p.w + (int64_t)e * p.w_stride;
+  const uint8_t* sb = p.ws + (int64_t)e * p.s_stride;
+  const int nst = (int)(K / MF_KC);
+  const uint32_t smem0 = detail::smem_u32(mw_smem);
+
+  if (tid < MF_MR) s_xrow[tid] = tid < nrows ? (int64_t)(p.gather ? p.gather[r0 + tid] : r0 + tid) : 0;
+  if (tid < MF_LUT_N * 8) mf_lut_fill(s_lut, tid);
+  if (tid < MF_BN) {  // block weight row → matrix row (the kernel above's grow: w13 rows interleave gate / up)
+    int64_t row = (int64_t)nb * MF_BN + tid;
+    if (sw) {
+      const int bb = tid & 127;
+      const int64_t i = (int64_t)nb * (MF_BN / 2) + 64 * (tid >> 7) + 8 * (bb >> 4) + (bb & 7);
+      row = (bb & 8) ? I + i : i;
+    }
+    s_grow[tid] = row;
+  }
+  if (tid < MW_NA) detail::mbar_init(detail::smem_u32(&s_full[tid]), 256);
+  if (tid < MW_NX) detail::mbar_init(detail::smem_u32(&s_empty[tid]), 256);
+  __syncthreads();
+
+  // producer: its copies (threads tid < 256: block row tid's 4 chunks of 16 bytes and its e8m0 word; x row
+  // tid % 128, 16-byte pieces 4 (tid / 128) + 0..3, and the scale of row tid when tid < 128)
+  const int pb = tid & (MF_BN - 1);
+  const int64_t nsb = K / 128;
+  const uint8_t* wsrc = wb + s_grow[pb] * (K / 2);
+  const uint8_t* esrc = sb + s_grow[pb] * (K / 32);
+  const int xr = tid & (MF_MR - 1), xh = (tid >> 7) & 1;
+  const bool xon = xr < nrows;
+  const uint8_t* xsrc = p.xq + s_xrow[tid & (MF_MR - 1)] * K;
+  const float* xssrc = p.xs + s_xrow[tid & (MF_MR - 1)] * nsb;
+  auto issue = [&](int st) {
+    const uint32_t xb = smem0 + MW_XOFF + (st % MW_NX) * MW_XSTAGE;
+    const uint32_t rb = smem0 + MW_ROFF + (st % MW_NX) * MW_RAW;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) detail::cp_async16(rb + q * (MF_BN * 16) + 16 * pb, wsrc + (int64_t)st * (MF_KC / 2) + 16 * q);
+    detail::cp_async4(rb + MF_BN * 64 + 4 * pb, esrc + (int64_t)st * 4);
+    if (xon) {
+#pragma unroll
+      for (int pp = 0; pp < 4; ++pp) {
+        const int pc = 4 * xh + pp;
+        detail::cp_async16(xb + (pc >> 1) * MF_XSTEP + (xr >> 3) * 256 + (pc & 1) * 128 + (xr & 7) * 16,
+                           xsrc + (int64_t)st * MF_KC + 16 * pc);
+      }
+      if (xh == 0) detail::cp_async4(xb + MW_XS + mf_xs_pos(xr) * 4, xssrc + st);
+    }
+    detail::cp_async_commit();
+  };
+  if (wg < 2) {
+#pragma unroll 1
+    for (int st = 0; st < MW_PD; ++st) {
+      if (st < nst) issue(st);
+      else detail::cp_async_commit();
+    }
+  } else {
+    s_emax[tid - 256] = mf_row_emax(sb + s_grow[tid - 256] * (K / 32), K);  // (while those copies fly)
+  }
+  __syncthreads();
+
+  if (wg < 2) {
+    // ---- producer: the decode of each stage into the A ring, the copies MW_PD stages ahead ----
+    const int pemax = s_emax[pb];
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(MW_PREGS));
+#pragma unroll 1
+    for (int s = 0; s < nst; ++s) {
+      detail::cp_async_wait<MW_PD - 1>();  // this thread's copies of stage s
+      if (s >= MW_NA) detail::mbar_wait(detail::smem_u32(&s_empty[(s - MW_NA) % MW_NX]), ((s - MW_NA) / MW_NX) & 1);
+      const uint8_t* raw = mw_smem + MW_ROFF + (s % MW_NX) * MW_RAW;
+      // row pb of A block pb / 64 (= 2·mt + c), 8-row group (pb % 64) / 8: core (j, h) of the row = 16 bytes, byte
+      // 4q + i = k 32q + 8j + 4h + i, i.e. word q = chunk q's word j, half h — one 16-byte store
+      uint8_t* a = mw_smem + MW_AOFF + (s % MW_NA) * MW_ASTAGE + (pb >> 6) * 4 * 2048 + ((pb >> 3) & 7) * 256 + (pb & 7) * 16;
+      const uint32_t s4 = *reinterpret_cast<const uint32_t*>(raw + MF_BN * 64 + 4 * pb);
+      uint2 lut[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) lut[q] = mf_row_lut(s4, q, s_lut, pemax);
+      const uint2* rw = reinterpret_cast<const uint2*>(raw + 16 * pb);
+#pragma unroll
+      for (int jj = 0; jj < 2; ++jj) {  // (words 2jj, 2jj + 1 of each chunk: 8-byte loads, within 40 registers)
+        uint2 v[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) v[q] = rw[q * (MF_BN * 2) + jj];
+#pragma unroll
+        for (int j2 = 0; j2 < 2; ++j2)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            uint4 o;
+            o.x = mf_dec4((j2 ? v[0].y : v[0].x) >> (16 * h), lut[0]);
+            o.y = mf_dec4((j2 ? v[1].y : v[1].x) >> (16 * h), lut[1]);
+            o.z = mf_dec4((j2 ? v[2].y : v[2].x) >> (16 * h), lut[2]);
+            o.w = mf_dec4((j2 ? v[3].y : v[3].x) >> (16 * h), lut[3]);
+            *reinterpret_cast<uint4*>(a + (2 * jj + j2) * 2048 + h * 128) = o;
+          }
+      }
+      detail::fence_proxy_async_smem();  // the decoded bytes (generic proxy) → the wgmma reads
+      detail::mbar_arrive(detail::smem_u32(&s_full[s % MW_NA]));
+      if (s + MW_PD < nst) {
+        if (s >= 1) detail::mbar_wait(detail::smem_u32(&s_empty[(s - 1) % MW_NX]), ((s - 1) / MW_NX) & 1);
+        issue(s + MW_PD);
+      } else {
+        detail::cp_async_commit();
+      }
+    }
+    return;
+  }
+
+  // ---- MMA warpgroups c = 0, 1: warp 4c + q owns block rows 128·mt + 16·(4c + q) + g (+ 8), as above ----
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(MW_CREGS));
+  const int c = wg - 2, warp = (tid - 256) >> 5;
+  auto run = [&](auto ncl) {
+    constexpr int NC = decltype(ncl)::value;
+    float acc[2][64], tmp[64];
+#pragma unroll
+    for (int q = 0; q < 64; ++q) acc[0][q] = acc[1][q] = tmp[q] = 0.0f;
+    int emax[2][2];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) emax[mt][0] = s_emax[128 * mt + 16 * warp + g], emax[mt][1] = s_emax[128 * mt + 16 * warp + g + 8];
+#pragma unroll 1
+    for (int s = 0; s < nst; ++s) {
+      detail::mbar_wait(detail::smem_u32(&s_full[s % MW_NA]), (s / MW_NA) & 1);
+      detail::fence_proxy_async_smem();  // (x by cp.async, generic proxy → wgmma)
+      const uint32_t xb = smem0 + MW_XOFF + (s % MW_NX) * MW_XSTAGE;
+      const uint32_t ab = smem0 + MW_AOFF + (s % MW_NA) * MW_ASTAGE;
+      const float* xsc = reinterpret_cast<const float*>(mw_smem + MW_XOFF + (s % MW_NX) * MW_XSTAGE + MW_XS);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        detail::wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          detail::wgmma_e4m3_ss<NC>(tmp, detail::wgmma_desc(ab + ((2 * mt + c) * 4 + j) * 2048, 128, 256),
+                                    detail::wgmma_desc(xb + j * MF_XSTEP, 128, 256), j);
+        detail::wgmma_commit();
+        detail::wgmma_wait<0>();
+        detail::wgmma_fence_acc(tmp);
+        mf_promote<NC>(acc[mt], tmp, xsc, t);
+      }
+      detail::mbar_arrive(detail::smem_u32(&s_empty[s % MW_NX]));
+    }
+    mf_epilogue<NC>(p, acc, emax, nrows, r0, nb, warp, g, t);
+  };
+  switch (ncols <= 32 ? 32 : ncols <= 64 ? 64 : 128) {
+    case 32: run(std::integral_constant<int, 32>{}); break;
+    case 64: run(std::integral_constant<int, 64>{}); break;
+    default: run(std::integral_constant<int, 128>{}); break;
+  }
+}
 }  // namespace
 
 // (moe_quant_fp8 / moe_quant_fp8_bf16: gemm_dq.cu's quant_act_kernel, which quant_act_fp8 runs too.)
@@ -310,7 +521,7 @@ bool moe_expert_fp8_ok(WFmt f, int64_t N, int64_t K, bool swiglu) {
 cudaError_t moe_expert_gemm_fp8(const uint8_t* xq, const float* xs, const int32_t* gather, int64_t K, WeightRef W,
                                 int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit,
                                 const int2* tile_info, const int32_t* n_tiles, int64_t max_tiles,
-                                const int32_t* offsets, void* y, int64_t ldy, cudaStream_t s) {
+                                const int32_t* offsets, void* y, int64_t ldy, cudaStream_t s, int kernel) {
   if (!moe_expert_fp8_ok(W.fmt, N, K, swiglu) || !W.scale || reinterpret_cast<uintptr_t>(xq) % 16 ||
       reinterpret_cast<uintptr_t>(W.w) % 16 || w_stride % 16 || reinterpret_cast<uintptr_t>(W.scale) % 4 ||
       s_stride % 4 || (K / 32) % 4)
@@ -327,12 +538,18 @@ cudaError_t moe_expert_gemm_fp8(const uint8_t* xq, const float* xs, const int32_
   p.tiles = tile_info, p.n_tiles = n_tiles, p.offsets = offsets;
   p.y = y, p.ldy = ldy;
   const int64_t nblk = N / MF_BN;  // w13: 128 act columns a block, I / 128 = N / 256 blocks as well
-  moe_expert_fp8_kernel<<<dim3((unsigned)nblk, (unsigned)max_tiles), MF_NT, MF_SMEM, s>>>(p);
+  if (kernel == 1)
+    moe_expert_fp8_ws_kernel<<<dim3((unsigned)nblk, (unsigned)max_tiles), MW_NT, MW_SMEM, s>>>(p);
+  else
+    moe_expert_fp8_kernel<<<dim3((unsigned)nblk, (unsigned)max_tiles), MF_NT, MF_SMEM, s>>>(p);
   return cudaGetLastError();
 }
 
 namespace detail {
-cudaError_t init_attributes_moe_fp8() { return set_max_dynamic_smem(moe_expert_fp8_kernel, MF_SMEM); }
+cudaError_t init_attributes_moe_fp8() {
+  const cudaError_t e = set_max_dynamic_smem(moe_expert_fp8_kernel, MF_SMEM);
+  return e != cudaSuccess ? e : set_max_dynamic_smem(moe_expert_fp8_ws_kernel, MW_SMEM);
+}
 }  // namespace detail
 
 }  // namespace deepinfer::cuda
