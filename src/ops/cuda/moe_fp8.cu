@@ -97,6 +97,15 @@ __device__ __forceinline__ uint2 mf_row_lut(uint32_t s4, int t, const uint2* lut
   return lut[d + MF_LUT_D0];
 }
 
+// Block weight row b = 128·mt + 16·warp + r (m-tile mt of warpgroup warp / 4) of 256-row block nb → matrix row;
+// w13 (sw): r < 8 the gate row 128·nb + 64·mt + 8·warp + r, r ≥ 8 its up row (I rows on), so one thread holds both
+// halves of its SwiGLU outputs.
+__device__ __forceinline__ int64_t mf_grow(bool sw, int64_t I, int nb, int b) {
+  if (!sw) return (int64_t)nb * MF_BN + b;
+  const int bb = b & 127;
+  const int64_t i = (int64_t)nb * (MF_BN / 2) + 64 * (b >> 7) + 8 * (bb >> 4) + (bb & 7);
+  return (bb & 8) ? I + i : i;
+}
 // Code table of the e2m1 magnitudes (entry tid = 8·idx + m): e4m3(e2m1(m) · 2^(d − 6)) at d = idx − 16.
 __device__ __forceinline__ void mf_lut_fill(uint2* lut, int tid) {
   const int idx = tid >> 3, m = tid & 7, ee = m >> 1, mm = m & 1;
@@ -194,14 +203,7 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
   const bool sw = p.swiglu != 0;
   const uint8_t* wb = p.w + (int64_t)e * p.w_stride;
   const uint8_t* sb = p.ws + (int64_t)e * p.s_stride;
-  // block weight row b = 128·mt + 16·warp + r (m-tile mt of warpgroup warp / 4) → matrix row; w13: r < 8 the
-  // gate row 128·nb + 64·mt + 8·warp + r, r ≥ 8 its up row
-  auto grow = [&](int b) -> int64_t {
-    if (!sw) return (int64_t)nb * MF_BN + b;
-    const int bb = b & 127;
-    const int64_t i = (int64_t)nb * (MF_BN / 2) + 64 * (b >> 7) + 8 * (bb >> 4) + (bb & 7);
-    return (bb & 8) ? I + i : i;
-  };
+  auto grow = [&](int b) { return mf_grow(sw, I, nb, b); };
   if (tid < MF_MR) s_xrow[tid] = tid < nrows ? (int64_t)(p.gather ? p.gather[r0 + tid] : r0 + tid) : 0;
   if (tid < MF_LUT_N * 8) mf_lut_fill(s_lut, tid);
   if (tid < MF_NST) {
@@ -372,15 +374,7 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_fp8_ws_kernel(const MfPar
 
   if (tid < MF_MR) s_xrow[tid] = tid < nrows ? (int64_t)(p.gather ? p.gather[r0 + tid] : r0 + tid) : 0;
   if (tid < MF_LUT_N * 8) mf_lut_fill(s_lut, tid);
-  if (tid < MF_BN) {  // block weight row → matrix row (the kernel above's grow: w13 rows interleave gate / up)
-    int64_t row = (int64_t)nb * MF_BN + tid;
-    if (sw) {
-      const int bb = tid & 127;
-      const int64_t i = (int64_t)nb * (MF_BN / 2) + 64 * (tid >> 7) + 8 * (bb >> 4) + (bb & 7);
-      row = (bb & 8) ? I + i : i;
-    }
-    s_grow[tid] = row;
-  }
+  if (tid < MF_BN) s_grow[tid] = mf_grow(sw, I, nb, tid);
   if (tid < MW_NA) detail::mbar_init(detail::smem_u32(&s_full[tid]), 256);
   if (tid < MW_NX) detail::mbar_init(detail::smem_u32(&s_empty[tid]), 256);
   __syncthreads();
@@ -393,8 +387,8 @@ __global__ void __launch_bounds__(MW_NT, 1) moe_expert_fp8_ws_kernel(const MfPar
   const uint8_t* esrc = sb + s_grow[pb] * (K / 32);
   const int xr = tid & (MF_MR - 1), xh = (tid >> 7) & 1;
   const bool xon = xr < nrows;
-  const uint8_t* xsrc = p.xq + s_xrow[tid & (MF_MR - 1)] * K;
-  const float* xssrc = p.xs + s_xrow[tid & (MF_MR - 1)] * nsb;
+  const uint8_t* xsrc = p.xq + s_xrow[xr] * K;
+  const float* xssrc = p.xs + s_xrow[xr] * nsb;
   auto issue = [&](int st) {
     const uint32_t xb = smem0 + MW_XOFF + (st % MW_NX) * MW_XSTAGE;
     const uint32_t rb = smem0 + MW_ROFF + (st % MW_NX) * MW_RAW;
