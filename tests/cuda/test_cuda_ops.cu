@@ -3679,16 +3679,18 @@ Result fp8_expert_case(int64_t T, int K, int E, int64_t N, int64_t Kd, int varia
   run(dz.p(), false, 0);  // the register-A kernel (the backend's)
   run(da.p(), true, 0);
   run(dz2.p(), false, 0);
-  {  // the warp-specialized kernel: bitwise the same z and act (same codes, MMA shapes, sums)
-    DBuf dz0 = dalloc(S * N * 4, "z_kernel1"), da0 = dalloc(S * I * 2, "act_kernel1");
+  for (int k : {1, 2}) {  // the warp-specialized and the persistent kernel: bitwise the same z and act (same
+                          // codes, MMA shapes, sums)
+    const std::string kn = k == 1 ? "warp-specialized" : "persistent";
+    DBuf dz0 = dalloc(S * N * 4, "z_kernel_k"), da0 = dalloc(S * I * 2, "act_kernel_k");
     poison(dz0), poison(da0);
-    run(dz0.p(), false, 1);
-    run(da0.p(), true, 1);
+    run(dz0.p(), false, k);
+    run(da0.p(), true, k);
     const auto z0 = down<float>(dz0, S * N), zw = down<float>(dz, S * N);
     const auto a0 = down<bf16>(da0, S * I), aw = down<bf16>(da, S * I);
     const bool same = memcmp(z0.data(), zw.data(), S * N * 4) == 0 && memcmp(a0.data(), aw.data(), S * I * 2) == 0;
-    expect_true(res, same, "warp-specialized kernel != register-A kernel");
-    if (same) res.detail += "ws == register-A kernel (bitwise, z and act) ";
+    expect_true(res, same, kn + " kernel != register-A kernel");
+    if (same) res.detail += kn + " == register-A kernel (bitwise, z and act) ";
   }
   CK(dc::swiglu_clamp(dz.as<float>(), S, I, 1.0f, nullptr, nullptr, dref.as<bf16>(), 0));
   const HostGroup h = host_group(sel, T, K, E, 128);
@@ -3847,17 +3849,18 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
   res.us = time_us([&] { grouped_run(g, dh, dsel, dw, w13, w2, lim); });
   const double us13 = time_us([&] { CK(grouped_w13(g, w13, w2, lim)); }), us2 = time_us([&] { CK(grouped_w2(g, w2)); });
   if (fp8) {  // the register-A fp8 kernel on the same data, alternating with the warp-specialized one
-    double a13[2] = {0, 0}, a2[2] = {0, 0};
+    double a13[3] = {0, 0, 0}, a2[3] = {0, 0, 0};
     for (int rep = 0; rep < 2; ++rep)
-      for (int k = 0; k < 2; ++k) {
+      for (int k = 0; k < 3; ++k) {
         g.fk = k;
         a13[k] += time_us([&] { CK(grouped_w13(g, w13, w2, lim)); }) / 2;
         a2[k] += time_us([&] { CK(grouped_w2(g, w2)); }) / 2;
       }
     g.fk = 0;
-    char bk[200];
-    snprintf(bk, sizeof bk, "| fp8 kernels, alternating: warp-specialized w13 %.1f w2 %.1f us, register-A w13 %.1f w2 %.1f us ",
-             a13[1], a2[1], a13[0], a2[0]);
+    char bk[240];
+    snprintf(bk, sizeof bk,
+             "| fp8 kernels, alternating: register-A w13 %.1f w2 %.1f us, persistent w13 %.1f w2 %.1f us, warp-specialized "
+             "w13 %.1f w2 %.1f us ", a13[0], a2[0], a13[2], a2[2], a13[1], a2[1]);
     res.detail += bk;
   }
   res.bytes = wb13 + wb2 + T * D * 4.0 + T * D * 2.0 + S * D * 2.0 + S * I * 2.0 * 2 + S * D * 4.0 * 2 + T * D * 4.0;
