@@ -3373,7 +3373,7 @@ struct GroupedRun {
   int K, tm;
   bool fp8;  // the fp8 expert kernels (moe_fp8.cu: tile 128, e4m3 x and act)
   int fk = 0;  // which fp8 expert kernel (moe_expert_gemm_fp8's kernel: 0 register-A, the backend's; 1 warp-specialized)
-  DBuf off, perm, slot, tiles, nt, scr, hb, act, ye, out, xq, xs, aq, as;
+  DBuf off, perm, slot, tiles, nt, scr, hb, act, ye, out, xq, xs, aq, as, ctr;
 };
 GroupedRun grouped_alloc(int64_t T, int K, int E, int64_t D, int64_t I, int tm, bool fp8 = false) {
   GroupedRun g{T, T * K, E, D, I, 0, K, tm, fp8};
@@ -3385,6 +3385,7 @@ GroupedRun grouped_alloc(int64_t T, int K, int E, int64_t D, int64_t I, int tm, 
   g.off = dalloc((E + 1) * 4, "offsets"), g.perm = dalloc(g.S * 4, "perm"), g.slot = dalloc(g.S * 4, "slot_row");
   g.tiles = dalloc(g.maxt * 8, "tiles"), g.nt = dalloc(4, "n_tiles");
   g.scr = dalloc(dc::moe_group_scratch_ints(g.S, E) * 4, "group_scratch");
+  g.ctr = dup(std::vector<int32_t>{0, 0}, "persistent_counter");
   g.hb = dalloc(T * D * 2, "h_bf16"), g.act = dalloc(g.S * I * 2, "act_bf16"), g.ye = dalloc(g.S * D * 4, "ye");
   g.out = dalloc(T * D * 4, "out");
   poison(g.act), poison(g.ye), poison(g.out), poison(g.perm), poison(g.slot);
@@ -3395,7 +3396,7 @@ cudaError_t grouped_w13(GroupedRun& g, const DevExperts& w13, const DevExperts& 
   if (g.fp8)  // (x quantized by grouped_run)
     return dc::moe_expert_gemm_fp8(g.xq.as<uint8_t>(), g.xs.as<float>(), g.perm.as<int32_t>(), g.D, w13.ref(), w13.wstr,
                                    w13.sstr, 2 * g.I, true, lim, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt,
-                                   g.off.as<int32_t>(), g.act.p(), g.I, 0, g.fk);
+                                   g.off.as<int32_t>(), g.act.p(), g.I, 0, g.fk, g.ctr.as<int32_t>());
   return dc::moe_expert_gemm(g.hb.as<bf16>(), g.D, g.perm.as<int32_t>(), g.D, w13.ref(), w13.wstr, w13.sstr, 2 * g.I,
                              true, lim, g.tm == 128 ? 2 : w2.fmt == dc::WFmt::FP4_B32, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt,
                              g.off.as<int32_t>(), g.tm, g.act.p(), g.I, 0);
@@ -3406,7 +3407,7 @@ cudaError_t grouped_w2(GroupedRun& g, const DevExperts& w2) {
     if (e != cudaSuccess) return e;
     return dc::moe_expert_gemm_fp8(g.aq.as<uint8_t>(), g.as.as<float>(), nullptr, g.I, w2.ref(), w2.wstr, w2.sstr, g.D,
                                    false, 0.0f, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt, g.off.as<int32_t>(),
-                                   g.ye.p(), g.D, 0, g.fk);
+                                   g.ye.p(), g.D, 0, g.fk, g.ctr.as<int32_t>());
   }
   return dc::moe_expert_gemm(g.act.as<bf16>(), g.I, nullptr, g.I, w2.ref(), w2.wstr, w2.sstr, g.D, false, 0.0f, false,
                              g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt, g.off.as<int32_t>(), g.tm, g.ye.p(), g.D, 0);
@@ -3671,10 +3672,11 @@ Result fp8_expert_case(int64_t T, int K, int E, int64_t N, int64_t Kd, int varia
   CK(dc::moe_group_par(dsel.as<int32_t>(), T, K, E, 128, doff.as<int32_t>(), dperm.as<int32_t>(), dslot.as<int32_t>(),
                        dtile.as<int2>(), dnt.as<int32_t>(), dscr.as<int32_t>(), 0));
   const int32_t* g = gather ? dperm.as<int32_t>() : nullptr;
+  DBuf dctr = dup(std::vector<int32_t>{0, 0}, "persistent_counter");
   auto run = [&](void* y, bool swiglu, int kernel) {
     CK(dc::moe_expert_gemm_fp8(dq.as<uint8_t>(), ds.as<float>(), g, Kd, W.ref(), W.wstr, W.sstr, N, swiglu,
                                swiglu ? 1.0f : 0.0f, dtile.as<int2>(), dnt.as<int32_t>(), maxt, doff.as<int32_t>(), y,
-                               swiglu ? I : N, 0, kernel));
+                               swiglu ? I : N, 0, kernel, dctr.as<int32_t>()));
   };
   run(dz.p(), false, 0);  // the register-A kernel (the backend's)
   run(da.p(), true, 0);
@@ -3691,6 +3693,10 @@ Result fp8_expert_case(int64_t T, int K, int E, int64_t N, int64_t Kd, int varia
     const bool same = memcmp(z0.data(), zw.data(), S * N * 4) == 0 && memcmp(a0.data(), aw.data(), S * I * 2) == 0;
     expect_true(res, same, kn + " kernel != register-A kernel");
     if (same) res.detail += kn + " == register-A kernel (bitwise, z and act) ";
+  }
+  {  // the persistent kernel's counter: zero again after its launches (the next launch's items start at 0)
+    const auto c = down<int32_t>(dctr, 2);
+    expect_true(res, c[0] == 0 && c[1] == 0, "persistent counter not reset");
   }
   CK(dc::swiglu_clamp(dz.as<float>(), S, I, 1.0f, nullptr, nullptr, dref.as<bf16>(), 0));
   const HostGroup h = host_group(sel, T, K, E, 128);

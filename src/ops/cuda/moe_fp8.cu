@@ -68,6 +68,7 @@ struct MfParams {
   const int32_t* offsets;
   void* y;
   int64_t ldy;
+  int* ctr;  // (persistent kernel) [0] items claimed past the grid, [1] blocks finished; zero between launches
 };
 
 // Token column c's x scale in a stage: the 32 columns of quad thread t (8jj + 2t + e) contiguous, in float4s of
@@ -174,8 +175,9 @@ __device__ __forceinline__ void mf_epilogue(const MfParams& p, const float (&acc
 // on the tensor cores by named barriers was 12-15 % slower than letting them run free: s11-run9.)
 constexpr int MF_PD = MF_NST - 2;  // stages issued ahead
 
-// PERSIST (session 14): one block an SM walks the items (tile, 256-row block) in the order of the
-// non-persistent grid, item = tile · nblk + nb, stepping by the grid size; at the end of an item's main loop it
+// PERSIST (session 14): one block an SM walks the items (tile, 256-row block) of the non-persistent grid,
+// item = tile · nblk + nb: block b starts at item b, then claims the next by an atomic counter (items cost 1× to 4×
+// each other: a static stride left SMs idle, s14-run8); the last block to finish zeroes the counter. At the end of an item's main loop it
 // reads the next item, issues that item's first MF_PD stages and loads its rows' e8m0 maxima, then runs this item's
 // epilogue — so the next item's copies fly during the epilogue instead of after a block start. The ring's stages
 // count on across items (global stage G: buffer G % MF_NST). The arithmetic a row is the same: the same bits.
@@ -187,11 +189,21 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
   __shared__ uint2 s_lut[MF_LUT_N];
   __shared__ __align__(8) uint64_t s_full[MF_NST], s_empty[MF_NST];
   __shared__ int s_emax[MF_BN];
+  __shared__ int s_next;
 
   const int nblk = (int)(p.N / MF_BN);
   const int n_items = nblk * *p.n_tiles;
   int item = PERSIST ? (int)blockIdx.x : (int)blockIdx.y * nblk + (int)blockIdx.x;
-  if (item >= n_items) return;
+  auto finish = [&]() {  // (persistent) the last block out zeroes the counter for the next launch
+    if (PERSIST && threadIdx.x == 0) {
+      __threadfence();
+      if (atomicAdd(p.ctr + 1, 1) == (int)gridDim.x - 1) p.ctr[0] = 0, p.ctr[1] = 0;
+    }
+  };
+  if (item >= n_items) {
+    finish();
+    return;
+  }
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int64_t K = p.K, I = p.I;
   const bool sw = p.swiglu != 0;
@@ -291,6 +303,7 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
     int emax[2][2];  // [m-tile][row g, g + 8]
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) emax[mt][0] = s_emax[128 * mt + 16 * warp + g], emax[mt][1] = s_emax[128 * mt + 16 * warp + g + 8];
+    if (PERSIST && tid == 0) s_next = (int)gridDim.x + atomicAdd(p.ctr, 1);  // (read after this item's loop)
 #pragma unroll 1
     for (int s = 0; s < nst; ++s) {
       const int gs = g0 + s, buf = gs % MF_NST;
@@ -328,9 +341,9 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
     const int cr0 = r0, cnrows = nrows, cnb = nb;
     int next = n_items;
     if constexpr (PERSIST) {
-      next = item + (int)gridDim.x;
+      __syncthreads();  // (every thread is past its use of s_emax and of this item's copies; s_next)
+      next = s_next;
       if (next < n_items) {  // the next item's start under this item's epilogue
-        __syncthreads();     // (every thread is past its use of s_emax and of this item's copies)
         load_item(next);
         __syncthreads();     // (s_xrow)
         src();
@@ -356,6 +369,7 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
     item = next, g0 += nst;
     __syncthreads();  // (the next item's s_emax)
   }
+  finish();
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -564,7 +578,8 @@ bool moe_expert_fp8_ok(WFmt f, int64_t N, int64_t K, bool swiglu) {
 cudaError_t moe_expert_gemm_fp8(const uint8_t* xq, const float* xs, const int32_t* gather, int64_t K, WeightRef W,
                                 int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit,
                                 const int2* tile_info, const int32_t* n_tiles, int64_t max_tiles,
-                                const int32_t* offsets, void* y, int64_t ldy, cudaStream_t s, int kernel) {
+                                const int32_t* offsets, void* y, int64_t ldy, cudaStream_t s, int kernel,
+                                int* counter) {
   if (!moe_expert_fp8_ok(W.fmt, N, K, swiglu) || !W.scale || reinterpret_cast<uintptr_t>(xq) % 16 ||
       reinterpret_cast<uintptr_t>(W.w) % 16 || w_stride % 16 || reinterpret_cast<uintptr_t>(W.scale) % 4 ||
       s_stride % 4 || (K / 32) % 4)
@@ -584,7 +599,9 @@ cudaError_t moe_expert_gemm_fp8(const uint8_t* xq, const float* xs, const int32_
   const dim3 grid((unsigned)nblk, (unsigned)max_tiles);
   if (kernel == 1) {
     moe_expert_fp8_ws_kernel<<<grid, MW_NT, MW_SMEM, s>>>(p);
-  } else if (kernel == 2) {  // persistent: one block an SM (at most one an item)
+  } else if (kernel == 2) {  // persistent: one block an SM (at most one an item), items claimed by p.ctr
+    if (!counter) return cudaErrorInvalidValue;
+    p.ctr = counter;
     int dev = 0, sms = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
