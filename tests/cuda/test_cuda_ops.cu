@@ -3681,9 +3681,9 @@ Result fp8_expert_case(int64_t T, int K, int E, int64_t N, int64_t Kd, int varia
   run(dz.p(), false, 0);  // the register-A kernel (the backend's)
   run(da.p(), true, 0);
   run(dz2.p(), false, 0);
-  for (int k : {1, 2}) {  // the warp-specialized and the persistent kernel: bitwise the same z and act (same
-                          // codes, MMA shapes, sums)
-    const std::string kn = k == 1 ? "warp-specialized" : "persistent";
+  for (int k : {1, 2, 3}) {  // the warp-specialized, split-promotion and persistent forms: bitwise the same z and
+                             // act (same codes, MMA k order, sums)
+    const std::string kn = k == 1 ? "warp-specialized" : k == 2 ? "split" : "persistent";
     DBuf dz0 = dalloc(S * N * 4, "z_kernel_k"), da0 = dalloc(S * I * 2, "act_kernel_k");
     poison(dz0), poison(da0);
     run(dz0.p(), false, k);
@@ -3855,18 +3855,19 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
   res.us = time_us([&] { grouped_run(g, dh, dsel, dw, w13, w2, lim); });
   const double us13 = time_us([&] { CK(grouped_w13(g, w13, w2, lim)); }), us2 = time_us([&] { CK(grouped_w2(g, w2)); });
   if (fp8) {  // the register-A fp8 kernel on the same data, alternating with the warp-specialized one
-    double a13[3] = {0, 0, 0}, a2[3] = {0, 0, 0};
+    double a13[4] = {0, 0, 0, 0}, a2[4] = {0, 0, 0, 0};
     for (int rep = 0; rep < 2; ++rep)
-      for (int k = 0; k < 3; ++k) {
+      for (int k = 0; k < 4; ++k) {
         g.fk = k;
         a13[k] += time_us([&] { CK(grouped_w13(g, w13, w2, lim)); }) / 2;
         a2[k] += time_us([&] { CK(grouped_w2(g, w2)); }) / 2;
       }
     g.fk = 0;
-    char bk[240];
+    char bk[320];
     snprintf(bk, sizeof bk,
-             "| fp8 kernels, alternating: register-A w13 %.1f w2 %.1f us, persistent w13 %.1f w2 %.1f us, warp-specialized "
-             "w13 %.1f w2 %.1f us ", a13[0], a2[0], a13[2], a2[2], a13[1], a2[1]);
+             "| fp8 kernels, alternating: register-A w13 %.1f w2 %.1f us, split w13 %.1f w2 %.1f us, persistent w13 %.1f "
+             "w2 %.1f us, warp-specialized w13 %.1f w2 %.1f us ",
+             a13[0], a2[0], a13[2], a2[2], a13[3], a2[3], a13[1], a2[1]);
     res.detail += bk;
   }
   res.bytes = wb13 + wb2 + T * D * 4.0 + T * D * 2.0 + S * D * 2.0 + S * I * 2.0 * 2 + S * D * 4.0 * 2 + T * D * 4.0;

@@ -1424,7 +1424,8 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
     if (fp8) {
       // the register-A kernel; DEEPINFER_CUDA_ON=moe_fp8_ws: the warp-specialized one (a decode-producer
       // warpgroup; the same bits, 13-19 % slower in session 14)
-      const int fk = impl_->on("moe_fp8_ws") ? 1 : 0;  // (the persistent kernel 2: op tests only, it needs a counter)
+      // (the persistent kernel 3: op tests only, it needs a counter)
+      const int fk = impl_->on("moe_fp8_ws") ? 1 : impl_->on("moe_fp8_split") ? 2 : 0;
       Buffer<uint8_t> xq(*this, T * D), aq(*this, S * I);
       Buffer<float> xs(*this, T * (D / 128)), as(*this, S * (I / 128));
       if (e == cudaSuccess) e = cuda::moe_quant_fp8(h, T, D, D, xq.data(), xs.data(), s);

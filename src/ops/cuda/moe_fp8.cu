@@ -135,6 +135,18 @@ __device__ __forceinline__ void mf_promote(float (&acc)[64], const float (&tmp)[
     a[4] = fmaf(u[4], c.z, a[4]), a[5] = fmaf(u[5], c.w, a[5]), a[6] = fmaf(u[6], c.z, a[6]), a[7] = fmaf(u[7], c.w, a[7]);
   }
 }
+// The half H of a 128-column promotion (split form): u = the n64 fragment of columns 64H..64H + 63.
+template <int H>
+__device__ __forceinline__ void mf_promote_half(float (&acc)[64], const float* u, const float* xsc, int t) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float4 c = *reinterpret_cast<const float4*>(xsc + 36 * t + 4 * (i + 4 * H));
+    float* a = acc + 8 * (i + 4 * H);
+    const float* v = u + 8 * i;
+    a[0] = fmaf(v[0], c.x, a[0]), a[1] = fmaf(v[1], c.y, a[1]), a[2] = fmaf(v[2], c.x, a[2]), a[3] = fmaf(v[3], c.y, a[3]);
+    a[4] = fmaf(v[4], c.z, a[4]), a[5] = fmaf(v[5], c.w, a[5]), a[6] = fmaf(v[6], c.z, a[6]), a[7] = fmaf(v[7], c.w, a[7]);
+  }
+}
 // Epilogue: acc[mt][4jj + r] · the row factor → block weight row 128·mt + 16·warp + g + 8·(r / 2), token column
 // 8jj + 2t + r % 2 (warp 0..7: the block's MMA warps).
 template <int NC>
@@ -181,7 +193,11 @@ constexpr int MF_PD = MF_NST - 2;  // stages issued ahead
 // reads the next item, issues that item's first MF_PD stages and loads its rows' e8m0 maxima, then runs this item's
 // epilogue — so the next item's copies fly during the epilogue instead of after a block start. The ring's stages
 // count on across items (global stage G: buffer G % MF_NST). The arithmetic a row is the same: the same bits.
-template <bool PERSIST>
+// SPLIT (session 14, not yet run): at 128 token columns each tile's MMAs go out as two n64 halves with fragments of
+// their own (the same 64 registers), so one half is promoted while the other, or the next tile's first half, is
+// still on the tensor cores: the stage ends with one half's promotion exposed instead of two tiles' drains (s14-run2:
+// the second tile's wait alone was 8 % of the samples). Both tiles' A fragments are live together (+16 registers).
+template <bool PERSIST, bool SPLIT>
 __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams p) {
   DI_PDL_WAIT();
   extern __shared__ __align__(128) uint8_t mf_smem[];
@@ -311,30 +327,68 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
       detail::fence_proxy_async_smem();  // the copies (generic proxy) → this warpgroup's wgmma reads
       const uint8_t* base = mf_smem + buf * MF_STAGE;
       const float* xsc = reinterpret_cast<const float*>(base + MF_XSOFF);
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
+      // tile mt's A fragments: this thread's rows g, g + 8 of the m-tile, 4 k32 steps
+      auto decode = [&](int mt, uint32_t (&A)[4][4]) {
         const int rA = 128 * mt + 16 * warp + g, rB = rA + 8;  // this thread's block weight rows
         const uint4 wa = *reinterpret_cast<const uint4*>(base + MF_WOFF + rA * 64 + 16 * t);
         const uint4 wbv = *reinterpret_cast<const uint4*>(base + MF_WOFF + rB * 64 + 16 * t);
         const uint2 la = mf_row_lut(*reinterpret_cast<const uint32_t*>(base + MF_SOFF + rA * 4), t, s_lut, emax[mt][0]);
         const uint2 lb = mf_row_lut(*reinterpret_cast<const uint32_t*>(base + MF_SOFF + rB * 4), t, s_lut, emax[mt][1]);
-        uint32_t A[4][4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const uint32_t va = detail::u4get(wa, j), vb = detail::u4get(wbv, j);
           A[j][0] = mf_dec4(va, la), A[j][1] = mf_dec4(vb, lb);
           A[j][2] = mf_dec4(va >> 16, la), A[j][3] = mf_dec4(vb >> 16, lb);
         }
-        detail::wgmma_fence();
+      };
+      if constexpr (SPLIT && NC == 128) {
         const uint32_t xb = smem0 + buf * MF_STAGE;
+        float* const tA = tmp;       // columns 0..63 (the n128 fragment's first 32 registers)
+        float* const tB = tmp + 32;  // columns 64..127 (x rows 64.., 8 row groups on: +2048 bytes)
+        auto half = [&](float* d, const uint32_t (&A)[4][4], uint32_t off) {
+          detail::wgmma_fence();
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-          detail::wgmma_e4m3_n<NC>(tmp, A[j], detail::wgmma_desc(xb + j * MF_XSTEP, 128, 256), j);
-        detail::wgmma_commit();
-        if (mt == 0 && s + MF_PD < nst) issue(s + MF_PD, gs + MF_PD);
+          for (int j = 0; j < 4; ++j)
+            detail::wgmma_e4m3_n64h(*reinterpret_cast<float(*)[32]>(d), A[j],
+                                    detail::wgmma_desc(xb + j * MF_XSTEP + off, 128, 256), j);
+          detail::wgmma_commit();
+        };
+        uint32_t A0[4][4], A1[4][4];
+        decode(0, A0);
+        half(tA, A0, 0);
+        half(tB, A0, 2048);
+        if (s + MF_PD < nst) issue(s + MF_PD, gs + MF_PD);
+        decode(1, A1);
+        detail::wgmma_wait<1>();
+        detail::wgmma_fence_acc(tmp);
+        mf_promote_half<0>(acc[0], tA, xsc, t);
+        half(tA, A1, 0);
+        detail::wgmma_wait<1>();
+        detail::wgmma_fence_acc(tmp);
+        mf_promote_half<1>(acc[0], tB, xsc, t);
+        half(tB, A1, 2048);
+        detail::wgmma_wait<1>();
+        detail::wgmma_fence_acc(tmp);
+        mf_promote_half<0>(acc[1], tA, xsc, t);
         detail::wgmma_wait<0>();
         detail::wgmma_fence_acc(tmp);
-        mf_promote<NC>(acc[mt], tmp, xsc, t);
+        mf_promote_half<1>(acc[1], tB, xsc, t);
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          uint32_t A[4][4];
+          decode(mt, A);
+          detail::wgmma_fence();
+          const uint32_t xb = smem0 + buf * MF_STAGE;
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            detail::wgmma_e4m3_n<NC>(tmp, A[j], detail::wgmma_desc(xb + j * MF_XSTEP, 128, 256), j);
+          detail::wgmma_commit();
+          if (mt == 0 && s + MF_PD < nst) issue(s + MF_PD, gs + MF_PD);
+          detail::wgmma_wait<0>();
+          detail::wgmma_fence_acc(tmp);
+          mf_promote<NC>(acc[mt], tmp, xsc, t);
+        }
       }
       detail::mbar_arrive(detail::smem_u32(&s_empty[buf]));  // this thread is done with the stage's buffer
     }
@@ -599,7 +653,9 @@ cudaError_t moe_expert_gemm_fp8(const uint8_t* xq, const float* xs, const int32_
   const dim3 grid((unsigned)nblk, (unsigned)max_tiles);
   if (kernel == 1) {
     moe_expert_fp8_ws_kernel<<<grid, MW_NT, MW_SMEM, s>>>(p);
-  } else if (kernel == 2) {  // persistent: one block an SM (at most one an item), items claimed by p.ctr
+  } else if (kernel == 2) {  // split promotion
+    moe_expert_fp8_kernel<false, true><<<grid, MF_NT, MF_SMEM, s>>>(p);
+  } else if (kernel == 3) {  // persistent: one block an SM (at most one an item), items claimed by p.ctr
     if (!counter) return cudaErrorInvalidValue;
     p.ctr = counter;
     int dev = 0, sms = 0;
@@ -607,17 +663,18 @@ cudaError_t moe_expert_gemm_fp8(const uint8_t* xq, const float* xs, const int32_
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (e != cudaSuccess) return e;
     const int64_t items = nblk * max_tiles;
-    moe_expert_fp8_kernel<true><<<(unsigned)std::max<int64_t>(1, std::min<int64_t>(sms, items)), MF_NT, MF_SMEM, s>>>(p);
+    moe_expert_fp8_kernel<true, false><<<(unsigned)std::max<int64_t>(1, std::min<int64_t>(sms, items)), MF_NT, MF_SMEM, s>>>(p);
   } else {
-    moe_expert_fp8_kernel<false><<<grid, MF_NT, MF_SMEM, s>>>(p);
+    moe_expert_fp8_kernel<false, false><<<grid, MF_NT, MF_SMEM, s>>>(p);
   }
   return cudaGetLastError();
 }
 
 namespace detail {
 cudaError_t init_attributes_moe_fp8() {
-  cudaError_t e = set_max_dynamic_smem(moe_expert_fp8_kernel<false>, MF_SMEM);
-  if (e == cudaSuccess) e = set_max_dynamic_smem(moe_expert_fp8_kernel<true>, MF_SMEM);
+  cudaError_t e = set_max_dynamic_smem(moe_expert_fp8_kernel<false, false>, MF_SMEM);
+  if (e == cudaSuccess) e = set_max_dynamic_smem(moe_expert_fp8_kernel<false, true>, MF_SMEM);
+  if (e == cudaSuccess) e = set_max_dynamic_smem(moe_expert_fp8_kernel<true, false>, MF_SMEM);
   return e != cudaSuccess ? e : set_max_dynamic_smem(moe_expert_fp8_ws_kernel, MW_SMEM);
 }
 }  // namespace detail

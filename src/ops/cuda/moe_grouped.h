@@ -76,9 +76,9 @@ bool moe_expert_fp8_ok(WFmt f, int64_t N, int64_t K, bool swiglu);
 // xq / xs from moe_quant_fp8 (row stride K / K/128). swiglu = false: y f32 [rows, N] (row stride ldy) = z;
 // swiglu = true (N = 2I, gate | up): y bf16 [rows, I] natural order = bf16(swiglu_clamp_one(g, u, limit)).
 // A row's result does not depend on the other rows. kernel: 0 = the register-A kernel (decode on the MMA warps),
-// 1 = the warp-specialized kernel (decode-producer warpgroups, two MMA warpgroups; slower, session 14), 2 = the
-// register-A kernel on a persistent grid (the next item's first copies under this item's epilogue; counter: 2
-// ints, zero, left zero by every launch; one launch at a time a counter): the same bits.
+// 1 = the warp-specialized kernel (decode-producer warpgroups; slower, session 14), 2 = the register-A kernel with
+// split promotion (n64 halves in flight while the other is promoted), 3 = the register-A kernel on a persistent grid
+// (items claimed by `counter`: 2 ints, zero, left zero by every launch; one launch at a time a counter): the same bits.
 cudaError_t moe_expert_gemm_fp8(const uint8_t* xq, const float* xs, const int32_t* gather, int64_t K, WeightRef W,
                                 int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit,
                                 const int2* tile_info, const int32_t* n_tiles, int64_t max_tiles,

@@ -207,6 +207,16 @@ __device__ __forceinline__ void wgmma_e4m3_n128(float (&d)[64], const uint32_t (
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc)
       : "memory");
 }
+// m64n64k32 into a 32-float fragment of its own (moe_fp8.cu's split promotion: two n64 halves of a 128-column
+// tile in flight while the other is promoted).
+__device__ __forceinline__ void wgmma_e4m3_n64h(float (&d)[32], const uint32_t (&a)[4], uint64_t desc, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc)
+      : "memory");
+}
 template <int N>
 __device__ __forceinline__ void wgmma_e4m3_n(float (&d)[64], const uint32_t (&a)[4], uint64_t desc, int acc) {
   static_assert(N == 16 || N == 32 || N == 64 || N == 128, "wgmma_e4m3_n: the widths the kernels use");
