@@ -3372,8 +3372,9 @@ struct GroupedRun {
   int64_t T, S, E, D, I, maxt;
   int K, tm;
   bool fp8;  // the fp8 expert kernels (moe_fp8.cu: tile 128, e4m3 x and act)
-  int fk = 0;  // which fp8 expert kernel (moe_expert_gemm_fp8's kernel: 0 register-A, the backend's; 1 warp-specialized)
-  DBuf off, perm, slot, tiles, nt, scr, hb, act, ye, out, xq, xs, aq, as;
+  int fk = 2;  // which fp8 expert kernel (moe_expert_gemm_fp8's kernel: 0 register-A on a grid, 1 warp-specialized,
+               // 2 register-A persistent, the backend's)
+  DBuf off, perm, slot, tiles, nt, scr, hb, act, ye, out, xq, xs, aq, as, ctr;
 };
 GroupedRun grouped_alloc(int64_t T, int K, int E, int64_t D, int64_t I, int tm, bool fp8 = false) {
   GroupedRun g{T, T * K, E, D, I, 0, K, tm, fp8};
@@ -3385,6 +3386,7 @@ GroupedRun grouped_alloc(int64_t T, int K, int E, int64_t D, int64_t I, int tm, 
   g.off = dalloc((E + 1) * 4, "offsets"), g.perm = dalloc(g.S * 4, "perm"), g.slot = dalloc(g.S * 4, "slot_row");
   g.tiles = dalloc(g.maxt * 8, "tiles"), g.nt = dalloc(4, "n_tiles");
   g.scr = dalloc(dc::moe_group_scratch_ints(g.S, E) * 4, "group_scratch");
+  g.ctr = dup(std::vector<int32_t>{0, 0}, "persistent_counter");
   g.hb = dalloc(T * D * 2, "h_bf16"), g.act = dalloc(g.S * I * 2, "act_bf16"), g.ye = dalloc(g.S * D * 4, "ye");
   g.out = dalloc(T * D * 4, "out");
   poison(g.act), poison(g.ye), poison(g.out), poison(g.perm), poison(g.slot);
@@ -3395,7 +3397,7 @@ cudaError_t grouped_w13(GroupedRun& g, const DevExperts& w13, const DevExperts& 
   if (g.fp8)  // (x quantized by grouped_run)
     return dc::moe_expert_gemm_fp8(g.xq.as<uint8_t>(), g.xs.as<float>(), g.perm.as<int32_t>(), g.D, w13.ref(), w13.wstr,
                                    w13.sstr, 2 * g.I, true, lim, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt,
-                                   g.off.as<int32_t>(), g.act.p(), g.I, 0, g.fk);
+                                   g.off.as<int32_t>(), g.act.p(), g.I, 0, g.fk, g.ctr.as<int32_t>());
   return dc::moe_expert_gemm(g.hb.as<bf16>(), g.D, g.perm.as<int32_t>(), g.D, w13.ref(), w13.wstr, w13.sstr, 2 * g.I,
                              true, lim, g.tm == 128 ? 2 : w2.fmt == dc::WFmt::FP4_B32, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt,
                              g.off.as<int32_t>(), g.tm, g.act.p(), g.I, 0);
@@ -3406,7 +3408,7 @@ cudaError_t grouped_w2(GroupedRun& g, const DevExperts& w2) {
     if (e != cudaSuccess) return e;
     return dc::moe_expert_gemm_fp8(g.aq.as<uint8_t>(), g.as.as<float>(), nullptr, g.I, w2.ref(), w2.wstr, w2.sstr, g.D,
                                    false, 0.0f, g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt, g.off.as<int32_t>(),
-                                   g.ye.p(), g.D, 0, g.fk);
+                                   g.ye.p(), g.D, 0, g.fk, g.ctr.as<int32_t>());
   }
   return dc::moe_expert_gemm(g.act.as<bf16>(), g.I, nullptr, g.I, w2.ref(), w2.wstr, w2.sstr, g.D, false, 0.0f, false,
                              g.tiles.as<int2>(), g.nt.as<int32_t>(), g.maxt, g.off.as<int32_t>(), g.tm, g.ye.p(), g.D, 0);
@@ -3671,24 +3673,31 @@ Result fp8_expert_case(int64_t T, int K, int E, int64_t N, int64_t Kd, int varia
   CK(dc::moe_group_par(dsel.as<int32_t>(), T, K, E, 128, doff.as<int32_t>(), dperm.as<int32_t>(), dslot.as<int32_t>(),
                        dtile.as<int2>(), dnt.as<int32_t>(), dscr.as<int32_t>(), 0));
   const int32_t* g = gather ? dperm.as<int32_t>() : nullptr;
+  DBuf dctr = dup(std::vector<int32_t>{0, 0}, "persistent_counter");
   auto run = [&](void* y, bool swiglu, int kernel) {
     CK(dc::moe_expert_gemm_fp8(dq.as<uint8_t>(), ds.as<float>(), g, Kd, W.ref(), W.wstr, W.sstr, N, swiglu,
                                swiglu ? 1.0f : 0.0f, dtile.as<int2>(), dnt.as<int32_t>(), maxt, doff.as<int32_t>(), y,
-                               swiglu ? I : N, 0, kernel));
+                               swiglu ? I : N, 0, kernel, dctr.as<int32_t>()));
   };
-  run(dz.p(), false, 0);  // the register-A kernel (the backend's)
+  run(dz.p(), false, 0);  // the register-A kernel on a grid (the persistent one, the backend's, below)
   run(da.p(), true, 0);
   run(dz2.p(), false, 0);
-  {  // the warp-specialized kernel: bitwise the same z and act (same codes, MMA shapes, sums)
-    DBuf dz0 = dalloc(S * N * 4, "z_kernel1"), da0 = dalloc(S * I * 2, "act_kernel1");
+  for (int k : {1, 2}) {  // the warp-specialized and persistent forms: bitwise the same z and act (same codes, MMA
+                          // k order, sums)
+    const std::string kn = k == 1 ? "warp-specialized" : "persistent";
+    DBuf dz0 = dalloc(S * N * 4, "z_kernel_k"), da0 = dalloc(S * I * 2, "act_kernel_k");
     poison(dz0), poison(da0);
-    run(dz0.p(), false, 1);
-    run(da0.p(), true, 1);
+    run(dz0.p(), false, k);
+    run(da0.p(), true, k);
     const auto z0 = down<float>(dz0, S * N), zw = down<float>(dz, S * N);
     const auto a0 = down<bf16>(da0, S * I), aw = down<bf16>(da, S * I);
     const bool same = memcmp(z0.data(), zw.data(), S * N * 4) == 0 && memcmp(a0.data(), aw.data(), S * I * 2) == 0;
-    expect_true(res, same, "warp-specialized kernel != register-A kernel");
-    if (same) res.detail += "ws == register-A kernel (bitwise, z and act) ";
+    expect_true(res, same, kn + " kernel != register-A kernel");
+    if (same) res.detail += kn + " == register-A kernel (bitwise, z and act) ";
+  }
+  {  // the persistent kernel's counter: zero again after its launches (the next launch's items start at 0)
+    const auto c = down<int32_t>(dctr, 2);
+    expect_true(res, c[0] == 0 && c[1] == 0, "persistent counter not reset");
   }
   CK(dc::swiglu_clamp(dz.as<float>(), S, I, 1.0f, nullptr, nullptr, dref.as<bf16>(), 0));
   const HostGroup h = host_group(sel, T, K, E, 128);
@@ -3846,18 +3855,20 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
   const double wb13 = nhit * (w13.wb + w13.sb), wb2 = nhit * (w2.wb + w2.sb);
   res.us = time_us([&] { grouped_run(g, dh, dsel, dw, w13, w2, lim); });
   const double us13 = time_us([&] { CK(grouped_w13(g, w13, w2, lim)); }), us2 = time_us([&] { CK(grouped_w2(g, w2)); });
-  if (fp8) {  // the register-A fp8 kernel on the same data, alternating with the warp-specialized one
-    double a13[2] = {0, 0}, a2[2] = {0, 0};
+  if (fp8) {  // the three fp8 expert kernels on the same data, alternating
+    double a13[3] = {0, 0, 0}, a2[3] = {0, 0, 0};
     for (int rep = 0; rep < 2; ++rep)
-      for (int k = 0; k < 2; ++k) {
+      for (int k = 0; k < 3; ++k) {
         g.fk = k;
         a13[k] += time_us([&] { CK(grouped_w13(g, w13, w2, lim)); }) / 2;
         a2[k] += time_us([&] { CK(grouped_w2(g, w2)); }) / 2;
       }
-    g.fk = 0;
-    char bk[200];
-    snprintf(bk, sizeof bk, "| fp8 kernels, alternating: warp-specialized w13 %.1f w2 %.1f us, register-A w13 %.1f w2 %.1f us ",
-             a13[1], a2[1], a13[0], a2[0]);
+    g.fk = 2;
+    char bk[320];
+    snprintf(bk, sizeof bk,
+             "| fp8 kernels, alternating: register-A grid w13 %.1f w2 %.1f us, persistent w13 %.1f w2 %.1f us, "
+             "warp-specialized w13 %.1f w2 %.1f us ",
+             a13[0], a2[0], a13[2], a2[2], a13[1], a2[1]);
     res.detail += bk;
   }
   res.bytes = wb13 + wb2 + T * D * 4.0 + T * D * 2.0 + S * D * 2.0 + S * I * 2.0 * 2 + S * D * 4.0 * 2 + T * D * 4.0;

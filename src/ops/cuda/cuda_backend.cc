@@ -60,6 +60,8 @@ struct CudaBackend::Impl {
   CudaWeights weights = CudaWeights::Stored;
   cudaStream_t stream = nullptr;
   int32_t* hc_sync = nullptr;  // hcdec's arrival counter / generation (zeroed once; every launch leaves it zero)
+  int32_t* moe_ctr = nullptr;  // the persistent fp8 expert kernel's item counter (2 ints in hc_sync's allocation,
+                               // zeroed with it; every launch leaves it zero)
   // gemv_e4m3's workspace (split-K counters, zeroed once and left zero by every launch, and partial sums): one
   // fixed buffer for every fp8 weight (one stream orders its users), allocated with the first plan; a plan that
   // would need more is dropped (that weight keeps gemv_q_v6), so the address never changes under a graph.
@@ -325,9 +327,10 @@ CudaBackend::CudaBackend(int device, CudaWeights weights) : impl_(std::make_uniq
   check(cudaHostAlloc(reinterpret_cast<void**>(&impl_->staging), Impl::kSegs * Impl::kSegBytes, cudaHostAllocDefault),
         "cudaHostAlloc (staging)");
   for (auto& e : impl_->seg_done) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-  const size_t hc_sync_bytes = (size_t)cuda::hc_pre_dec_sync_ints() * sizeof(int32_t);
+  const size_t hc_sync_bytes = (size_t)(cuda::hc_pre_dec_sync_ints() + 2) * sizeof(int32_t);
   check(cudaMalloc(reinterpret_cast<void**>(&impl_->hc_sync), hc_sync_bytes), "hcdec scratch");
   check(cudaMemsetAsync(impl_->hc_sync, 0, hc_sync_bytes, impl_->stream), "hcdec scratch");  // before any op on the stream
+  impl_->moe_ctr = impl_->hc_sync + cuda::hc_pre_dec_sync_ints();
   if (weights == CudaWeights::Stored && !(impl_->gemm = cuda::gemm_context_create()))
     throw Error("cuda: cuBLASLt initialisation failed");
 }
@@ -1422,19 +1425,20 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
     const bool fp8 = tm == 128 && !impl_->off("moe_fp8") && cuda::moe_expert_fp8_ok(ex.r13.fmt, 2 * I, D, true) &&
                      cuda::moe_expert_fp8_ok(ex.r2.fmt, D, I, false) && reinterpret_cast<uintptr_t>(h) % 16 == 0;
     if (fp8) {
-      // the register-A kernel; DEEPINFER_CUDA_ON=moe_fp8_ws: the warp-specialized one (a decode-producer
-      // warpgroup; the same bits, 13-19 % slower in session 14)
-      const int fk = impl_->on("moe_fp8_ws") ? 1 : 0;
+      // the register-A kernel on a persistent grid (DEEPINFER_CUDA_OFF=moe_fp8_persist: on a grid of blocks, 2-4 %
+      // slower in s15-run1); DEEPINFER_CUDA_ON=moe_fp8_ws: the warp-specialized one (13-19 % slower in session 14).
+      // All three give the same bits.
+      const int fk = impl_->on("moe_fp8_ws") ? 1 : impl_->off("moe_fp8_persist") ? 0 : 2;
       Buffer<uint8_t> xq(*this, T * D), aq(*this, S * I);
       Buffer<float> xs(*this, T * (D / 128)), as(*this, S * (I / 128));
       if (e == cudaSuccess) e = cuda::moe_quant_fp8(h, T, D, D, xq.data(), xs.data(), s);
       if (e == cudaSuccess)
         e = cuda::moe_expert_gemm_fp8(xq.data(), xs.data(), perm.data(), D, ex.r13, ex.w13_stride, ex.s13_stride, 2 * I,
-                                      true, limit, tl, n_tiles.data(), maxt, offsets.data(), act.data(), I, s, fk);
+                                      true, limit, tl, n_tiles.data(), maxt, offsets.data(), act.data(), I, s, fk, impl_->moe_ctr);
       if (e == cudaSuccess) e = cuda::moe_quant_fp8_bf16(act.data(), S, I, I, aq.data(), as.data(), s);
       if (e == cudaSuccess)
         e = cuda::moe_expert_gemm_fp8(aq.data(), as.data(), nullptr, I, ex.r2, ex.w2_stride, ex.s2_stride, D, false,
-                                      0.0f, tl, n_tiles.data(), maxt, offsets.data(), ye.data(), D, s, fk);
+                                      0.0f, tl, n_tiles.data(), maxt, offsets.data(), ye.data(), D, s, fk, impl_->moe_ctr);
     } else {
       // fp4 weights take their x in e2m1 pair order (moe_grouped.h): h converted so, act written so; the
       // 128-row tiles (both fp4, the wgmma kernels) in wg order

@@ -68,6 +68,7 @@ struct MfParams {
   const int32_t* offsets;
   void* y;
   int64_t ldy;
+  int* ctr;  // (persistent kernel) [0] items claimed past the grid, [1] blocks finished; zero between launches
 };
 
 // Token column c's x scale in a stage: the 32 columns of quad thread t (8jj + 2t + e) contiguous, in float4s of
@@ -183,6 +184,17 @@ __device__ __forceinline__ void mf_epilogue(const MfParams& p, const float (&acc
 // on the tensor cores by named barriers was 12-15 % slower than letting them run free: s11-run9.)
 constexpr int MF_PD = MF_NST - 2;  // stages issued ahead
 
+// PERSIST (session 14; the backend's default since session 15): one block an SM walks the items (tile, 256-row
+// block) of the non-persistent grid, item = tile · nblk + nb: block b starts at item b, then claims the next by an
+// atomic counter (items cost 1× to 4× each other: a static stride left SMs idle and lost 7-14 %, s14-run8); the last
+// block to finish zeroes the counter. At the end of an item's main loop it reads the next item, issues that item's
+// first MF_PD stages and loads its rows' e8m0 maxima, then runs this item's epilogue, so the next item's copies fly
+// during the epilogue instead of after a block start. The ring's stages count on across items (global stage G:
+// buffer G % MF_NST). The arithmetic a row is the same: the same bits. s15-run1 (T = 4096, alternating with the
+// grid form): w13 2246 against 2340 µs, w2 1296 against 1326; T = 16384: 7684 / 4532 against 8090 / 4647.
+// SPLIT (session 14: a 128-column tile's MMAs as two n64 halves, one promoted while the other runs) was bitwise
+// the same and 20 % slower (s15-run1: w13 2819 against 2340 µs at T = 4096); removed (branch moe_fp8_split).
+template <bool PERSIST>
 __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams p) {
   DI_PDL_WAIT();
   extern __shared__ __align__(128) uint8_t mf_smem[];
@@ -190,58 +202,79 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
   __shared__ uint2 s_lut[MF_LUT_N];
   __shared__ __align__(8) uint64_t s_full[MF_NST], s_empty[MF_NST];
   __shared__ int s_emax[MF_BN];
+  __shared__ int s_next;
 
-  const int tile = blockIdx.y;
-  if (tile >= *p.n_tiles) return;
-  const int2 ti = p.tiles[tile];
-  const int e = ti.x, r0 = ti.y;
-  const int nrows = min(MF_MR, p.offsets[e + 1] - r0);
-  const int ncols = (nrows + 15) & ~15;  // rows rounded up to the wgmma N step
-  const int nb = blockIdx.x;
+  const int nblk = (int)(p.N / MF_BN);
+  const int n_items = nblk * *p.n_tiles;
+  int item = PERSIST ? (int)blockIdx.x : (int)blockIdx.y * nblk + (int)blockIdx.x;
+  auto finish = [&]() {  // (persistent) the last block out zeroes the counter for the next launch
+    if (PERSIST && threadIdx.x == 0) {
+      __threadfence();
+      if (atomicAdd(p.ctr + 1, 1) == (int)gridDim.x - 1) p.ctr[0] = 0, p.ctr[1] = 0;
+    }
+  };
+  if (item >= n_items) {
+    finish();
+    return;
+  }
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int64_t K = p.K, I = p.I;
   const bool sw = p.swiglu != 0;
-  const uint8_t* wb = p.w + (int64_t)e * p.w_stride;
-  const uint8_t* sb = p.ws + (int64_t)e * p.s_stride;
-  auto grow = [&](int b) { return mf_grow(sw, I, nb, b); };
-  if (tid < MF_MR) s_xrow[tid] = tid < nrows ? (int64_t)(p.gather ? p.gather[r0 + tid] : r0 + tid) : 0;
+  const int64_t wrow_bytes = K / 2, nsb = K / 128;
+  const int nst = (int)(K / MF_KC);
+  const uint32_t smem0 = detail::smem_u32(mf_smem);
   if (tid < MF_LUT_N * 8) mf_lut_fill(s_lut, tid);
   if (tid < MF_NST) {
     detail::mbar_init(detail::smem_u32(&s_full[tid]), MF_NT);
     detail::mbar_init(detail::smem_u32(&s_empty[tid]), MF_NT);
   }
-  __syncthreads();
 
-  const uint32_t smem0 = detail::smem_u32(mf_smem);
-  // copies of a stage: weights rows tid / 4 + 64i (i < 4), 16-byte piece tid % 4; e8m0 of row tid; x scale of
-  // token row tid (tid < 128); x rows 16·warp + 8u + lane % 8, pieces lane / 8 + 4v (piece 2j + h = step j,
-  // core h): a warp instruction covers 8 rows × 64 contiguous bytes.
-  const int64_t wrow_bytes = K / 2, nsb = K / 128;
+  // The item's copy sources (this thread's part of every stage): weights rows tid / 4 + 64i (i < 4), 16-byte
+  // piece tid % 4; e8m0 of row tid; x scale of token row tid (tid < 128); x rows 16·warp + 8u + lane % 8, pieces
+  // lane / 8 + 4v (piece 2j + h = step j, core h): a warp instruction covers 8 rows × 64 contiguous bytes.
+  int e, r0, nrows, nb;
   const uint8_t* wsrc[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) wsrc[i] = wb + grow((tid >> 2) + 64 * i) * wrow_bytes + (tid & 3) * 16;
-  const uint32_t wdst = MF_WOFF + (tid >> 2) * 64 + (tid & 3) * 16;
-  const uint8_t* ssrc = sb + grow(tid) * (K / 32);
-  const bool xson = tid < nrows;
-  const float* xssrc = p.xs + s_xrow[tid & (MF_MR - 1)] * nsb;
+  const uint8_t* ssrc;
+  const float* xssrc;
   const uint8_t* xsrc[2];
+  bool xon[2], xson;
+  const uint32_t wdst = MF_WOFF + (tid >> 2) * 64 + (tid & 3) * 16;
   uint32_t xdst[2][2];
-  bool xon[2];
 #pragma unroll
   for (int u = 0; u < 2; ++u) {
     const int row = 16 * warp + 8 * u + (lane & 7);
-    xon[u] = row < nrows;
-    xsrc[u] = p.xq + s_xrow[row] * K + (lane >> 3) * 16;
 #pragma unroll
     for (int v = 0; v < 2; ++v) {
       const int pc = (lane >> 3) + 4 * v;
       xdst[u][v] = (uint32_t)((pc >> 1) * MF_XSTEP + (row >> 3) * 256 + (pc & 1) * 128 + (row & 7) * 16);
     }
   }
-  const int nst = (int)(K / MF_KC);
-  // stage st into its buffer (after the buffer's previous stage, st − MF_NST, was released by all 256 threads)
-  auto issue = [&](int st) {
-    const int buf = st % MF_NST, use = st / MF_NST;
+  // item → (e, r0, nrows, nb) and its x rows in s_xrow (the caller syncs before src())
+  auto load_item = [&](int it) {
+    const int2 ti = p.tiles[it / nblk];
+    e = ti.x, r0 = ti.y, nb = it % nblk;
+    nrows = min(MF_MR, p.offsets[e + 1] - r0);
+    if (tid < MF_MR) s_xrow[tid] = tid < nrows ? (int64_t)(p.gather ? p.gather[r0 + tid] : r0 + tid) : 0;
+  };
+  auto grow = [&](int b) { return mf_grow(sw, I, nb, b); };
+  auto src = [&]() {
+    const uint8_t* wb = p.w + (int64_t)e * p.w_stride;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) wsrc[i] = wb + grow((tid >> 2) + 64 * i) * wrow_bytes + (tid & 3) * 16;
+    ssrc = p.ws + (int64_t)e * p.s_stride + grow(tid) * (K / 32);
+    xson = tid < nrows;
+    xssrc = p.xs + s_xrow[tid & (MF_MR - 1)] * nsb;
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int row = 16 * warp + 8 * u + (lane & 7);
+      xon[u] = row < nrows;
+      xsrc[u] = p.xq + s_xrow[row] * K + (lane >> 3) * 16;
+    }
+  };
+  // stage st of the current item, global stage gs, into buffer gs % MF_NST (after that buffer's previous stage,
+  // gs − MF_NST, was released by all 256 threads)
+  auto issue = [&](int st, int gs) {
+    const int buf = gs % MF_NST, use = gs / MF_NST;
     if (use > 0) detail::mbar_wait(detail::smem_u32(&s_empty[buf]), (use - 1) & 1);
     const uint32_t base = smem0 + buf * MF_STAGE;
     const int64_t wo = (int64_t)st * (MF_KC / 2);
@@ -257,12 +290,18 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
     if (xson) detail::cp_async4(base + MF_XSOFF + mf_xs_pos(tid) * 4, xssrc + st);
     detail::cp_async_mbar_arrive(detail::smem_u32(&s_full[buf]));
   };
-  for (int st = 0; st < MF_PD && st < nst; ++st) issue(st);
+
+  load_item(item);
+  __syncthreads();  // (barriers, tables, s_xrow)
+  src();
+  for (int st = 0; st < MF_PD && st < nst; ++st) issue(st, st);
   s_emax[tid] = mf_row_emax(ssrc, K);  // (while the first stages' copies are in flight)
   __syncthreads();
 
-  // The main loop and the epilogue, compiled for each wgmma N (32, 64 or 128 token columns).
-  auto run = [&](auto ncl) {
+  int g0 = 0;  // the item's first global stage
+  // The main loop and the epilogue, compiled for each wgmma N (32, 64 or 128 token columns). Returns the next item
+  // (≥ n_items: none), whose first stages are already issued.
+  auto run = [&](auto ncl) -> int {
     constexpr int NC = decltype(ncl)::value;
     float acc[2][64], tmp[64];
 #pragma unroll
@@ -270,52 +309,78 @@ __global__ void __launch_bounds__(MF_NT, 1) moe_expert_fp8_kernel(const MfParams
     int emax[2][2];  // [m-tile][row g, g + 8]
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) emax[mt][0] = s_emax[128 * mt + 16 * warp + g], emax[mt][1] = s_emax[128 * mt + 16 * warp + g + 8];
+    if (PERSIST && tid == 0) s_next = (int)gridDim.x + atomicAdd(p.ctr, 1);  // (read after this item's loop)
+#pragma unroll 1
     for (int s = 0; s < nst; ++s) {
-      const int buf = s % MF_NST;
-      detail::mbar_wait(detail::smem_u32(&s_full[buf]), (s / MF_NST) & 1);
+      const int gs = g0 + s, buf = gs % MF_NST;
+      detail::mbar_wait(detail::smem_u32(&s_full[buf]), (gs / MF_NST) & 1);
       detail::fence_proxy_async_smem();  // the copies (generic proxy) → this warpgroup's wgmma reads
       const uint8_t* base = mf_smem + buf * MF_STAGE;
       const float* xsc = reinterpret_cast<const float*>(base + MF_XSOFF);
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
+      // tile mt's A fragments: this thread's rows g, g + 8 of the m-tile, 4 k32 steps
+      auto decode = [&](int mt, uint32_t (&A)[4][4]) {
         const int rA = 128 * mt + 16 * warp + g, rB = rA + 8;  // this thread's block weight rows
         const uint4 wa = *reinterpret_cast<const uint4*>(base + MF_WOFF + rA * 64 + 16 * t);
         const uint4 wbv = *reinterpret_cast<const uint4*>(base + MF_WOFF + rB * 64 + 16 * t);
         const uint2 la = mf_row_lut(*reinterpret_cast<const uint32_t*>(base + MF_SOFF + rA * 4), t, s_lut, emax[mt][0]);
         const uint2 lb = mf_row_lut(*reinterpret_cast<const uint32_t*>(base + MF_SOFF + rB * 4), t, s_lut, emax[mt][1]);
-        uint32_t A[4][4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const uint32_t va = detail::u4get(wa, j), vb = detail::u4get(wbv, j);
           A[j][0] = mf_dec4(va, la), A[j][1] = mf_dec4(vb, lb);
           A[j][2] = mf_dec4(va >> 16, la), A[j][3] = mf_dec4(vb >> 16, lb);
         }
+      };
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        uint32_t A[4][4];
+        decode(mt, A);
         detail::wgmma_fence();
         const uint32_t xb = smem0 + buf * MF_STAGE;
 #pragma unroll
         for (int j = 0; j < 4; ++j)
           detail::wgmma_e4m3_n<NC>(tmp, A[j], detail::wgmma_desc(xb + j * MF_XSTEP, 128, 256), j);
         detail::wgmma_commit();
-        if (mt == 0 && s + MF_PD < nst) issue(s + MF_PD);
+        if (mt == 0 && s + MF_PD < nst) issue(s + MF_PD, gs + MF_PD);
         detail::wgmma_wait<0>();
         detail::wgmma_fence_acc(tmp);
         mf_promote<NC>(acc[mt], tmp, xsc, t);
       }
       detail::mbar_arrive(detail::smem_u32(&s_empty[buf]));  // this thread is done with the stage's buffer
     }
-
-    mf_epilogue<NC>(p, acc, emax, nrows, r0, nb, warp, g, t);
+    const int cr0 = r0, cnrows = nrows, cnb = nb;
+    int next = n_items;
+    if constexpr (PERSIST) {
+      __syncthreads();  // (every thread is past its use of s_emax and of this item's copies; s_next)
+      next = s_next;
+      if (next < n_items) {  // the next item's start under this item's epilogue
+        load_item(next);
+        __syncthreads();     // (s_xrow)
+        src();
+        for (int st = 0; st < MF_PD && st < nst; ++st) issue(st, g0 + nst + st);
+        s_emax[tid] = mf_row_emax(ssrc, K);
+      }
+    }
+    mf_epilogue<NC>(p, acc, emax, cnrows, cr0, cnb, warp, g, t);
+    return next;
   };
   // Three wgmma widths only: the padding columns cost MMA time the kernel has to spare, while 8 widths of a
   // ~1000-instruction loop cost instruction fetch (s11-run12, one process, alternating: w13 2315 / 2307 µs with 3
   // widths vs 2477 / 2496 with 8, w2 1305 vs 1508 / 1550).
-  switch (ncols <= 32 ? 32 : ncols <= 64 ? 64 : 128) {
-    case 32: run(std::integral_constant<int, 32>{}); break;
-    case 64: run(std::integral_constant<int, 64>{}); break;
-    default: run(std::integral_constant<int, 128>{}); break;
+  while (true) {
+    const int ncols = (nrows + 15) & ~15;  // rows rounded up to the wgmma N step
+    int next;
+    switch (ncols <= 32 ? 32 : ncols <= 64 ? 64 : 128) {
+      case 32: next = run(std::integral_constant<int, 32>{}); break;
+      case 64: next = run(std::integral_constant<int, 64>{}); break;
+      default: next = run(std::integral_constant<int, 128>{}); break;
+    }
+    if (!PERSIST || next >= n_items) break;
+    item = next, g0 += nst;
+    __syncthreads();  // (the next item's s_emax)
   }
+  finish();
 }
-
 
 // ---------------------------------------------------------------------------------------------------------
 // Expert GEMM, warp-specialized (session 14, opt-in: DEEPINFER_CUDA_ON=moe_fp8_ws; bitwise the kernel above)
@@ -515,7 +580,8 @@ bool moe_expert_fp8_ok(WFmt f, int64_t N, int64_t K, bool swiglu) {
 cudaError_t moe_expert_gemm_fp8(const uint8_t* xq, const float* xs, const int32_t* gather, int64_t K, WeightRef W,
                                 int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit,
                                 const int2* tile_info, const int32_t* n_tiles, int64_t max_tiles,
-                                const int32_t* offsets, void* y, int64_t ldy, cudaStream_t s, int kernel) {
+                                const int32_t* offsets, void* y, int64_t ldy, cudaStream_t s, int kernel,
+                                int* counter) {
   if (!moe_expert_fp8_ok(W.fmt, N, K, swiglu) || !W.scale || reinterpret_cast<uintptr_t>(xq) % 16 ||
       reinterpret_cast<uintptr_t>(W.w) % 16 || w_stride % 16 || reinterpret_cast<uintptr_t>(W.scale) % 4 ||
       s_stride % 4 || (K / 32) % 4)
@@ -532,16 +598,28 @@ cudaError_t moe_expert_gemm_fp8(const uint8_t* xq, const float* xs, const int32_
   p.tiles = tile_info, p.n_tiles = n_tiles, p.offsets = offsets;
   p.y = y, p.ldy = ldy;
   const int64_t nblk = N / MF_BN;  // w13: 128 act columns a block, I / 128 = N / 256 blocks as well
-  if (kernel == 1)
-    moe_expert_fp8_ws_kernel<<<dim3((unsigned)nblk, (unsigned)max_tiles), MW_NT, MW_SMEM, s>>>(p);
-  else
-    moe_expert_fp8_kernel<<<dim3((unsigned)nblk, (unsigned)max_tiles), MF_NT, MF_SMEM, s>>>(p);
+  const dim3 grid((unsigned)nblk, (unsigned)max_tiles);
+  if (kernel == 1) {
+    moe_expert_fp8_ws_kernel<<<grid, MW_NT, MW_SMEM, s>>>(p);
+  } else if (kernel == 2) {  // persistent: one block an SM (at most one an item), items claimed by p.ctr
+    if (!counter) return cudaErrorInvalidValue;
+    p.ctr = counter;
+    int dev = 0, sms = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return e;
+    const int64_t items = nblk * max_tiles;
+    moe_expert_fp8_kernel<true><<<(unsigned)std::max<int64_t>(1, std::min<int64_t>(sms, items)), MF_NT, MF_SMEM, s>>>(p);
+  } else {
+    moe_expert_fp8_kernel<false><<<grid, MF_NT, MF_SMEM, s>>>(p);
+  }
   return cudaGetLastError();
 }
 
 namespace detail {
 cudaError_t init_attributes_moe_fp8() {
-  const cudaError_t e = set_max_dynamic_smem(moe_expert_fp8_kernel, MF_SMEM);
+  cudaError_t e = set_max_dynamic_smem(moe_expert_fp8_kernel<false>, MF_SMEM);
+  if (e == cudaSuccess) e = set_max_dynamic_smem(moe_expert_fp8_kernel<true>, MF_SMEM);
   return e != cudaSuccess ? e : set_max_dynamic_smem(moe_expert_fp8_ws_kernel, MW_SMEM);
 }
 }  // namespace detail

@@ -75,11 +75,14 @@ bool moe_expert_fp8_ok(WFmt f, int64_t N, int64_t K, bool swiglu);
 // e8m0 values, exact; f32 sums, the block's promotion as in moe_fp8.cu), row(r) = gather ? gather[r] : r;
 // xq / xs from moe_quant_fp8 (row stride K / K/128). swiglu = false: y f32 [rows, N] (row stride ldy) = z;
 // swiglu = true (N = 2I, gate | up): y bf16 [rows, I] natural order = bf16(swiglu_clamp_one(g, u, limit)).
-// A row's result does not depend on the other rows. kernel: 0 = the register-A kernel (decode on the MMA warps),
-// 1 = the warp-specialized kernel (decode-producer warpgroups, two MMA warpgroups; slower, session 14): the same bits.
+// A row's result does not depend on the other rows. kernel: 0 = the register-A kernel (decode on the MMA warps) on
+// a grid of (256-row block, tile), 1 = the warp-specialized kernel (decode-producer warpgroups; slower, session 14),
+// 2 = the register-A kernel on a persistent grid (the backend's default; items claimed by `counter`: 2 ints, zero
+// before the first launch and left zero by every launch; one launch at a time a counter): all three the same bits.
 cudaError_t moe_expert_gemm_fp8(const uint8_t* xq, const float* xs, const int32_t* gather, int64_t K, WeightRef W,
                                 int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit,
                                 const int2* tile_info, const int32_t* n_tiles, int64_t max_tiles,
-                                const int32_t* offsets, void* y, int64_t ldy, cudaStream_t s, int kernel = 0);
+                                const int32_t* offsets, void* y, int64_t ldy, cudaStream_t s, int kernel = 0,
+                                int* counter = nullptr);
 
 }  // namespace deepinfer::cuda
