@@ -1030,6 +1030,17 @@ Result hc_pre_case(int64_t M, int hc, int64_t D, int iters, const std::string& n
   expect_nmse(res, "post", p, pr, 1e-9);
   expect_nmse(res, "comb", cm, cr, 1e-8);
   if (invariance) hc_invariance(res, in, M, hc, D, iters, false, u, p, cm);
+  if (path == HcPath::Fast) {  // the 128-thread form (DEEPINFER_CUDA_OFF=hcfast_wide): bitwise the 256-thread default
+    DBuf du2 = dalloc(M * D * 4, "u_128"), dp2 = dalloc(M * hc * 4, "post_128"), dcm2 = dalloc(M * hc * hc * 4, "comb_128");
+    poison(du2), poison(dp2), poison(dcm2);
+    CK(dc::hc_pre_fast(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(), iters,
+                       1e-6f, 1e-6f, du2.as<float>(), dp2.as<float>(), dcm2.as<float>(), dsync.as<int32_t>(), 0, 128));
+    const auto u2 = down<float>(du2, M * D), p2 = down<float>(dp2, M * hc), cm2 = down<float>(dcm2, M * hc * hc);
+    const bool same = memcmp(u2.data(), u.data(), M * D * 4) == 0 && memcmp(p2.data(), p.data(), M * hc * 4) == 0 &&
+                      memcmp(cm2.data(), cm.data(), M * hc * hc * 4) == 0;
+    expect_true(res, same, "hcfast 128 threads != 256 threads");
+    if (same) res.detail += "128 threads == 256 threads (bitwise) ";
+  }
   if (g_perf) {
     res.us = time_us([&] { launch(); });
     res.bytes = M * hc * D * 4.0 + mix * hc * D * 4.0 + M * D * 4.0;
@@ -1041,7 +1052,17 @@ Result hc_pre_case(int64_t M, int hc, int64_t D, int iters, const std::string& n
       res.detail += buf;
     }
     if (path == HcPath::Fast) {  // the previous paths on the same inputs (DEEPINFER_CUDA_OFF=hcfast: v3)
-      char buf[96];
+      char buf[160];
+      auto fast_nt = [&](int nt) {
+        return dc::hc_pre_fast(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(),
+                               iters, 1e-6f, 1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(),
+                               dsync.as<int32_t>(), 0, nt);
+      };
+      double f128 = 0, f256 = 0;
+      for (int rep = 0; rep < 2; ++rep)  // alternating
+        f128 += time_us([&] { fast_nt(128); }) / 2, f256 += time_us([&] { fast_nt(256); }) / 2;
+      snprintf(buf, sizeof buf, "hcfast 256 threads %.1f us, 128 threads %.1f us (alternating) | ", f256, f128);
+      res.detail += buf;
       snprintf(buf, sizeof buf, "v3 %.1f us, hc_gemm(forced) %.1f us ",
                time_us([&] {
                  dc::hc_pre(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(),

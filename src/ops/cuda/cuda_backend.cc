@@ -991,11 +991,11 @@ void CudaBackend::hc_pre(const float* X, int64_t M, int hc, int64_t D, const flo
   HostTimer ht_(impl_.get(), Impl::kOp);
   if (impl_->replaying()) return;
   // prefill (M ≥ 512, hc ≤ 4): the fused ticketed kernel, bitwise v3 (hc.cu "hcfast"); DEEPINFER_CUDA_OFF=hcfast:
-  // the paths below
+  // the paths below; DEEPINFER_CUDA_OFF=hcfast_wide: its 128-thread form (same bits)
   if (!impl_->off("hcfast") && cuda::hc_pre_fast_use(M, hc, D)) {
     Buffer<int32_t> sync(*this, cuda::hc_pre_fast_sync_ints(M));
     check(cuda::hc_pre_fast(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, sync.data(),
-                            impl_->stream),
+                            impl_->stream, impl_->off("hcfast_wide") ? 128 : 256),
           "hc_pre");
     return;
   }

@@ -412,13 +412,14 @@ cudaError_t hc_pre_gemm(const float* X, int64_t M, int hc, int64_t D, const floa
 // hc_pre prefill path "hcfast" (one fused kernel; items in ticket order, X re-read from L2): bitwise the
 // v3 rows. Shapes: hc_pre_fast_ok (hc ≤ 4, v3 slice length 128, hc·D % 128 == 0; V4-Flash and V4 both);
 // any M. sync: hc_pre_fast_sync_ints(M) ints of device scratch (zeroed by the launcher). _use: the
-// backend's choice (the shape and M ≥ 512). cudaErrorNotSupported for other shapes.
+// backend's choice (the shape and M ≥ 512). cudaErrorNotSupported for other shapes. nt: threads a block, 256 (a
+// thread 2 rows of an A tile, 16 warps an SM) or 128 (4 rows, 8 warps: the session-6 form); the same bits.
 bool hc_pre_fast_ok(int hc, int64_t D);
 bool hc_pre_fast_use(int64_t M, int hc, int64_t D);
 int64_t hc_pre_fast_sync_ints(int64_t M);
 cudaError_t hc_pre_fast(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                         const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
-                        float* comb, int32_t* sync, cudaStream_t s);
+                        float* comb, int32_t* sync, cudaStream_t s, int nt = 256);
 // hc_pre decode path "hcdec" (one kernel, M ≤ 8, hc ≤ 4): bitwise the v3 rows. fn, base and scale are read
 // before griddepcontrol.wait (constant weights: they must not be written by the kernel before it); X after.
 // sync: hc_pre_dec_sync_ints() ints of device scratch, zero before the first launch and left zero by every

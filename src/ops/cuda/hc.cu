@@ -702,7 +702,7 @@ __global__ void __launch_bounds__(F_NT) hc_gemm_finish_kernel(const float* __res
 // F item only waits on items with smaller tickets, already running (no deadlock), and a tile's X is
 // re-read by its F items about one tile (8 MB) of A work later. sync[0] = ticket, sync[1 + t] = tile t's
 // finished A items; zeroed by the launcher.
-constexpr int Q_NT = 128, Q_BM = 128, Q_FR = 4, Q_L = 128, Q_LP = Q_L + 4, Q_CH = 4;
+constexpr int Q_BM = 128, Q_FR = 4, Q_L = 128, Q_LP = Q_L + 4, Q_CH = 4;
 // from here on the backend takes hcfast (predicted ≥ 2× v3 from M ≈ 512; docs/cuda-notes.md)
 constexpr int64_t kHcFastMinRows = 512;
 
@@ -719,8 +719,11 @@ size_t hcq_smem(int mix, int S, int nv) {
   return std::max(a, f);
 }
 
-template <int HC>
-__global__ void __launch_bounds__(Q_NT, 2) hc_fast_kernel(const float* __restrict__ X, int64_t M, int64_t D,
+// NT = 128: a warp owns 32 rows of the A tile (a thread 4 rows × RV values; 158 registers, 2 blocks = 8 warps an
+// SM: latency-bound, s10-run8). NT = 256 (session 15): a warp owns 16 rows (a thread 2 rows × RV values), 16 warps
+// an SM in the same shared memory. The chains, partial layout and F items are the same: the same bits.
+template <int HC, int NT>
+__global__ void __launch_bounds__(NT, 2) hc_fast_kernel(const float* __restrict__ X, int64_t M, int64_t D,
                                                           const float* __restrict__ fn,
                                                           const float* __restrict__ base,
                                                           const float* __restrict__ scale, int iters, float hc_eps,
@@ -761,7 +764,7 @@ __global__ void __launch_bounds__(Q_NT, 2) hc_fast_kernel(const float* __restric
     constexpr int C4 = Q_L / Q_CH / 4;  // float4 columns a chunk (8)
 #pragma unroll
     for (int ch = 0; ch < Q_CH; ++ch) {
-      for (int idx = t; idx < (Q_BM + MIX) * C4; idx += Q_NT) {
+      for (int idx = t; idx < (Q_BM + MIX) * C4; idx += NT) {
         const int row = idx / C4, c = ch * C4 + idx % C4;
         if (row < Q_BM) {
           if (row < rows) cp_async16(Xs + row * Q_LP + 4 * c, X + (m0 + row) * K + k0 + 4 * c);
@@ -771,16 +774,18 @@ __global__ void __launch_bounds__(Q_NT, 2) hc_fast_kernel(const float* __restric
       }
       cp_async_commit();
     }
+    constexpr int RPT = Q_BM / (NT / 32) / 8;  // rows a thread (4 or 2)
     const int warp = t >> 5, lane = t & 31, rg = lane & 7, vg = lane >> 3;
-    const int rbase = warp * 32 + rg;  // the thread's rows: rbase + 8·i, i < 4; its sum of squares: i = vg
+    // the thread's rows: rbase + 8·i, i < RPT; its sum of squares: row rbase + 8·(vg % RPT), kept when vg < RPT
+    const int rbase = warp * (8 * RPT) + rg;
     const float* xr = Xs + rbase * Q_LP;
-    const float* xq = Xs + (rbase + 8 * vg) * Q_LP;
+    const float* xq = Xs + (rbase + 8 * (vg % RPT)) * Q_LP;
     const float* fr[RV];
 #pragma unroll
     for (int j = 0; j < RV; ++j) fr[j] = Fs + min(vg * RV + j, MIX - 1) * Q_LP;
-    float acc[4][RV], ss = 0.0f;
+    float acc[RPT][RV], ss = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < RPT; ++i)
 #pragma unroll
       for (int j = 0; j < RV; ++j) acc[i][j] = 0.0f;
     auto wait_chunk = [](int ch) {  // groups complete in order: chunk ch landed when ≤ Q_CH − 1 − ch pending
@@ -798,14 +803,14 @@ __global__ void __launch_bounds__(Q_NT, 2) hc_fast_kernel(const float* __restric
       __syncthreads();
 #pragma unroll 2
       for (int c = ch * C4; c < (ch + 1) * C4; ++c) {
-        float4 x[4], f[RV];
+        float4 x[RPT], f[RV];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) x[i] = *reinterpret_cast<const float4*>(xr + 8 * i * Q_LP + 4 * c);
+        for (int i = 0; i < RPT; ++i) x[i] = *reinterpret_cast<const float4*>(xr + 8 * i * Q_LP + 4 * c);
 #pragma unroll
         for (int j = 0; j < RV; ++j) f[j] = *reinterpret_cast<const float4*>(fr[j] + 4 * c);
         const float4 y = *reinterpret_cast<const float4*>(xq + 4 * c);
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < RPT; ++i)
 #pragma unroll
           for (int j = 0; j < RV; ++j) {  // v3's chain: fmaf(f, x, acc) over x, y, z, w
             acc[i][j] = fmaf(f[j].x, x[i].x, acc[i][j]);
@@ -822,13 +827,13 @@ __global__ void __launch_bounds__(Q_NT, 2) hc_fast_kernel(const float* __restric
     __syncthreads();  // every warp is done with Xs: reuse it for the partials [Q_BM][NV]
     float* Ps = sm;
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < RPT; ++i)
 #pragma unroll
       for (int j = 0; j < RV; ++j)
         if (vg * RV + j < MIX) Ps[(rbase + 8 * i) * NV + vg * RV + j] = acc[i][j];
-    Ps[(rbase + 8 * vg) * NV + MIX] = ss;
+    if (vg < RPT) Ps[(rbase + 8 * vg) * NV + MIX] = ss;
     __syncthreads();
-    for (int idx = t; idx < rows * NV; idx += Q_NT) {
+    for (int idx = t; idx < rows * NV; idx += NT) {
       const int r = idx / NV, v = idx - r * NV;
       u[(m0 + r) * D + (int64_t)k * NV + v] = Ps[idx];
     }
@@ -852,7 +857,7 @@ __global__ void __launch_bounds__(Q_NT, 2) hc_fast_kernel(const float* __restric
   for (int r = 0; r < rows; ++r) {
     const float* src = u + (f0 + r) * D;
 #pragma unroll 4
-    for (int i = t; i < SN; i += Q_NT) Pb[r * P + i] = __ldcg(src + i);
+    for (int i = t; i < SN; i += NT) Pb[r * P + i] = __ldcg(src + i);
   }
   __syncthreads();  // all partials read before any u write below
   if (t < rows * NV) {
@@ -889,13 +894,13 @@ __global__ void __launch_bounds__(Q_NT, 2) hc_fast_kernel(const float* __restric
     }
   }
   // collapse, B's fmaf order (o = 0, then j = 0 … HC − 1); 8 float4 outputs (8·HC loads) in flight a thread
-  constexpr int U = 8;
+  constexpr int U = NT == 256 ? 4 : 8;  // (the same loads in flight a block; 8 at 256 threads spilled)
   const int64_t n = (int64_t)rows * D4;
-  for (int64_t b = t; b < n; b += (int64_t)Q_NT * U) {
+  for (int64_t b = t; b < n; b += (int64_t)NT * U) {
     float4 xv[U][HC];
 #pragma unroll
     for (int q = 0; q < U; ++q) {
-      const int64_t idx = b + (int64_t)q * Q_NT;
+      const int64_t idx = b + (int64_t)q * NT;
       if (idx < n) {
         const int64_t r = idx / D4, i4 = idx % D4;
 #pragma unroll
@@ -905,7 +910,7 @@ __global__ void __launch_bounds__(Q_NT, 2) hc_fast_kernel(const float* __restric
     }
 #pragma unroll
     for (int q = 0; q < U; ++q) {
-      const int64_t idx = b + (int64_t)q * Q_NT;
+      const int64_t idx = b + (int64_t)q * NT;
       if (idx < n) {
         const int64_t r = idx / D4, i4 = idx % D4;
         float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -1206,7 +1211,8 @@ cudaError_t hc_attrs() {
     if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_gemm_kernel<HC, 8, 9>, (size_t)kMaxSmem);
     if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_gemm_kernel<HC, 16, 5>, (size_t)kMaxSmem);
     if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_gemm_kernel<HC, 32, 4>, (size_t)kMaxSmem);
-    if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_fast_kernel<HC>, (size_t)kMaxSmem);
+    if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_fast_kernel<HC, 128>, (size_t)kMaxSmem);
+    if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_fast_kernel<HC, 256>, (size_t)kMaxSmem);
     if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_dec_kernel<HC>, (size_t)kMaxSmem);
   }
   return e;
@@ -1292,15 +1298,20 @@ bool hcq_shape_ok(int hc, int64_t D) {
 template <int HC>
 cudaError_t launch_pre_fast(const float* X, int64_t M, int64_t D, const float* fn, const float* base,
                             const float* scale, int iters, float hc_eps, float norm_eps, float* u, float* post,
-                            float* comb, int* sync, cudaStream_t s) {
+                            float* comb, int* sync, cudaStream_t s, int nt) {
   using Q = HcFast<HC>;
   const int64_t K = (int64_t)HC * D, T = cdiv(M, Q_BM);
   const int S = (int)(K / Q_L);
   cudaError_t e = cudaMemsetAsync(sync, 0, (size_t)(1 + T) * sizeof(int), s);
   if (e != cudaSuccess) return e;
   const int64_t items = T * (S + Q_BM / Q_FR);
-  hc_fast_kernel<HC><<<(unsigned)items, Q_NT, hcq_smem(Q::MIX, S, Q::NV), s>>>(X, M, D, fn, base, scale, iters, hc_eps,
-                                                                              norm_eps, u, post, comb, sync);
+  const size_t smem = hcq_smem(Q::MIX, S, Q::NV);
+  if (nt == 128)
+    hc_fast_kernel<HC, 128><<<(unsigned)items, 128, smem, s>>>(X, M, D, fn, base, scale, iters, hc_eps, norm_eps, u,
+                                                               post, comb, sync);
+  else
+    hc_fast_kernel<HC, 256><<<(unsigned)items, 256, smem, s>>>(X, M, D, fn, base, scale, iters, hc_eps, norm_eps, u,
+                                                               post, comb, sync);
   return cudaGetLastError();
 }
 
@@ -1420,12 +1431,13 @@ int64_t hc_pre_fast_sync_ints(int64_t M) { return 1 + cdiv(std::max<int64_t>(M, 
 
 cudaError_t hc_pre_fast(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                         const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
-                        float* comb, int32_t* sync, cudaStream_t s) {
+                        float* comb, int32_t* sync, cudaStream_t s, int nt) {
   if (!hcq_shape_ok(hc, D)) return cudaErrorNotSupported;
+  if (nt != 128 && nt != 256) return cudaErrorInvalidValue;
   if (M <= 0) return cudaSuccess;
   switch (hc) {
 #define HC_FAST(H) \
-  case H: return launch_pre_fast<H>(X, M, D, fn, base, scale, sinkhorn_iters, hc_eps, norm_eps, u, post, comb, sync, s);
+  case H: return launch_pre_fast<H>(X, M, D, fn, base, scale, sinkhorn_iters, hc_eps, norm_eps, u, post, comb, sync, s, nt);
     HC_FAST(1)
     HC_FAST(2)
     HC_FAST(3)
