@@ -9,7 +9,7 @@ cmd=${1:?stage or restore}
 BUILD=${2:-build}
 STASH=${STASH:-/tmp/deepinfer_device_stash}
 paths=(tests/data docs data/nano tests/fixtures/v4/tiny_f32/debug.safetensors src)
-[ "${LEAN:-0}" -ge 1 ] && paths+=(tests/unit tests/python tests/cuda/test_cuda_ops.cu tests/cuda/test_model_cuda.cc)
+[ "${LEAN:-0}" -ge 1 ] && paths+=(tests/unit tests/python tests/cuda/test_cuda_ops.cu tests/cuda/test_model_cuda.cc scripts python)
 [ "${LEAN:-0}" -ge 2 ] && paths=("${paths[@]/tests\/fixtures\/v4\/tiny_f32\/debug.safetensors/tests/fixtures}")
 case "$cmd" in
   stage)
@@ -25,7 +25,7 @@ case "$cmd" in
     echo "tracked files left: $(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1) bytes; .gpu: $(du -sb .gpu | cut -f1) bytes (limit 67108864 together)"
     ;;
   restore)
-    for p in tests/fixtures tests/unit tests/python tests/cuda/test_cuda_ops.cu tests/cuda/test_model_cuda.cc "${paths[@]}"; do
+    for p in tests/fixtures tests/unit tests/python tests/cuda/test_cuda_ops.cu tests/cuda/test_model_cuda.cc scripts python "${paths[@]}"; do
       # (directories before files inside them)
       [ -e "$STASH/$p" ] || continue
       # (a stashed directory whose place exists holds only the parents of stashed files: they come back below)
