@@ -754,15 +754,15 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     st.y = Buffer<float>(be_, T * D);
     for (int l = 0; l < cfg_.num_layers; ++l) {
       const V4Layer& L = layers_[l];
-      be_.hc_pre(X.data(), T, (int)hc, D, L.hc_attn_fn.data(), L.hc_attn_base.data(), L.hc_attn_scale.data(),
-                 cfg_.hc_sinkhorn_iters, hc_eps, eps, u.data(), post.data(), comb.data());
-      be_.rms_norm(u.data(), T, D, D, L.attn_norm.data(), eps, st.h.data());
+      be_.hc_pre_norm(X.data(), T, (int)hc, D, L.hc_attn_fn.data(), L.hc_attn_base.data(), L.hc_attn_scale.data(),
+                      cfg_.hc_sinkhorn_iters, hc_eps, eps, u.data(), post.data(), comb.data(), L.attn_norm.data(), eps,
+                      st.h.data());
       attention(l, st);
       be_.hc_post(X.data(), st.y.data(), post.data(), comb.data(), T, (int)hc, D, X2.data());
       std::swap(X, X2);
-      be_.hc_pre(X.data(), T, (int)hc, D, L.hc_ffn_fn.data(), L.hc_ffn_base.data(), L.hc_ffn_scale.data(),
-                 cfg_.hc_sinkhorn_iters, hc_eps, eps, u.data(), post.data(), comb.data());
-      be_.rms_norm(u.data(), T, D, D, L.ffn_norm.data(), eps, st.h.data());
+      be_.hc_pre_norm(X.data(), T, (int)hc, D, L.hc_ffn_fn.data(), L.hc_ffn_base.data(), L.hc_ffn_scale.data(),
+                      cfg_.hc_sinkhorn_iters, hc_eps, eps, u.data(), post.data(), comb.data(), L.ffn_norm.data(), eps,
+                      st.h.data());
       moe(L, st.h.data(), st.tok_d, T, st.y.data());
       be_.hc_post(X.data(), st.y.data(), post.data(), comb.data(), T, (int)hc, D, X2.data());
       std::swap(X, X2);

@@ -307,6 +307,15 @@ class Backend {
   virtual void hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                       const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u,
                       float* post, float* comb) = 0;
+  // hc_pre, then h[M, D] = rms_norm(u) (rows of D, weights w, epsilon eps): the pair that opens every V4 block, as
+  // one op so that a backend may run the norm in hc_pre's pass (CUDA at decode: no launch of its own). The same
+  // values as the two calls; u holds the collapsed rows as after hc_pre.
+  virtual void hc_pre_norm(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                           const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
+                           float* comb, const float* w, float eps, float* h) {
+    hc_pre(X, M, hc, D, fn, base, scale, sinkhorn_iters, hc_eps, norm_eps, u, post, comb);
+    rms_norm(u, M, D, D, w, eps, h);
+  }
   // Single-pass mHC (DeepSeek-V4.1): one read of X[M, hc, D] both collapses it with weights that
   // are already known, u[M, D] = Σ_j w[m, j]·X_j (w[M, hc]: the previous site's pre), and computes
   // this site's coefficients pre[M, hc], post[M, hc], comb[M, hc, hc] exactly as hc_pre does.

@@ -4696,6 +4696,58 @@ Result hcdec_pre_case(int64_t M, int hc, int64_t D, int iters, const std::string
   return res;
 }
 
+// hc_pre_norm at decode: hc_pre_dec with the norm fused into its finishers (h = rms_norm(u)) against the two launches
+// the backend runs otherwise (hc_pre_dec, then cuda::rms_norm: its warp kernel at D ≤ 1024, its block kernel above)
+// bitwise — u, post, comb and h — eagerly and from a graph with programmatic edges; h against the CPU twin.
+Result hcnorm_case(int64_t M, int hc, int64_t D, bool weights, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  HcIn in = hc_inputs(r, M, hc, D, false);
+  std::vector<float> w = randn(r, D, 0.5f);
+  for (auto& v : w) v += 1.0f;
+  DBuf dw = dup(w, "norm_w");
+  const float* wp = weights ? dw.as<float>() : nullptr;
+  const float eps = 1e-6f;
+  DBuf du = dalloc(M * D * 4, "u"), dp = dalloc(M * hc * 4, "post"), dcm = dalloc(M * hc * hc * 4, "comb"),
+       dh = dalloc(M * D * 4, "h");
+  DBuf dsync = hcdec_sync();
+  expect_true(res, dc::hc_pre_dec_norm_ok(M, hc, D, du.as<float>(), wp, dh.as<float>()),
+              "hc_pre_dec_norm_ok refuses this shape");
+  if (!res.pass) return res;
+  auto run = [&](bool fused, cudaStream_t st) {
+    if (fused) {
+      CK(dc::hc_pre_dec(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(), 20,
+                        1e-6f, 1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(), dsync.as<int32_t>(), st, wp, eps,
+                        dh.as<float>()));
+    } else {
+      CK(dc::hc_pre_dec(in.dX.as<float>(), M, hc, D, in.df.as<float>(), in.db.as<float>(), in.ds.as<float>(), 20,
+                        1e-6f, 1e-6f, du.as<float>(), dp.as<float>(), dcm.as<float>(), dsync.as<int32_t>(), st));
+      CK(dc::rms_norm(du.as<float>(), M, D, D, wp, eps, dh.as<float>(), nullptr, st));
+    }
+  };
+  auto grab = [&](const std::function<void()>& f) {
+    poison(du), poison(dp), poison(dcm), poison(dh);
+    f();
+    CK(cudaGetLastError());
+    return std::vector<std::vector<uint8_t>>{down<uint8_t>(du, du.bytes), down<uint8_t>(dp, dp.bytes),
+                                             down<uint8_t>(dcm, dcm.bytes), down<uint8_t>(dh, dh.bytes)};
+  };
+  const auto ref = grab([&] { run(false, 0); });
+  const auto a = grab([&] { run(true, 0); });
+  std::string err;
+  bool captured = false;
+  const auto c = grab([&] { captured = run_in_graph([&](cudaStream_t st) { run(true, st); }, err, 3, true); });
+  expect_true(res, a == ref, "fused != hc_pre_dec + rms_norm (bitwise)");
+  expect_true(res, captured, "graph capture: " + err);
+  if (captured) expect_true(res, c == ref, "graph (3 launches, programmatic edges) != two launches (bitwise)");
+  if (res.pass) res.detail += "fused == hc_pre_dec + rms_norm == graph x3 (bitwise: u, post, comb, h) ";
+  std::vector<float> u(M * D), h(M * D), hr(M * D);
+  std::memcpy(u.data(), a[0].data(), u.size() * 4), std::memcpy(h.data(), a[3].data(), h.size() * 4);
+  cpu().rms_norm(u.data(), M, D, D, wp ? w.data() : nullptr, eps, hr.data());
+  expect_nmse(res, "h vs CPU rms_norm(u)", h, hr, 1e-11);
+  return res;
+}
+
 // perf: n calls, each with its own copy of fn (64 × 1.57 MB > L2, so fn comes from HBM as in the model, where
 // every layer has its own); X fixed (written just before in the model: in L2).
 Result hcdec_pre_perf(int64_t M, const std::string& name) {
@@ -4807,6 +4859,15 @@ void register_hcdec(const std::function<std::string(const char*, int64_t)>& nm1)
   add("hcdec hc_pre M=7 hc=2 D=512 it=3 (hc=2, S=8)", [] { return hcdec_pre_case(7, 2, 512, 3, "hd5"); });
   add("hcdec hc_pre M=2 hc=1 D=512 it=1 (hc=1)", [] { return hcdec_pre_case(2, 1, 512, 1, "hd6"); });
   add("hcdec hc_pre M=4 hc=4 D=100 it=20 (S*NV == D, S=4)", [] { return hcdec_pre_case(4, 4, 100, 20, "hd7"); });
+  // the fused norm: the rms_norm kernels cuda::rms_norm picks for D (warp NC 2 / 4 / 8, block NC 2 / 4 / 8)
+  for (int64_t M : {1, 8})
+    add(nm1("hcnorm hc_pre_norm M=%ld hc=4 D=4096 (block kernel, NC 4)", M), [=] { return hcnorm_case(M, 4, 4096, true, "hn1"); });
+  add("hcnorm hc_pre_norm M=3 hc=4 D=7168 (block kernel, NC 8)", [] { return hcnorm_case(3, 4, 7168, true, "hn2"); });
+  add("hcnorm hc_pre_norm M=2 hc=4 D=1536 no weights (block kernel, NC 2)", [] { return hcnorm_case(2, 4, 1536, false, "hn3"); });
+  add("hcnorm hc_pre_norm M=1 hc=4 D=256 (warp kernel, NC 2: nano)", [] { return hcnorm_case(1, 4, 256, true, "hn4"); });
+  add("hcnorm hc_pre_norm M=5 hc=3 D=512 (warp kernel, NC 4)", [] { return hcnorm_case(5, 3, 512, true, "hn5"); });
+  add("hcnorm hc_pre_norm M=4 hc=3 D=1000 (warp kernel, NC 8, partial slice)", [] { return hcnorm_case(4, 3, 1000, true, "hn6"); });
+  add("hcnorm hc_pre_norm M=2 hc=3 D=64 (warp kernel, fixture width, S=2)", [] { return hcnorm_case(2, 3, 64, true, "hn7"); });
   add("hcdec hc_post M=3 hc=3 D=1000 (partial block)", [] { return hcdec_post_case(3, 3, 1000, "hd8"); });
   add("hcdec hc_post M=5 hc=8 D=1028 (hc=8)", [] { return hcdec_post_case(5, 8, 1028, "hd9"); });
   add("hcdec hc_post M=300 hc=4 D=4096 (prefill size)", [] { return hcdec_post_case(300, 4, 4096, "hd10"); });

@@ -1012,6 +1012,20 @@ void CudaBackend::hc_pre(const float* X, int64_t M, int hc, int64_t D, const flo
                                                                 post, comb, impl_->stream,
                      !impl_->off("hc_gemm")), "hc_pre");
 }
+void CudaBackend::hc_pre_norm(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                              const float* scale, int iters, float hc_eps, float norm_eps, float* u, float* post,
+                              float* comb, const float* w, float eps, float* h) {
+  // decode (hc_pre's hcdec path): the norm in the finisher blocks, bitwise rms_norm's kernel for D (hc.cu);
+  // DEEPINFER_CUDA_OFF=hcnorm (or smallk, whose old rms_norm kernels have other bits): two launches
+  if (impl_->off("hcdec") || impl_->off("hcnorm") || impl_->off("smallk") || !cuda::hc_pre_dec_use(M, hc, D) ||
+      !cuda::hc_pre_dec_norm_ok(M, hc, D, u, w, h))
+    return Backend::hc_pre_norm(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, w, eps, h);
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
+  check(cuda::hc_pre_dec(X, M, hc, D, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, impl_->hc_sync,
+                         impl_->stream, w, eps, h),
+        "hc_pre");
+}
 void CudaBackend::hc_mix(const float* X, int64_t M, int hc, int64_t D, const float* w, const float* fn,
                          const float* base, const float* scale, int iters, float hc_eps, float norm_eps, float* u,
                          float* pre, float* post, float* comb) {

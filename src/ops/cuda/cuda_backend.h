@@ -78,6 +78,9 @@ class CudaBackend final : public Backend {
   void hc_pre(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
               const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
               float* comb) override;
+  void hc_pre_norm(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
+                   const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
+                   float* comb, const float* w, float eps, float* h) override;
   void hc_mix(const float* X, int64_t M, int hc, int64_t D, const float* w, const float* fn, const float* base,
               const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* pre,
               float* post, float* comb) override;

@@ -426,11 +426,16 @@ cudaError_t hc_pre_fast(const float* X, int64_t M, int hc, int64_t D, const floa
 // launch (persistent, one per stream: two launches on it must not run at the same time). u is scratch as in
 // hc_pre. _use: the shapes it takes (M ≤ 8, v3's slice plan, S ≥ M, fn slice ≤ 4096 floats); else
 // cudaErrorNotSupported.
+// h (optional, hc_pre_norm): also h[M, D] = rms_norm(u) with weights norm_w (may be null) and epsilon eps, bitwise
+// what cuda::rms_norm(u, M, D, D, norm_w, eps, h) gives, in the same launch; _norm_ok: where that is taken (hc ≥ 3,
+// D ≤ 8192, u / h / norm_w 16-byte aligned), else cudaErrorNotSupported.
 bool hc_pre_dec_use(int64_t M, int hc, int64_t D);
+bool hc_pre_dec_norm_ok(int64_t M, int hc, int64_t D, const float* u, const float* norm_w, const float* h);
 int64_t hc_pre_dec_sync_ints();
 cudaError_t hc_pre_dec(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                        const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
-                       float* comb, int32_t* sync, cudaStream_t s);
+                       float* comb, int32_t* sync, cudaStream_t s, const float* norm_w = nullptr, float eps = 0.0f,
+                       float* h = nullptr);
 // out[M, hc, D]: out[m, k] = post[m, k]·y[m] + Σ_j comb[m, j, k]·X[m, j]. y[M, D]. D % 4 == 0.
 cudaError_t hc_post(const float* X, const float* y, const float* post, const float* comb, int64_t M, int hc,
                     int64_t D, float* out, cudaStream_t s);

@@ -100,40 +100,7 @@ __global__ void __launch_bounds__(256) rms_norm_reg_kernel(const float* x, int64
   DI_PDL_WAIT();
   __shared__ float red[32];
   const int64_t m = blockIdx.x;
-  const float* xr = x + m * ld;
-  float* yr = y + m * ld;
-  float4 v[NC], g[NC];
-#pragma unroll
-  for (int c = 0; c < NC; ++c) {
-    const int64_t i = threadIdx.x * 4 + (int64_t)c * 1024;
-    if (i < D) {
-      v[c] = *reinterpret_cast<const float4*>(xr + i);
-      if (w) g[c] = __ldg(reinterpret_cast<const float4*>(w + i));
-    }
-  }
-  float ss = 0.0f;
-#pragma unroll
-  for (int c = 0; c < NC; ++c)
-    if (threadIdx.x * 4 + (int64_t)c * 1024 < D) ss += v[c].x * v[c].x + v[c].y * v[c].y + v[c].z * v[c].z + v[c].w * v[c].w;
-  ss = detail::block_sum(ss, red);
-  const float r = rsqrtf(ss / (float)D + eps);
-#pragma unroll
-  for (int c = 0; c < NC; ++c) {
-    const int64_t i = threadIdx.x * 4 + (int64_t)c * 1024;
-    if (i < D) {
-      float4 o = v[c];
-      if (w) {
-        o.x = g[c].x * (o.x * r), o.y = g[c].y * (o.y * r), o.z = g[c].z * (o.z * r), o.w = g[c].w * (o.w * r);
-      } else {
-        o.x *= r, o.y *= r, o.z *= r, o.w *= r;
-      }
-      *reinterpret_cast<float4*>(yr + i) = o;
-      if (yb) {
-        *reinterpret_cast<__nv_bfloat162*>(yb + m * D + i) = __floats2bfloat162_rn(o.x, o.y);
-        *reinterpret_cast<__nv_bfloat162*>(yb + m * D + i + 2) = __floats2bfloat162_rn(o.z, o.w);
-      }
-    }
-  }
+  detail::rms_norm_row_256<NC>(x + m * ld, D, w, eps, y + m * ld, yb ? yb + m * D : nullptr, red);
 }
 
 // Warp-a-row twin (D ≤ 128·NC). WPB warps a block: 1 for a single decode row (no idle warps), 8 else.
@@ -142,42 +109,8 @@ __global__ void rms_norm_warp_reg_kernel(const float* x, int64_t M, int64_t D, i
                                          float eps, float* y, bf16* __restrict__ yb) {
   DI_PDL_WAIT();
   const int64_t m = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
   if (m >= M) return;
-  const float* xr = x + m * ld;
-  float* yr = y + m * ld;
-  float4 v[NC], g[NC];
-#pragma unroll
-  for (int c = 0; c < NC; ++c) {
-    const int64_t i = lane * 4 + c * 128;
-    if (i < D) {
-      v[c] = *reinterpret_cast<const float4*>(xr + i);
-      if (w) g[c] = __ldg(reinterpret_cast<const float4*>(w + i));
-    }
-  }
-  float ss = 0.0f;
-#pragma unroll
-  for (int c = 0; c < NC; ++c)
-    if (lane * 4 + c * 128 < D) ss += v[c].x * v[c].x + v[c].y * v[c].y + v[c].z * v[c].z + v[c].w * v[c].w;
-  ss = detail::warp_sum(ss);
-  const float r = rsqrtf(ss / (float)D + eps);
-#pragma unroll
-  for (int c = 0; c < NC; ++c) {
-    const int64_t i = lane * 4 + c * 128;
-    if (i < D) {
-      float4 o = v[c];
-      if (w) {
-        o.x = g[c].x * (o.x * r), o.y = g[c].y * (o.y * r), o.z = g[c].z * (o.z * r), o.w = g[c].w * (o.w * r);
-      } else {
-        o.x *= r, o.y *= r, o.z *= r, o.w *= r;
-      }
-      *reinterpret_cast<float4*>(yr + i) = o;
-      if (yb) {
-        *reinterpret_cast<__nv_bfloat162*>(yb + m * D + i) = __floats2bfloat162_rn(o.x, o.y);
-        *reinterpret_cast<__nv_bfloat162*>(yb + m * D + i + 2) = __floats2bfloat162_rn(o.z, o.w);
-      }
-    }
-  }
+  detail::rms_norm_row_warp<NC>(x + m * ld, D, w, eps, y + m * ld, yb ? yb + m * D : nullptr, threadIdx.x & 31);
 }
 
 // One interleaved RoPE pair rotated by the angle (cs, sn); rope_kernel and norm_rope_kernel share it

@@ -975,12 +975,58 @@ __device__ __forceinline__ void hc_st_volatile(int* p, int v) {
   asm volatile("st.volatile.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
+// hc_dec_kernel's collapse of row r on warps 1 … 7 (t ≥ 32): u[r, i] = Σ_j pre_j · X[r, j, i], B's fmaf order;
+// U float4 outputs (U·HC loads) in flight a thread. pre_s: the row's pre weights (shared memory).
 template <int HC>
+__device__ __forceinline__ void hc_dec_collapse(const float* X, int64_t D, float* u, int r, int t, const float* pre_s) {
+  const int64_t K = (int64_t)HC * D;
+  float pre[HC];
+#pragma unroll
+  for (int j = 0; j < HC; ++j) pre[j] = pre_s[j];
+  const float* xr = X + (int64_t)r * K;
+  float* ur = u + (int64_t)r * D;
+  const int64_t D4 = D / 4;
+  constexpr int U = 5, CT = DEC_NT - 32;  // 5 · 224 ≥ 1024: one trip at D = 4096
+  for (int64_t b = t - 32; b < D4; b += (int64_t)CT * U) {
+    float4 xv[U][HC];
+#pragma unroll
+    for (int q = 0; q < U; ++q) {
+      const int64_t i4 = b + (int64_t)q * CT;
+      if (i4 < D4) {
+#pragma unroll
+        for (int j = 0; j < HC; ++j) xv[q][j] = __ldg(reinterpret_cast<const float4*>(xr + (int64_t)j * D) + i4);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < U; ++q) {
+      const int64_t i4 = b + (int64_t)q * CT;
+      if (i4 < D4) {
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int j = 0; j < HC; ++j) {
+          o.x = fmaf(pre[j], xv[q][j].x, o.x);
+          o.y = fmaf(pre[j], xv[q][j].y, o.y);
+          o.z = fmaf(pre[j], xv[q][j].z, o.z);
+          o.w = fmaf(pre[j], xv[q][j].w, o.w);
+        }
+        reinterpret_cast<float4*>(ur)[i4] = o;
+      }
+    }
+  }
+}
+
+// hc_pre_norm (session 15): with NW > 0 (D ≤ 1024) or NB > 0 (1024 < D ≤ 8192) the finisher of row r then runs
+// the rms_norm kernel that cuda::rms_norm picks for D — rms_norm_warp_reg_kernel<NW> on warp 0 or
+// rms_norm_reg_kernel<NB> on the block — on u[r] (the row it just collapsed) into h[r] with weights nw and epsilon
+// neps, so the model's rms_norm after hc_pre is not a launch of its own (the same code, detail::rms_norm_row_*: the
+// same bits).
+template <int HC, int NW, int NB>
 __global__ void __launch_bounds__(DEC_NT) hc_dec_kernel(const float* X, int M, int64_t D, int L,
                                                         const float* fn, const float* base,
                                                         const float* scale, int iters, float hc_eps,
                                                         float norm_eps, float* u, float* __restrict__ post,
-                                                        float* __restrict__ comb, int* sync) {
+                                                        float* __restrict__ comb, int* sync,
+                                                        const float* __restrict__ nw, float neps, float* h) {
   // No DI_PDL_WAIT first: the fn slice, base and scale (constant) are requested before it (DI_PDL_WAIT below).
   constexpr int MIX = HcDims<HC, false>::MIX, NV = HcDims<HC, false>::NV;
   static_assert(NV <= 32 && HC * HC <= 32, "warp 0 holds a row's values and its Sinkhorn");
@@ -1109,44 +1155,17 @@ __global__ void __launch_bounds__(DEC_NT) hc_dec_kernel(const float* X, int M, i
     const int l = act ? lane : 0, j = l / HC, k = l % HC;
     const float c = hc_sinkhorn_lanes<HC>(hc_logit(mu_s[2 * HC + l], rr, sc2, b_comb), 0, j, k, iters, hc_eps);
     if (act) comb[(int64_t)r * HC * HC + lane] = c;
-    return;
+    if constexpr (NW == 0 && NB == 0) return;
+  } else {
+    hc_dec_collapse<HC>(X, D, u, r, t, pre_s);
   }
-  // collapse: u[r, i] = Σ_j pre_j · X[r, j, i], B's fmaf order; U float4 outputs (U·HC loads) in flight a thread
-  float pre[HC];
-#pragma unroll
-  for (int j = 0; j < HC; ++j) pre[j] = pre_s[j];
-  const float* xr = X + (int64_t)r * K;
-  float* ur = u + (int64_t)r * D;
-  const int64_t D4 = D / 4;
-  constexpr int U = 5, CT = DEC_NT - 32;  // 5 · 224 ≥ 1024: one trip at D = 4096
-  for (int64_t b = t - 32; b < D4; b += (int64_t)CT * U) {
-    float4 xv[U][HC];
-#pragma unroll
-    for (int q = 0; q < U; ++q) {
-      const int64_t i4 = b + (int64_t)q * CT;
-      if (i4 < D4) {
-#pragma unroll
-        for (int j = 0; j < HC; ++j) xv[q][j] = __ldg(reinterpret_cast<const float4*>(xr + (int64_t)j * D) + i4);
-      }
-    }
-#pragma unroll
-    for (int q = 0; q < U; ++q) {
-      const int64_t i4 = b + (int64_t)q * CT;
-      if (i4 < D4) {
-        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-        for (int j = 0; j < HC; ++j) {
-          o.x = fmaf(pre[j], xv[q][j].x, o.x);
-          o.y = fmaf(pre[j], xv[q][j].y, o.y);
-          o.z = fmaf(pre[j], xv[q][j].z, o.z);
-          o.w = fmaf(pre[j], xv[q][j].w, o.w);
-        }
-        reinterpret_cast<float4*>(ur)[i4] = o;
-      }
-    }
+  if constexpr (NW > 0 || NB > 0) {
+    __shared__ float red[32];
+    __syncthreads();  // u[r] written by warps 1 … 7 (a block's global writes are visible to it after the barrier)
+    if constexpr (NB > 0) detail::rms_norm_row_256<NB>(u + (int64_t)r * D, D, nw, neps, h + (int64_t)r * D, nullptr, red);
+    else if (t < 32) detail::rms_norm_row_warp<NW>(u + (int64_t)r * D, D, nw, neps, h + (int64_t)r * D, nullptr, lane);
   }
 }
-
 // hc_post v2 ("hcdec"): hc_post_kernel's per-element expressions unchanged (so the same bits), launched as
 // blockIdx.y = row, 64-thread blocks over the row's float4 columns: 16 blocks (SMs) for one 4096-wide row
 // instead of 4, no 64-bit division for (m, i), and post / comb read up front with X and y, so every load
@@ -1213,7 +1232,15 @@ cudaError_t hc_attrs() {
     if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_gemm_kernel<HC, 32, 4>, (size_t)kMaxSmem);
     if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_fast_kernel<HC, 128>, (size_t)kMaxSmem);
     if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_fast_kernel<HC, 256>, (size_t)kMaxSmem);
-    if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_dec_kernel<HC>, (size_t)kMaxSmem);
+    if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_dec_kernel<HC, 0, 0>, (size_t)kMaxSmem);
+    if constexpr (HC >= 3) {
+      if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_dec_kernel<HC, 2, 0>, (size_t)kMaxSmem);
+      if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_dec_kernel<HC, 4, 0>, (size_t)kMaxSmem);
+      if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_dec_kernel<HC, 8, 0>, (size_t)kMaxSmem);
+      if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_dec_kernel<HC, 0, 2>, (size_t)kMaxSmem);
+      if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_dec_kernel<HC, 0, 4>, (size_t)kMaxSmem);
+      if (e == cudaSuccess) e = detail::set_max_dynamic_smem(hc_dec_kernel<HC, 0, 8>, (size_t)kMaxSmem);
+    }
   }
   return e;
 }
@@ -1332,15 +1359,39 @@ bool hcd_shape_ok(int64_t M, int hc, int64_t D) {
          hcd_smem(mix, nv, M, L, S) <= (size_t)kMaxSmem;
 }
 
+// Which rms_norm kernel cuda::rms_norm runs for a row of D (rows 16-byte aligned, ld = D): 1-3 the warp kernel at
+// NC = 2 / 4 / 8, 4-6 the 256-thread block kernel at NC = 2 / 4 / 8, 0 another (not fused).
+int hcd_norm_kind(int64_t D) {
+  if (D % 4) return 0;
+  if (D <= 1024) return D <= 256 ? 1 : D <= 512 ? 2 : 3;
+  return D <= 2048 ? 4 : D <= 4096 ? 5 : D <= 8192 ? 6 : 0;
+}
+
 template <int HC>
 cudaError_t launch_pre_dec(const float* X, int64_t M, int64_t D, const float* fn, const float* base,
                            const float* scale, int iters, float hc_eps, float norm_eps, float* u, float* post,
-                           float* comb, int* sync, cudaStream_t s) {
+                           float* comb, int* sync, cudaStream_t s, const float* nw = nullptr, float neps = 0.0f,
+                           float* h = nullptr) {
   constexpr int MIX = HcDims<HC, false>::MIX, NV = HcDims<HC, false>::NV;
   const int64_t L = hc_slice_len(HC, D, NV), S = cdiv((int64_t)HC * D, L);
-  hc_dec_kernel<HC><<<(unsigned)S, DEC_NT, hcd_smem(MIX, NV, M, L, S), s>>>(
-      X, (int)M, D, (int)L, fn, base, scale, iters, hc_eps, norm_eps, u, post, comb, sync);
-  return cudaGetLastError();
+  const size_t smem = hcd_smem(MIX, NV, M, L, S);
+  auto go = [&](auto kernel) {
+    kernel<<<(unsigned)S, DEC_NT, smem, s>>>(X, (int)M, D, (int)L, fn, base, scale, iters, hc_eps, norm_eps, u, post,
+                                             comb, sync, nw, neps, h);
+    return cudaGetLastError();
+  };
+  if (!h) return go(hc_dec_kernel<HC, 0, 0>);
+  if constexpr (HC >= 3) {  // (the fused norm: hc_pre_dec_norm_ok)
+    switch (hcd_norm_kind(D)) {
+      case 1: return go(hc_dec_kernel<HC, 2, 0>);
+      case 2: return go(hc_dec_kernel<HC, 4, 0>);
+      case 3: return go(hc_dec_kernel<HC, 8, 0>);
+      case 4: return go(hc_dec_kernel<HC, 0, 2>);
+      case 5: return go(hc_dec_kernel<HC, 0, 4>);
+      case 6: return go(hc_dec_kernel<HC, 0, 8>);
+    }
+  }
+  return cudaErrorNotSupported;
 }
 
 template <bool HEAD>
@@ -1448,15 +1499,22 @@ cudaError_t hc_pre_fast(const float* X, int64_t M, int hc, int64_t D, const floa
 }
 
 bool hc_pre_dec_use(int64_t M, int hc, int64_t D) { return hcd_shape_ok(M, hc, D); }
+bool hc_pre_dec_norm_ok(int64_t M, int hc, int64_t D, const float* u, const float* w, const float* h) {
+  const auto al = [](const void* p) { return (uintptr_t)p % 16 == 0; };
+  return hc >= 3 && hcd_shape_ok(M, hc, D) && hcd_norm_kind(D) != 0 && al(u) && al(h) && (!w || al(w));
+}
 int64_t hc_pre_dec_sync_ints() { return DEC_SYNC_INTS; }
 
 cudaError_t hc_pre_dec(const float* X, int64_t M, int hc, int64_t D, const float* fn, const float* base,
                        const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps, float* u, float* post,
-                       float* comb, int32_t* sync, cudaStream_t s) {
+                       float* comb, int32_t* sync, cudaStream_t s, const float* norm_w, float eps, float* h) {
   if (!hcd_shape_ok(M, hc, D)) return cudaErrorNotSupported;
+  if (h && !hc_pre_dec_norm_ok(M, hc, D, u, norm_w, h)) return cudaErrorNotSupported;
   switch (hc) {
-#define HC_DEC(H) \
-  case H: return launch_pre_dec<H>(X, M, D, fn, base, scale, sinkhorn_iters, hc_eps, norm_eps, u, post, comb, sync, s);
+#define HC_DEC(H)                                                                                                 \
+  case H:                                                                                                         \
+    return launch_pre_dec<H>(X, M, D, fn, base, scale, sinkhorn_iters, hc_eps, norm_eps, u, post, comb, sync, s, \
+                             norm_w, eps, h);
     HC_DEC(1)
     HC_DEC(2)
     HC_DEC(3)
