@@ -34,6 +34,6 @@ bash tests/cuda/make_icu_stub.sh "$B/deepinfer" "$PKG/lib"
 for l in libpcre2-8.so.0 libcpp-httplib.so.0.11 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
   src=$(ldd "$B/deepinfer" | awk -v n="$l" '$1 == n {print $3}')
   [ -n "$src" ] || continue
-  case "$l" in libpcre2*) xz -9 -c "$(readlink -f "$src")" > "$PKG/lib/$l.xz" ;; *) cp "$(readlink -f "$src")" "$PKG/lib/$l" ;; esac
+  xz -9 -c "$(readlink -f "$src")" > "$PKG/lib/$l.xz"  # (the run scripts unpack lib/*.xz)
 done
 du -sh "$PKG"
