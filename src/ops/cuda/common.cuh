@@ -123,16 +123,16 @@ __device__ __forceinline__ void rms_norm_row_warp(const float* xr, int64_t D, co
   }
 }
 // One row of rms_norm on a 256-thread block (elementwise.cu's rms_norm_reg_kernel<NC>, D ≤ 1024·NC, rows 16-byte
-// aligned): thread t holds the float4s at 4t + 1024c, c < NC; its sum of squares, block_sum, r = rsqrt(ss/D + eps),
-// y = w·(x·r) (w null: x·r), and yb (if given) y in bf16. hc_dec_kernel's fused norm runs this code (or the warp
-// form above) on the row it collapsed, so the fused and the separate norm give the same bits.
+// aligned): thread τ holds the float4s at 4τ + 1024c, c < NC (rms_norm_part: loads and its sum of squares),
+// block_sum, r = rsqrt(ss/D + eps), y = w·(x·r) (w null: x·r) and yb (if given) y in bf16 (rms_norm_out).
+// hc_dec_kernel's fused norm runs these pieces (or the warp form above) on the row it collapsed, so the fused and
+// the separate norm give the same bits.
 template <int NC>
-__device__ __forceinline__ void rms_norm_row_256(const float* xr, int64_t D, const float* __restrict__ w, float eps,
-                                                 float* yr, __nv_bfloat16* __restrict__ ybr, float* red) {
-  float4 v[NC], g[NC];
+__device__ __forceinline__ float rms_norm_part(const float* xr, int64_t D, const float* __restrict__ w, int tau,
+                                               float4 (&v)[NC], float4 (&g)[NC]) {
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
-    const int64_t i = threadIdx.x * 4 + (int64_t)c * 1024;
+    const int64_t i = tau * 4 + (int64_t)c * 1024;
     if (i < D) {
       v[c] = *reinterpret_cast<const float4*>(xr + i);
       if (w) g[c] = __ldg(reinterpret_cast<const float4*>(w + i));
@@ -141,15 +141,18 @@ __device__ __forceinline__ void rms_norm_row_256(const float* xr, int64_t D, con
   float ss = 0.0f;
 #pragma unroll
   for (int c = 0; c < NC; ++c)
-    if (threadIdx.x * 4 + (int64_t)c * 1024 < D) ss += v[c].x * v[c].x + v[c].y * v[c].y + v[c].z * v[c].z + v[c].w * v[c].w;
-  ss = block_sum(ss, red);
-  const float r = rsqrtf(ss / (float)D + eps);
+    if (tau * 4 + (int64_t)c * 1024 < D) ss += v[c].x * v[c].x + v[c].y * v[c].y + v[c].z * v[c].z + v[c].w * v[c].w;
+  return ss;
+}
+template <int NC>
+__device__ __forceinline__ void rms_norm_out(const float4 (&v)[NC], const float4 (&g)[NC], bool has_w, float r,
+                                             int64_t D, int tau, float* yr, __nv_bfloat16* __restrict__ ybr) {
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
-    const int64_t i = threadIdx.x * 4 + (int64_t)c * 1024;
+    const int64_t i = tau * 4 + (int64_t)c * 1024;
     if (i < D) {
       float4 o = v[c];
-      if (w) {
+      if (has_w) {
         o.x = g[c].x * (o.x * r), o.y = g[c].y * (o.y * r), o.z = g[c].z * (o.z * r), o.w = g[c].w * (o.w * r);
       } else {
         o.x *= r, o.y *= r, o.z *= r, o.w *= r;
@@ -161,6 +164,13 @@ __device__ __forceinline__ void rms_norm_row_256(const float* xr, int64_t D, con
       }
     }
   }
+}
+template <int NC>
+__device__ __forceinline__ void rms_norm_row_256(const float* xr, int64_t D, const float* __restrict__ w, float eps,
+                                                 float* yr, __nv_bfloat16* __restrict__ ybr, float* red) {
+  float4 v[NC], g[NC];
+  const float ss = block_sum(rms_norm_part<NC>(xr, D, w, (int)threadIdx.x, v, g), red);
+  rms_norm_out<NC>(v, g, w != nullptr, rsqrtf(ss / (float)D + eps), D, (int)threadIdx.x, yr, ybr);
 }
 __device__ __forceinline__ float block_max(float v, float* red) {
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;

@@ -978,7 +978,8 @@ __device__ __forceinline__ void hc_st_volatile(int* p, int v) {
 // hc_dec_kernel's collapse of row r on warps 1 … 7 (t ≥ 32): u[r, i] = Σ_j pre_j · X[r, j, i], B's fmaf order;
 // U float4 outputs (U·HC loads) in flight a thread. pre_s: the row's pre weights (shared memory).
 template <int HC>
-__device__ __forceinline__ void hc_dec_collapse(const float* X, int64_t D, float* u, int r, int t, const float* pre_s) {
+__device__ __forceinline__ void hc_dec_collapse(const float* X, int64_t D, float* u, int r, int t, const float* pre_s,
+                                                float* us) {
   const int64_t K = (int64_t)HC * D;
   float pre[HC];
 #pragma unroll
@@ -1010,9 +1011,34 @@ __device__ __forceinline__ void hc_dec_collapse(const float* X, int64_t D, float
           o.w = fmaf(pre[j], xv[q][j].w, o.w);
         }
         reinterpret_cast<float4*>(ur)[i4] = o;
+        if (us) reinterpret_cast<float4*>(us)[i4] = o;
       }
     }
   }
+}
+
+// rms_norm_row_256<NC> (rms_norm_reg_kernel<NC>'s row: 256 threads, thread τ the float4s at 4τ + 1024c) on warps
+// 1 … 7 of the block, t ≥ 32: warp 1 also plays warp 0's threads (τ = t − 32), so each τ's sum, each warp's
+// warp_sum, the 8 warp sums in order and every output are those of the 256-thread kernel: the same bits. Ends
+// with the 224 threads' named barrier 1 (red).
+template <int NC>
+__device__ __forceinline__ void hc_norm_row_224(const float* xr, int64_t D, const float* __restrict__ w, float eps,
+                                                float* yr, float* red, int t) {
+  const int wp = t >> 5, lane = t & 31;
+  float4 v[NC], g[NC], v0[NC], g0[NC];
+  float ss = detail::rms_norm_part<NC>(xr, D, w, t, v, g), ss0 = 0.0f;
+  if (wp == 1) ss0 = detail::rms_norm_part<NC>(xr, D, w, t - 32, v0, g0);
+  ss = detail::warp_sum(ss);
+  if (wp == 1) ss0 = detail::warp_sum(ss0);
+  if (lane == 0) {
+    red[wp] = ss;
+    if (wp == 1) red[0] = ss0;
+  }
+  asm volatile("bar.sync 1, 224;\n" ::: "memory");
+  const float tot = detail::warp_sum(lane < 8 ? red[lane] : 0.0f);
+  const float rs = rsqrtf(tot / (float)D + eps);
+  detail::rms_norm_out<NC>(v, g, w != nullptr, rs, D, t, yr, nullptr);
+  if (wp == 1) detail::rms_norm_out<NC>(v0, g0, w != nullptr, rs, D, t - 32, yr, nullptr);
 }
 
 // hc_pre_norm (session 15): with NW > 0 (D ≤ 1024) or NB > 0 (1024 < D ≤ 8192) the finisher of row r then runs
@@ -1155,15 +1181,18 @@ __global__ void __launch_bounds__(DEC_NT) hc_dec_kernel(const float* X, int M, i
     const int l = act ? lane : 0, j = l / HC, k = l % HC;
     const float c = hc_sinkhorn_lanes<HC>(hc_logit(mu_s[2 * HC + l], rr, sc2, b_comb), 0, j, k, iters, hc_eps);
     if (act) comb[(int64_t)r * HC * HC + lane] = c;
-    if constexpr (NW == 0 && NB == 0) return;
-  } else {
-    hc_dec_collapse<HC>(X, D, u, r, t, pre_s);
+    return;
   }
-  if constexpr (NW > 0 || NB > 0) {
+  // warps 1 … 7: the collapse, then (hc_pre_norm) the norm of the row, staged in shared memory (Pb's partials are
+  // summed: free), without warp 0, so the norm runs while warp 0's Sinkhorn (the longer chain) still runs
+  constexpr bool NORM = NW > 0 || NB > 0;
+  float* us = NORM ? sm : nullptr;
+  hc_dec_collapse<HC>(X, D, u, r, t, pre_s, us);
+  if constexpr (NORM) {
     __shared__ float red[32];
-    __syncthreads();  // u[r] written by warps 1 … 7 (a block's global writes are visible to it after the barrier)
-    if constexpr (NB > 0) detail::rms_norm_row_256<NB>(u + (int64_t)r * D, D, nw, neps, h + (int64_t)r * D, nullptr, red);
-    else if (t < 32) detail::rms_norm_row_warp<NW>(u + (int64_t)r * D, D, nw, neps, h + (int64_t)r * D, nullptr, lane);
+    asm volatile("bar.sync 1, 224;\n" ::: "memory");  // the row staged by warps 1 … 7
+    if constexpr (NB > 0) hc_norm_row_224<NB>(us, D, nw, neps, h + (int64_t)r * D, red, t);
+    else if (t < 64) detail::rms_norm_row_warp<NW>(us, D, nw, neps, h + (int64_t)r * D, nullptr, t - 32);
   }
 }
 // hc_post v2 ("hcdec"): hc_post_kernel's per-element expressions unchanged (so the same bits), launched as
@@ -1374,7 +1403,7 @@ cudaError_t launch_pre_dec(const float* X, int64_t M, int64_t D, const float* fn
                            float* h = nullptr) {
   constexpr int MIX = HcDims<HC, false>::MIX, NV = HcDims<HC, false>::NV;
   const int64_t L = hc_slice_len(HC, D, NV), S = cdiv((int64_t)HC * D, L);
-  const size_t smem = hcd_smem(MIX, NV, M, L, S);
+  const size_t smem = std::max(hcd_smem(MIX, NV, M, L, S), h ? (size_t)D * sizeof(float) : 0);  // (+ the staged row)
   auto go = [&](auto kernel) {
     kernel<<<(unsigned)S, DEC_NT, smem, s>>>(X, (int)M, D, (int)L, fn, base, scale, iters, hc_eps, norm_eps, u, post,
                                              comb, sync, nw, neps, h);
@@ -1501,7 +1530,8 @@ cudaError_t hc_pre_fast(const float* X, int64_t M, int hc, int64_t D, const floa
 bool hc_pre_dec_use(int64_t M, int hc, int64_t D) { return hcd_shape_ok(M, hc, D); }
 bool hc_pre_dec_norm_ok(int64_t M, int hc, int64_t D, const float* u, const float* w, const float* h) {
   const auto al = [](const void* p) { return (uintptr_t)p % 16 == 0; };
-  return hc >= 3 && hcd_shape_ok(M, hc, D) && hcd_norm_kind(D) != 0 && al(u) && al(h) && (!w || al(w));
+  return hc >= 3 && hcd_shape_ok(M, hc, D) && hcd_norm_kind(D) != 0 && al(u) && al(h) && (!w || al(w)) &&
+         (size_t)D * sizeof(float) <= (size_t)kMaxSmem;
 }
 int64_t hc_pre_dec_sync_ints() { return DEC_SYNC_INTS; }
 
