@@ -756,6 +756,10 @@ struct A3Layout {                // bytes
 };
 static_assert(64 * A3_OPS * 4 <= A3Layout::sx, "merge O must fit below the partial S");
 
+// QS (session 15): q loaded once a cluster — CTA `split` loads and converts the heads [16·split, +16) and stores
+// them into the Q tile of every CTA of the cluster (distributed shared memory), a quarter of the q reads of QS =
+// false; the same bf16 values in the same places: the same bits.
+template <bool QS>
 __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
     sink_attn_mma3_kernel(const float* __restrict__ q, int64_t ldq, int H, const float* __restrict__ win,
                           const int32_t* __restrict__ win_lo, const int32_t* __restrict__ win_hi,
@@ -857,8 +861,41 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
 
   // q (f32, any stride) → bf16 core matrices; heads ≥ hv are zeros. Warp wp: columns [64wp, +64), 16 at a
   // time; lane = (head & 7, 16-byte chunk j of 4): a warp instruction reads 8 head rows × 64 contiguous
-  // bytes and stores two whole core matrices. 32 items a thread in 2 passes of 16 loads.
-  {
+  // bytes and stores two whole core matrices. 32 items a thread in 2 passes of 16 loads (QS: this CTA's 2 head
+  // groups only, 8 items, each stored into the 4 CTAs).
+  if constexpr (QS) {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");  // this CTA runs (others may store into it)
+    const float* qm = q + m * ldq + (int64_t)g0 * D;
+    const bool al16 = ((uintptr_t)qm & 15) == 0 && (ldq & 3) == 0;
+    const int h7 = lane >> 2, jq = lane & 3;
+    float4 v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int hg = 2 * split + (u & 1), sp = 4 * wp + (u >> 1), h = 8 * hg + h7;
+      const float* src = qm + (int64_t)h * D + 16 * sp + 4 * jq;
+      v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (h < hv) {
+        if (al16) v[u] = *reinterpret_cast<const float4*>(src);
+        else v[u] = make_float4(src[0], src[1], src[2], src[3]);
+      }
+    }
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every CTA of the cluster has started
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int hg = 2 * split + (u & 1), sp = 4 * wp + (u >> 1), cgq = 2 * sp + (jq >> 1);
+      const uint32_t a = sbase + A3Layout::q + (cgq * 8 + hg) * 128 + h7 * 16 + (jq & 1) * 8;
+      const uint32_t lo = pack_bf16(v[u].x, v[u].y), hi = pack_bf16(v[u].z, v[u].w);
+#pragma unroll
+      for (int j = 0; j < AM_KS; ++j) {
+        uint32_t ra;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(a), "r"(j));
+        asm volatile("st.shared::cluster.v2.b32 [%0], {%1, %2};\n" ::"r"(ra), "r"(lo), "r"(hi) : "memory");
+      }
+    }
+    // the stores released to the cluster (acquired before the first MMA below); generic → async proxy for the
+    // wgmmas that read them
+    asm volatile("fence.proxy.async;\nbarrier.cluster.arrive.release.aligned;\n" ::: "memory");
+  } else {
     const float* qm = q + m * ldq + (int64_t)g0 * D;
     const bool al16 = ((uintptr_t)qm & 15) == 0 && (ldq & 3) == 0;
     const int h7 = lane >> 2, jq = lane & 3;
@@ -897,6 +934,7 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
       if (t0 + 2 < t1) load_rows(t0 + 2);
     }
   }
+  if constexpr (QS) asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");  // every CTA's q stores
   detail::fence_proxy_async_smem();
   __syncthreads();  // Q and the first tile ready
 
@@ -1087,6 +1125,7 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
+template <bool QS>
 cudaError_t a3_launch(const float* q, int64_t M, int64_t ldq, int H, const float* win, const int32_t* win_lo,
                       const int32_t* win_hi, const float* ent, const int32_t* ent_idx, const int64_t* ent_off,
                       const float* sinks, float scale, float* out, int64_t ldo, cudaStream_t s) {
@@ -1094,13 +1133,16 @@ cudaError_t a3_launch(const float* q, int64_t M, int64_t ldq, int H, const float
   const int64_t bx = M * AM_KS;
   if (bx > INT_MAX) return cudaErrorInvalidConfiguration;
   const dim3 grid((unsigned)bx, (unsigned)((H + AM_HB - 1) / AM_HB));
-  sink_attn_mma3_kernel<<<grid, A3_NT, A3Layout::total, s>>>(q, ldq, H, win, win_lo, win_hi, ent, ent_idx, ent_off,
-                                                              sinks, scale, out, ldo);
+  sink_attn_mma3_kernel<QS><<<grid, A3_NT, A3Layout::total, s>>>(q, ldq, H, win, win_lo, win_hi, ent, ent_idx,
+                                                                  ent_off, sinks, scale, out, ldo);
   return cudaGetLastError();
 }
 
 // Set once (init_kernel_attributes): A3Layout::total bytes of dynamic shared memory.
-cudaError_t a3_attrs() { return detail::set_max_dynamic_smem(sink_attn_mma3_kernel, (size_t)A3Layout::total); }
+cudaError_t a3_attrs() {
+  const cudaError_t e = detail::set_max_dynamic_smem(sink_attn_mma3_kernel<false>, (size_t)A3Layout::total);
+  return e != cudaSuccess ? e : detail::set_max_dynamic_smem(sink_attn_mma3_kernel<true>, (size_t)A3Layout::total);
+}
 
 int a3_max_clusters() {
   cudaLaunchConfig_t cfg = {};
@@ -1108,7 +1150,7 @@ int a3_max_clusters() {
   cfg.blockDim = dim3(A3_NT, 1, 1);
   cfg.dynamicSmemBytes = (size_t)A3Layout::total;
   int n = -1;
-  if (cudaOccupancyMaxActiveClusters(&n, sink_attn_mma3_kernel, &cfg) != cudaSuccess) return -1;
+  if (cudaOccupancyMaxActiveClusters(&n, sink_attn_mma3_kernel<false>, &cfg) != cudaSuccess) return -1;
   return n;
 }
 
@@ -1529,7 +1571,15 @@ cudaError_t sink_attention_mma_v3(const float* q, int64_t M, int64_t ldq, int H,
                                   float* out, int64_t ldo, cudaStream_t s) {
   if (d != 512 || !sink_attention_mma_supported(H, d, win, ent)) return cudaErrorNotSupported;
   if (M <= 0) return cudaSuccess;
-  return a3_launch(AM_ARGS);
+  return a3_launch<false>(AM_ARGS);
+}
+cudaError_t sink_attention_mma_v3q(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                                   const int32_t* win_lo, const int32_t* win_hi, const float* ent,
+                                   const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
+                                   float* out, int64_t ldo, cudaStream_t s) {
+  if (d != 512 || !sink_attention_mma_supported(H, d, win, ent)) return cudaErrorNotSupported;
+  if (M <= 0) return cudaSuccess;
+  return a3_launch<true>(AM_ARGS);
 }
 
 cudaError_t sink_attention_mma_v1(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
