@@ -132,6 +132,31 @@ struct RingPush {
   }
 };
 
+// A step's index arrays packed for one upload. add() returns an array's place in 32-bit words (64-bit arrays at
+// an even word: the allocation is at least 8-byte aligned); ptr() gives it in backend memory after upload().
+// Sizes and order are functions of the step's graph key, so the places are the same in every replay.
+class StepUploads {
+ public:
+  template <class T>
+  size_t add(const std::vector<T>& a) {
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "32- or 64-bit arrays");
+    if (sizeof(T) == 8 && words_.size() % 2) words_.push_back(0);
+    const size_t at = words_.size();
+    words_.resize(at + a.size() * sizeof(T) / 4);
+    if (!a.empty()) std::memcpy(words_.data() + at, a.data(), a.size() * sizeof(T));
+    return at;
+  }
+  void upload(Backend& be) { buf_ = Buffer<int32_t>(be, words_); }
+  template <class T>
+  const T* ptr(size_t at) const {
+    return reinterpret_cast<const T*>(buf_.data() + at);
+  }
+
+ private:
+  std::vector<int32_t> words_;
+  Buffer<int32_t> buf_;
+};
+
 }  // namespace
 
 struct DeepseekV4Model::Step {
@@ -147,8 +172,11 @@ struct DeepseekV4Model::Step {
   int64_t n_real = 0;
   std::vector<int64_t> seq_begin;      // [B + 1] first row of each chunk
   std::vector<int32_t> tokens, pos;    // [T] (host)
-  Buffer<int32_t> pos_d;               // [T] positions in backend memory
-  Buffer<int32_t> tok_pack;            // [T + T·hc]: token ids (hash routing), then the embedding's rows
+  // Every index array of the step (token ids first, positions, entry tables, compressor and window plans) in
+  // one upload: each upload is a host copy and a device copy of its own, a memcpy node of the step graph.
+  StepUploads up;
+  const int32_t* pos_d = nullptr;      // [T] positions in backend memory
+  const int32_t* tok_pack = nullptr;   // [T + T·hc]: token ids (hash routing), then the embedding's rows
   const int32_t* tok_d = nullptr;      // [T] = tok_pack
   Buffer<float> h;                     // [T, D] normed sub-block input
   Buffer<float> y;                     // [T, D] sub-block output
@@ -159,8 +187,9 @@ struct DeepseekV4Model::Step {
   // pointer) and is uploaded once a step. ld = the most entries any sequence has after the step.
   struct EntryTable {
     int64_t ld = 0;
-    std::vector<int32_t> host;  // [B, ld]
-    Buffer<int32_t> rows;       // the same in backend memory
+    std::vector<int32_t> host;        // [B, ld]
+    size_t at = 0;                    // its place in the step's upload
+    const int32_t* rows = nullptr;    // the same in backend memory
   };
   EntryTable csa_keys, csa_entries, hca_entries;
   // The sliding window of every layer, planned once a step (ring rows count from a layer's ring region
@@ -168,8 +197,9 @@ struct DeepseekV4Model::Step {
   // per sequence its earlier tokens still in the window (from the ring), then its chunk (from kv).
   struct WindowPlan {
     int64_t rows = 0, n_ring = 0;
-    Buffer<int32_t> idx;  // from_ring, to_win_r [n_ring]; to_win_k, push_row [T]
-    Buffer<int32_t> lo, hi;  // [T] each query's window rows [lo, hi) of win
+    // from_ring, to_win_r [n_ring]; to_win_k, push_row [T]; lo, hi [T]: each query's window rows [lo, hi) of win
+    size_t at[6] = {};
+    const int32_t *lo = nullptr, *hi = nullptr;
     // kv row m goes to win row to_win_k[m] and to ring row push_row[m] (−1: not pushed: a chunk keeps its
     // last W rows, a stand-in none)
     const int32_t *from_ring = nullptr, *to_win_r = nullptr, *to_win_k = nullptr, *push_row = nullptr;
@@ -182,9 +212,9 @@ struct DeepseekV4Model::Step {
     int64_t R = 0;                          // ring rows: 2m (CSA), m (HCA)
     std::vector<int64_t> ent_off;           // [T + 1] each query's entries
     std::vector<int64_t> n_keys, score_at;  // CSA: keys of each sequence after the step; its scores' offset
-    Buffer<int64_t> ent_off_d;
-    Buffer<int32_t> hca_idx;                // HCA: each query's visible entries, [ent_off[T]]
-    Buffer<int32_t> idx;                    // the packed arrays below
+    const int64_t* ent_off_d = nullptr;
+    const int32_t* hca_idx = nullptr;       // HCA: each query's visible entries, [ent_off[T]]
+    size_t at[15] = {};                     // the arrays below, ent_off and hca_idx in the step's upload
     int64_t n_push = 0;                     // pushes of the step's rows into the rings
     const int32_t *push_src = nullptr, *push_kv = nullptr, *push_gate = nullptr;  // main compressor
     const int32_t *push_ikv = nullptr, *push_igate = nullptr;                     // CSA indexer compressor
@@ -200,8 +230,8 @@ struct DeepseekV4Model::Step {
 
 namespace {
 template <class Table>  // Step::EntryTable (private to the model)
-void build_entry_table(Backend& be, std::span<const V4SeqChunk> batch, const V4CacheLayout& lay, int m, int64_t width,
-                       int64_t ld_min, Table& t) {
+void build_entry_table(StepUploads& up, std::span<const V4SeqChunk> batch, const V4CacheLayout& lay, int m,
+                       int64_t width, int64_t ld_min, Table& t) {
   const size_t B = batch.size();
   const int64_t TP = lay.tokens_per_page;
   t.ld = std::max<int64_t>(1, ld_min);
@@ -220,24 +250,11 @@ void build_entry_table(Backend& be, std::span<const V4SeqChunk> batch, const V4C
       for (int64_t j = 0; j < e; ++j) row[w0 + j] = base + (int32_t)j;
     }
   }
-  t.rows = Buffer<int32_t>(be, t.host);
-}
-
-// Several index arrays in one upload (each upload is a host copy and a device copy of its own); at[i]
-// points at array i in the returned buffer.
-Buffer<int32_t> upload_packed(Backend& be, std::initializer_list<const std::vector<int32_t>*> arrays,
-                              std::vector<const int32_t*>& at) {
-  std::vector<int32_t> all;
-  for (const auto* a : arrays) all.insert(all.end(), a->begin(), a->end());
-  Buffer<int32_t> buf(be, all);
-  at.clear();
-  size_t off = 0;
-  for (const auto* a : arrays) at.push_back(buf.data() + off), off += a->size();
-  return buf;
+  t.at = up.add(t.host);
 }
 
 template <class Plan, class Table>  // Step::CompPlan, Step::EntryTable (private to the model)
-void build_comp_plan(Backend& be, const V4Config& c, std::span<const V4SeqChunk> batch,
+void build_comp_plan(StepUploads& up, const V4Config& c, std::span<const V4SeqChunk> batch,
                      const std::vector<int64_t>& seq_begin, const V4CacheLayout& lay, bool csa,
                      const Table& hca_entries, int64_t cap_hca, int64_t n_real, Plan& p) {
   const int64_t d = c.head_dim, dI = c.index_head_dim, cw = (csa ? 2 : 1) * d, icw = 2 * dI;
@@ -291,15 +308,23 @@ void build_comp_plan(Backend& be, const V4Config& c, std::span<const V4SeqChunk>
   p.n_push = (int64_t)src.size();
   p.n_close = (int64_t)cwin.size();
   if (decode && !csa) hca.resize(B * cap_hca, 0);  // a fixed size: the lists are read through ent_off
-  std::vector<const int32_t*> at;
-  p.idx = upload_packed(be, {&src, &kv, &gate, &ikv, &igate, &nvis_row, &nvis_seq, &cwin, &cpos, &cring, &cpage,
-                             &ciring, &cipage}, at);
-  p.push_src = at[0], p.push_kv = at[1], p.push_gate = at[2], p.push_ikv = at[3], p.push_igate = at[4];
-  p.nvis_row = at[5], p.nvis_seq = at[6];
-  p.close_win = at[7], p.close_pos = at[8], p.close_ring = at[9], p.close_page = at[10];
-  p.close_iring = at[11], p.close_ipage = at[12];
-  p.ent_off_d = Buffer<int64_t>(be, p.ent_off);
-  if (!csa) p.hca_idx = Buffer<int32_t>(be, hca);
+  int k = 0;
+  for (const auto* a : {&src, &kv, &gate, &ikv, &igate, &nvis_row, &nvis_seq, &cwin, &cpos, &cring, &cpage, &ciring,
+                        &cipage, &hca})
+    p.at[k++] = up.add(*a);
+  p.at[k] = up.add(p.ent_off);
+}
+// The plan's pointers into the step's upload.
+template <class Plan>
+void resolve_comp_plan(const StepUploads& up, Plan& p) {
+  const auto* a = p.at;
+  p.push_src = up.ptr<int32_t>(a[0]), p.push_kv = up.ptr<int32_t>(a[1]), p.push_gate = up.ptr<int32_t>(a[2]);
+  p.push_ikv = up.ptr<int32_t>(a[3]), p.push_igate = up.ptr<int32_t>(a[4]);
+  p.nvis_row = up.ptr<int32_t>(a[5]), p.nvis_seq = up.ptr<int32_t>(a[6]);
+  p.close_win = up.ptr<int32_t>(a[7]), p.close_pos = up.ptr<int32_t>(a[8]), p.close_ring = up.ptr<int32_t>(a[9]);
+  p.close_page = up.ptr<int32_t>(a[10]), p.close_iring = up.ptr<int32_t>(a[11]), p.close_ipage = up.ptr<int32_t>(a[12]);
+  p.hca_idx = up.ptr<int32_t>(a[13]);
+  p.ent_off_d = up.ptr<int64_t>(a[14]);
 }
 }  // namespace
 
@@ -349,7 +374,7 @@ void DeepseekV4Model::attention(int l, Step& st) {
   const float eps = (float)cfg_.rms_norm_eps;
   const float* inv_freq = L.type == AttnType::Sliding ? inv_freq_main_.data() : inv_freq_compress_.data();
   const float* h = st.h.data();
-  const int32_t* pos = st.pos_d.data();
+  const int32_t* pos = st.pos_d;
 
   // qkv [T, q_lora | d]: q's low-rank input and the key/value row, from one GEMM (row stride nqk).
   const int64_t nqk = ql + d;
@@ -451,9 +476,9 @@ void DeepseekV4Model::attention(int l, Step& st) {
     if (nk == 0) continue;
     float* score = score_d.data() + cp->score_at[b];  // [n, nk]
     be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, key_base,
-                       st.csa_keys.rows.data() + b * kld, 0, nk, cp->nvis_row + r0, idx_scale, score);
-    be_.select_topk(score, n, nk, cp->nvis_row + r0, (int)cfg_.index_topk, st.csa_entries.rows.data() + b * kld, 0,
-                    cp->ent_off_d.data() + r0, ent_idx_d.data());
+                       st.csa_keys.rows + b * kld, 0, nk, cp->nvis_row + r0, idx_scale, score);
+    be_.select_topk(score, n, nk, cp->nvis_row + r0, (int)cfg_.index_topk, st.csa_entries.rows + b * kld, 0,
+                    cp->ent_off_d + r0, ent_idx_d.data());
   }
   if (comp && cp->n_push) {  // the step's tokens into the compressor rings, after the chunks' closings read them
     // kv, gate (then the indexer's kv, gate) column slices of the same rows: one op
@@ -472,15 +497,15 @@ void DeepseekV4Model::attention(int l, Step& st) {
                    cp->close_iring, cp->close_pos, cp->close_ipage, cp->n_close, key_base);
   }
   if (csa && decode) {  // every sequence's query against its own keys, after every closing wrote its key
-    be_.indexer_scores(iq.data(), gamma.data(), (int64_t)B, (int)hI, (int)dI, key_base, st.csa_keys.rows.data(), kld,
+    be_.indexer_scores(iq.data(), gamma.data(), (int64_t)B, (int)hI, (int)dI, key_base, st.csa_keys.rows, kld,
                        kld, cp->nvis_seq, idx_scale, score_d.data());
-    be_.select_topk(score_d.data(), (int64_t)B, kld, cp->nvis_seq, (int)cfg_.index_topk, st.csa_entries.rows.data(),
-                    kld, cp->ent_off_d.data(), ent_idx_d.data());
+    be_.select_topk(score_d.data(), (int64_t)B, kld, cp->nvis_seq, (int)cfg_.index_topk, st.csa_entries.rows,
+                    kld, cp->ent_off_d, ent_idx_d.data());
   }
-  const int32_t* ent_idx = csa ? ent_idx_d.data() : comp ? cp->hca_idx.data() : nullptr;
+  const int32_t* ent_idx = csa ? ent_idx_d.data() : comp ? cp->hca_idx : nullptr;
   Buffer<float> o(be_, T * H * d);  // [T, H, d]
-  be_.sink_attention(q.data(), T, H * d, (int)H, (int)d, win.data(), wp.lo.data(), wp.hi.data(),
-                     comp ? ent_base : cache.pages_base(), ent_idx, comp ? cp->ent_off_d.data() : nullptr, L.sinks.data(),
+  be_.sink_attention(q.data(), T, H * d, (int)H, (int)d, win.data(), wp.lo, wp.hi,
+                     comp ? ent_base : cache.pages_base(), ent_idx, comp ? cp->ent_off_d : nullptr, L.sinks.data(),
                      1.0f / std::sqrt((float)d), o.data(), H * d);
   be_.rope(o.data(), T, H * d, (int)H, (int)d, (int)r, pos, inv_freq, true);
 
@@ -695,24 +720,19 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     st.decode = decode;
     st.cap_csa = cap_csa;
     st.cap_hca = cap_hca;
-    // The token ids first of the step's uploads (prepare/launch replace them at launch).
-    st.tok_pack = Buffer<int32_t>(be_, token_pack(st.tokens, hc));
-    st.tok_d = st.tok_pack.data();
-    st.pos_d = Buffer<int32_t>(be_, st.pos);
-    Buffer<float> X(be_, T * hc * D), X2(be_, T * hc * D);  // [T, hc, D] residual streams
-    // every stream starts as the token's embedding
-    be_.copy_rows(embed_.data(), D, st.tok_pack.data() + T, X.data(), D, nullptr, T * hc, D);
+    // The token ids first in the step's upload (prepare/launch replace them at launch).
+    const size_t at_tok = st.up.add(token_pack(st.tokens, hc)), at_pos = st.up.add(st.pos);
     {
       const V4CacheLayout& lay = cache.layout();
       if (has_csa) {
-        build_entry_table(be_, batch, lay, cfg_.compress_rate_csa, cfg_.index_head_dim, cap_csa, st.csa_keys);
-        build_entry_table(be_, batch, lay, cfg_.compress_rate_csa, cfg_.head_dim, cap_csa, st.csa_entries);
+        build_entry_table(st.up, batch, lay, cfg_.compress_rate_csa, cfg_.index_head_dim, cap_csa, st.csa_keys);
+        build_entry_table(st.up, batch, lay, cfg_.compress_rate_csa, cfg_.head_dim, cap_csa, st.csa_entries);
       }
-      if (has_hca) build_entry_table(be_, batch, lay, cfg_.compress_rate_hca, cfg_.head_dim, cap_hca, st.hca_entries);
+      if (has_hca) build_entry_table(st.up, batch, lay, cfg_.compress_rate_hca, cfg_.head_dim, cap_hca, st.hca_entries);
       if (has_csa)
-        build_comp_plan(be_, cfg_, batch, st.seq_begin, lay, true, st.hca_entries, cap_hca, st.n_real, st.csa);
+        build_comp_plan(st.up, cfg_, batch, st.seq_begin, lay, true, st.hca_entries, cap_hca, st.n_real, st.csa);
       if (has_hca)
-        build_comp_plan(be_, cfg_, batch, st.seq_begin, lay, false, st.hca_entries, cap_hca, st.n_real, st.hca);
+        build_comp_plan(st.up, cfg_, batch, st.seq_begin, lay, false, st.hca_entries, cap_hca, st.n_real, st.hca);
       // Sliding window (every layer): slot_floats is a multiple of d, so slot s's ring row i of a layer is
       // row s·slot_floats/d + i from that layer's ring region in slot 0. A decode step gives every
       // sequence W rows of win (ring rows of positions p0−W+1 .. p0−1, then its token; rows before
@@ -743,12 +763,25 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       wp.rows = b0;
       wp.n_ring = (int64_t)from_ring.size();
       for (size_t j = 0; j < push.src.size(); ++j) push_row[push.src[j]] = push.dst[j];  // one push a row at most
-      std::vector<const int32_t*> at;
-      wp.idx = upload_packed(be_, {&from_ring, &to_win_r, &to_win_k, &push_row}, at);
-      wp.from_ring = at[0], wp.to_win_r = at[1], wp.to_win_k = at[2], wp.push_row = at[3];
-      wp.lo = Buffer<int32_t>(be_, lo);
-      wp.hi = Buffer<int32_t>(be_, hi);
+      int k = 0;
+      for (const auto* a : {&from_ring, &to_win_r, &to_win_k, &push_row, &lo, &hi}) wp.at[k++] = st.up.add(*a);
     }
+    // the upload, then every pointer into it
+    st.up.upload(be_);
+    st.tok_pack = st.tok_d = st.up.ptr<int32_t>(at_tok);
+    st.pos_d = st.up.ptr<int32_t>(at_pos);
+    for (Step::EntryTable* t : {&st.csa_keys, &st.csa_entries, &st.hca_entries}) t->rows = st.up.ptr<int32_t>(t->at);
+    if (has_csa) resolve_comp_plan(st.up, st.csa);
+    if (has_hca) resolve_comp_plan(st.up, st.hca);
+    {
+      Step::WindowPlan& wp = st.window;
+      wp.from_ring = st.up.ptr<int32_t>(wp.at[0]), wp.to_win_r = st.up.ptr<int32_t>(wp.at[1]);
+      wp.to_win_k = st.up.ptr<int32_t>(wp.at[2]), wp.push_row = st.up.ptr<int32_t>(wp.at[3]);
+      wp.lo = st.up.ptr<int32_t>(wp.at[4]), wp.hi = st.up.ptr<int32_t>(wp.at[5]);
+    }
+    Buffer<float> X(be_, T * hc * D), X2(be_, T * hc * D);  // [T, hc, D] residual streams
+    // every stream starts as the token's embedding
+    be_.copy_rows(embed_.data(), D, st.tok_pack + T, X.data(), D, nullptr, T * hc, D);
     Buffer<float> u(be_, T * D), post(be_, T * hc), comb(be_, T * hc * hc);
     st.h = Buffer<float>(be_, T * D);
     st.y = Buffer<float>(be_, T * D);

@@ -156,8 +156,8 @@ class Backend {
   virtual void graph_abort(const char* /*why*/) {}
   // Pipelined steps (a decode step's host work overlapping the previous step on the device):
   // graph_ready() ends a Capture/Replay region like graph_end but launches nothing; graph_launch(src,
-  // bytes) then replaces the bytes of the region's first upload (a step's token ids, known only once the
-  // previous step has been sampled; null: keep them) and launches it. Between the two, no other region
+  // bytes) then replaces the first `bytes` bytes of the region's first upload (a step's token ids, known only once
+  // the previous step has been sampled; null: keep them) and launches it. Between the two, no other region
   // may begin and nothing else is launched. The region's own buffers are free for the caller's next
   // region (the arena), so its outputs stay valid only until the next launch.
   virtual void graph_ready() {}

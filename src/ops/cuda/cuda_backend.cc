@@ -635,8 +635,8 @@ void CudaBackend::graph_launch(const void* first_upload, int64_t bytes) {
   if (!e) throw Error("cuda graph: graph_launch without a readied step");
   m.ready = nullptr;
   if (first_upload) {
-    if (e->uploads.empty() || e->uploads[0].bytes != (size_t)bytes)
-      throw Error("cuda graph: graph_launch's bytes do not match the step's first upload");
+    if (e->uploads.empty() || e->uploads[0].bytes < (size_t)bytes)
+      throw Error("cuda graph: graph_launch's bytes exceed the step's first upload");
     std::memcpy(e->uploads[0].host, first_upload, (size_t)bytes);
   }
   m.launch(e);
