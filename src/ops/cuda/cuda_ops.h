@@ -344,6 +344,10 @@ cudaError_t moe_gemv3(const float* x, int64_t ldx, bool x_per_slot, const int32_
 // y_bf16[M, D] (row stride D), if not null, receives bf16(y) for the next GEMM.
 cudaError_t rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y,
                      bf16* y_bf16, cudaStream_t s);
+// The kernel rms_norm runs for a shape (one rule for it and for hc_pre_dec's fused norm, which must give the
+// same bits): 1-3 the warp-a-row kernel at NC = 2 / 4 / 8 (D ≤ 1024), 4-6 the 256-thread row kernel at NC = 2 / 4 / 8
+// (D ≤ 8192, rows and w 16-byte aligned), 0 another kernel.
+int rms_norm_kind(int64_t D, int64_t ld, const void* x, const void* y, const void* w);
 // smallk: rms_norm keeps each row and its weights in registers (one read, every load before the
 // reduction), bitwise the results of the two-pass kernels that rms_norm_v1 runs (DEEPINFER_CUDA_OFF=smallk).
 cudaError_t rms_norm_v1(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y,

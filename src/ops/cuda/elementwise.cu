@@ -328,29 +328,36 @@ cudaError_t rms_norm_v1(const float* x, int64_t M, int64_t D, int64_t ld, const 
   return cudaGetLastError();
 }
 
+int rms_norm_kind(int64_t D, int64_t ld, const void* x, const void* y, const void* w) {
+  if (D <= 1024 && D % 4 == 0 && ld % 4 == 0)  // the warp kernel's shape condition (its float4 accesses assume
+    return D <= 256 ? 1 : D <= 512 ? 2 : 3;     // aligned rows there too)
+  // rms_norm_kernel's float4 condition, evaluated here so the register kernel only sees aligned rows
+  const bool vec = (D % 4 == 0) && (ld % 4 == 0) && ((uintptr_t)x % 16 == 0) && ((uintptr_t)y % 16 == 0) &&
+                   (!w || (uintptr_t)w % 16 == 0);
+  if (!vec) return 0;
+  return D <= 2048 ? 4 : D <= 4096 ? 5 : D <= 8192 ? 6 : 0;
+}
+
 cudaError_t rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps, float* y,
                      bf16* y_bf16, cudaStream_t s) {
   if (M <= 0) return cudaSuccess;
-  if (D <= 1024 && D % 4 == 0 && ld % 4 == 0) {
-    // the warp kernel's shape condition (its float4 accesses assume aligned rows there too)
+  const int kind = rms_norm_kind(D, ld, x, y, w);
+  if (kind >= 1 && kind <= 3) {
     const int nt = M == 1 ? 32 : 256;
     const unsigned blocks = (unsigned)cdiv(M * 32, nt);
-    if (D <= 256)
+    if (kind == 1)
       rms_norm_warp_reg_kernel<2><<<blocks, nt, 0, s>>>(x, M, D, ld, w, eps, y, y_bf16);
-    else if (D <= 512)
+    else if (kind == 2)
       rms_norm_warp_reg_kernel<4><<<blocks, nt, 0, s>>>(x, M, D, ld, w, eps, y, y_bf16);
     else
       rms_norm_warp_reg_kernel<8><<<blocks, nt, 0, s>>>(x, M, D, ld, w, eps, y, y_bf16);
     return cudaGetLastError();
   }
-  // rms_norm_kernel's float4 condition, evaluated here so the register kernel only sees aligned rows
-  const bool vec = (D % 4 == 0) && (ld % 4 == 0) && ((uintptr_t)x % 16 == 0) && ((uintptr_t)y % 16 == 0) &&
-                   (!w || (uintptr_t)w % 16 == 0);
-  if (vec && D <= 2048)
+  if (kind == 4)
     rms_norm_reg_kernel<2><<<(unsigned)M, 256, 0, s>>>(x, D, ld, w, eps, y, y_bf16);
-  else if (vec && D <= 4096)
+  else if (kind == 5)
     rms_norm_reg_kernel<4><<<(unsigned)M, 256, 0, s>>>(x, D, ld, w, eps, y, y_bf16);
-  else if (vec && D <= 8192)
+  else if (kind == 6)
     rms_norm_reg_kernel<8><<<(unsigned)M, 256, 0, s>>>(x, D, ld, w, eps, y, y_bf16);
   else
     rms_norm_kernel<<<(unsigned)M, 256, 0, s>>>(x, D, ld, w, eps, y, y_bf16);

@@ -893,7 +893,7 @@ __global__ void __launch_bounds__(NT, 2) hc_fast_kernel(const float* __restrict_
       if (live && act) comb[(f0 + rw) * HC * HC + l] = c;
     }
   }
-  // collapse, B's fmaf order (o = 0, then j = 0 … HC − 1); 8 float4 outputs (8·HC loads) in flight a thread
+  // collapse, B's fmaf order (o = 0, then j = 0 … HC − 1); U float4 outputs (U·HC loads) in flight a thread
   constexpr int U = NT == 256 ? 4 : 8;  // (the same loads in flight a block; 8 at 256 threads spilled)
   const int64_t n = (int64_t)rows * D4;
   for (int64_t b = t; b < n; b += (int64_t)NT * U) {
@@ -1019,8 +1019,8 @@ __device__ __forceinline__ void hc_dec_collapse(const float* X, int64_t D, float
 
 // rms_norm_row_256<NC> (rms_norm_reg_kernel<NC>'s row: 256 threads, thread τ the float4s at 4τ + 1024c) on warps
 // 1 … 7 of the block, t ≥ 32: warp 1 also plays warp 0's threads (τ = t − 32), so each τ's sum, each warp's
-// warp_sum, the 8 warp sums in order and every output are those of the 256-thread kernel: the same bits. Ends
-// with the 224 threads' named barrier 1 (red).
+// warp_sum, the 8 warp sums in order and every output are those of the 256-thread kernel: the same bits. The warp
+// sums meet in red behind named barrier 1 (the 224 threads; warp 0 is elsewhere).
 template <int NC>
 __device__ __forceinline__ void hc_norm_row_224(const float* xr, int64_t D, const float* __restrict__ w, float eps,
                                                 float* yr, float* red, int t) {
@@ -1042,10 +1042,10 @@ __device__ __forceinline__ void hc_norm_row_224(const float* xr, int64_t D, cons
 }
 
 // hc_pre_norm (session 15): with NW > 0 (D ≤ 1024) or NB > 0 (1024 < D ≤ 8192) the finisher of row r then runs
-// the rms_norm kernel that cuda::rms_norm picks for D — rms_norm_warp_reg_kernel<NW> on warp 0 or
-// rms_norm_reg_kernel<NB> on the block — on u[r] (the row it just collapsed) into h[r] with weights nw and epsilon
-// neps, so the model's rms_norm after hc_pre is not a launch of its own (the same code, detail::rms_norm_row_*: the
-// same bits).
+// the rms_norm kernel that cuda::rms_norm picks for the shape (rms_norm_kind) — rms_norm_warp_reg_kernel<NW>'s row on
+// warp 1, or rms_norm_reg_kernel<NB>'s on warps 1-7 (hc_norm_row_224) — on u[r] (the row it just collapsed, staged
+// in shared memory) into h[r] with weights nw and epsilon neps, while warp 0 runs the Sinkhorn; so the model's
+// rms_norm after hc_pre is not a launch of its own (the same code, detail::rms_norm_*: the same bits).
 template <int HC, int NW, int NB>
 __global__ void __launch_bounds__(DEC_NT) hc_dec_kernel(const float* X, int M, int64_t D, int L,
                                                         const float* fn, const float* base,
@@ -1388,14 +1388,6 @@ bool hcd_shape_ok(int64_t M, int hc, int64_t D) {
          hcd_smem(mix, nv, M, L, S) <= (size_t)kMaxSmem;
 }
 
-// Which rms_norm kernel cuda::rms_norm runs for a row of D (rows 16-byte aligned, ld = D): 1-3 the warp kernel at
-// NC = 2 / 4 / 8, 4-6 the 256-thread block kernel at NC = 2 / 4 / 8, 0 another (not fused).
-int hcd_norm_kind(int64_t D) {
-  if (D % 4) return 0;
-  if (D <= 1024) return D <= 256 ? 1 : D <= 512 ? 2 : 3;
-  return D <= 2048 ? 4 : D <= 4096 ? 5 : D <= 8192 ? 6 : 0;
-}
-
 template <int HC>
 cudaError_t launch_pre_dec(const float* X, int64_t M, int64_t D, const float* fn, const float* base,
                            const float* scale, int iters, float hc_eps, float norm_eps, float* u, float* post,
@@ -1410,8 +1402,8 @@ cudaError_t launch_pre_dec(const float* X, int64_t M, int64_t D, const float* fn
     return cudaGetLastError();
   };
   if (!h) return go(hc_dec_kernel<HC, 0, 0>);
-  if constexpr (HC >= 3) {  // (the fused norm: hc_pre_dec_norm_ok)
-    switch (hcd_norm_kind(D)) {
+  if constexpr (HC >= 3) {  // (the fused norm: hc_pre_dec_norm_ok; rms_norm's own kernel for the shape)
+    switch (rms_norm_kind(D, D, u, h, nw)) {
       case 1: return go(hc_dec_kernel<HC, 2, 0>);
       case 2: return go(hc_dec_kernel<HC, 4, 0>);
       case 3: return go(hc_dec_kernel<HC, 8, 0>);
@@ -1530,8 +1522,8 @@ cudaError_t hc_pre_fast(const float* X, int64_t M, int hc, int64_t D, const floa
 bool hc_pre_dec_use(int64_t M, int hc, int64_t D) { return hcd_shape_ok(M, hc, D); }
 bool hc_pre_dec_norm_ok(int64_t M, int hc, int64_t D, const float* u, const float* w, const float* h) {
   const auto al = [](const void* p) { return (uintptr_t)p % 16 == 0; };
-  return hc >= 3 && hcd_shape_ok(M, hc, D) && hcd_norm_kind(D) != 0 && al(u) && al(h) && (!w || al(w)) &&
-         (size_t)D * sizeof(float) <= (size_t)kMaxSmem;
+  return hc >= 3 && hcd_shape_ok(M, hc, D) && rms_norm_kind(D, D, u, h, w) != 0 && al(u) && al(h) &&
+         (!w || al(w)) && (size_t)D * sizeof(float) <= (size_t)kMaxSmem;
 }
 int64_t hc_pre_dec_sync_ints() { return DEC_SYNC_INTS; }
 
