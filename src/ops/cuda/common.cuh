@@ -84,55 +84,18 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
   float t = lane < nw ? red[lane] : 0.0f;
   return warp_sum(t);
 }
-// One row of rms_norm on one warp (elementwise.cu's rms_norm_warp_reg_kernel<NC>, D ≤ 128·NC, rows 16-byte aligned):
-// lane holds the float4s at 4·lane + 128c, c < NC; warp_sum of the lanes' sums of squares; the rest as below.
-template <int NC>
-__device__ __forceinline__ void rms_norm_row_warp(const float* xr, int64_t D, const float* __restrict__ w, float eps,
-                                                  float* yr, __nv_bfloat16* __restrict__ ybr, int lane) {
-  float4 v[NC], g[NC];
-#pragma unroll
-  for (int c = 0; c < NC; ++c) {
-    const int64_t i = lane * 4 + c * 128;
-    if (i < D) {
-      v[c] = *reinterpret_cast<const float4*>(xr + i);
-      if (w) g[c] = __ldg(reinterpret_cast<const float4*>(w + i));
-    }
-  }
-  float ss = 0.0f;
-#pragma unroll
-  for (int c = 0; c < NC; ++c)
-    if (lane * 4 + c * 128 < D) ss += v[c].x * v[c].x + v[c].y * v[c].y + v[c].z * v[c].z + v[c].w * v[c].w;
-  ss = warp_sum(ss);
-  const float r = rsqrtf(ss / (float)D + eps);
-#pragma unroll
-  for (int c = 0; c < NC; ++c) {
-    const int64_t i = lane * 4 + c * 128;
-    if (i < D) {
-      float4 o = v[c];
-      if (w) {
-        o.x = g[c].x * (o.x * r), o.y = g[c].y * (o.y * r), o.z = g[c].z * (o.z * r), o.w = g[c].w * (o.w * r);
-      } else {
-        o.x *= r, o.y *= r, o.z *= r, o.w *= r;
-      }
-      *reinterpret_cast<float4*>(yr + i) = o;
-      if (ybr) {
-        *reinterpret_cast<__nv_bfloat162*>(ybr + i) = __floats2bfloat162_rn(o.x, o.y);
-        *reinterpret_cast<__nv_bfloat162*>(ybr + i + 2) = __floats2bfloat162_rn(o.z, o.w);
-      }
-    }
-  }
-}
-// One row of rms_norm on a 256-thread block (elementwise.cu's rms_norm_reg_kernel<NC>, D ≤ 1024·NC, rows 16-byte
-// aligned): thread τ holds the float4s at 4τ + 1024c, c < NC (rms_norm_part: loads and its sum of squares),
-// block_sum, r = rsqrt(ss/D + eps), y = w·(x·r) (w null: x·r) and yb (if given) y in bf16 (rms_norm_out).
-// hc_dec_kernel's fused norm runs these pieces (or the warp form above) on the row it collapsed, so the fused and
-// the separate norm give the same bits.
-template <int NC>
+// One row of rms_norm, in pieces shared by the kernels that must give the same bits: thread (or lane) τ holds the
+// float4s at 4τ + SPAN·c, c < NC — SPAN = 128 for a warp a row (elementwise.cu's rms_norm_warp_reg_kernel<NC>,
+// D ≤ 128·NC), 1024 for a 256-thread block a row (rms_norm_reg_kernel<NC>, D ≤ 1024·NC); rows 16-byte aligned.
+// rms_norm_part: the loads and τ's sum of squares; then warp_sum / block_sum, r = rsqrt(ss/D + eps);
+// rms_norm_out: y = w·(x·r) (w null: x·r) and yb (if given) y in bf16. hc_dec_kernel's fused norm runs these pieces
+// on the row it collapsed, so the fused and the separate norm give the same bits.
+template <int NC, int SPAN>
 __device__ __forceinline__ float rms_norm_part(const float* xr, int64_t D, const float* __restrict__ w, int tau,
                                                float4 (&v)[NC], float4 (&g)[NC]) {
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
-    const int64_t i = tau * 4 + (int64_t)c * 1024;
+    const int64_t i = tau * 4 + (int64_t)c * SPAN;
     if (i < D) {
       v[c] = *reinterpret_cast<const float4*>(xr + i);
       if (w) g[c] = __ldg(reinterpret_cast<const float4*>(w + i));
@@ -141,15 +104,15 @@ __device__ __forceinline__ float rms_norm_part(const float* xr, int64_t D, const
   float ss = 0.0f;
 #pragma unroll
   for (int c = 0; c < NC; ++c)
-    if (tau * 4 + (int64_t)c * 1024 < D) ss += v[c].x * v[c].x + v[c].y * v[c].y + v[c].z * v[c].z + v[c].w * v[c].w;
+    if (tau * 4 + (int64_t)c * SPAN < D) ss += v[c].x * v[c].x + v[c].y * v[c].y + v[c].z * v[c].z + v[c].w * v[c].w;
   return ss;
 }
-template <int NC>
+template <int NC, int SPAN>
 __device__ __forceinline__ void rms_norm_out(const float4 (&v)[NC], const float4 (&g)[NC], bool has_w, float r,
                                              int64_t D, int tau, float* yr, __nv_bfloat16* __restrict__ ybr) {
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
-    const int64_t i = tau * 4 + (int64_t)c * 1024;
+    const int64_t i = tau * 4 + (int64_t)c * SPAN;
     if (i < D) {
       float4 o = v[c];
       if (has_w) {
@@ -166,11 +129,18 @@ __device__ __forceinline__ void rms_norm_out(const float4 (&v)[NC], const float4
   }
 }
 template <int NC>
+__device__ __forceinline__ void rms_norm_row_warp(const float* xr, int64_t D, const float* __restrict__ w, float eps,
+                                                  float* yr, __nv_bfloat16* __restrict__ ybr, int lane) {
+  float4 v[NC], g[NC];
+  const float ss = warp_sum(rms_norm_part<NC, 128>(xr, D, w, lane, v, g));
+  rms_norm_out<NC, 128>(v, g, w != nullptr, rsqrtf(ss / (float)D + eps), D, lane, yr, ybr);
+}
+template <int NC>
 __device__ __forceinline__ void rms_norm_row_256(const float* xr, int64_t D, const float* __restrict__ w, float eps,
                                                  float* yr, __nv_bfloat16* __restrict__ ybr, float* red) {
   float4 v[NC], g[NC];
-  const float ss = block_sum(rms_norm_part<NC>(xr, D, w, (int)threadIdx.x, v, g), red);
-  rms_norm_out<NC>(v, g, w != nullptr, rsqrtf(ss / (float)D + eps), D, (int)threadIdx.x, yr, ybr);
+  const float ss = block_sum(rms_norm_part<NC, 1024>(xr, D, w, (int)threadIdx.x, v, g), red);
+  rms_norm_out<NC, 1024>(v, g, w != nullptr, rsqrtf(ss / (float)D + eps), D, (int)threadIdx.x, yr, ybr);
 }
 __device__ __forceinline__ float block_max(float v, float* red) {
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;

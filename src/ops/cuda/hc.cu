@@ -1026,8 +1026,8 @@ __device__ __forceinline__ void hc_norm_row_224(const float* xr, int64_t D, cons
                                                 float* yr, float* red, int t) {
   const int wp = t >> 5, lane = t & 31;
   float4 v[NC], g[NC], v0[NC], g0[NC];
-  float ss = detail::rms_norm_part<NC>(xr, D, w, t, v, g), ss0 = 0.0f;
-  if (wp == 1) ss0 = detail::rms_norm_part<NC>(xr, D, w, t - 32, v0, g0);
+  float ss = detail::rms_norm_part<NC, 1024>(xr, D, w, t, v, g), ss0 = 0.0f;
+  if (wp == 1) ss0 = detail::rms_norm_part<NC, 1024>(xr, D, w, t - 32, v0, g0);
   ss = detail::warp_sum(ss);
   if (wp == 1) ss0 = detail::warp_sum(ss0);
   if (lane == 0) {
@@ -1037,8 +1037,8 @@ __device__ __forceinline__ void hc_norm_row_224(const float* xr, int64_t D, cons
   asm volatile("bar.sync 1, 224;\n" ::: "memory");
   const float tot = detail::warp_sum(lane < 8 ? red[lane] : 0.0f);
   const float rs = rsqrtf(tot / (float)D + eps);
-  detail::rms_norm_out<NC>(v, g, w != nullptr, rs, D, t, yr, nullptr);
-  if (wp == 1) detail::rms_norm_out<NC>(v0, g0, w != nullptr, rs, D, t - 32, yr, nullptr);
+  detail::rms_norm_out<NC, 1024>(v, g, w != nullptr, rs, D, t, yr, nullptr);
+  if (wp == 1) detail::rms_norm_out<NC, 1024>(v0, g0, w != nullptr, rs, D, t - 32, yr, nullptr);
 }
 
 // hc_pre_norm (session 15): with NW > 0 (D ≤ 1024) or NB > 0 (1024 < D ≤ 8192) the finisher of row r then runs
