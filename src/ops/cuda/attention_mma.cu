@@ -756,6 +756,23 @@ struct A3Layout {                // bytes
 };
 static_assert(64 * A3_OPS * 4 <= A3Layout::sx, "merge O must fit below the partial S");
 
+// v3's merge of one float4 of a head's output: the splits' O in split order, each × its weight (wt[j]; 0: an empty
+// split, or one outweighed to 0 — its O is 0 and is skipped), then × 1/L (wt[AM_KS]); stored at orow (16-byte
+// aligned when al16). Both merge forms below run it, so they give the same bits.
+__device__ __forceinline__ void a3_merge_store(const float4 (&v)[AM_KS], const float* wt, float* orow, bool al16) {
+  float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int j = 0; j < AM_KS; ++j) {
+    const float wj = wt[j];
+    if (wj == 0.0f) continue;
+    a.x = fmaf(v[j].x, wj, a.x), a.y = fmaf(v[j].y, wj, a.y), a.z = fmaf(v[j].z, wj, a.z), a.w = fmaf(v[j].w, wj, a.w);
+  }
+  const float inv = wt[AM_KS];
+  const float4 r = make_float4(__fmul_rn(a.x, inv), __fmul_rn(a.y, inv), __fmul_rn(a.z, inv), __fmul_rn(a.w, inv));
+  if (al16) *reinterpret_cast<float4*>(orow) = r;
+  else orow[0] = r.x, orow[1] = r.y, orow[2] = r.z, orow[3] = r.w;
+}
+
 // QS (session 15): q loaded once a cluster — CTA `split` loads and converts the heads [16·split, +16) and stores
 // them into the Q tile of every CTA of the cluster (distributed shared memory), a quarter of the q reads of QS =
 // false; the same bf16 values in the same places: the same bits.
@@ -1100,21 +1117,11 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
 #pragma unroll
     for (int it = 0; it < ITEMS; ++it) {
       const int idx = tid + it * A3_NT, hl = idx / (D / 4), c = 4 * (idx % (D / 4));
-      const int h = hb + hl;
-      if (h >= hv) continue;
-      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (hb + hl >= hv) continue;
+      float4 v[AM_KS];
 #pragma unroll
-      for (int j = 0; j < AM_KS; ++j) {
-        const float wj = Wt[hl * (AM_KS + 1) + j];
-        if (wj == 0.0f) continue;  // an empty split (or one outweighed to 0): its O is 0
-        const float4 v = *reinterpret_cast<const float4*>(Ob + (j * HPS + hl) * A3_OPS + c);
-        a.x = fmaf(v.x, wj, a.x), a.y = fmaf(v.y, wj, a.y), a.z = fmaf(v.z, wj, a.z), a.w = fmaf(v.w, wj, a.w);
-      }
-      const float inv = Wt[hl * (AM_KS + 1) + AM_KS];
-      const float4 r = make_float4(__fmul_rn(a.x, inv), __fmul_rn(a.y, inv), __fmul_rn(a.z, inv), __fmul_rn(a.w, inv));
-      float* orow = ob + (int64_t)h * D + c;
-      if (al16) *reinterpret_cast<float4*>(orow) = r;
-      else orow[0] = r.x, orow[1] = r.y, orow[2] = r.z, orow[3] = r.w;
+      for (int j = 0; j < AM_KS; ++j) v[j] = *reinterpret_cast<const float4*>(Ob + (j * HPS + hl) * A3_OPS + c);
+      a3_merge_store(v, Wt + hl * (AM_KS + 1), ob + (int64_t)(hb + hl) * D + c, al16);
     }
     return;  // (nothing reads another CTA's memory after the second barrier)
   }
@@ -1170,21 +1177,7 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
 #pragma unroll
     for (int it = 0; it < ITEMS; ++it) {
       const int idx = tid + it * A3_NT, hl = idx / (D / 4), c = 4 * (idx % (D / 4));
-      const int h = hb + hl;
-      const float4* v = vv[it];
-      if (h >= hv) continue;
-      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-      for (int j = 0; j < AM_KS; ++j) {
-        const float wj = Wt[hl * (AM_KS + 1) + j];
-        if (wj == 0.0f) continue;  // an empty split (or one outweighed to 0): its O is 0
-        a.x = fmaf(v[j].x, wj, a.x), a.y = fmaf(v[j].y, wj, a.y), a.z = fmaf(v[j].z, wj, a.z), a.w = fmaf(v[j].w, wj, a.w);
-      }
-      const float inv = Wt[hl * (AM_KS + 1) + AM_KS];
-      const float4 r = make_float4(__fmul_rn(a.x, inv), __fmul_rn(a.y, inv), __fmul_rn(a.z, inv), __fmul_rn(a.w, inv));
-      float* orow = ob + (int64_t)h * D + c;
-      if (al16) *reinterpret_cast<float4*>(orow) = r;
-      else orow[0] = r.x, orow[1] = r.y, orow[2] = r.z, orow[3] = r.w;
+      if (hb + hl < hv) a3_merge_store(vv[it], Wt + hl * (AM_KS + 1), ob + (int64_t)(hb + hl) * D + c, al16);
     }
   }
   // no CTA leaves while another still reads its shared memory: every remote load above has returned (its value
@@ -1193,10 +1186,12 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
 }
 
 template <bool QS, bool MS>
-cudaError_t a3_launch(const float* q, int64_t M, int64_t ldq, int H, const float* win, const int32_t* win_lo,
+cudaError_t a3_launch(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win, const int32_t* win_lo,
                       const int32_t* win_hi, const float* ent, const int32_t* ent_idx, const int64_t* ent_off,
                       const float* sinks, float scale, float* out, int64_t ldo, cudaStream_t s) {
   // (its max dynamic shared memory attribute, A3Layout::total: a3_attrs, once)
+  if (d != 512 || !sink_attention_mma_supported(H, d, win, ent)) return cudaErrorNotSupported;
+  if (M <= 0) return cudaSuccess;
   const int64_t bx = M * AM_KS;
   if (bx > INT_MAX) return cudaErrorInvalidConfiguration;
   const dim3 grid((unsigned)bx, (unsigned)((H + AM_HB - 1) / AM_HB));
@@ -1637,25 +1632,19 @@ cudaError_t sink_attention_mma_v3(const float* q, int64_t M, int64_t ldq, int H,
                                   const int32_t* win_lo, const int32_t* win_hi, const float* ent,
                                   const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
                                   float* out, int64_t ldo, cudaStream_t s) {
-  if (d != 512 || !sink_attention_mma_supported(H, d, win, ent)) return cudaErrorNotSupported;
-  if (M <= 0) return cudaSuccess;
-  return a3_launch<false, false>(AM_ARGS);
+  return a3_launch<false, false>(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
 }
 cudaError_t sink_attention_mma_v3q(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
                                    const int32_t* win_lo, const int32_t* win_hi, const float* ent,
                                    const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
                                    float* out, int64_t ldo, cudaStream_t s) {
-  if (d != 512 || !sink_attention_mma_supported(H, d, win, ent)) return cudaErrorNotSupported;
-  if (M <= 0) return cudaSuccess;
-  return a3_launch<true, false>(AM_ARGS);
+  return a3_launch<true, false>(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
 }
 cudaError_t sink_attention_mma_v3qm(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
                                     const int32_t* win_lo, const int32_t* win_hi, const float* ent,
                                     const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
                                     float* out, int64_t ldo, cudaStream_t s) {
-  if (d != 512 || !sink_attention_mma_supported(H, d, win, ent)) return cudaErrorNotSupported;
-  if (M <= 0) return cudaSuccess;
-  return a3_launch<true, true>(AM_ARGS);
+  return a3_launch<true, true>(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
 }
 
 cudaError_t sink_attention_mma_v1(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
