@@ -35,6 +35,9 @@ struct EngineConfig {
                                      // that the paged cache takes (cache_bytes is the cpu budget)
   bool async_scheduling = true;      // plan and record decode step N+1 while step N runs (where the backend
                                      // runs decode steps from graphs: cuda); results are the same either way
+  bool device_sampling = true;       // sample on the backend (Backend::sample_rows) where the host sampler
+                                     // would give the same token (no logit processors, grammar or logprobs),
+                                     // so only ids cross to the host; the tokens are the same either way
   std::string dtype = "auto";        // cuda: "auto" keeps bf16 / fp8 / fp4 weights as stored (fast path);
                                      // "float32" dequantizes them (the cpu backend's numerics). cpu: float32.
 };
@@ -92,6 +95,7 @@ struct EngineStats {
   int64_t cache_pages_used = 0, cache_pages_total = 0, cache_slots_used = 0, cache_slots_total = 0;
   int64_t cache_page_bytes = 0, cache_slot_bytes = 0, cache_tokens_per_page = 0;
   int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0, preemptions = 0;
+  int64_t device_sampled_tokens = 0;  // generated tokens picked on the backend (only their ids crossed)
 };
 
 class Engine {

@@ -291,6 +291,11 @@ struct Engine::Impl {
                           known ? std::span<const int32_t>(ch->tokens.data() + c.start, c.len)
                                 : std::span<const int32_t>(&zero_token, 1),
                           false});
+      if (ch && c.sample) {  // the backend's pick for the token at c.start + c.len (finish_plan decides)
+        const SamplingParams& p = reqs.at(own->second.first).params;
+        v.chunks.back().sample = SampleSpec{effective_temperature(p.temperature), p.top_p, p.min_p, p.top_k,
+                                            ch->sampling.rng_key(), (uint64_t)(c.start + c.len)};
+      }
       v.who.push_back(ch);
     }
     return v;
@@ -416,24 +421,27 @@ struct Engine::Impl {
     retire_finished_requests();
   }
 
-  // A row the backend's greedy pick decides exactly as the host sampler would: temperature 0, nothing
-  // that changes the logits first (bias, penalties, an active min_tokens mask, a grammar), no logprobs.
-  static bool plain_greedy(const SamplingParams& p, const Choice& ch) {
-    return !(effective_temperature(p.temperature) > 0.0f) && p.logit_bias.empty() && p.repetition_penalty == 1.0f &&
-           p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && !p.logprobs && !ch.structured &&
-           (ch.sampling.num_output() >= p.min_tokens || ch.sampling.min_tokens_masked().empty());
+  // A row the backend's pick (Backend::sample_rows) decides exactly as the host sampler would: nothing
+  // that changes the logits first (bias, penalties, an active min_tokens mask, a grammar), no logprobs, and
+  // the position its spec was given (view_of) is the one the host would use.
+  static bool device_samplable(const SamplingParams& p, const Choice& ch, const ScheduledChunk& c) {
+    return p.logit_bias.empty() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+           p.frequency_penalty == 0.0f && !p.logprobs && !ch.structured &&
+           (ch.sampling.num_output() >= p.min_tokens || ch.sampling.min_tokens_masked().empty()) &&
+           (uint64_t)(c.start + c.len) == ch.sampling.next_position();
   }
 
-  // Samples the last launched step's results (its logits [chunks, vocab], or only the backend's greedy
-  // picks when every sampled row is plain greedy) and hands out the tokens. A step that failed on the
-  // device fails its requests.
+  // Samples the last launched step's results (its logits [chunks, vocab], or only the backend's picks when
+  // every sampled row is device_samplable and the backend decided each) and hands out the tokens. A step
+  // that failed on the device fails its requests.
   void finish_plan(const StepPlan& plan, const std::vector<Choice*>& who) {
     std::vector<size_t> row_chunk;
     bool greedy = !model.v41;
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
       if (!plan.chunks[i].sample || !who[i]) continue;
       row_chunk.push_back(i);
-      greedy = greedy && plain_greedy(reqs.at(seq_owner.at(plan.chunks[i].seq).first).params, *who[i]);
+      greedy = greedy && cfg.device_sampling &&
+               device_samplable(reqs.at(seq_owner.at(plan.chunks[i].seq).first).params, *who[i], plan.chunks[i]);
     }
     greedy = greedy && !row_chunk.empty();
     std::span<const float> logits;
@@ -449,7 +457,7 @@ struct Engine::Impl {
       return;
     }
     std::vector<SampleResult> results(row_chunk.size());
-    if (greedy) {  // only the ids crossed
+    if (greedy) {  // only the ids crossed (−1 / −2 / −3 rows took the host path above)
       for (size_t k = 0; k < row_chunk.size(); ++k) results[k].token = picks[row_chunk[k]];
     } else {
       std::vector<SampleRow> rows;
@@ -495,6 +503,7 @@ struct Engine::Impl {
     }
     for (const auto& c : plan.chunks) stats_snapshot.prompt_tokens += c.sample ? c.len - 1 : c.len;
     stats_snapshot.generated_tokens += (int64_t)results.size();
+    if (greedy) stats_snapshot.device_sampled_tokens += (int64_t)results.size();
     ++stats_snapshot.steps;
     retire_finished_requests();
     update_stats();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "ops/sampling.h"
 
 namespace deepinfer {
 
@@ -87,13 +88,10 @@ class SequenceSamplingState {
 void apply_logit_processors(float* logits, int vocab, const SamplingParams& params,
                             const SequenceSamplingState& state);
 
-// Candidate set of temperature-scaled logits [vocab] (-inf = excluded; no NaN): top-k, then top-p on the
-// renormalised top-k distribution (keep a token while the mass ranked strictly before it is
-// < top_p), then min-p (keep p >= min_p * p_max). Returned in order (value desc, id asc).
+// filter_candidates (ops/sampling.h) with the request's top_k, top_p and min_p.
 std::vector<int32_t> filter_candidates(const float* scaled, int vocab, const SamplingParams& params);
 
-// Gumbel(0, 1) noise -log(-log u) for `token` at `position` of the sequence with RNG key `key`.
-float gumbel_noise(uint64_t key, uint64_t position, int32_t token);
+// gumbel_noise(key, position, token): ops/sampling.h.
 
 // argmax with ties to the lower id; -1 when every value is -inf.
 int32_t argmax_lowest_id(const float* values, int vocab);

@@ -584,9 +584,9 @@ void DeepseekV4Model::prepare(std::span<const V4SeqChunk> batch, V4Cache& cache)
   if (batch.empty()) throw Error("prepare: an empty step");
   if (enqueue(batch, cache, true)) return;
   // No graph for it: the step is kept (its sequences' states as they are now) and runs at launch.
-  deferred_states_.clear();
+  deferred_states_.clear(), deferred_specs_.clear();
   for (const auto& c : batch) {
-    deferred_states_.push_back(*c.state);
+    deferred_states_.push_back(*c.state), deferred_specs_.push_back(c.sample);
     c.state->pos += 1;
   }
   deferred_cache_ = &cache;
@@ -609,7 +609,7 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids) {
     deferred_cache_ = nullptr;
     std::vector<V4SeqChunk> batch;
     for (size_t i = 0; i < ids.size(); ++i)
-      batch.push_back({&deferred_states_[i], std::span<const int32_t>(&ids[i], 1), false});
+      batch.push_back({&deferred_states_[i], std::span<const int32_t>(&ids[i], 1), false, deferred_specs_[i]});
     enqueue(batch, cache, false);
     return;
   }
@@ -677,6 +677,12 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       rows.push_back((int32_t)(seq_begin[b + 1] - 1));
   }
   const int64_t R = (int64_t)rows.size();
+  // The rows' sampling (greedy for every row but a chunk's last, and for the stand-ins below).
+  std::vector<SampleSpec> specs((size_t)R);
+  for (int64_t b = 0, r = 0; b < B; ++b) {
+    r += batch[b].all_logits ? seq_begin[b + 1] - seq_begin[b] : 1;
+    specs[(size_t)(r - 1)] = batch[b].sample;
+  }
   // A decode step padded to a bucket of batch sizes: stand-in sequences after the real ones (every op
   // is batch invariant within the bucket, so the real rows' results do not change; their logits rows
   // come after the real ones and are not returned).
@@ -695,6 +701,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       positions.push_back(0);
       seq_begin.push_back(b + 1);
       rows.push_back((int32_t)b);
+      specs.emplace_back();
     }
     steps = padded;
   }
@@ -808,9 +815,10 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
                 eps, ur.data());
     be_.rms_norm(ur.data(), R, D, D, norm_.data(), eps, ur.data());
     be_.linear(ur.data(), R, D, *head_, logits.data(), V);
-    if (argmax_) {  // greedy picks on the backend: only R ids need to cross (argmax())
+    if (argmax_) {  // picks on the backend: only R ids need to cross (argmax())
       ids = Buffer<int32_t>(be_, R);
-      be_.argmax_rows(logits.data(), R, V, V, ids.data());
+      Buffer<SampleSpec> spec_d(be_, specs);
+      be_.sample_rows(logits.data(), R, V, V, spec_d.data(), ids.data());
     }
   };
   // The key: everything the recorded launches depend on besides the uploaded bytes (the step's own

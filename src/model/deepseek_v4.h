@@ -82,6 +82,9 @@ struct V4SeqChunk {
   V4SeqState* state;
   std::span<const int32_t> tokens;
   bool all_logits = false;  // logits for every token of the chunk, else only for the last
+  // How the backend samples the chunk's last row when device sampling is on (set_device_argmax): its
+  // token is what argmax() returns. Other rows of an all_logits chunk are greedy picks.
+  SampleSpec sample{};
 };
 
 class DeepseekV4Model {
@@ -118,9 +121,9 @@ class DeepseekV4Model {
   void launch(std::span<const int32_t> ids);
   std::span<const float> logits();
   bool prepared() const { return ready_; }
-  // Greedy picks on the backend (Backend::argmax_rows) with every step's logits, so that a greedy batch
-  // reads R ids instead of R·V logits: argmax() returns those of the last launched step (−1 / −2 as
-  // argmax_rows says), empty when it was not computed.
+  // Picks on the backend (Backend::sample_rows, each chunk's `sample`: greedy by default) with every step's
+  // logits, so that a batch without logit processors reads R ids instead of R·V logits: argmax() returns
+  // those of the last launched step (−1 / −2 / −3 as sample_rows says), empty when not computed.
   void set_device_argmax(bool on) { argmax_ = on; }
   std::span<const int32_t> argmax();
   bool prepared_ahead() const { return ready_ && !deferred_cache_; }
@@ -174,6 +177,7 @@ class DeepseekV4Model {
   const float* ready_logits_ = nullptr;        // its logits [ready_n_], once launched
   V4Cache* deferred_cache_ = nullptr;          // a prepared step without a graph: runs whole at launch
   std::vector<V4SeqState> deferred_states_;    // its sequences' states at prepare
+  std::vector<SampleSpec> deferred_specs_;     // and their sampling
   int64_t ready_n_ = 0;
 };
 

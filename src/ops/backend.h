@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "ops/sampling.h"
+
 namespace deepinfer {
 
 // DeepSeek-V4.1's KV QAT formats (Backend::kv_qdq). Scales: pow2 = 2^ceil(log2(amax / max_code)),
@@ -248,6 +250,12 @@ class Backend {
   // stride ld) — the host sampler's greedy pick (argmax_lowest_id) — or −1 when every value is −inf, −2
   // when the row holds a NaN or +inf (the host sampler rejects those rows: the caller asks it for the error).
   virtual void argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out) = 0;
+  // Sampling on the backend: out[m] = sample_row(row m of x[M, N] (row stride ld), spec[m]) (ops/sampling.h:
+  // the host sampler's token for a row without logit processors, bit for bit), spec[M] in backend memory.
+  // −1 / −2 as argmax_rows. A backend may also answer −3, "not decided here" (the CUDA sampler, for a row
+  // whose filtered candidates do not fit its shared memory): the caller samples that row on the host.
+  virtual void sample_rows(const float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec,
+                           int32_t* out) = 0;
 
   // y[M, D] = x / sqrt(mean(x²) + eps) (* w[D] if w). In place allowed (y == x).
   virtual void rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps,

@@ -191,6 +191,54 @@ TEST(Engine, AsyncSchedulingGivesTheSameOutputsAsTheSequentialLoop) {
     }
 }
 
+// Sampling on the backend (EngineConfig::device_sampling: only the picks cross when no row has a logit
+// processor, a grammar or logprobs) against the host sampler on the logits: the same tokens for seeded
+// temperature / top-k / top-p / min-p requests and n > 1, sequential and asynchronous, and a batch with one
+// penalized request (the whole step then samples on the host). The counter shows which path ran.
+TEST(Engine, DeviceSamplingGivesTheHostSamplersTokens) {
+  std::mt19937 g(33);
+  std::vector<Request> reqs;
+  for (int i = 0; i < 10; ++i) {
+    Request r = make_req(g, 512, 1 + (int)(g() % 30), 2 + (int)(g() % 20), g(), 0.4f + 0.2f * (float)(i % 5));
+    r.params.logprobs.reset();
+    if (i % 4 == 1) r.params.top_k = 5 + i;
+    if (i % 3 == 2) r.params.top_p = 0.6f + 0.05f * (float)i;
+    if (i % 5 == 3) r.params.min_p = 0.05f;
+    if (i == 6) r.params.n = 3;
+    if (i == 9) r.params.temperature = 0.0f;
+    reqs.push_back(r);
+  }
+  std::vector<Request> mixed = reqs;
+  mixed[4].params.presence_penalty = 0.5f;  // a logit processor: its steps sample on the host
+  for (const auto* set : {&reqs, &mixed}) {
+    std::vector<std::vector<GenerateResult>> out;
+    std::vector<int64_t> device_tokens;
+    for (int mode = 0; mode < 3; ++mode) {  // host sampler; device, sequential; device, async
+      EngineConfig cfg;
+      cfg.model_dir = fixture_model();
+      cfg.threads = 2;
+      cfg.max_num_seqs = 5;
+      cfg.max_batched_tokens = 40;
+      cfg.device_sampling = mode > 0;
+      cfg.async_scheduling = mode == 2;
+      Engine e(cfg);
+      out.push_back(run_checked(e, *set));
+      device_tokens.push_back(e.stats().device_sampled_tokens);
+    }
+    EXPECT_EQ(device_tokens[0], 0);
+    EXPECT_GT(device_tokens[1], 0);
+    if (set == &reqs) EXPECT_EQ(device_tokens[1], device_tokens[2]);
+    for (size_t i = 0; i < set->size(); ++i)
+      for (size_t k = 0; k < out[0][i].outputs.size(); ++k) {
+        SCOPED_TRACE("request " + std::to_string(i) + " choice " + std::to_string(k));
+        for (int mode = 1; mode < 3; ++mode) {
+          EXPECT_EQ(out[0][i].outputs[k].token_ids, out[mode][i].outputs[k].token_ids) << "mode " << mode;
+          EXPECT_EQ(out[0][i].outputs[k].finish, out[mode][i].outputs[k].finish);
+        }
+      }
+  }
+}
+
 TEST(Engine, InvalidRequestsAreClearErrors) {
   EngineConfig cfg;
   cfg.model_dir = fixture_model();

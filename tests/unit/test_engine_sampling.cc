@@ -10,7 +10,8 @@
 #include <random>
 #include <set>
 
-#include "engine/philox.h"
+#include "util/philox.h"
+#include "ops/sample_math.h"
 #include "engine/sampler.h"
 #include "ops/cpu/cpu_backend.h"
 #include "engine/stop_matcher.h"
@@ -448,7 +449,9 @@ TEST(Sampler, GumbelArgmaxMatchesAnIndependentRecomputation) {
   }
 }
 
-// The full-sort definition of the filters, written out plainly.
+// The full-sort definition of the filters, written out plainly (docs/sampling.md): masses are the integers
+// q = ⌊exp(s − max) · 2^32⌋ (sample_math.h's det_exp, checked against std::exp below); top-p keeps a token
+// with q > 0 while the mass ranked before it is < top_p · Z, Z the top-k set's mass; min-p keeps rel ≥ min_p.
 std::vector<int32_t> filters_by_full_sort(const std::vector<float>& s, const SamplingParams& p) {
   std::vector<int32_t> ids;
   for (int32_t i = 0; i < (int32_t)s.size(); ++i)
@@ -456,22 +459,23 @@ std::vector<int32_t> filters_by_full_sort(const std::vector<float>& s, const Sam
   auto better = [&](int32_t a, int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); };
   std::sort(ids.begin(), ids.end(), better);
   if (p.top_k > 0 && (size_t)p.top_k < ids.size()) ids.resize(p.top_k);
-  const double m = s[ids[0]];
-  if (p.top_p < 1.0f) {
-    std::vector<int32_t> by_id = ids;
-    std::sort(by_id.begin(), by_id.end());
-    double z = 0;
-    for (int32_t id : by_id) z += std::exp((double)s[id] - m);
-    double before = 0;
-    size_t keep = 0;
-    while (keep < ids.size() && before < p.top_p * z) before += std::exp((double)s[ids[keep++]] - m);
-    ids.resize(keep);
+  const float m = s[ids[0]];
+  auto q = [&](int32_t id) { return sampling::mass_of(sampling::rel_of(s[id], m)); };
+  if (p.top_p < 1.0f && ids.size() > 1) {
+    uint64_t z = 0;
+    for (int32_t id : ids) z += q(id);
+    const long double limit = (long double)p.top_p * (long double)z;
+    std::vector<int32_t> kept;
+    uint64_t before = 0;
+    for (int32_t id : ids) {
+      if ((long double)before >= limit) break;
+      if (q(id) > 0 || kept.empty()) kept.push_back(id);
+      before += q(id);
+    }
+    ids = kept;
   }
-  if (p.min_p > 0.0f) {
-    size_t keep = 1;
-    while (keep < ids.size() && std::exp((double)s[ids[keep]] - m) >= p.min_p) ++keep;
-    ids.resize(keep);
-  }
+  if (p.min_p > 0.0f)
+    std::erase_if(ids, [&](int32_t id) { return !(sampling::rel_of(s[id], m) >= (double)p.min_p); });
   return ids;
 }
 
@@ -614,4 +618,62 @@ TEST(Sampler, BackendArgmaxRowsIsTheGreedyPick) {
   EXPECT_EQ(out[4], -2);
   EXPECT_EQ(out[5], -2);
   for (int64_t m : {0, 1, 2, 3, 6, 7, 8}) EXPECT_EQ(out[m], deepinfer::argmax_lowest_id(x.data() + m * N, (int)N)) << m;
+}
+
+// sample_math.h's log and exp (the noise and the masses, shared with the CUDA sampler) against the
+// library's in long double, over the ranges the sampler uses: within 4 ulp of a double.
+TEST(Sampler, DeterministicLogAndExpAreAccurate) {
+  std::mt19937_64 g(11);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  double worst_log = 0.0, worst_exp = 0.0;
+  for (int i = 0; i < 200000; ++i) {
+    const double x = i < 1000 ? std::ldexp(1.0 + i / 1000.0, -25 + (i % 31)) : std::ldexp(u01(g) + 0.5, (int)(g() % 30) - 25);
+    const long double want = std::log((long double)x);
+    const double got = deepinfer::sampling::det_log(x);
+    if (want != 0) worst_log = std::max(worst_log, (double)std::fabs((got - want) / want));
+    const double y = -std::ldexp(u01(g), (int)(g() % 10));  // (−512, 0]
+    const long double we = std::exp((long double)y);
+    const double ge = deepinfer::sampling::det_exp(y);
+    worst_exp = std::max(worst_exp, (double)std::fabs((ge - we) / we));
+  }
+  EXPECT_EQ(deepinfer::sampling::det_exp(0.0), 1.0);  // the best token's mass is exactly 2^32
+  EXPECT_EQ(deepinfer::sampling::det_exp(-std::numeric_limits<double>::infinity()), 0.0);
+  EXPECT_EQ(deepinfer::sampling::det_log(1.0), 0.0);
+  EXPECT_LT(worst_log, 4 * 2.3e-16) << worst_log;
+  EXPECT_LT(worst_exp, 4 * 2.3e-16) << worst_exp;
+}
+
+// sample_rows (what the engine reads instead of logits when no logit processor is on) is the host
+// sampler's token: every filter, greedy rows, ties, and −2 / −1 where sample_one throws.
+TEST(Sampler, BackendSampleRowsIsTheHostSampler) {
+  deepinfer::CpuBackend be(2);
+  std::mt19937 g(5);
+  const int64_t M = 48, N = 3001;
+  std::vector<float> x(M * N);
+  std::vector<deepinfer::SampleSpec> spec(M);
+  std::vector<deepinfer::SamplingParams> params(M);
+  std::vector<deepinfer::SequenceSamplingState> states;
+  for (int64_t m = 0; m < M; ++m) {
+    std::normal_distribution<float> n(0.0f, 0.3f + 0.4f * (float)(m % 9));
+    for (int64_t i = 0; i < N; ++i) x[m * N + i] = n(g);
+    if (m % 6 == 1) x[m * N + 17] = x[m * N + 2900] = 30.0f;  // a tie at the top
+    auto& p = params[m];
+    p.temperature = m % 8 == 0 ? 0.0f : 0.2f + 0.15f * (float)(m % 11);
+    p.top_k = m % 4 == 1 ? 1 + (int)(m % 40) : 0;
+    p.top_p = m % 3 == 2 ? 0.3f + 0.1f * (float)(m % 7) : 1.0f;
+    p.min_p = m % 5 == 3 ? 0.02f * (float)(m % 4) : 0.0f;
+    states.emplace_back(std::vector<int32_t>{}, 1000 + (uint64_t)m, (uint32_t)(m % 3));
+    spec[m] = {deepinfer::effective_temperature(p.temperature), p.top_p, p.min_p, p.top_k, states[m].rng_key(),
+               (uint64_t)(40 + m * 7)};
+  }
+  x[7 * N + 4] = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t i = 0; i < N; ++i) x[9 * N + i] = -std::numeric_limits<float>::infinity();
+  std::vector<int32_t> out(M);
+  be.sample_rows(x.data(), M, N, N, spec.data(), out.data());
+  EXPECT_EQ(out[7], -2);
+  EXPECT_EQ(out[9], -1);
+  for (int64_t m = 0; m < M; ++m) {
+    if (m == 7 || m == 9) continue;
+    EXPECT_EQ(out[m], deepinfer::sample_one(x.data() + m * N, (int)N, params[m], states[m], 40 + m * 7).token) << m;
+  }
 }

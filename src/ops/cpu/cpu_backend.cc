@@ -526,6 +526,14 @@ void CpuBackend::argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, i
   }
 }
 
+void CpuBackend::sample_rows(const float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec,
+                             int32_t* out) {
+  // Rows in parallel: each is computed by one thread from its own data (no order, no shared state).
+  pool().parallel_for(M, [&](int64_t b, int64_t e) {
+    for (int64_t m = b; m < e; ++m) out[m] = sample_row(x + m * ld, N, spec[m]);
+  }, 1);
+}
+
 void CpuBackend::select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk,
                              const int32_t* rowmap, int64_t rowmap_ld, const int64_t* out_off, int32_t* out) {
   std::vector<int32_t> cand;

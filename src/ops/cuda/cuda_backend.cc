@@ -1520,6 +1520,13 @@ void CudaBackend::argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, 
   if (M > 0) check(cuda::argmax_rows(x, M, N, ld, out, impl_->stream), "argmax_rows");
 }
 
+void CudaBackend::sample_rows(const float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec,
+                              int32_t* out) {
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
+  if (M > 0) check(cuda::sample_rows(x, M, N, ld, spec, out, impl_->stream), "sample_rows");
+}
+
 void CudaBackend::select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk,
                               const int32_t* rowmap, int64_t rowmap_ld, const int64_t* out_off, int32_t* out) {
   HostTimer ht_(impl_.get(), Impl::kOp);

@@ -16,6 +16,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "ops/sampling.h"
+
 #include <cstdint>
 
 namespace deepinfer::cuda {
@@ -686,22 +688,10 @@ cudaError_t engram_gate(float* X, int64_t M, int hc, int64_t D, const float* kv,
 // out[m] = lowest id of the largest value of row m of x[M, N] (stride ld); −1: all −inf; −2: a NaN or +inf
 // in the row (Backend::argmax_rows). One block a row.
 cudaError_t argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out, cudaStream_t s);
-// Per row b of logits[B, V] (row stride ld): temperature[b] ≤ 0 → argmax (ties: lower id). Otherwise
-// z = logits / T; kept = the top_k[b] largest z (1..1024; 0 or larger → the top 1024, see notes);
-// mass_i = exp(z_i − max); denominator = Σ_kept mass if top_k[b] > 0, else Σ_all mass; top-p keeps the
-// shortest best-first prefix whose mass/denominator reaches top_p[b] (at least one); the token is the
-// first of that prefix whose running mass exceeds u·(prefix mass), u = sample_uniform(seed[b],
-// counter[b]). out[B] int32.
-cudaError_t sample(const float* logits, int64_t B, int64_t V, int64_t ld, const float* temperature,
-                   const int32_t* top_k, const float* top_p, const uint64_t* seed, const uint64_t* counter,
-                   int32_t* out, cudaStream_t s);
-// Counter-based uniform in [0, 1) (24 bits), identical on host and device.
-__host__ __device__ inline float sample_uniform(uint64_t seed, uint64_t counter) {
-  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (counter + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return (float)(z >> 40) * (1.0f / 16777216.0f);
-}
+// Backend::sample_rows: out[m] = sample_row(row m of x[M, N], spec[m]) (ops/sampling.h) bit for bit, or −3
+// when a row's top-k / top-p cut falls among more tokens than one block sorts (the caller samples it on the
+// host). spec[M] in device memory. One block of 1024 threads a row.
+cudaError_t sample_rows(const float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, int32_t* out,
+                        cudaStream_t s);
 
 }  // namespace deepinfer::cuda

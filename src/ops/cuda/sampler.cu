@@ -1,174 +1,321 @@
-// GPU sampler: greedy, or temperature + top-k + top-p with a counter-based uniform (sample_uniform).
-// One block a row: radix-select the candidate set (≤ 1024 largest logits, ties to the lower id),
-// bitonic-sort it best first, scan the masses, cut at top-p, draw.
+// GPU sampler (Backend::sample_rows): the host sampler's token (ops/sampling.h), bit for bit — the
+// arithmetic is sample_math.h's, and every sum is of integers, so the block's parallel order cannot change
+// a result. One block of 1024 threads a row, sweeping the row in global memory (L2 after the first sweep):
+//   A  NaN / +inf check, the argmax of x (greedy rows stop here), the finite count; m = scale(max x);
+//   B  (filtered rows) bins of d = m − s, 1/16 wide below 24 (bin 384: 24 or farther), per warp in shared
+//      memory: the tokens' count and their quantized mass q (0 from 24 on, sample_math.h);
+//   top-k: the bin of the k-th best token, its tokens sorted in shared memory → the k-th (value, id) key,
+//      then B again over the top-k set; top-p: the last bin whose best token is kept, sorted and scanned
+//      → the worst kept key;
+//   D  Gumbel-max over the kept tokens less than 24 below m (no farther token can win or has mass).
+// A cut that falls in a bin of more than SCAP tokens (a nearly flat row) answers −3: the host samples it.
 #include <cub/block/block_scan.cuh>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_attrs.h"
+#include "ops/sample_math.h"
 
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int SNT = 1024, SCAP = 1024;
+namespace sm = deepinfer::sampling;
+constexpr int SRT = 512, SW = SRT / 32;
+constexpr int NBQ = 384, NB = NBQ + 1;  // bins with mass (d < 24), and all bins (the last: d ≥ 24)
+constexpr int SCAP = 8192;              // tokens of one bin the block can sort
+constexpr int SIPT = SCAP / SRT;        // their places a thread in the top-p scan
+using ull = unsigned long long;
+using SampleScan = cub::BlockScan<ull, SRT>;
 
-__global__ void __launch_bounds__(SNT) sample_kernel(const float* __restrict__ logits, int64_t V, int64_t ld,
-                                                     const float* __restrict__ temperature,
-                                                     const int32_t* __restrict__ top_k, const float* __restrict__ top_p,
-                                                     const uint64_t* __restrict__ seed,
-                                                     const uint64_t* __restrict__ counter, int32_t* __restrict__ out) {
-  DI_PDL_WAIT();
-  using ScanI = cub::BlockScan<int, SNT>;
-  using ScanF = cub::BlockScan<float, SNT>;
-  __shared__ union {
-    typename ScanI::TempStorage i;
-    typename ScanF::TempStorage f;
-  } tmp;
-  __shared__ float red[32];
-  __shared__ int hist[256];
-  __shared__ uint32_t s_prefix;
-  __shared__ int s_remaining, s_base_eq, s_base_out, s_cut, s_tok;
-  __shared__ unsigned long long ck[SCAP];  // (~order key) << 32 | id: ascending = best first
-  __shared__ float cum[SCAP];
-  const int64_t b = blockIdx.x;
-  const float* row = logits + b * ld;
-  const int tid = threadIdx.x;
-  const float T = temperature[b];
+struct SampleShared {
+  union {
+    struct {
+      ull mass[SW][NBQ];  // per warp: Σ q of its tokens in each bin
+      int cnt[SW][NB];    // per warp: its tokens in each bin
+    } h;
+    struct {
+      ull cand[SCAP];  // one bin's (value, id) keys, sorted best first
+      ull q[SCAP];     // their masses (top-p)
+    } c;
+  } u;
+  ull bin_mass[NB];
+  int bin_cnt[NB];
+  typename SampleScan::TempStorage scan;
+  float wv[SW];
+  int wi[SW];
+  int ncand, last, flag;
+  ull key;
+};
 
-  if (!(T > 0.0f)) {  // greedy
-    float bv = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int64_t i = tid; i < V; i += SNT) {
-      const float v = row[i];
-      if (v > bv || bi == 0x7fffffff) bv = v, bi = (int)i;
-    }
+// (value, id) key of a token: larger = better (value desc, then id asc).
+__device__ __forceinline__ ull comp_key(float s, int64_t i) {
+  return ((ull)sm::order_key(s) << 32) | (ull)(0xFFFFFFFFu - (uint32_t)i);
+}
+__device__ __forceinline__ int bin_of(float s, float m) {
+  const float d = __fsub_rn(m, s);
+  return d < sm::kReach ? (int)__fmul_rn(d, 16.0f) : NBQ;
+}
+// Better of two (value, id) candidates: the larger value, then the lower id; id −1 = none yet.
+__device__ __forceinline__ void better_of(float& bv, int& bi, float ov, int oi) {
+  if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
+}
+// The block's best (value, id); every thread gets it.
+__device__ __forceinline__ void block_best(float& bv, int& bi, SampleShared& sh) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+  for (int o = 16; o > 0; o >>= 1)
+    better_of(bv, bi, __shfl_xor_sync(0xffffffffu, bv, o), __shfl_xor_sync(0xffffffffu, bi, o));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh.wv[threadIdx.x >> 5] = bv, sh.wi[threadIdx.x >> 5] = bi;
+  __syncthreads();
+  bv = sh.wv[0], bi = sh.wi[0];
+  for (int w = 1; w < SW; ++w) better_of(bv, bi, sh.wv[w], sh.wi[w]);
+}
+
+// Sweep B: per-bin counts (and masses when `mass`) of the finite tokens with key ≥ kmin, into bin_cnt /
+// bin_mass.
+__device__ __forceinline__ void bin_sweep(const float* __restrict__ row, int64_t N, float T, float m, ull kmin, bool mass,
+                          SampleShared& sh) {
+  const int tid = threadIdx.x, w = tid >> 5;
+  for (int j = tid; j < SW * NB; j += SRT) (&sh.u.h.cnt[0][0])[j] = 0;
+  for (int j = tid; j < SW * NBQ; j += SRT) (&sh.u.h.mass[0][0])[j] = 0;
+  __syncthreads();
+  for (int64_t i = tid; i < N; i += SRT) {
+    const float s = sm::scale_logit(row[i], T);
+    if (!(s > -INFINITY) || comp_key(s, i) < kmin) continue;
+    const int b = bin_of(s, m);
+    atomicAdd(&sh.u.h.cnt[w][b], 1);
+    if (mass && b < NBQ) atomicAdd(&sh.u.h.mass[w][b], (ull)sm::mass_of(sm::rel_of(s, m)));
+  }
+  __syncthreads();
+  for (int b = tid; b < NB; b += SRT) {
+    int c = 0;
+    ull q = 0;
+    for (int v = 0; v < SW; ++v) c += sh.u.h.cnt[v][b], q += b < NBQ ? sh.u.h.mass[v][b] : 0ull;
+    sh.bin_cnt[b] = c, sh.bin_mass[b] = q;
+  }
+  __syncthreads();
+}
+
+// The keys (≥ kmin) of bin `bin`'s finite tokens into cand, sorted best first; their count (≤ SCAP: the
+// caller checked bin_cnt). Slots past it hold 0, below every token's key.
+__device__ __forceinline__ int gather_bin(const float* __restrict__ row, int64_t N, float T, float m, ull kmin, int bin,
+                          SampleShared& sh) {
+  const int tid = threadIdx.x;
+  __syncthreads();  // every thread has read what the caller passed through shared memory
+  if (tid == 0) sh.ncand = 0;
+  for (int j = tid; j < SCAP; j += SRT) sh.u.c.cand[j] = 0;
+  __syncthreads();
+  for (int64_t i = tid; i < N; i += SRT) {
+    const float s = sm::scale_logit(row[i], T);
+    if (!(s > -INFINITY) || bin_of(s, m) != bin) continue;
+    const ull k = comp_key(s, i);
+    if (k >= kmin) sh.u.c.cand[atomicAdd(&sh.ncand, 1)] = k;
+  }
+  __syncthreads();
+  const int n = sh.ncand;
+  int P = 1;
+  while (P < n) P <<= 1;
+  for (int size = 2; size <= P; size <<= 1)  // bitonic, descending
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int i = tid; i < P; i += SRT) {
+        const int p = i ^ stride;
+        if (p > i) {
+          const ull a = sh.u.c.cand[i], c = sh.u.c.cand[p];
+          if (((i & size) == 0) == (a < c)) sh.u.c.cand[i] = c, sh.u.c.cand[p] = a;
+        }
+      }
+      __syncthreads();
     }
-    __shared__ float wv[32];
-    __shared__ int wi[32];
-    if ((tid & 31) == 0) wv[tid >> 5] = bv, wi[tid >> 5] = bi;
-    __syncthreads();
-    if (tid == 0) {
-      for (int w = 1; w < SNT / 32; ++w)
-        if (wv[w] > bv || (wv[w] == bv && wi[w] < bi)) bv = wv[w], bi = wi[w];
-      out[b] = bi;
-    }
+  return n;
+}
+
+// The scaled value of a key's token.
+__device__ __forceinline__ float key_value(ull k) {
+  const uint32_t o = (uint32_t)(k >> 32);
+  return __uint_as_float((o & 0x80000000u) ? (o & 0x7FFFFFFFu) : ~o);
+}
+
+__global__ void __launch_bounds__(SRT) sample_rows_kernel(const float* __restrict__ x, int64_t N, int64_t ld,
+                                                          const SampleSpec* __restrict__ spec,
+                                                          int32_t* __restrict__ out) {
+  DI_PDL_WAIT();
+  extern __shared__ __align__(16) unsigned char sample_smem[];
+  SampleShared& sh = *reinterpret_cast<SampleShared*>(sample_smem);
+  const float* row = x + (int64_t)blockIdx.x * ld;
+  const SampleSpec sp = spec[blockIdx.x];
+  const int tid = threadIdx.x;
+
+  // A: the NaN / +inf check, the greedy pick (the argmax of x, ties to the lower id), the finite count.
+  float bv = -INFINITY;
+  int bi = -1, bad = 0, nfin = 0;
+  for (int64_t i = tid; i < N; i += SRT) {  // ascending ids: strict > keeps the lowest
+    const float v = row[i];
+    bad |= isnan(v) || v == INFINITY;
+    nfin += v > -INFINITY;
+    if (v > bv) bv = v, bi = (int)i;
+  }
+  bad = __syncthreads_or(bad);
+  block_best(bv, bi, sh);
+  const float T = sp.temperature;
+  if (bad || bi < 0 || !(T > 0.0f)) {
+    if (tid == 0) out[blockIdx.x] = bad ? -2 : bi;
     return;
   }
+  const float m = sm::scale_logit(bv, T);  // division and the clamps are monotone: the max of the scaled
+  const bool filtered = (sp.top_k > 0 && (int64_t)sp.top_k < N) || sp.top_p < 1.0f || sp.min_p > 0.0f;
 
-  const int tk = top_k[b];
-  const int k = (int)min((int64_t)((tk >= 1 && tk <= SCAP) ? tk : SCAP), V);
-  // max logit and the full-vocabulary mass (used when top-k is off)
-  float mx = -INFINITY;
-  for (int64_t i = tid; i < V; i += SNT) mx = fmaxf(mx, row[i]);
-  mx = detail::block_max(mx, red);
-  const float zmax = mx / T;
-  float zs = 0.0f;
-  for (int64_t i = tid; i < V; i += SNT) zs += expf(row[i] / T - zmax);
-  zs = detail::block_sum(zs, red);
-
-  // radix select of the k-th largest key
-  uint32_t prefix = 0, mask = 0;
-  int remaining = k;
-  for (int pass = 0; pass < 4; ++pass) {
-    const int shift = 24 - 8 * pass;
-    if (tid < 256) hist[tid] = 0;
+  ull kset = 0;                // top-k set: keys ≥ kset
+  ull kcut = 0;                // top-p: kept keys ≥ kcut (and q > 0)
+  bool use_top_p = false;
+  if (filtered) {
+    // The finite count, block-wide (wi is free once every thread has read block_best's result).
     __syncthreads();
-    for (int64_t i = tid; i < V; i += SNT) {
-      const uint32_t key = detail::f32_order_key(row[i]);
-      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1);
-    }
+    int c = nfin;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
+    if ((tid & 31) == 0) sh.wi[tid >> 5] = c;
     __syncthreads();
-    if (tid == 0) {
-      int c = 0, dsel = 0;
-      for (int dg = 255; dg >= 0; --dg) {
-        if (c + hist[dg] >= remaining) {
-          dsel = dg;
-          break;
+    int total = 0;
+    for (int w = 0; w < SW; ++w) total += sh.wi[w];
+    __syncthreads();
+    const bool topk = sp.top_k > 0 && (int64_t)sp.top_k < total;
+    const int64_t set_size = topk ? sp.top_k : total;
+    use_top_p = sp.top_p < 1.0f && set_size > 1;
+    bin_sweep(row, N, T, m, 0, !topk, sh);
+    if (topk) {
+      if (tid == 0) {
+        int before = 0, bk = NB - 1;
+        for (int b = 0; b < NB; ++b) {
+          if (before + sh.bin_cnt[b] >= sp.top_k) {
+            bk = b;
+            break;
+          }
+          before += sh.bin_cnt[b];
         }
-        c += hist[dg];
+        // A cut 24 or more below m leaves out only tokens without mass that cannot win: no cut needed.
+        sh.flag = bk == NBQ ? 0 : sh.bin_cnt[bk] > SCAP ? 2 : 1;
+        sh.last = sp.top_k - before - 1;  // the k-th token's place in its bin
+        sh.ncand = bk;
       }
-      s_remaining = remaining - c;
-      s_prefix = prefix | ((uint32_t)dsel << shift);
-    }
-    __syncthreads();
-    prefix = s_prefix;
-    remaining = s_remaining;
-    mask |= 255u << shift;
-    __syncthreads();
-  }
-  ck[tid] = ~0ull;
-  if (tid == 0) s_base_eq = 0, s_base_out = 0;
-  __syncthreads();
-  for (int64_t base = 0; base < V; base += SNT) {
-    const int64_t i = base + tid;
-    uint32_t key = 0;
-    if (i < V) key = detail::f32_order_key(row[i]);
-    const int eq = (i < V && key == prefix) ? 1 : 0;
-    int eq_rank, eq_tot;
-    ScanI(tmp.i).ExclusiveSum(eq, eq_rank, eq_tot);
-    __syncthreads();
-    const int be = s_base_eq, bo = s_base_out;
-    const int take = (i < V) && (key > prefix || (eq && be + eq_rank < remaining)) ? 1 : 0;
-    int pos, tot;
-    ScanI(tmp.i).ExclusiveSum(take, pos, tot);
-    if (take) ck[bo + pos] = ((unsigned long long)(~key) << 32) | (unsigned long long)i;
-    __syncthreads();
-    if (tid == 0) s_base_eq = be + eq_tot, s_base_out = bo + tot;
-    __syncthreads();
-    if (s_base_out >= k) break;
-  }
-  // bitonic sort, ascending composite key = best first, ties to the lower id
-  for (int size = 2; size <= SCAP; size <<= 1) {
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
       __syncthreads();
-      const int p = tid ^ stride;
-      if (p > tid) {
-        const bool up = (tid & size) == 0;
-        const unsigned long long a = ck[tid], c = ck[p];
-        if ((a > c) == up) ck[tid] = c, ck[p] = a;
+      const int flag = sh.flag, place = sh.last, bk = sh.ncand;
+      if (flag == 2) {
+        if (tid == 0) out[blockIdx.x] = -3;
+        return;
       }
+      if (flag == 1) {
+        gather_bin(row, N, T, m, 0, bk, sh);
+        kset = sh.u.c.cand[place];
+        __syncthreads();
+      }
+      if (use_top_p) bin_sweep(row, N, T, m, kset, true, sh);
+    }
+    if (use_top_p) {
+      if (tid == 0) {
+        ull Z = 0;
+        for (int b = 0; b < NBQ; ++b) Z += sh.bin_mass[b];
+        const int64_t limit = sm::top_p_limit(sp.top_p, Z);
+        ull E = 0;
+        int bp = 0;
+        ull Ebp = 0;
+        for (int b = 0; b < NBQ; ++b) {
+          if (sh.bin_cnt[b] > 0) {
+            if ((int64_t)E > limit) break;
+            bp = b, Ebp = E;
+          }
+          E += sh.bin_mass[b];
+        }
+        sh.flag = sh.bin_cnt[bp] > SCAP ? 2 : 1;
+        sh.ncand = bp;
+        sh.key = Ebp;
+        sh.last = (int)(limit >> 32), sh.wi[0] = (int)(uint32_t)limit;  // the limit, in two halves
+      }
+      __syncthreads();
+      if (sh.flag == 2) {
+        if (tid == 0) out[blockIdx.x] = -3;
+        return;
+      }
+      const int bp = sh.ncand;
+      const ull Ebp = sh.key;
+      const int64_t limit = ((int64_t)sh.last << 32) | (int64_t)(uint32_t)sh.wi[0];
+      __syncthreads();
+      const int n = gather_bin(row, N, T, m, kset, bp, sh);
+      // The masses before each place in sorted order: a thread's SIPT consecutive places after the exclusive
+      // sum of the threads before it (integers: the order of the sums is immaterial).
+      for (int p = tid; p < n; p += SRT) sh.u.c.q[p] = sm::mass_of(sm::rel_of(key_value(sh.u.c.cand[p]), m));
+      if (tid == 0) sh.last = 0;
+      __syncthreads();
+      ull own = 0;
+      for (int j = 0; j < SIPT; ++j) {
+        const int p = tid * SIPT + j;
+        own += p < n ? sh.u.c.q[p] : 0ull;
+      }
+      ull E;
+      SampleScan(sh.scan).ExclusiveSum(own, E);
+      int last = -1;  // the worst place whose mass before it keeps it (a prefix: that mass only grows)
+      for (int j = 0; j < SIPT; ++j) {
+        const int p = tid * SIPT + j;
+        if (p >= n || (int64_t)(Ebp + E) > limit) break;
+        last = p;
+        E += sh.u.c.q[p];
+      }
+      if (last >= 0) atomicMax(&sh.last, last);
+      __syncthreads();
+      kcut = sh.u.c.cand[sh.last];
+      __syncthreads();
     }
   }
-  __syncthreads();
-  const bool valid = tid < k;
-  const int id = valid ? (int)(ck[tid] & 0xffffffffull) : 0;
-  const float mass = valid ? expf(row[id] / T - zmax) : 0.0f;
-  float incl, total;
-  ScanF(tmp.f).InclusiveSum(mass, incl, total);
-  cum[tid] = incl;
-  if (tid == 0) s_cut = k - 1, s_tok = 0x7fffffff;
-  __syncthreads();
-  const float denom = (tk >= 1 && tk <= SCAP) ? total : zs;
-  const float p = top_p[b];
-  if (p < 1.0f) {
-    const float thr = p * denom;
-    if (valid && incl >= thr && (tid == 0 || cum[tid - 1] < thr)) atomicMin(&s_cut, tid);
+
+  // D: Gumbel-max over the kept tokens within reach of m; four consecutive ids a thread share a Philox call.
+  const PhiloxKey pk = philox_key(sp.key);
+  const bool minp = filtered && sp.min_p > 0.0f;
+  bv = -INFINITY, bi = -1;
+  for (int64_t g = tid; 4 * g < N; g += SRT) {
+    bool keep[4];
+    float sv[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int64_t i = 4 * g + r;
+      keep[r] = false;
+      sv[r] = -INFINITY;
+      if (i < N) {
+        const float s = sm::scale_logit(row[i], T);
+        sv[r] = s;
+        keep[r] = s > -INFINITY && bin_of(s, m) != NBQ;
+        if (keep[r] && filtered) {
+          const ull k = comp_key(s, i);
+          keep[r] = k >= kset && k >= kcut;
+          if (keep[r] && (use_top_p || minp)) {
+            const double rel = sm::rel_of(s, m);
+            keep[r] = !(use_top_p && sm::mass_of(rel) == 0) && !(minp && !(rel >= (double)sp.min_p));
+          }
+        }
+      }
+    }
+    if (!(keep[0] || keep[1] || keep[2] || keep[3])) continue;
+    const PhiloxCounter w = philox4x32_10(
+        {(uint32_t)sp.position, (uint32_t)RngStream::kSample, (uint32_t)g, (uint32_t)(sp.position >> 32)}, pk);
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      if (keep[r]) better_of(bv, bi, __fadd_rn(sv[r], sm::gumbel_from_word(w[r])), (int)(4 * g + r));
   }
-  __syncthreads();
-  const int cut = s_cut;
-  const float target = sample_uniform(seed[b], counter[b]) * cum[cut];
-  if (tid <= cut && cum[tid] > target && (tid == 0 || cum[tid - 1] <= target)) atomicMin(&s_tok, tid);
-  __syncthreads();
-  if (tid == 0) {
-    const int j = s_tok == 0x7fffffff ? cut : s_tok;
-    out[b] = (int32_t)(ck[j] & 0xffffffffull);
-  }
+  block_best(bv, bi, sh);
+  if (tid == 0) out[blockIdx.x] = bi;
 }
 
 }  // namespace
 
-cudaError_t sample(const float* logits, int64_t B, int64_t V, int64_t ld, const float* temperature,
-                   const int32_t* top_k, const float* top_p, const uint64_t* seed, const uint64_t* counter,
-                   int32_t* out, cudaStream_t s) {
-  if (V <= 0 || V > 0x7fffffff) return cudaErrorInvalidValue;
-  if (B <= 0) return cudaSuccess;
-  sample_kernel<<<(unsigned)B, SNT, 0, s>>>(logits, V, ld, temperature, top_k, top_p, seed, counter, out);
+cudaError_t sample_rows(const float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, int32_t* out,
+                        cudaStream_t s) {
+  if (N <= 0 || N > 0x7fffffff) return cudaErrorInvalidValue;
+  if (M <= 0) return cudaSuccess;
+  sample_rows_kernel<<<(unsigned)M, SRT, sizeof(SampleShared), s>>>(x, N, ld, spec, out);
   return cudaGetLastError();
 }
+
+namespace detail {
+cudaError_t init_attributes_sampler() { return set_max_dynamic_smem(sample_rows_kernel, sizeof(SampleShared)); }
+}  // namespace detail
 
 namespace {
 constexpr int ANT = 512;
