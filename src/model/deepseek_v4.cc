@@ -132,15 +132,15 @@ struct RingPush {
   }
 };
 
-// A step's index arrays packed for one upload. add() returns an array's place in 32-bit words (64-bit arrays at
+// A step's index arrays packed for one upload. add() returns an array's place in 32-bit words (8-byte aligned types at
 // an even word: the allocation is at least 8-byte aligned); ptr() gives it in backend memory after upload().
 // Sizes and order are functions of the step's graph key, so the places are the same in every replay.
 class StepUploads {
  public:
   template <class T>
   size_t add(const std::vector<T>& a) {
-    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "32- or 64-bit arrays");
-    if (sizeof(T) == 8 && words_.size() % 2) words_.push_back(0);
+    static_assert(sizeof(T) % 4 == 0 && alignof(T) <= 8, "arrays of whole 32-bit words, at most 8-byte aligned");
+    if (alignof(T) == 8 && words_.size() % 2) words_.push_back(0);
     const size_t at = words_.size();
     words_.resize(at + a.size() * sizeof(T) / 4);
     if (!a.empty()) std::memcpy(words_.data() + at, a.data(), a.size() * sizeof(T));
@@ -774,6 +774,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       for (const auto* a : {&from_ring, &to_win_r, &to_win_k, &push_row, &lo, &hi}) wp.at[k++] = st.up.add(*a);
     }
     // the upload, then every pointer into it
+    const size_t at_rows = st.up.add(rows), at_spec = argmax_ ? st.up.add(specs) : 0;
     st.up.upload(be_);
     st.tok_pack = st.tok_d = st.up.ptr<int32_t>(at_tok);
     st.pos_d = st.up.ptr<int32_t>(at_pos);
@@ -807,18 +808,16 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       be_.hc_post(X.data(), st.y.data(), post.data(), comb.data(), T, (int)hc, D, X2.data());
       std::swap(X, X2);
     }
-    Buffer<int32_t> rows_d(be_, rows);
     Buffer<float> Xr(be_, R * hc * D), ur(be_, R * D);
     logits = Buffer<float>(be_, R * V);
-    be_.copy_rows(X.data(), hc * D, rows_d.data(), Xr.data(), hc * D, nullptr, R, hc * D);
+    be_.copy_rows(X.data(), hc * D, st.up.ptr<int32_t>(at_rows), Xr.data(), hc * D, nullptr, R, hc * D);
     be_.hc_head(Xr.data(), R, (int)hc, D, hc_head_fn_.data(), hc_head_base_.data(), hc_head_scale_.data(), hc_eps,
                 eps, ur.data());
     be_.rms_norm(ur.data(), R, D, D, norm_.data(), eps, ur.data());
     be_.linear(ur.data(), R, D, *head_, logits.data(), V);
     if (argmax_) {  // picks on the backend: only R ids need to cross (argmax())
       ids = Buffer<int32_t>(be_, R);
-      Buffer<SampleSpec> spec_d(be_, specs);
-      be_.sample_rows(logits.data(), R, V, V, spec_d.data(), ids.data());
+      be_.sample_rows(logits.data(), R, V, V, st.up.ptr<SampleSpec>(at_spec), ids.data());
     }
   };
   // The key: everything the recorded launches depend on besides the uploaded bytes (the step's own
