@@ -227,7 +227,9 @@ TEST(Engine, DeviceSamplingGivesTheHostSamplersTokens) {
     }
     EXPECT_EQ(device_tokens[0], 0);
     EXPECT_GT(device_tokens[1], 0);
-    if (set == &reqs) EXPECT_EQ(device_tokens[1], device_tokens[2]);
+    if (set == &reqs) {
+      EXPECT_EQ(device_tokens[1], device_tokens[2]);
+    }
     for (size_t i = 0; i < set->size(); ++i)
       for (size_t k = 0; k < out[0][i].outputs.size(); ++k) {
         SCOPED_TRACE("request " + std::to_string(i) + " choice " + std::to_string(k));
