@@ -55,6 +55,32 @@ __device__ __forceinline__ int bin_of(float s, float m) {
   const float d = __fsub_rn(m, s);
   return d < sm::kReach ? (int)__fmul_rn(d, 16.0f) : NBQ;
 }
+// The row in groups of four consecutive ids: f(g, v) with v[r] = row[4g + r] (−inf past N, which every sweep
+// skips); thread t takes groups t, t + SRT, … (ascending ids), four groups' loads in flight, float4 loads when
+// the row is 16-byte aligned.
+template <class F>
+__device__ __forceinline__ void row_groups(const float* __restrict__ row, int64_t N, F&& f) {
+  const bool vec = ((uintptr_t)row & 15) == 0;
+  const int64_t G = (N + 3) / 4;
+  for (int64_t g0 = threadIdx.x; g0 < G; g0 += 4 * SRT) {
+    float v[4][4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int64_t g = g0 + (int64_t)u * SRT;
+      if (vec && 4 * g + 3 < N) {
+        const float4 q = __ldg(reinterpret_cast<const float4*>(row) + g);
+        v[u][0] = q.x, v[u][1] = q.y, v[u][2] = q.z, v[u][3] = q.w;
+      } else {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) v[u][r] = g < G && 4 * g + r < N ? row[4 * g + r] : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (g0 + (int64_t)u * SRT < G) f(g0 + (int64_t)u * SRT, v[u]);
+  }
+}
+
 // Better of two (value, id) candidates: the larger value, then the lower id; id −1 = none yet.
 __device__ __forceinline__ void better_of(float& bv, int& bi, float ov, int oi) {
   if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
@@ -79,13 +105,16 @@ __device__ __forceinline__ void bin_sweep(const float* __restrict__ row, int64_t
   for (int j = tid; j < SW * NB; j += SRT) (&sh.u.h.cnt[0][0])[j] = 0;
   for (int j = tid; j < SW * NBQ; j += SRT) (&sh.u.h.mass[0][0])[j] = 0;
   __syncthreads();
-  for (int64_t i = tid; i < N; i += SRT) {
-    const float s = sm::scale_logit(row[i], T);
-    if (!(s > -INFINITY) || comp_key(s, i) < kmin) continue;
-    const int b = bin_of(s, m);
-    atomicAdd(&sh.u.h.cnt[w][b], 1);
-    if (mass && b < NBQ) atomicAdd(&sh.u.h.mass[w][b], (ull)sm::mass_of(sm::rel_of(s, m)));
-  }
+  row_groups(row, N, [&](int64_t g, const float (&v)[4]) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const float s = sm::scale_logit(v[r], T);
+      if (!(s > -INFINITY) || comp_key(s, 4 * g + r) < kmin) continue;
+      const int b = bin_of(s, m);
+      atomicAdd(&sh.u.h.cnt[w][b], 1);
+      if (mass && b < NBQ) atomicAdd(&sh.u.h.mass[w][b], (ull)sm::mass_of(sm::rel_of(s, m)));
+    }
+  });
   __syncthreads();
   for (int b = tid; b < NB; b += SRT) {
     int c = 0;
@@ -105,12 +134,15 @@ __device__ __forceinline__ int gather_bin(const float* __restrict__ row, int64_t
   if (tid == 0) sh.ncand = 0;
   for (int j = tid; j < SCAP; j += SRT) sh.u.c.cand[j] = 0;
   __syncthreads();
-  for (int64_t i = tid; i < N; i += SRT) {
-    const float s = sm::scale_logit(row[i], T);
-    if (!(s > -INFINITY) || bin_of(s, m) != bin) continue;
-    const ull k = comp_key(s, i);
-    if (k >= kmin) sh.u.c.cand[atomicAdd(&sh.ncand, 1)] = k;
-  }
+  row_groups(row, N, [&](int64_t g, const float (&v)[4]) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const float s = sm::scale_logit(v[r], T);
+      if (!(s > -INFINITY) || bin_of(s, m) != bin) continue;
+      const ull k = comp_key(s, 4 * g + r);
+      if (k >= kmin) sh.u.c.cand[atomicAdd(&sh.ncand, 1)] = k;
+    }
+  });
   __syncthreads();
   const int n = sh.ncand;
   int P = 1;
@@ -148,12 +180,14 @@ __global__ void __launch_bounds__(SRT) sample_rows_kernel(const float* __restric
   // A: the NaN / +inf check, the greedy pick (the argmax of x, ties to the lower id), the finite count.
   float bv = -INFINITY;
   int bi = -1, bad = 0, nfin = 0;
-  for (int64_t i = tid; i < N; i += SRT) {  // ascending ids: strict > keeps the lowest
-    const float v = row[i];
-    bad |= isnan(v) || v == INFINITY;
-    nfin += v > -INFINITY;
-    if (v > bv) bv = v, bi = (int)i;
-  }
+  row_groups(row, N, [&](int64_t g, const float (&v)[4]) {  // ascending ids: strict > keeps the lowest
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      bad |= isnan(v[r]) || v[r] == INFINITY;
+      nfin += v[r] > -INFINITY;
+      if (v[r] > bv) bv = v[r], bi = (int)(4 * g + r);
+    }
+  });
   bad = __syncthreads_or(bad);
   block_best(bv, bi, sh);
   const float T = sp.temperature;
@@ -270,35 +304,31 @@ __global__ void __launch_bounds__(SRT) sample_rows_kernel(const float* __restric
   const PhiloxKey pk = philox_key(sp.key);
   const bool minp = filtered && sp.min_p > 0.0f;
   bv = -INFINITY, bi = -1;
-  for (int64_t g = tid; 4 * g < N; g += SRT) {
+  row_groups(row, N, [&](int64_t g, const float (&v)[4]) {
     bool keep[4];
     float sv[4];
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int64_t i = 4 * g + r;
-      keep[r] = false;
-      sv[r] = -INFINITY;
-      if (i < N) {
-        const float s = sm::scale_logit(row[i], T);
-        sv[r] = s;
-        keep[r] = s > -INFINITY && bin_of(s, m) != NBQ;
-        if (keep[r] && filtered) {
-          const ull k = comp_key(s, i);
-          keep[r] = k >= kset && k >= kcut;
-          if (keep[r] && (use_top_p || minp)) {
-            const double rel = sm::rel_of(s, m);
-            keep[r] = !(use_top_p && sm::mass_of(rel) == 0) && !(minp && !(rel >= (double)sp.min_p));
-          }
+      const float s = sm::scale_logit(v[r], T);
+      sv[r] = s;
+      keep[r] = s > -INFINITY && bin_of(s, m) != NBQ;
+      if (keep[r] && filtered) {
+        const ull k = comp_key(s, i);
+        keep[r] = k >= kset && k >= kcut;
+        if (keep[r] && (use_top_p || minp)) {
+          const double rel = sm::rel_of(s, m);
+          keep[r] = !(use_top_p && sm::mass_of(rel) == 0) && !(minp && !(rel >= (double)sp.min_p));
         }
       }
     }
-    if (!(keep[0] || keep[1] || keep[2] || keep[3])) continue;
+    if (!(keep[0] || keep[1] || keep[2] || keep[3])) return;
     const PhiloxCounter w = philox4x32_10(
         {(uint32_t)sp.position, (uint32_t)RngStream::kSample, (uint32_t)g, (uint32_t)(sp.position >> 32)}, pk);
 #pragma unroll
     for (int r = 0; r < 4; ++r)
       if (keep[r]) better_of(bv, bi, __fadd_rn(sv[r], sm::gumbel_from_word(w[r])), (int)(4 * g + r));
-  }
+  });
   block_best(bv, bi, sh);
   if (tid == 0) out[blockIdx.x] = bi;
 }
