@@ -63,7 +63,8 @@ const char* kUsage =
     "  --profile N                after each decode case, N more steps with device time per op (prefill: the\n"
     "                             prompt again); busy/gap/idle per step and the top ops go to the JSON and stdout\n"
     "  --overlap 0|1              decode: plan and record step N+1 while step N runs (default 1; needs graphs)\n"
-    "  --logits 0|1               decode: read every step's logits (1) or only its greedy picks (default 0)\n"
+    "  --logits 0|1               decode: read every step's logits (1) or only its picks (default 0)\n"
+    "  --temperature T  --top-p P decode picks sampled on the backend (Backend::sample_rows; default 0: greedy)\n"
     "  --cost-only                print bytes/FLOPs/floors of every case for the slice (--layers, default all), run nothing\n"
     "  --json FILE                write the results as JSON\n"
     "  --hf-json FILE             transformers' results (bench/hf_slice_bench.py) to print side by side\n";
@@ -74,7 +75,8 @@ struct Options {
   bool cost_only = false;  // --cost-only: print the cost model of every case, run nothing
   int64_t profile_steps = 0;  // --profile N: after a case's timed steps, N more steps with device-time profiling
   bool overlap = true;        // --overlap: decode step N+1 prepared while step N runs
-  bool read_logits = false;   // --logits: decode steps read every logit (else the greedy picks only)
+  bool read_logits = false;   // --logits: decode steps read every logit (else the picks only)
+  float temperature = 0.0f, top_p = 1.0f;  // --temperature / --top-p: how the picks are sampled
   std::vector<int64_t> batches{1, 8, 32, 128, 256}, prefills{4096, 16384};
   int64_t context = 4096, steps = 16, warmup = 2, chunk = 0, seed = 1, threads = 0;
   double case_seconds = 60, gpu_fraction = 0.9;
@@ -370,7 +372,9 @@ CaseResult run_decode(DeepseekV4Model& model, Backend& be, const CostModel& cm, 
   };
   auto one_step = [&] {
     toks = random_tokens(g, B, c.vocab_size);
-    for (int64_t b = 0; b < B; ++b) step[b] = {&st[b], std::span<const int32_t>(&toks[b], 1), false};
+    for (int64_t b = 0; b < B; ++b)
+      step[b] = {&st[b], std::span<const int32_t>(&toks[b], 1), false,
+                 SampleSpec{o.temperature, o.top_p, 0.0f, 0, (uint64_t)(o.seed + b), (uint64_t)st[b].pos + 1}};
     if (o.overlap) model.prepare(step, cache);
     if (in_flight) read();
     in_flight = true;
@@ -679,6 +683,8 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--profile") o.profile_steps = flag_int(a, v);
     else if (a == "--overlap") o.overlap = flag_int(a, v) != 0;
     else if (a == "--logits") o.read_logits = flag_int(a, v) != 0;
+    else if (a == "--temperature") o.temperature = (float)flag_double(a, v);
+    else if (a == "--top-p") o.top_p = (float)flag_double(a, v);
     else if (a == "--threads") o.threads = flag_int(a, v);
     else if (a == "--device-name") o.device_name = v;
     else if (a == "--json") o.json_out = v;
@@ -689,6 +695,8 @@ bool parse(int argc, char** argv, Options& o) {
   if (o.context < 0 || o.steps < 1 || o.warmup < 0) throw Error("--context must be >= 0, --steps >= 1, --warmup >= 0");
   if (o.chunk < 0) throw Error("--chunk must be >= 1");
   if (!(o.gpu_fraction > 0 && o.gpu_fraction <= 1)) throw Error("--gpu-memory-fraction must be in (0, 1]");
+  if (!(o.temperature >= 0 && o.temperature <= 100) || !(o.top_p > 0 && o.top_p <= 1))
+    throw Error("--temperature must be in [0, 100], --top-p in (0, 1]");
   return true;
 }
 
@@ -768,6 +776,8 @@ int cmd_bench(int argc, char** argv) {
              {"warmup", o.warmup},
              {"overlap", o.overlap},
              {"read_logits", o.read_logits},
+             {"temperature", o.temperature},
+             {"top_p", o.top_p},
              {"prefill_chunk", chunk},
              {"seed", o.seed}};
     // How many layers.
