@@ -37,25 +37,27 @@ std::vector<int32_t> filter_candidates(const float* scaled, int vocab, int top_k
   }
   float m = kNegInf;
   for (int32_t id : ids) m = std::max(m, scaled[id]);
-  // The top-k set's mass: integers, so the order of the sum does not matter.
-  uint64_t Z = 0;
-  if (use_top_p)
-    for (int32_t id : ids) Z += sampling::mass_of(sampling::rel_of(scaled[id], m));
-  // Every test below is per token: min-p keeps rel ≥ min_p; top-p needs q > 0 before the walk. The best
-  // token (rel = 1, q = 2^32) passes both.
-  std::erase_if(ids, [&](int32_t id) {
-    const double rel = sampling::rel_of(scaled[id], m);
-    return (min_p > 0.0f && !(rel >= (double)min_p)) || (use_top_p && sampling::mass_of(rel) == 0);
-  });
-  std::sort(ids.begin(), ids.end(), better);
-  if (!use_top_p) return ids;
-  // top-p: keep a token while the mass ranked before it is ≤ the limit (a prefix: that mass only grows).
-  const int64_t limit = sampling::top_p_limit(top_p, Z);
-  uint64_t before = 0;
-  size_t keep = 0;
-  while (keep < ids.size() && (int64_t)before <= limit)
-    before += sampling::mass_of(sampling::rel_of(scaled[ids[keep++]], m));
-  ids.resize(std::max<size_t>(keep, 1));
+  auto q = [&](int32_t id) { return sampling::mass_of(sampling::rel_of(scaled[id], m)); };
+  if (use_top_p) {
+    // The top-k set's mass (integers: the order of the sum does not matter), then the walk over the tokens
+    // with mass in order: keep a token while the mass ranked before it is ≤ the limit (a prefix: that mass
+    // only grows; tokens without mass add nothing to it and are never kept). The best token (q = 2^32) stays.
+    uint64_t Z = 0;
+    for (int32_t id : ids) Z += q(id);
+    std::erase_if(ids, [&](int32_t id) { return q(id) == 0; });
+    std::sort(ids.begin(), ids.end(), better);
+    const int64_t limit = sampling::top_p_limit(top_p, Z);
+    uint64_t before = 0;
+    size_t keep = 0;
+    while (keep < ids.size() && (int64_t)before <= limit) before += q(ids[keep++]);
+    ids.resize(std::max<size_t>(keep, 1));
+  } else {
+    std::sort(ids.begin(), ids.end(), better);
+  }
+  // min-p, per token (rel ≥ min_p), after top-p (so the mass before a token counts every token ranked before
+  // it, as the CUDA sampler counts it): the best token (rel = 1) stays.
+  if (min_p > 0.0f)
+    std::erase_if(ids, [&](int32_t id) { return !(sampling::rel_of(scaled[id], m) >= (double)min_p); });
   return ids;
 }
 
