@@ -1,17 +1,18 @@
 #pragma once
 // The sampler's arithmetic, shared bit for bit by the host sampler (src/ops/cpu/sampling.cc, which the
 // engine's sample_one uses) and the CUDA sampler (src/ops/cuda/sampler.cu): the same token from the same
-// logits on either side. Only IEEE-exact operations appear here — +, −, ×, ÷, fma and integer work — each
-// written once, never left to a compiler to fuse (a product feeding an add is an explicit fma), and no
-// library exp / log (glibc's and CUDA's differ in the last bit).
+// logits on either side. Only IEEE-exact single operations appear here (+, −, ×, ÷ in float, each rounded
+// once: __fadd_rn and friends on the device, which are never fused into an fma; the host build compiles with
+// -ffp-contract=off), and no library exp / log (glibc's and CUDA's differ in the last bit).
 //
 // What they define (docs/sampling.md):
-//   noise    g = −log(−log(u)), u = philox_uniform(word) — det_log in double, rounded to float once;
-//   masses   rel_i = exp(s_i − s_max) (det_exp, double) and q_i = ⌊rel_i · 2^32⌋, integers, so every sum
-//            of them is exact in any order (the GPU's parallel sums equal the host's loops);
-//   top-p    with Z = Σ q over the top-k set, token j is kept when q_j > 0 and the mass of the tokens
-//            ranked before it, E_j, satisfies E_j < top_p · Z (in double: E_j ≤ ⌈top_p · Z⌉ − 1); the
-//            best token is always kept.
+//   noise    g = −log(−log u), u = philox_uniform(word), with det_log;
+//   masses   rel_i = exp(s_i − s_max) (det_exp) and q_i = ⌊rel_i · 2^32⌋, integers, so every sum of them is
+//            exact in any order (the GPU's parallel sums equal the host's loops);
+//   top-p    with Z = Σ q over the top-k set, token j is kept when q_j > 0 and the mass of the tokens ranked
+//            before it, E_j, satisfies E_j < top_p · Z (in double: E_j ≤ ⌈top_p · Z⌉ − 1); the best token is
+//            always kept.
+// Accuracy: det_log and det_exp are within a few float ulp, as library float log / exp are.
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -32,29 +33,33 @@ namespace deepinfer::sampling {
 // one < max − 24 + 16.64). Both samplers may therefore skip it.
 constexpr float kReach = 24.0f;
 
-DI_SAMPLE_FN double fma_d(double a, double b, double c) {
+// One rounding each, never fused.
+DI_SAMPLE_FN float f_add(float a, float b) {
 #if defined(__CUDA_ARCH__)
-  return ::fma(a, b, c);
+  return __fadd_rn(a, b);
 #else
-  return std::fma(a, b, c);
+  return a + b;
 #endif
 }
-DI_SAMPLE_FN uint64_t bits_of(double x) {
+DI_SAMPLE_FN float f_sub(float a, float b) {
 #if defined(__CUDA_ARCH__)
-  return (uint64_t)__double_as_longlong(x);
+  return __fsub_rn(a, b);
 #else
-  uint64_t b;
-  std::memcpy(&b, &x, 8);
-  return b;
+  return a - b;
 #endif
 }
-DI_SAMPLE_FN double double_of(uint64_t b) {
+DI_SAMPLE_FN float f_mul(float a, float b) {
 #if defined(__CUDA_ARCH__)
-  return __longlong_as_double((long long)b);
+  return __fmul_rn(a, b);
 #else
-  double x;
-  std::memcpy(&x, &b, 8);
-  return x;
+  return a * b;
+#endif
+}
+DI_SAMPLE_FN float f_div(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
 #endif
 }
 DI_SAMPLE_FN uint32_t bits_of(float x) {
@@ -66,91 +71,75 @@ DI_SAMPLE_FN uint32_t bits_of(float x) {
   return b;
 #endif
 }
-
-// Natural log of a positive normal double (the sampler's arguments lie in [2^−25, 17]); within ~2 ulp.
-// m·2^e with m in [√½, √2): log m = 2·atanh(s), s = (m − 1) / (m + 1), |s| < 0.172, series to s^23.
-DI_SAMPLE_FN double det_log(double x) {
-  uint64_t b = bits_of(x);
-  int e = (int)(b >> 52) - 1023;
-  uint64_t mb = (b & 0x000FFFFFFFFFFFFFull) | 0x3FF0000000000000ull;
-  if (mb > 0x3FF6A09E667F3BCDull) mb -= 0x0010000000000000ull, ++e;  // m > √2: halve it
-  const double f = double_of(mb) - 1.0;                                // exact
-  const double s = f / (2.0 + f);
-  const double z = s * s;
-  double p = 1.0 / 23.0;
-  p = fma_d(p, z, 1.0 / 21.0);
-  p = fma_d(p, z, 1.0 / 19.0);
-  p = fma_d(p, z, 1.0 / 17.0);
-  p = fma_d(p, z, 1.0 / 15.0);
-  p = fma_d(p, z, 1.0 / 13.0);
-  p = fma_d(p, z, 1.0 / 11.0);
-  p = fma_d(p, z, 1.0 / 9.0);
-  p = fma_d(p, z, 1.0 / 7.0);
-  p = fma_d(p, z, 1.0 / 5.0);
-  p = fma_d(p, z, 1.0 / 3.0);
-  p = fma_d(p, z, 1.0);
-  constexpr double kLn2 = 0.69314718055994530942;
-  return fma_d(2.0 * s, p, (double)e * kLn2);
+DI_SAMPLE_FN float float_of(uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(b);
+#else
+  float x;
+  std::memcpy(&x, &b, 4);
+  return x;
+#endif
 }
 
-// e^x for x ≤ 0 (any larger x is not a sampler argument); 0 below 2^−1020 (and for −inf). Within ~2 ulp.
-// x = k·ln2 + r, |r| ≤ ln2 / 2, e^r by its Taylor series to r^13, times 2^k.
-DI_SAMPLE_FN double det_exp(double x) {
-  if (!(x > -707.0)) return 0.0;  // e^−707 < 2^−1020
-  constexpr double kLog2e = 1.4426950408889634074;
-  constexpr double kLn2Hi = 0.693147180369123816490;  // 32 significant bits: k · kLn2Hi is exact
-  constexpr double kLn2Lo = 1.90821492927058770002e-10;
-  const double k = floor(fma_d(x, kLog2e, 0.5));
-  double r = fma_d(-k, kLn2Hi, x);
-  r = fma_d(-k, kLn2Lo, r);
-  double p = 1.0 / 6227020800.0;  // 1/13!
-  p = fma_d(p, r, 1.0 / 479001600.0);
-  p = fma_d(p, r, 1.0 / 39916800.0);
-  p = fma_d(p, r, 1.0 / 3628800.0);
-  p = fma_d(p, r, 1.0 / 362880.0);
-  p = fma_d(p, r, 1.0 / 40320.0);
-  p = fma_d(p, r, 1.0 / 5040.0);
-  p = fma_d(p, r, 1.0 / 720.0);
-  p = fma_d(p, r, 1.0 / 120.0);
-  p = fma_d(p, r, 1.0 / 24.0);
-  p = fma_d(p, r, 1.0 / 6.0);
-  p = fma_d(p, r, 0.5);
-  p = fma_d(p, r, 1.0);
-  p = fma_d(p, r, 1.0);
-  return p * double_of((uint64_t)((int64_t)k + 1023) << 52);  // k in [−1021, 0]: a normal power of two
+// Natural log of a positive normal float (the sampler's arguments lie in [2^−25, 17]). x = m·2^e with m in
+// [√½, √2): log m = 2·atanh(s), s = (m − 1) / (m + 1), |s| < 0.172, series to s^13 (the rest < 1e-10).
+DI_SAMPLE_FN float det_log(float x) {
+  const uint32_t b = bits_of(x);
+  int e = (int)(b >> 23) - 127;
+  uint32_t mb = (b & 0x007FFFFFu) | 0x3F800000u;
+  if (mb > 0x3FB504F3u) mb -= 0x00800000u, ++e;  // m > √2: halve it
+  const float f = f_sub(float_of(mb), 1.0f);     // exact
+  const float s = f_div(f, f_add(2.0f, f));
+  const float z = f_mul(s, s);
+  float p = 1.0f / 13.0f;
+  p = f_add(f_mul(p, z), 1.0f / 11.0f);
+  p = f_add(f_mul(p, z), 1.0f / 9.0f);
+  p = f_add(f_mul(p, z), 1.0f / 7.0f);
+  p = f_add(f_mul(p, z), 1.0f / 5.0f);
+  p = f_add(f_mul(p, z), 1.0f / 3.0f);
+  p = f_add(f_mul(p, z), 1.0f);
+  constexpr float kLn2 = 0.693147180559945309f;
+  return f_add(f_mul((float)e, kLn2), f_mul(f_add(s, s), p));
 }
 
-// Gumbel(0, 1) noise of one Philox word.
-DI_SAMPLE_FN float gumbel_from_word(uint32_t word) {
-  const double u = (double)philox_uniform(word);
-  return (float)-det_log(-det_log(u));
+// e^x for x ≤ 0 (any larger x is not a sampler argument); 0 below e^−87 (and for −inf, NaN). x = k·ln2 + r,
+// |r| ≤ ln2 / 2 (+ rounding), e^r by its Taylor series to r^7 (the rest < 1e-8 relative), times 2^k.
+DI_SAMPLE_FN float det_exp(float x) {
+  if (!(x > -87.0f)) return 0.0f;
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693145751953125f;  // 16 significant bits: k · kLn2Hi is exact for |k| < 2^8
+  constexpr float kLn2Lo = 1.42860682030941723e-06f;
+  const float k = floor(f_add(f_mul(x, kLog2e), 0.5f));  // in [−126, 0]
+  float r = f_sub(x, f_mul(k, kLn2Hi));
+  r = f_sub(r, f_mul(k, kLn2Lo));
+  float p = 1.0f / 5040.0f;
+  p = f_add(f_mul(p, r), 1.0f / 720.0f);
+  p = f_add(f_mul(p, r), 1.0f / 120.0f);
+  p = f_add(f_mul(p, r), 1.0f / 24.0f);
+  p = f_add(f_mul(p, r), 1.0f / 6.0f);
+  p = f_add(f_mul(p, r), 0.5f);
+  p = f_add(f_mul(p, r), 1.0f);
+  p = f_add(f_mul(p, r), 1.0f);
+  return f_mul(p, float_of((uint32_t)((int)k + 127) << 23));  // a normal power of two
 }
+
+// Gumbel(0, 1) noise of one Philox word: increasing in the word, within [−2.82, 16.64].
+DI_SAMPLE_FN float gumbel_from_word(uint32_t word) { return -det_log(-det_log(philox_uniform(word))); }
 
 // Temperature-scaled logit: x / t (t > 0), an overflow clamped to FLT_MAX and NaN (an unvalidated T)
 // made −inf, so that every later step sees ordered, finite-or-(−inf) values.
 DI_SAMPLE_FN float scale_logit(float x, float t) {
-#if defined(__CUDA_ARCH__)
-  float s = __fdiv_rn(x, t);
-#else
-  float s = x / t;
-#endif
+  const float s = f_div(x, t);
   if (s != s) return -INFINITY;
   return s == INFINITY ? FLT_MAX : s;
 }
 
-// s − m in float (IEEE: the same on both sides), then its relative probability and quantized mass.
-DI_SAMPLE_FN float rel_arg(float s, float m) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(s, m);
-#else
-  return s - m;
-#endif
-}
-DI_SAMPLE_FN double rel_of(float s, float m) { return det_exp((double)rel_arg(s, m)); }
-DI_SAMPLE_FN uint64_t mass_of(double rel) { return (uint64_t)(rel * 4294967296.0); }  // exact scale, ≤ 2^32
+// A token's relative probability exp(s − m) and its quantized mass.
+DI_SAMPLE_FN float rel_of(float s, float m) { return det_exp(f_sub(s, m)); }
+DI_SAMPLE_FN uint64_t mass_of(float rel) { return (uint64_t)(rel * 4294967296.0f); }  // exact scale, ≤ 2^32
 
 // Largest prefix mass E that keeps a token under top-p: E < top_p · Z ⟺ E ≤ ⌈top_p · Z⌉ − 1 (Z < 2^53, so
-// the sums are exact doubles; the one rounding is the product's). −1 when nothing but the best is kept.
+// the sums are exact doubles; the one rounding is the product's).
 DI_SAMPLE_FN int64_t top_p_limit(float top_p, uint64_t Z) {
   return (int64_t)ceil((double)top_p * (double)Z) - 1;
 }

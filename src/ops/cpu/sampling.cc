@@ -1,6 +1,7 @@
 #include "ops/sampling.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -17,6 +18,42 @@ struct ByValueThenId {
   const float* v;
   bool operator()(int32_t a, int32_t b) const { return v[a] > v[b] || (v[a] == v[b] && a < b); }
 };
+
+// Which tokens can still win the Gumbel draw, without their noise. The noise is increasing in the Philox word
+// and never exceeds 16.64, so a token with fl(s + 17) < best (the best score so far) cannot win or tie (float
+// rounding is monotone). Likewise, a word below min_word_[k] gives noise < k (its uniform is 16 steps below
+// the uniform of noise k: a margin far above det_log's error), so a token with fl(s + k) < best and such a
+// word cannot reach best either. Both tests only skip tokens that lose, so the token drawn is the one every
+// noise computed would give; most tokens skip the two logs.
+class NoiseBound {
+ public:
+  NoiseBound() {
+    for (int k = 0; k <= 16; ++k) {
+      const double u = std::exp(-std::exp(-(double)k));           // the uniform of noise k
+      const double w = std::floor(u * 8388608.0 - 0.5) - 16.0;    // philox_uniform: u = ((w >> 9) + 0.5) / 2^23
+      min_word_[k] = w <= 0 ? 0u : (uint32_t)w << 9;
+    }
+  }
+  // Can a token with value s beat or tie `best` (none yet: have_best false)?
+  bool may_win_value(float s, float best, bool have_best) const { return !have_best || !(s + 17.0f < best); }
+  // The same, given its Philox word.
+  bool may_win(float s, float best, bool have_best, uint32_t word) const {
+    if (!have_best) return true;
+    if (s + 17.0f < best) return false;
+    const float need = best - s;
+    int k = need >= 16.0f ? 16 : need >= 0.0f ? (int)need : -1;
+    while (k >= 0 && !(s + (float)k < best)) --k;  // the largest k with fl(s + k) < best
+    return k < 0 || word >= min_word_[k];
+  }
+
+ private:
+  std::array<uint32_t, 17> min_word_{};
+};
+
+const NoiseBound& noise_bound() {
+  static const NoiseBound nb;  // a table of constants, computed once
+  return nb;
+}
 
 }  // namespace
 
@@ -37,27 +74,39 @@ std::vector<int32_t> filter_candidates(const float* scaled, int vocab, int top_k
   }
   float m = kNegInf;
   for (int32_t id : ids) m = std::max(m, scaled[id]);
-  auto q = [&](int32_t id) { return sampling::mass_of(sampling::rel_of(scaled[id], m)); };
   if (use_top_p) {
-    // The top-k set's mass (integers: the order of the sum does not matter), then the walk over the tokens
-    // with mass in order: keep a token while the mass ranked before it is ≤ the limit (a prefix: that mass
-    // only grows; tokens without mass add nothing to it and are never kept). The best token (q = 2^32) stays.
+    // The top-k set's mass (integers: the order of the sum does not matter), and its tokens with mass.
+    std::vector<std::pair<int32_t, uint64_t>> massive;  // (id, q), q > 0
     uint64_t Z = 0;
-    for (int32_t id : ids) Z += q(id);
-    std::erase_if(ids, [&](int32_t id) { return q(id) == 0; });
-    std::sort(ids.begin(), ids.end(), better);
+    for (int32_t id : ids)
+      if (const uint64_t q = sampling::mass_of(sampling::rel_of(scaled[id], m)); q > 0) massive.push_back({id, q}), Z += q;
     const int64_t limit = sampling::top_p_limit(top_p, Z);
-    uint64_t before = 0;
-    size_t keep = 0;
-    while (keep < ids.size() && (int64_t)before <= limit) before += q(ids[keep++]);
-    ids.resize(std::max<size_t>(keep, 1));
+    // Keep a token with mass while the mass ranked before it is ≤ the limit (a prefix of the order: that mass
+    // only grows; tokens without mass add nothing to it and are never kept; the best token, q = 2^32, stays).
+    // Only the head of the order matters: sort the tokens within delta of the max (a prefix of the order),
+    // widening delta while the walk runs off the end of the head.
+    std::vector<std::pair<int32_t, uint64_t>> head;
+    for (float delta = 1.0f;; delta *= 2.0f) {
+      const bool all = delta > 2.0f * sampling::kReach;
+      head.clear();
+      for (const auto& e : massive)
+        if (all || scaled[e.first] >= m - delta) head.push_back(e);
+      std::sort(head.begin(), head.end(), [&](const auto& a, const auto& b) { return better(a.first, b.first); });
+      uint64_t before = 0;
+      size_t keep = 0;
+      while (keep < head.size() && (int64_t)before <= limit) before += head[keep++].second;
+      if (keep < head.size() || (int64_t)before > limit || head.size() == massive.size()) {
+        ids.clear();
+        for (size_t i = 0; i < std::max<size_t>(keep, 1); ++i) ids.push_back(head[i].first);
+        break;
+      }
+    }
   } else {
     std::sort(ids.begin(), ids.end(), better);
   }
   // min-p, per token (rel ≥ min_p), after top-p (so the mass before a token counts every token ranked before
   // it, as the CUDA sampler counts it): the best token (rel = 1) stays.
-  if (min_p > 0.0f)
-    std::erase_if(ids, [&](int32_t id) { return !(sampling::rel_of(scaled[id], m) >= (double)min_p); });
+  if (min_p > 0.0f) std::erase_if(ids, [&](int32_t id) { return !(sampling::rel_of(scaled[id], m) >= min_p); });
   return ids;
 }
 
@@ -67,39 +116,40 @@ float gumbel_noise(uint64_t key, uint64_t position, int32_t token) {
 
 int32_t sample_scaled(const float* scaled, int vocab, int top_k, float top_p, float min_p, uint64_t key,
                       uint64_t position) {
+  const NoiseBound& nb = noise_bound();
   int32_t token = -1;
   float best = kNegInf;
-  auto consider = [&](int32_t id, float score) {
+  auto consider = [&](int32_t id, uint32_t word) {
+    if (!nb.may_win(scaled[id], best, token >= 0, word)) return;
+    const float score = scaled[id] + sampling::gumbel_from_word(word);
     if (token < 0 || score > best || (score == best && id < token)) best = score, token = id;
   };
-  // The noise never exceeds 16.64, and float rounding is monotone, so a token whose value + 17 is below
-  // the best score so far can neither win nor tie: its noise is not drawn. Exact, not an approximation;
-  // seeding with the top value makes it bite early.
-  constexpr float kNoiseBound = 17.0f;
+  auto word_of = [&](int32_t id) { return philox_token_word(key, position, RngStream::kSample, (uint32_t)id); };
   const bool filtered = (top_k > 0 && top_k < vocab) || top_p < 1.0f || min_p > 0.0f;
   if (filtered) {
     for (int32_t id : filter_candidates(scaled, vocab, top_k, top_p, min_p)) {
-      if (token >= 0 && scaled[id] + kNoiseBound < best) break;  // value-descending: the rest are lower
-      consider(id, scaled[id] + gumbel_noise(key, position, id));
+      if (!nb.may_win_value(scaled[id], best, token >= 0)) break;  // value-descending: the rest are lower
+      consider(id, word_of(id));
     }
     return token;
   }
-  int32_t top = -1;
+  int32_t top = -1;  // seeding with the top value makes the bounds bite early
   for (int32_t i = 0; i < vocab; ++i)
     if (scaled[i] > kNegInf && (top < 0 || scaled[i] > scaled[top])) top = i;
-  if (top >= 0) consider(top, scaled[top] + gumbel_noise(key, position, top));
+  if (top < 0) return -1;
+  consider(top, word_of(top));
   // Whole vocabulary: one Philox call per block of 4 ids.
   PhiloxCounter w{};
   uint32_t block = UINT32_MAX;
   for (int32_t i = 0; i < vocab; ++i) {
-    if (!(scaled[i] > kNegInf) || scaled[i] + kNoiseBound < best) continue;
+    if (!(scaled[i] > kNegInf) || !nb.may_win_value(scaled[i], best, true)) continue;
     const uint32_t b = (uint32_t)i >> 2;
     if (b != block) {
       w = philox4x32_10({(uint32_t)position, (uint32_t)RngStream::kSample, b, (uint32_t)(position >> 32)},
                         philox_key(key));
       block = b;
     }
-    consider(i, scaled[i] + sampling::gumbel_from_word(w[i & 3]));
+    consider(i, w[i & 3]);
   }
   return token;
 }

@@ -317,8 +317,8 @@ __global__ void __launch_bounds__(SRT) sample_rows_kernel(const float* __restric
         const ull k = comp_key(s, i);
         keep[r] = k >= kset && k >= kcut;
         if (keep[r] && (use_top_p || minp)) {
-          const double rel = sm::rel_of(s, m);
-          keep[r] = !(use_top_p && sm::mass_of(rel) == 0) && !(minp && !(rel >= (double)sp.min_p));
+          const float rel = sm::rel_of(s, m);
+          keep[r] = !(use_top_p && sm::mass_of(rel) == 0) && !(minp && !(rel >= sp.min_p));
         }
       }
     }
