@@ -3912,15 +3912,17 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
 // filter alone and together, at the k-th / top-p cut among tied values, −inf tokens, greedy rows, a NaN row
 // (−2), an all −inf row (−1), and nearly flat rows, whose cut bin is too full for the block: those answer −3
 // (the host samples them) or the host's token; no other row may answer −3.
-Result sample_rows_case(int64_t M, int64_t N, int kind0, const std::string& name) {
+// ld > N: rows not 16-byte aligned (the scalar loads), the gaps NaN (a read past N answers −2).
+Result sample_rows_case(int64_t M, int64_t N, int kind0, const std::string& name, int64_t ld = 0) {
   Rng r = rng_for(name);
   Result res;
-  std::vector<float> x((size_t)(M * N));
+  if (ld < N) ld = N;
+  std::vector<float> x((size_t)(M * ld), std::numeric_limits<float>::quiet_NaN());
   std::vector<deepinfer::SampleSpec> spec((size_t)M);
   std::vector<char> flat((size_t)M, 0);
   const float inf = std::numeric_limits<float>::infinity();
   for (int64_t m = 0; m < M; ++m) {
-    float* row = x.data() + m * N;
+    float* row = x.data() + m * ld;
     const int kind = (int)((m + kind0) % 16);
     const float scale = kind == 15 ? 0.02f : 0.5f + 0.5f * (float)(m % 7);  // nearly flat .. peaked
     flat[m] = kind == 15;
@@ -3957,12 +3959,12 @@ Result sample_rows_case(int64_t M, int64_t N, int kind0, const std::string& name
   CK(cudaMemcpy(dspec.p(), spec.data(), M * sizeof(deepinfer::SampleSpec), cudaMemcpyHostToDevice));
   poison(dout);
   auto launch = [&] {
-    return dc::sample_rows(dx.as<float>(), M, N, N, dspec.as<const deepinfer::SampleSpec>(), dout.as<int32_t>(), 0);
+    return dc::sample_rows(dx.as<float>(), M, N, ld, dspec.as<const deepinfer::SampleSpec>(), dout.as<int32_t>(), 0);
   };
   CK(launch());
   auto got = down<int32_t>(dout, M);
   std::vector<int32_t> want((size_t)M);
-  cpu().sample_rows(x.data(), M, N, N, spec.data(), want.data());
+  cpu().sample_rows(x.data(), M, N, ld, spec.data(), want.data());
   int64_t bad = 0, host = 0;
   for (int64_t m = 0; m < M; ++m) {
     if (got[m] == -3 && flat[m]) ++host;
@@ -5740,6 +5742,7 @@ void register_cases() {
   add("sample_rows M=64 V=129280", [] { return sample_rows_case(64, 129280, 0, "sm1"); });
   add("sample_rows M=160 V=1000", [] { return sample_rows_case(160, 1000, 0, "sm2"); });
   add("sample_rows M=1 V=129280", [] { return sample_rows_case(1, 129280, 2, "sm3"); });
+  add("sample_rows M=48 V=1001 ld=1003 (unaligned rows)", [] { return sample_rows_case(48, 1001, 5, "sm4", 1003); });
 }
 
 void measure_ceilings() {

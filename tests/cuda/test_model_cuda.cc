@@ -661,6 +661,44 @@ void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int th
     g_summary["engine"]["full_load"] = {{"requests", many.size()}, {"ok", ok}, {"tok_s", toks / dt},
                                         {"steps", st.steps}, {"preemptions", st.preemptions}};
   }
+
+  // Sampling on the device (Backend::sample_rows, from the decode graphs) against the host sampler on the same
+  // device's logits: seeded temperature / top-k / top-p / min-p requests and n > 1 give the same tokens with
+  // EngineConfig::device_sampling on and off, and with it on the tokens were picked on the device.
+  {
+    std::vector<Request> sampled;
+    for (size_t i = 0; i < 24; ++i) {
+      Request q = reqs[i % reqs.size()];
+      q.params.temperature = 0.5f + 0.1f * (float)(i % 8);
+      q.params.seed = 1000 + i;
+      if (i % 4 == 1) q.params.top_k = 3 + (int)i;
+      if (i % 3 == 2) q.params.top_p = 0.7f + 0.02f * (float)i;
+      if (i % 5 == 3) q.params.min_p = 0.05f;
+      if (i == 7) q.params.n = 3;
+      sampled.push_back(q);
+    }
+    std::vector<std::vector<int32_t>> toks[2];
+    int64_t picked[2] = {0, 0};
+    for (int on = 0; on < 2; ++on) {
+      EngineConfig cfg;
+      cfg.model_dir = dir;
+      cfg.backend = "cuda";
+      cfg.max_num_seqs = 8;
+      cfg.device_sampling = on == 1;
+      Engine e(cfg);
+      for (auto& r : e.generate(sampled))
+        for (auto& o : r.outputs) toks[on].push_back(o.token_ids);
+      picked[on] = e.stats().device_sampled_tokens;
+    }
+    int64_t same = 0;
+    for (size_t i = 0; i < toks[0].size(); ++i) same += toks[0][i] == toks[1][i];
+    std::printf("engine cuda sampling: %lld/%zu sampled outputs the same with the picks on the device (%lld tokens "
+                "picked there) and on the host\n",
+                (long long)same, toks[0].size(), (long long)picked[1]);
+    expect(same == (int64_t)toks[0].size() && !toks[0].empty(), "engine cuda: device sampling != host sampling");
+    expect(picked[0] == 0 && picked[1] > 0, "engine cuda: device-sampled token counts");
+    g_summary["engine"]["device_sampling"] = {{"outputs", toks[0].size()}, {"same", same}, {"picked", picked[1]}};
+  }
 }
 
 
