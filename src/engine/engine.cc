@@ -79,6 +79,7 @@ struct Engine::Impl {
   std::optional<tokenizer::Tokenizer> tok;
   std::optional<V4Cache> cache;
   std::vector<float> logits_v41;  // the step's logits (V4.1; V4's stay in the backend's view)
+  std::vector<float> host_logits;  // [rows, vocab] the few rows of a V4 step sampled on the host (finish_plan)
   // DeepSeek-V4.1: each sequence's state is its own object (V41SeqState); the scheduler admits
   // against block managers sized from the budget with V4.1's per-token and per-sequence bytes.
   std::optional<BlockManager> v41_slots, v41_pages;
@@ -431,67 +432,84 @@ struct Engine::Impl {
            (uint64_t)(c.start + c.len) == ch.sampling.next_position();
   }
 
-  // Samples the last launched step's results (its logits [chunks, vocab], or only the backend's picks when
-  // every sampled row is device_samplable and the backend decided each) and hands out the tokens. A step
-  // that failed on the device fails its requests.
+  // Samples the last launched step's results and hands out the tokens: a row that is device_samplable takes the
+  // backend's pick (only ids cross), the others are sampled on the host from their logits rows (all of them
+  // downloaded at once when they are many, else row by row). A step that failed on the device fails its requests.
   void finish_plan(const StepPlan& plan, const std::vector<Choice*>& who) {
     std::vector<size_t> row_chunk;
-    bool greedy = !model.v41;
-    for (size_t i = 0; i < plan.chunks.size(); ++i) {
-      if (!plan.chunks[i].sample || !who[i]) continue;
-      row_chunk.push_back(i);
-      greedy = greedy && cfg.device_sampling &&
+    for (size_t i = 0; i < plan.chunks.size(); ++i)
+      if (plan.chunks[i].sample && who[i]) row_chunk.push_back(i);
+    std::vector<char> dev(row_chunk.size(), 0);  // the row takes the backend's pick
+    bool any_dev = false;
+    for (size_t k = 0; k < row_chunk.size(); ++k) {
+      const size_t i = row_chunk[k];
+      dev[k] = !model.v41 && cfg.device_sampling &&
                device_samplable(reqs.at(seq_owner.at(plan.chunks[i].seq).first).params, *who[i], plan.chunks[i]);
+      any_dev = any_dev || dev[k];
     }
-    greedy = greedy && !row_chunk.empty();
-    std::span<const float> logits;
     std::span<const int32_t> picks;
+    std::vector<size_t> host;  // places k sampled on the host
+    std::vector<const float*> row_logits(row_chunk.size(), nullptr);
     try {
-      if (greedy) {
-        picks = model.v4->argmax();
-        for (size_t i : row_chunk) greedy = greedy && i < picks.size() && picks[i] >= 0;
+      if (any_dev) picks = model.v4->argmax();
+      for (size_t k = 0; k < row_chunk.size(); ++k) {
+        // −1 / −2 / −3 (all masked, NaN / +inf, not decided there): the host sampler says what to do
+        if (dev[k]) dev[k] = row_chunk[k] < picks.size() && picks[row_chunk[k]] >= 0;
+        if (!dev[k]) host.push_back(k);
       }
-      if (!greedy && !row_chunk.empty()) logits = model.v41 ? std::span<const float>(logits_v41) : model.v4->logits();
+      if (model.v41) {
+        for (size_t k : host) row_logits[k] = logits_v41.data() + row_chunk[k] * vocab;
+      } else if (4 * host.size() > row_chunk.size()) {  // many: one download of the step's logits
+        const std::span<const float> all = model.v4->logits();
+        for (size_t k : host) row_logits[k] = all.data() + row_chunk[k] * vocab;
+      } else if (!host.empty()) {  // few: only their rows
+        host_logits.resize(host.size() * (size_t)vocab);
+        for (size_t j = 0; j < host.size(); ++j) {
+          model.v4->logits_row((int64_t)row_chunk[host[j]], host_logits.data() + j * vocab);
+          row_logits[host[j]] = host_logits.data() + j * vocab;
+        }
+      }
     } catch (const std::exception& e) {
       fail_plan(plan, who, e.what());
       return;
     }
     std::vector<SampleResult> results(row_chunk.size());
-    if (greedy) {  // only the ids crossed (−1 / −2 / −3 rows took the host path above)
-      for (size_t k = 0; k < row_chunk.size(); ++k) results[k].token = picks[row_chunk[k]];
-    } else {
-      std::vector<SampleRow> rows;
-      for (size_t i : row_chunk) {
-        auto [rid, idx] = seq_owner.at(plan.chunks[i].seq);
-        Req& r = reqs.at(rid);
-        rows.push_back({logits.data() + i * vocab, &r.params, &who[i]->sampling, who[i]->sampling.next_position()});
+    int64_t n_dev = 0;
+    for (size_t k = 0; k < row_chunk.size(); ++k)
+      if (dev[k]) results[k].token = picks[row_chunk[k]], ++n_dev;
+    if (!host.empty()) {
+      std::vector<SampleRow> rows;  // rows[j] is place host[j]
+      for (size_t k : host) {
+        const size_t i = row_chunk[k];
+        Req& r = reqs.at(seq_owner.at(plan.chunks[i].seq).first);
+        rows.push_back({row_logits[k], &r.params, &who[i]->sampling, who[i]->sampling.next_position()});
       }
       // Grammar masks, one per structured row (each matcher is its own; rows run in parallel).
       // A matcher that fails (a limit on live parse stacks) fails its row only: no throw may leave a
       // pool worker, so the error is kept per row and the row is not sampled.
       std::vector<size_t> masked_rows;
-      for (size_t k = 0; k < rows.size(); ++k)
-        if (who[row_chunk[k]]->structured) masked_rows.push_back(k);
+      for (size_t j = 0; j < rows.size(); ++j)
+        if (who[row_chunk[host[j]]]->structured) masked_rows.push_back(j);
       std::vector<std::string> mask_error(rows.size());
       if (!masked_rows.empty())
         backend.pool().parallel_for((int64_t)masked_rows.size(), [&](int64_t b, int64_t e) {
-          for (int64_t j = b; j < e; ++j) {
-            const size_t k = masked_rows[j];
+          for (int64_t q = b; q < e; ++q) {
+            const size_t j = masked_rows[q];
             try {
-              rows[k].allowed = who[row_chunk[k]]->structured->fill_mask();
+              rows[j].allowed = who[row_chunk[host[j]]]->structured->fill_mask();
             } catch (const std::exception& ex) {
-              mask_error[k] = std::string("structured output: ") + ex.what();
+              mask_error[j] = std::string("structured output: ") + ex.what();
             }
           }
         });
       std::vector<SampleRow> ok_rows;
-      std::vector<size_t> ok_index;  // ok_rows[j] is rows[ok_index[j]]
-      for (size_t k = 0; k < rows.size(); ++k)
-        if (mask_error[k].empty()) ok_rows.push_back(rows[k]), ok_index.push_back(k);
+      std::vector<size_t> ok_index;  // ok_rows[q] is rows[ok_index[q]]
+      for (size_t j = 0; j < rows.size(); ++j)
+        if (mask_error[j].empty()) ok_rows.push_back(rows[j]), ok_index.push_back(j);
       auto ok_results = sample_batch(ok_rows, (int)vocab, &backend.pool());
-      for (size_t j = 0; j < ok_index.size(); ++j) results[ok_index[j]] = std::move(ok_results[j]);
-      for (size_t k = 0; k < rows.size(); ++k)
-        if (!mask_error[k].empty()) results[k].error = mask_error[k];
+      for (size_t q = 0; q < ok_index.size(); ++q) results[host[ok_index[q]]] = std::move(ok_results[q]);
+      for (size_t j = 0; j < rows.size(); ++j)
+        if (!mask_error[j].empty()) results[host[j]].error = mask_error[j];
     }
     sched->on_step_done(plan);
     for (size_t k = 0; k < results.size(); ++k) {
@@ -503,7 +521,7 @@ struct Engine::Impl {
     }
     for (const auto& c : plan.chunks) stats_snapshot.prompt_tokens += c.sample ? c.len - 1 : c.len;
     stats_snapshot.generated_tokens += (int64_t)results.size();
-    if (greedy) stats_snapshot.device_sampled_tokens += (int64_t)results.size();
+    stats_snapshot.device_sampled_tokens += n_dev;
     ++stats_snapshot.steps;
     retire_finished_requests();
     update_stats();

@@ -627,6 +627,12 @@ std::span<const int32_t> DeepseekV4Model::argmax() {
   return ids_host_;
 }
 
+void DeepseekV4Model::logits_row(int64_t r, float* dst) {
+  const int64_t V = cfg_.vocab_size;
+  if (r < 0 || (r + 1) * V > out_n_) throw Error("logits_row: row " + std::to_string(r) + " outside the step's logits");
+  be_.download(dst, out_logits_ + r * V, V * (int64_t)sizeof(float));
+}
+
 std::span<const float> DeepseekV4Model::logits() {
   return {static_cast<const float*>(be_.download_view(out_logits_, out_n_ * (int64_t)sizeof(float))), (size_t)out_n_};
 }

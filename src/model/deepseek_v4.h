@@ -120,6 +120,8 @@ class DeepseekV4Model {
   void forward_launch(std::span<const V4SeqChunk> batch, V4Cache& cache) { enqueue(batch, cache, false); }
   void launch(std::span<const int32_t> ids);
   std::span<const float> logits();
+  // Row r of those logits into dst[V] (one copy of V floats): for a step whose few rows are sampled on the host.
+  void logits_row(int64_t r, float* dst);
   bool prepared() const { return ready_; }
   // Picks on the backend (Backend::sample_rows, each chunk's `sample`: greedy by default) with every step's
   // logits, so that a batch without logit processors reads R ids instead of R·V logits: argmax() returns
