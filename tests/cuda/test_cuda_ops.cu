@@ -1835,13 +1835,13 @@ HostQ make_hostq(Rng& r, dc::WFmt fmt, int64_t N, int64_t K, int variant) {
     q.w.resize(N * K * 2);
     memcpy(q.w.data(), b.data(), q.w.size());
   } else if (fmt == dc::WFmt::FP8_B128) {
-    q.ldws = (((K + 127) / 128 + 3) / 4) * 4;  // (a partial last scale block: gemv_q_v5's K % 128 != 0)
+    q.ldws = (((K + 127) / 128 + 3) / 4) * 4;  // (a partial last scale block, K % 128 != 0)
     q.w.resize(N * K);
     for (auto& b : q.w) b = variant == 1 ? (uint8_t)(r.next() & 0x87) : rand_e4m3(r);
     std::vector<float> sc(((N + 127) / 128) * q.ldws, 0.0f);
     for (auto& v : sc)
       v = variant == 2 ? std::ldexp(1.0f, r.range(8, 11))
-          : variant == 4 ? std::ldexp(1.0f, r.range(-10, 9))  // spread 2^-10..2^8 (gemv_q_v7)
+          : variant == 4 ? std::ldexp(1.0f, r.range(-10, 9))  // spread 2^-10..2^8
                          : std::ldexp(1.0f, r.range(-12, -6));
     q.s.resize(sc.size() * 4);
     memcpy(q.s.data(), sc.data(), q.s.size());
@@ -1919,7 +1919,7 @@ DevQ upload_q(const HostQ& q) {
   return d;
 }
 
-// The dense launcher a case runs: gemv_q (v4 / v3 by shape) or gemv_q_v5.
+// The dense launcher a case runs: gemv_q (v4 / v3 by shape) or another version.
 using DenseGemv = cudaError_t (*)(const float*, int64_t, int64_t, int64_t, dc::WeightRef, int64_t, float*, int64_t,
                                   cudaStream_t);
 cudaError_t gemv_q_noplan(const float* x, int64_t M, int64_t K, int64_t ldx, dc::WeightRef W, int64_t N, float* y,
@@ -1935,11 +1935,6 @@ cudaError_t gemv_q_v6_noplan(const float* x, int64_t M, int64_t K, int64_t ldx, 
 cudaError_t gemv_q_v8_noplan(const float* x, int64_t M, int64_t K, int64_t ldx, dc::WeightRef W, int64_t N, float* y,
                              int64_t ldy, cudaStream_t s) {
   return dc::gemv_q_v8(x, M, K, ldx, W, N, y, ldy, s);
-}
-
-cudaError_t gemv_q_v7_noplan(const float* x, int64_t M, int64_t K, int64_t ldx, dc::WeightRef W, int64_t N, float* y,
-                             int64_t ldy, cudaStream_t s) {
-  return dc::gemv_q_v7(x, M, K, ldx, W, N, y, ldy, s);
 }
 
 // Dense: NMSE against the f64 reference, the padding of y untouched, and batch invariance: every row
@@ -2084,50 +2079,6 @@ Result gemv_inv_case(dc::WFmt fmt, int64_t N, int64_t K, const std::string& name
   return res;
 }
 
-// gemv_q_v5_pdl (programmatic dependent launch) on a chain y1 = x·W1ᵀ, y2 = y1·W2ᵀ, 12 times back to back
-// with y1 poisoned (memset NaN) before each link: every y2 bitwise equal to the plain launches' (a B
-// that read y1 before A had finished would see NaN), in a stream and replayed from a CUDA graph.
-Result gemv_pdl_chain_case(dc::WFmt fmt, int64_t M, int64_t N1, int64_t K, int64_t N2, const std::string& name) {
-  Rng r = rng_for(name);
-  Result res;
-  const HostQ q1 = make_hostq(r, fmt, N1, K, 0), q2 = make_hostq(r, fmt, N2, N1, 0);
-  std::vector<float> x = randn(r, M * K);
-  DevQ d1 = upload_q(q1), d2 = upload_q(q2);
-  const int reps = 12;
-  DBuf dx = dup(x, "x"), y1 = dalloc(M * N1 * 4, "y1"), yref = dalloc(M * N2 * 4, "y2_ref"),
-       y2 = dalloc(reps * M * N2 * 4, "y2_reps");
-  CK(dc::gemv_q_v5(dx.as<float>(), M, K, K, d1.ref(), N1, y1.as<float>(), N1, 0));
-  CK(dc::gemv_q_v5(y1.as<float>(), M, N1, N1, d2.ref(), N2, yref.as<float>(), N2, 0));
-  auto want = down<float>(yref, M * N2);
-  bool finite = true;
-  for (float f : want) finite &= std::isfinite(f);
-  expect_true(res, finite, "plain chain not finite");
-  auto chain = [&](cudaStream_t st) {
-    for (int i = 0; i < reps; ++i) {
-      CK(cudaMemsetAsync(y1.p(), 0xFF, M * N1 * 4, st));
-      CK(dc::gemv_q_v5_pdl(dx.as<float>(), M, K, K, d1.ref(), N1, y1.as<float>(), N1, st));
-      CK(dc::gemv_q_v5_pdl(y1.as<float>(), M, N1, N1, d2.ref(), N2, y2.as<float>() + i * M * N2, N2, st));
-    }
-  };
-  auto check = [&](const char* what) {
-    auto got = down<float>(y2, reps * M * N2);
-    int bad = 0;
-    for (int i = 0; i < reps; ++i) bad += !rows_bitwise_equal(got.data() + i * M * N2, want.data(), M * N2);
-    expect_true(res, bad == 0, std::string(what) + ": " + std::to_string(bad) + " of 12 links differ from the plain chain");
-  };
-  poison(y2);
-  chain(0);
-  CK(cudaDeviceSynchronize());
-  check("stream");
-  poison(y2);
-  std::string err;
-  const bool captured = run_in_graph(chain, err);
-  expect_true(res, captured, "PDL chain not capturable " + err);
-  if (captured) check("graph");
-  if (res.pass) res.detail += "12 PDL links == plain chain (bitwise), stream and graph ";
-  return res;
-}
-
 // gemv_q_v8 on a chain y1 = x·W1ᵀ, y2 = y1·W2ᵀ, 12 links, y1 poisoned (memset NaN) before each link, from a
 // graph whose kernel → kernel edges are programmatic (the model's step graphs): v8 requests W2 before its
 // griddepcontrol.wait, so a consumer that read y1 early would see NaN. Every y2 bitwise the plain chain's.
@@ -2261,10 +2212,8 @@ Result gemv_plan_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, const std::
 
 // Perf (and a sampled check): the weight is rotated among ⌈256 MB / bytes⌉ copies so that every timed
 // launch reads it from HBM (the H200's L2 is 60 MB).
-// ver: 4 = gemv_q (v4, v3 fallback), 3 = gemv_q_v3, 5 = gemv_q_v5, 6 = gemv_q_v5_pdl (no plan argument),
-// 7 = gemv_q_v6 (with the plan), 8 = gemv_q_v6_tuned with `tune` (a schedule sweep), 9 = gemv_q_v7 (with the
-// plan), 10 = gemv_q_v7_pdl (programmatic edges between the graph's launches, as the `floor perf ... pdl` cases),
-// 11 = gemv_q_v8 (with the plan), 12 = gemv_q_v8 timed from a graph with programmatic edges (the model's
+// ver: 4 = gemv_q (v4, v3 fallback), 3 = gemv_q_v3, 7 = gemv_q_v6 (with the plan), 8 = gemv_q_v6_tuned with
+// `tune` (a schedule sweep), 11 = gemv_q_v8 (with the plan), 12 = gemv_q_v8 timed from a graph with programmatic edges (the model's
 // setting), 13 = gemv_q_v8_ring with tune.items stages (plain edges).
 Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int ver, const std::string& name,
                       dc::GemvV6Tune tune = {}) {
@@ -2272,11 +2221,7 @@ Result gemv_perf_case(dc::WFmt fmt, int64_t M, int64_t N, int64_t K, int ver, co
   auto gemv = [ver, tune](const float* x, int64_t M_, int64_t K_, int64_t ldx_, dc::WeightRef W_, int64_t N_, float* y,
                           int64_t ldy_, cudaStream_t st, const dc::GemvPlan* pl) {
     if (ver == 8) return dc::gemv_q_v6_tuned(x, M_, K_, ldx_, W_, N_, y, ldy_, st, tune);
-    if (ver == 5) return dc::gemv_q_v5(x, M_, K_, ldx_, W_, N_, y, ldy_, st);
-    if (ver == 6) return dc::gemv_q_v5_pdl(x, M_, K_, ldx_, W_, N_, y, ldy_, st);
     if (ver == 7) return dc::gemv_q_v6(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
-    if (ver == 9) return dc::gemv_q_v7(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
-    if (ver == 10) return dc::gemv_q_v7_pdl(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
     if (ver == 11 || ver == 12) return dc::gemv_q_v8(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
     if (ver == 13) return dc::gemv_q_v8_ring(x, M_, K_, ldx_, W_, N_, y, ldy_, st, tune.items);
     return (ver == 3 ? dc::gemv_q_v3 : dc::gemv_q)(x, M_, K_, ldx_, W_, N_, y, ldy_, st, pl);
@@ -2743,7 +2688,6 @@ Result gemv_grouped_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t N, in
 // y's row padding untouched, every token bitwise equal to itself launched alone (T = 1, its own routing:
 // a token's result does not depend on the other tokens), and with swiglu the fused act bitwise equal to
 // swiglu_clamp of the unfused output (the clamp reached).
-// ver 3: moe_gemv3 under the same checks, and its output bitwise moe_gemv2's (same MMA chains and order);
 // ver 6: moe_gemv2_rows (one bulk copy a row, padded rows) the same way; ver 7 / 8: moe_gemv2_early with
 // early = 2 / 1 (work before the PDL wait; outside a graph only the order changes) the same way.
 using MoeGemv = cudaError_t (*)(const float*, int64_t, bool, const int32_t*, int64_t, int, int64_t, dc::WeightRef, int64_t,
@@ -2768,8 +2712,7 @@ cudaError_t moe_gemv2_fp8_n(const float* x, int64_t ldx, bool x_per_slot, const 
 Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per_slot, bool swiglu, int variant,
                       int sel_mode, const std::string& name, int ver = 2) {
   const bool f8 = ver >= 10;
-  const MoeGemv gemv = ver == 3    ? dc::moe_gemv3
-                       : ver == 6  ? dc::moe_gemv2_rows
+  const MoeGemv gemv = ver == 6    ? dc::moe_gemv2_rows
                        : ver == 7  ? moe_gemv2_early_n<2>
                        : ver == 8  ? moe_gemv2_early_n<1>
                        : ver == 10 ? moe_gemv2_fp8_n<0>
@@ -2803,7 +2746,7 @@ Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per
   DBuf dw = dup(wall, "w_experts"), ds = dup(sall, "s_experts"), dx = dup(x, "x"), dsel = dup(sel, "sel"),
        dy = dalloc(S * ldy * 4, "y"), dy1 = dalloc(topk * ldy * 4, "y_token_alone");
   const dc::WeightRef W{fmt, dw.p(), ds.p(), 0};
-  expect_true(res, (ver == 3 ? dc::moe_gemv3_ok : f8 ? dc::moe_gemv2_fp8_ok : dc::moe_gemv2_ok)(W, T, topk, N, K, wstr, sstr),
+  expect_true(res, (f8 ? dc::moe_gemv2_fp8_ok : dc::moe_gemv2_ok)(W, T, topk, N, K, wstr, sstr),
               "_ok refuses the shape");
   poison(dy);
   CK(gemv(dx.as<float>(), ldx, per_slot, dsel.as<int32_t>(), T, topk, K, W, wstr, sstr, N, false, 0.0f, dy.as<float>(), ldy,
@@ -2817,9 +2760,7 @@ Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per
     auto y2 = down<float>(d2, S * ldy);
     bool same = true;
     for (int64_t j = 0; j < S; ++j) same &= rows_bitwise_equal(y2.data() + j * ldy, yg.data() + j * ldy, N);
-    expect_true(res, same, ver == 3 ? "moe_gemv3 != moe_gemv2 (bitwise)"
-                           : f8     ? "early 2 != moe_gemv2_fp8 early 0 (bitwise)"
-                                    : "variant != moe_gemv2 (bitwise)");
+    expect_true(res, same, f8 ? "early 2 != moe_gemv2_fp8 early 0 (bitwise)" : "variant != moe_gemv2 (bitwise)");
     if (same) res.detail += f8 ? "== early 0 (bitwise) " : "== moe_gemv2 (bitwise) ";
   }
   {  // (every version)
@@ -2886,9 +2827,9 @@ Result moe_gemv2_case(int64_t T, int topk, int E, int64_t N, int64_t K, bool per
   return res;
 }
 
-// Shapes moe_gemv2 (ver 3: moe_gemv3) does not take: cudaErrorNotSupported (the backend then takes gemv_q_grouped).
-Result moe_gemv2_unsupported_case(int ver = 2) {
-  const MoeGemv gemv = ver == 3 ? dc::moe_gemv3 : dc::moe_gemv2;
+// Shapes moe_gemv2 does not take: cudaErrorNotSupported (the backend then takes gemv_q_grouped).
+Result moe_gemv2_unsupported_case() {
+  const MoeGemv gemv = dc::moe_gemv2;
   Result res;
   DBuf dw = dalloc(1 << 20, "w"), ds = dalloc(1 << 16, "s"), dx = dalloc(1 << 16, "x"), dy = dalloc(1 << 16, "y"),
        dsel = dalloc(1024, "sel");
@@ -2901,7 +2842,7 @@ Result moe_gemv2_unsupported_case(int ver = 2) {
   expect_true(res, call(W, 1, 6, 48, 512) == cudaErrorNotSupported, "N % 32 != 0 accepted");
   expect_true(res, call(W, 1, 6, 256, 640) == cudaErrorNotSupported, "K % 512 != 0 accepted");
   expect_true(res, call(W, 11, 6, 256, 512) == cudaErrorNotSupported, "66 slots accepted");
-  if (ver == 2) {  // moe_gemv2_fp8: K = 4608 at T = 3 fits moe_gemv2's ring but not beside kernel<4>'s B operands
+  {  // moe_gemv2_fp8: K = 4608 at T = 3 fits moe_gemv2's ring but not beside kernel<4>'s B operands
     expect_true(res, dc::moe_gemv2_ok(W, 3, 6, 256, 4608, 1 << 14, 1 << 10) &&
                          !dc::moe_gemv2_fp8_ok(W, 3, 6, 256, 4608, 1 << 14, 1 << 10) &&
                          dc::moe_gemv2_fp8(dx.as<float>(), 4608, false, dsel.as<int32_t>(), 3, 6, 4608, W, 1 << 14,
@@ -3085,7 +3026,7 @@ Result gemv_e4m3_perf_case(int64_t M, int G, int64_t N, int64_t K, bool swiglu, 
 // the distinct experts each set reads. wo_a: E = 8 groups, sel[t, g] = g, x per slot; the 8 groups'
 // weight (32 MB) rotated among copies. The swiglu case times the fused w13. kind: 0 gemv_q_grouped,
 // 1 gemv_q_grouped_v3, 2 moe_gemv2 (fp4 only), 3 gemv_q_v6_groups (identity_sel, per_slot, E == topk only:
-// linear_groups' layout), 4 moe_gemv3 (fp4 only; slot 0 checked against token 0 alone, as moe_gemv2), 5
+// linear_groups' layout), 5
 // gemv_q_v8_groups (as 3), 6 moe_gemv2_rows (moe_gemv2 with one bulk copy a row: same bits), 7
 // moe_gemv2_early as the model calls it (early 2 with the fused SwiGLU, else 1), 8 moe_gemv2 and 9 moe_gemv2_fp8 as 7, all timed
 // in a graph with programmatic edges (each launch's routing and x are written before the chain: valid).
@@ -3096,8 +3037,7 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
                               bool swiglu, bool identity_sel, int kind, const std::string& name) {
   const bool v3 = kind == 1, v6 = kind == 3 || kind == 5;  // 5: gemv_q_v8_groups (as 3)
   const bool pdl = kind == 7 || kind == 8 || kind == 9;
-  const GroupedGemv gemv = kind == 4   ? dc::moe_gemv3
-                           : kind == 9 ? (swiglu ? moe_gemv2_fp8_n<2> : moe_gemv2_fp8_n<1>)
+  const GroupedGemv gemv = kind == 9 ? (swiglu ? moe_gemv2_fp8_n<2> : moe_gemv2_fp8_n<1>)
                            : kind == 6 ? dc::moe_gemv2_rows
                            : kind == 7 ? (swiglu ? moe_gemv2_early_n<2> : moe_gemv2_early_n<1>)
                            : kind == 2 || kind == 8 ? dc::moe_gemv2
@@ -3174,7 +3114,7 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
     expect_nmse(res, "slot 0 (64 rows)", yc, yr, 1e-6);
   } else {
     std::vector<float> y1;
-    if (kind == 2 || kind == 4 || kind >= 6) {
+    if (kind == 2 || kind >= 6) {
       // slot 0 of set 0 against token 0 launched alone (T = 1, its own routing), bitwise
       DBuf d1 = dalloc(topk * ncol * 4, "token0_alone");
       CK(gemv(dx.as<float>(), K, per_slot, dsel.as<int32_t>(), 1, topk, K, W(0), wstr, sstr, N, swiglu, 10.0f,
@@ -3191,7 +3131,7 @@ Result gemv_grouped_perf_case(dc::WFmt fmt, int64_t T, int topk, int E, int64_t 
     bool finite = true;
     for (float v : yg) finite &= std::isfinite(v);
     expect_true(res, finite && rows_bitwise_equal(yg.data(), y1.data(), ncol),
-                kind == 2 || kind == 4 || kind >= 6 ? "slot 0 != token 0 alone" : "slot 0 != gemv_q alone");
+                kind == 2 || kind >= 6 ? "slot 0 != token 0 alone" : "slot 0 != gemv_q alone");
   }
   int it = 0;
   res.us = time_us([&] {
@@ -5404,12 +5344,6 @@ void register_cases() {
       add(n, [=] { return moe_gemv2_case(c.T, c.topk, c.E, c.N, c.K, c.per_slot, c.swiglu, c.variant, c.sel_mode, n); });
     }
     add("moe_gemv2 unsupported shapes", [] { return moe_gemv2_unsupported_case(); });
-    // moe_gemv3: the same cases, each also bitwise against moe_gemv2
-    for (auto c : mg) {
-      auto n = nm("moe_gemv3 fp4 T=%ld topk=%d E=%d N=%ld K=%ld %s", c.T, c.topk, c.E, c.N, c.K, c.what);
-      add(n, [=] { return moe_gemv2_case(c.T, c.topk, c.E, c.N, c.K, c.per_slot, c.swiglu, c.variant, c.sel_mode, n, 3); });
-    }
-    add("moe_gemv3 unsupported shapes", [] { return moe_gemv2_unsupported_case(3); });
     // moe_gemv2_rows (the session-5 loads) and moe_gemv2_early (early = 2, 1): the same cases, each also
     // bitwise against moe_gemv2
     for (auto c : mg) {
@@ -5461,83 +5395,6 @@ void register_cases() {
         expect_true(res, dc::gemv_e4m3(pl, nullptr, 1, 1024, nullptr, 256, 0.0f, ds.p(), 0) == cudaErrorInvalidValue,
                     "launch without a plan accepted");
         cudaGetLastError();
-        return res;
-      });
-    }
-    // gemv_q_v5 (decode GEMV v5, bf16 / fp8 only): the same checks as gemv_q (f64 reference, padding,
-    // every row alone bitwise), small and V4-Flash shapes at M = 1..8 (13: launches of 8; K = 16384:
-    // launches of 4 rows, x of 8 would not fit shared memory), K % 128 != 0 for fp8 (partial last scale
-    // block), odd N, slice counts S = 1 (wq_b), 8 (w13, w2, wo_b), 16 (wkv, wq_a).
-    {
-      std::vector<GQ> g5 = {{F::BF16, 3, 520, 1032, 0, " (K%32!=0: partial chunk)"},
-                            {F::BF16, 13, 97, 256, 0, " (odd N, M>8)"},
-                            {F::BF16, 8, 264, 16384, 0, " (long K: launches of 4)"},
-                            {F::FP8_B128, 3, 97, 1104, 0, " (odd N, K%128!=0: partial scale block)"},
-                            {F::FP8_B128, 8, 1001, 1040, 0, " (odd N, K%128!=0, K%64!=0)"},
-                            {F::FP8_B128, 5, 44, 128, 0, " (tiny)"},
-                            {F::FP8_B128, 2, 264, 512, 1, " subnormal e4m3 (exact dequant)"},
-                            {F::FP8_B128, 7, 136, 256, 2, " scales 2^8..2^10 (two-step scale)"},
-                            {F::FP8_B128, 8, 264, 16384, 0, " (long K: launches of 4)"},
-                            {F::FP8_B128, 13, 1000, 4096, 0, " (M>8: launches of 8)"}};
-      for (int64_t M : {1, 2, 3, 5, 8}) {
-        g5.push_back({F::BF16, M, 1001, 4096, 0, " (odd N)"});
-        g5.push_back({F::FP8_B128, M, 1001, 4096, 0, " (odd N)"});
-        g5.push_back({F::FP8_B128, M, ql, D, 0, " (wq_a)"});
-      }
-      for (int64_t M : {1, 8}) {
-        g5.push_back({F::FP8_B128, M, d, D, 0, " (wkv)"});
-        g5.push_back({F::FP8_B128, M, H * d, ql, 0, " (wq_b)"});
-        g5.push_back({F::FP8_B128, M, D, G * ol, 0, " (wo_b)"});
-        g5.push_back({F::FP8_B128, M, 2 * I, D, 0, " (shared w13)"});
-        g5.push_back({F::FP8_B128, M, D, I, 0, " (shared w2)"});
-        g5.push_back({F::BF16, M, 2 * d, D, 0, " (compressor)"});
-        g5.push_back({F::BF16, M, 4095, 4096, 0, " (odd N)"});
-      }
-      for (auto c : g5) {
-        auto n = nm("gemv_q_v5 %s M=%ld N=%ld K=%ld%s", wfmt_name(c.f), c.M, c.N, c.K, c.what);
-        add(n, [=] { return gemv_case(c.f, c.M, c.N, c.K, c.variant, n, dc::gemv_q_v5); });
-      }
-      const GI g5i[] = {{F::BF16, 1000, 4096}, {F::BF16, 97, 16384}, {F::FP8_B128, 1000, 4096},
-                        {F::FP8_B128, 4096, 2048}, {F::FP8_B128, 512, 4096}, {F::FP8_B128, 264, 16384}};
-      for (auto c : g5i) {
-        auto n = nm("gemv_q_v5 invariance M=1..32 %s N=%ld K=%ld", wfmt_name(c.f), c.N, c.K);
-        add(n, [=] { return gemv_inv_case(c.f, c.N, c.K, n, dc::gemv_q_v5); });
-      }
-      // PDL launches: the same bits as the plain ones (gemv_case compares rows alone, launched with PDL
-      // too, against the f64 reference), and the dependency kept on a chain
-      for (int64_t M : {1, 8}) {
-        auto n = nm("gemv_q_v5_pdl fp8 M=%ld N=%ld K=%ld (shared w13)", M, 2 * I, D);
-        add(n, [=] { return gemv_case(F::FP8_B128, M, 2 * I, D, 0, n, dc::gemv_q_v5_pdl); });
-        n = nm("gemv_q_v5_pdl bf16 M=%ld N=%ld K=%ld (odd N)", M, (int64_t)1001, (int64_t)1032);
-        add(n, [=] { return gemv_case(F::BF16, M, 1001, 1032, 0, n, dc::gemv_q_v5_pdl); });
-      }
-      for (int64_t M : {1, 8}) {
-        auto n = nm("gemv_q_v5_pdl chain fp8 M=%ld x[%ld] -> %ld -> %ld", M, D, ql, (int64_t)520);
-        add(n, [=] { return gemv_pdl_chain_case(F::FP8_B128, M, ql, D, 520, n); });
-        n = nm("gemv_q_v5_pdl chain bf16 M=%ld x[%ld] -> %ld -> %ld", M, (int64_t)2048, (int64_t)4096, (int64_t)4096);
-        add(n, [=] { return gemv_pdl_chain_case(F::BF16, M, 4096, 2048, 4096, n); });
-      }
-      add("gemv_q_v5 unsupported (fp4, fp8 K%16!=0, bf16 K%8!=0)", [] {
-        Result res;
-        DBuf x = dalloc(4 * 2048 * 4, "x"), w = dalloc(64 * 2048 * 2, "w"), sc = dalloc(64 * 64 * 4, "s"),
-             y = dalloc(4 * 64 * 4, "y");
-        poison(y);
-        auto call = [&](dc::WFmt f, int64_t K) {
-          return dc::gemv_q_v5(x.as<float>(), 4, K, 2048, dc::WeightRef{f, w.p(), sc.p(), 64}, 64, y.as<float>(), 64, 0);
-        };
-        expect_true(res, call(F::FP4_B32, 1024) == cudaErrorNotSupported, "fp4 not refused");
-        expect_true(res, call(F::FP8_B128, 1000) == cudaErrorNotSupported, "fp8 K=1000 not refused");
-        expect_true(res, call(F::BF16, 1004) == cudaErrorNotSupported, "bf16 K=1004 not refused");
-        cudaGetLastError();
-        auto yv = down<float>(y, 4 * 64);
-        bool untouched = true;
-        for (float f : yv) {
-          uint32_t u;
-          memcpy(&u, &f, 4);
-          untouched &= u == 0xFFFFFFFFu;
-        }
-        expect_true(res, untouched, "y written by a refused call");
-        if (res.pass) res.detail += "refused with cudaErrorNotSupported, nothing launched ";
         return res;
       });
     }
@@ -5607,68 +5464,6 @@ void register_cases() {
                     "gemv_q_v6_supported");
         cudaGetLastError();
         auto yv = down<float>(y, 4 * 64);
-        bool untouched = true;
-        for (float f : yv) {
-          uint32_t u;
-          memcpy(&u, &f, 4);
-          untouched &= u == 0xFFFFFFFFu;
-        }
-        expect_true(res, untouched, "y written by a refused call");
-        if (res.pass) res.detail += "refused with cudaErrorNotSupported, nothing launched ";
-        return res;
-      });
-    }
-    // gemv_q_v7 (M = 1 CUDA-core GEMV, bf16 / fp8, K % 128 == 0): f64 reference, the padding of y between
-    // rows untouched (M = 2: one launch a row) and run-to-run bitwise (gemv_case's "row alone == in batch"
-    // relaunches every row), the V4-Flash decode shapes, odd N, K = 1152 (C % 32 != 0: a partial last
-    // slot), short rows sharing a batch (wq_b K = 1024, K = 128), long rows over several batches (wo_b,
-    // K = 32768), subnormal e4m3, scales spread 2^-10..2^8, x blocks 2^-40..2^40.
-    {
-      std::vector<GQ> g7 = {{F::FP8_B128, 1, 44, 128, 0, " (tiny: 8 rows a batch, 8 chunks a row)"},
-                            {F::FP8_B128, 2, 264, 512, 1, " subnormal e4m3 (exact dequant)"},
-                            {F::FP8_B128, 2, 136, 256, 2, " scales 2^8..2^10"},
-                            {F::FP8_B128, 1, 1000, 1152, 0, " (odd N, K=1152: partial last slot)"},
-                            {F::FP8_B128, 2, 1000, 1152, 4, " (odd N, K=1152, scales 2^-10..2^8)"},
-                            {F::FP8_B128, 1, 264, 16384, 0, " (4 batches a row)"},
-                            {F::FP8_B128, 1, 136, 32768, 0, " (K=32768, 1 block an SM)"},
-                            {F::BF16, 2, 97, 256, 0, " (odd N)"},
-                            {F::BF16, 1, 1000, 1152, 0, " (odd N, K=1152)"},
-                            {F::BF16, 1, 264, 16384, 0, " (8 batches a row)"},
-                            {F::BF16, 1, 40, 32768, 0, " (K=32768, 1 block an SM)"}};
-      for (int64_t M : {1, 2}) {
-        g7.push_back({F::FP8_B128, M, ql + d, D, 0, " (wq_a+wkv fused)"});
-        g7.push_back({F::FP8_B128, M, ql, D, 4, " (wq_a, scales 2^-10..2^8)"});
-        g7.push_back({F::FP8_B128, M, H * d, ql, 0, " (wq_b)"});
-        g7.push_back({F::FP8_B128, M, D, G * ol, 0, " (wo_b)"});
-        g7.push_back({F::FP8_B128, M, 2 * I, D, 0, " (shared w13)"});
-        g7.push_back({F::FP8_B128, M, D, I, 0, " (shared w2)"});
-        g7.push_back({F::FP8_B128, M, 1001, 4096, 0, " (odd N)"});
-        g7.push_back({F::FP8_B128, M, 1001, 4096, 3, " (odd N, x blocks 2^-40..2^40)"});
-        g7.push_back({F::FP8_B128, M, 1001, 4096, 4, " (odd N, scales 2^-10..2^8)"});
-        g7.push_back({F::BF16, M, 1001, 4096, 0, " (odd N)"});
-        g7.push_back({F::BF16, M, 256, D, 0, " (router gate)"});
-        g7.push_back({F::BF16, M, 2560, D, 0, " (compressor 2560)"});
-      }
-      for (auto c : g7) {
-        auto n = nm("gemv_q_v7 %s M=%ld N=%ld K=%ld%s", wfmt_name(c.f), c.M, c.N, c.K, c.what);
-        add(n, [=] { return gemv_case(c.f, c.M, c.N, c.K, c.variant, n, gemv_q_v7_noplan); });
-      }
-      add("gemv_q_v7 unsupported (fp4, K%128!=0, K>32768)", [] {
-        Result res;
-        DBuf x = dalloc(2048 * 4, "x"), w = dalloc(64 * 2048 * 2, "w"), sc = dalloc(64 * 64 * 4, "s"),
-             y = dalloc(64 * 4, "y");
-        poison(y);
-        auto call = [&](dc::WFmt f, int64_t K) {
-          return dc::gemv_q_v7(x.as<float>(), 1, K, 2048, dc::WeightRef{f, w.p(), sc.p(), 64}, 64, y.as<float>(), 64, 0);
-        };
-        expect_true(res, call(F::FP4_B32, 1024) == cudaErrorNotSupported, "fp4 not refused");
-        expect_true(res, call(F::FP8_B128, 1088) == cudaErrorNotSupported, "fp8 K=1088 not refused");
-        expect_true(res, call(F::BF16, 1000) == cudaErrorNotSupported, "bf16 K=1000 not refused");
-        expect_true(res, call(F::BF16, 32896) == cudaErrorNotSupported, "bf16 K=32896 not refused");
-        expect_true(res, !dc::gemv_q_v7_supported(F::FP8_B128, 1088) && dc::gemv_q_v7_supported(F::FP8_B128, 4096),
-                    "gemv_q_v7_supported");
-        cudaGetLastError();
-        auto yv = down<float>(y, 64);
         bool untouched = true;
         for (float f : yv) {
           uint32_t u;
@@ -5777,21 +5572,10 @@ void register_cases() {
           auto n = nm("gemv_q_v3 perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
           add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 3, n); });
         }
-        if (c.f == F::FP4_B32) continue;  // v5: bf16 and fp8 only
-        for (int64_t M : {1, 2, 4, 8}) {
-          auto n = nm("gemv_q_v5 perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
-          add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 5, n); });
-        }
+        if (c.f == F::FP4_B32) continue;  // v6, v8: bf16 and fp8 only
         for (int64_t M : {1, 2, 4, 8}) {
           auto n = nm("gemv_q_v6 perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
           add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 7, n); });
-        }
-        // v7 (M = 1): plain graph edges (compare with `floor perf stream .. plain`) and programmatic ones
-        // (compare with `floor perf stream .. pdl early loads`)
-        for (int ver : {9, 10}) {
-          auto n = nm("gemv_q_v7%s perf %s M=1 N=%ld K=%ld (%s)", ver == 10 ? "_pdl" : "", wfmt_name(c.f), c.N, c.K,
-                      c.what);
-          add(n, [=] { return gemv_perf_case(c.f, 1, c.N, c.K, ver, n); });
         }
         // v8 (M = 1, 8): plain graph edges and programmatic ones (the model's setting); ring depth at M = 1
         if (c.f != F::FP4_B32 && dc::gemv_q_v8_supported(c.f, c.N, c.K)) {
@@ -5805,10 +5589,6 @@ void register_cases() {
             auto n = nm("gemv_q_v8 ring=%d perf %s M=1 N=%ld K=%ld (%s)", ring, wfmt_name(c.f), c.N, c.K, c.what);
             add(n, [=] { return gemv_perf_case(c.f, 1, c.N, c.K, 13, n, dc::GemvV6Tune{ring, 0, 0}); });
           }
-        }
-        for (int64_t M : {1, 8}) {  // the graph's launches overlap (the next one streams its weights early)
-          auto n = nm("gemv_q_v5_pdl perf %s M=%ld N=%ld K=%ld (%s)", wfmt_name(c.f), M, c.N, c.K, c.what);
-          add(n, [=] { return gemv_perf_case(c.f, M, c.N, c.K, 6, n); });
         }
         // v6 schedule sweep (session 5: v6 loses to v3 on N ≤ 8192, where the default splits K into
         // one-step slices over 4-rank clusters): fewer, longer slices and fewer ranks, M = 1
@@ -5860,10 +5640,10 @@ void register_cases() {
                     t.ranks, wfmt_name(c.f), c.N, c.K, c.what);
         add(n, [=] { return gemv_perf_case(c.f, 1, c.N, c.K, 8, n, t); });
       }
-      // v7 against v6 on two more M = 1 shapes (the fused wq_a+wkv weight, a 2560-row compressor)
+      // v6 against v8 on two more M = 1 shapes (the fused wq_a+wkv weight, a 2560-row compressor)
       for (auto c : {GP{F::FP8_B128, ql + d, D, "wq_a+wkv fused"}, GP{F::BF16, 2560, D, "compressor 2560"}})
-        for (int ver : {7, 9, 10, 11, 12}) {
-          auto n = nm("%s perf %s M=1 N=%ld K=%ld (%s)", ver == 7 ? "gemv_q_v6" : ver == 9 ? "gemv_q_v7" : ver == 10 ? "gemv_q_v7_pdl" : ver == 11 ? "gemv_q_v8" : "gemv_q_v8_pdl",
+        for (int ver : {7, 11, 12}) {
+          auto n = nm("%s perf %s M=1 N=%ld K=%ld (%s)", ver == 7 ? "gemv_q_v6" : ver == 11 ? "gemv_q_v8" : "gemv_q_v8_pdl",
                       wfmt_name(c.f), c.N, c.K, c.what);
           add(n, [=] { return gemv_perf_case(c.f, 1, c.N, c.K, ver, n); });
         }
@@ -5939,10 +5719,6 @@ void register_cases() {
           n = nm("%s perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w2)", what, T, T * 6, D, I);
           add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, D, I, true, false, false, kind, n); });
         }
-        n = nm("moe_gemv3 perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w13 + fused swiglu)", T, T * 6, 2 * I, D);
-        add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, 2 * I, D, false, true, false, 4, n); });
-        n = nm("moe_gemv3 perf fp4 T=%ld slots=%ld E=256 N=%ld K=%ld (routed w2)", T, T * 6, D, I);
-        add(n, [=] { return gemv_grouped_perf_case(F::FP4_B32, T, 6, 256, D, I, true, false, false, 4, n); });
       }
     }
   }

@@ -1,6 +1,6 @@
 #pragma once
 // Shared-memory addresses, mbarriers, cp.async and bulk (TMA) copies for the kernels that stage operands in
-// shared memory (moe_gemv2.cu, moe_gemv3.cu, gemv_q.cu, gemv_q_v8.cu, moe_fp8.cu, moe_grouped.cu, attention_mma.cu,
+// shared memory (moe_gemv2.cu, gemv_q.cu, gemv_q_v8.cu, moe_fp8.cu, moe_grouped.cu, attention_mma.cu,
 // indexer_mma.cu, f32_ops.cu, hc.cu, the op test's bulk floor): one definition of each.
 #include <cstdint>
 

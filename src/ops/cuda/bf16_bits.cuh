@@ -1,6 +1,6 @@
 #pragma once
 // Register-level helpers of the tensor-core kernels that dequantize stored weights into MMA operands
-// (gemv_q.cu, gemv_q_v5.cu, gemv_q_v6.cu, gemv_q_v7.cu, moe_grouped.cu, moe_gemv2.cu, moe_gemv3.cu): one
+// (gemv_q.cu, gemv_q_v6.cu, moe_grouped.cu, moe_gemv2.cu): one
 // definition, so all read a format the same way.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -98,7 +98,7 @@ __device__ __forceinline__ void e2m1x8_e4m3(uint32_t v, uint32_t& lo, uint32_t& 
   hi = b + 3u * (b & 0x20202020u);
 }
 
-// The fp8 GEMV step (gemv_q, gemv_q_v5). One 16-row tile × one chunk: rows g (w0) and g + 8 (w1), 16 e4m3
+// The fp8 GEMV step (gemv_q). One 16-row tile × one chunk: rows g (w0) and g + 8 (w1), 16 e4m3
 // each → 4 MMAs, dequantized by ×c1 (and ×c2 when BIG). B of MMA i: the (i % 2) half of x unit i / 2.
 template <bool BIG>
 __device__ __forceinline__ void fp8_mma(float (&acc)[4], const uint4& w0, const uint4& w1, const uint4 (&X)[2],

@@ -23,7 +23,7 @@ inline cudaError_t last_error() { return cudaGetLastError(); }
 
 // Loads of constant data (weights, scales) that a kernel issues before griddepcontrol.wait, so they stream
 // while the previous kernel still runs. Not .nc: with .nc loads ptxas hoisted the wait above them (nvcc 13.0,
-// gemv_q_v5's SASS: ACQBULK first), which would keep the stream from starting before the previous kernel ends;
+// the SASS of session 4's gemv_q_v5: ACQBULK first), which would keep the stream from starting before the previous kernel ends;
 // inline PTX, volatile, so that they stay where they are written. _f4 / _u4: read once, not kept in L1;
 // _u4_l2: also asks L2 for the whole 256-byte span (the warp reads the rest of it next).
 __device__ __forceinline__ float ld_early_f32(const float* p) {

@@ -105,8 +105,8 @@ struct CudaBackend::Impl {
     return "," + std::string(v ? v : "") + ",";
   }();
   // Kernel paths that are built and tested but measured slower than what they would replace are taken only
-  // when named in DEEPINFER_CUDA_ON=name,name (session 6: moe_gemv3; moe_wg2 was deleted in session 10), for the
-  // next measurement.
+  // when named in DEEPINFER_CUDA_ON=name,name (gemv_v8, gemv_e4m3, moe_fp8_ws), for the next measurement.
+  // Those that stayed slower were deleted: moe_wg2 in session 10; gemv_v5, gemv_v7, moe_gemv3 in session 16.
   std::string on_list = [] {
     const char* v = std::getenv("DEEPINFER_CUDA_ON");
     return "," + std::string(v ? v : "") + ",";
@@ -829,7 +829,7 @@ WeightPtr CudaBackend::make_weight(const StoredWeight& sw) {
 namespace {
 // The decode GEMV linear() takes for x[M, K] (row stride ldx) · Wᵀ, or None (the GEMMs below it);
 // linear_swiglu fuses its SwiGLU into the same kernel where that kernel has the epilogue (v3, v4).
-enum class GemvPick { None, V8, V7, V6, V3, V4 };
+enum class GemvPick { None, V8, V6, V3, V4 };
 // v8's extra conditions on a weight (its fp8 scale rows are read by 16-byte bulk copies)
 bool v8_weight_ok(const cuda::WeightRef& r) {
   return r.fmt != cuda::WFmt::FP8_B128 || (r.ldws % 4 == 0 && (uintptr_t)r.scale % 16 == 0);
@@ -837,8 +837,7 @@ bool v8_weight_ok(const cuda::WeightRef& r) {
 bool v8_pick(const cuda::WeightRef& r, int64_t N, int64_t K) {
   return r.fmt == cuda::WFmt::FP8_B128 && K >= 2048 && cuda::gemv_q_v8_supported(r.fmt, N, K) && v8_weight_ok(r);
 }
-GemvPick pick_gemv(const CudaBackend::Impl& m, const CudaWeight& w, int64_t M, const float* x, int64_t ldx,
-                   bool v7 = true) {
+GemvPick pick_gemv(const CudaBackend::Impl& m, const CudaWeight& w, int64_t M, const float* x, int64_t ldx) {
   if (w.fmt == WeightFormat::F32) return GemvPick::None;
   const int64_t K = w.K, N = w.N;
   // Decode sizes: the tensor-core GEMV reads x in float32 and the weight once (batch invariant for
@@ -853,10 +852,6 @@ GemvPick pick_gemv(const CudaBackend::Impl& m, const CudaWeight& w, int64_t M, c
   // every N; DEEPINFER_CUDA_OFF=gemv_v6_small keeps v3 for N < 16384 (the session-5 split). Else v3
   // (measured faster than v4 there), v4 with DEEPINFER_CUDA_OFF=gemv_v3. The choice depends on the
   // weight only, so each row's result stays independent of M.
-  // M = 1 with DEEPINFER_CUDA_ON=gemv_v7: v7 (opt-in until measured; the CUDA-core GEMV with the streaming
-  // floor's load pattern, docs/cuda-notes.md "GEMV v7"). Per-weight again apart from M, so a row's bits
-  // differ between M = 1 (v7) and M > 1 (v6) while it is on: not batch invariant across M.
-  if (v7 && M == 1 && m.on("gemv_v7") && cuda::gemv_q_v7_supported(w.ref().fmt, K)) return GemvPick::V7;
   // M ≤ 8 with DEEPINFER_CUDA_ON=gemv_v8: v8 (bulk-copy ring, docs/cuda-notes.md "GEMV v8") for fp8 weights
   // with K ≥ 2048, where its op cases measured faster than v6 (s7-run3: wo_b 17.1 vs 18.2 us, shared w13
   // 11.7 vs 12.5); chosen by the weight only (batch invariant). Opt-in: in the 31-layer bench (s7-run4)
@@ -890,8 +885,6 @@ void CudaBackend::linear(const float* x, int64_t M, int64_t ldx, const Weight& w
   if (const GemvPick g = pick_gemv(*impl_, w, M, x, ldx); g != GemvPick::None) {
     if (g == GemvPick::V8)
       check(cuda::gemv_q_v8(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv), "linear (gemv v8)");
-    else if (g == GemvPick::V7)
-      check(cuda::gemv_q_v7(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv), "linear (gemv v7)");
     else if (g == GemvPick::V6)
       check(cuda::gemv_q_v6(x, M, K, ldx, w.ref(), N, y, ldy, s, &w.gemv), "linear (gemv v6)");
     else
@@ -940,8 +933,7 @@ void CudaBackend::linear_swiglu(const float* x, int64_t M, int64_t ldx, const We
   }
   // linear()'s GEMV with its fused SwiGLU (the same bits as linear + swiglu_clamp); where linear takes
   // another kernel (the GEMMs, float32 weights, a v6 schedule of one tile a block) the two ops run.
-  // (v7 has no fused SwiGLU: a gate row and its up row would have to share a warp; the fused v6 stays)
-  const GemvPick g = M > 0 ? pick_gemv(*impl_, w, M, x, ldx, false) : GemvPick::None;
+  const GemvPick g = M > 0 ? pick_gemv(*impl_, w, M, x, ldx) : GemvPick::None;
   const bool fused = g == GemvPick::V3 || g == GemvPick::V4 ||
                      (g == GemvPick::V6 && cuda::gemv_q_v6_swiglu_ok(w.ref().fmt, N, K)) ||
                      (g == GemvPick::V8 && cuda::gemv_q_v8_swiglu_ok(w.ref().fmt, N, K));
@@ -1370,15 +1362,10 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
   if (impl_->replaying()) return;
     Buffer<float> act(*this, S * I), ye(*this, S * D);  // slot order
     auto gemv = impl_->off("gemv_v3") ? cuda::gemv_q_grouped : cuda::gemv_q_grouped_v3;  // (as in linear)
-    // fp4 experts: moe_gemv2; moe_gemv3 (the same bits) only with DEEPINFER_CUDA_ON=moe_gemv3: s6-run3
-    // measured it no faster (T = 1 w13 34.6 vs 33.3 µs, w2 25.9 vs 24.1; T = 8 w13 231 vs 194)
-    // (DEEPINFER_CUDA_OFF=moe_gemv2: the gemv above), for both matrices or neither
+    // fp4 experts: moe_gemv2 (DEEPINFER_CUDA_OFF=moe_gemv2: the gemv above), for both matrices or neither
     auto g13 = gemv, g2 = gemv;
     bool early = false;
-    if (impl_->on("moe_gemv3") && cuda::moe_gemv3_ok(ex.r13, T, K, 2 * I, D, ex.w13_stride, ex.s13_stride) &&
-        cuda::moe_gemv3_ok(ex.r2, T, K, D, I, ex.w2_stride, ex.s2_stride))
-      g13 = g2 = cuda::moe_gemv3;
-    else if (!impl_->off("moe_gemv2") && cuda::moe_gemv2_ok(ex.r13, T, K, 2 * I, D, ex.w13_stride, ex.s13_stride) &&
+    if (!impl_->off("moe_gemv2") && cuda::moe_gemv2_ok(ex.r13, T, K, 2 * I, D, ex.w13_stride, ex.s13_stride) &&
              cuda::moe_gemv2_ok(ex.r2, T, K, D, I, ex.w2_stride, ex.s2_stride)) {
       g13 = g2 = impl_->off("moe_blocks") ? cuda::moe_gemv2_rows : cuda::moe_gemv2;  // (same bits)
       early = !impl_->off("moe_blocks") && !impl_->off("moe_early");

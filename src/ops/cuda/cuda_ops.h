@@ -136,21 +136,6 @@ int gemv_q_rows(WeightRef W, int64_t K);
 // GEMV v3 (launches of 8 rows, short-lived blocks), same contract: kept for the op test's side by side.
 cudaError_t gemv_q_v3(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
                       int64_t ldy, cudaStream_t s, const GemvPlan* plan = nullptr);
-// GEMV v5 (gemv_q_v5.cu; docs/cuda-notes.md "GEMV v5"): the same product for BF16 and FP8_B128 weights,
-// built for decode latency (no clusters, all of a warp's weight loads in flight before use, one block
-// an SM). Contract as gemv_q but: any M (launches of ≤ 8 rows), K % 8 (BF16) / K % 16 (FP8, the last
-// 128-k scale block may be partial; ldws ≥ ceil(K/128)), K ≤ ~13000 for 8 rows a launch (longer K runs
-// fewer rows a launch; cudaErrorNotSupported past one row's shared memory), any N; FP4_B32 and other K:
-// cudaErrorNotSupported. Batch invariant (the schedule depends only on fmt, N, K); results differ from
-// v3's in the last bits (other K-slices). Not used by CudaBackend yet.
-cudaError_t gemv_q_v5(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
-                      cudaStream_t s);
-// The same kernel launched with programmatic dependent launch (PDL): its blocks may start while the
-// previous kernel in the stream is finishing and stream their weights then; x is read and y written
-// only after that kernel has completed (griddepcontrol.wait). So W must not be written by the kernel
-// launched just before it (weights are constant during decode); x and y may be. Same bits as gemv_q_v5.
-cudaError_t gemv_q_v5_pdl(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
-                          int64_t ldy, cudaStream_t s);
 // GEMV v6 (gemv_q_v6.cu; docs/cuda-notes.md "GEMV v6"): the same product for BF16 and FP8_B128 weights,
 // built to stream at HBM rate (fp8 decoded by the hardware e4m3 → f16 conversion, f16 MMA with x
 // pre-scaled by a power of two a 128-k block, block scales applied once a 128-k step; a register ring of
@@ -158,26 +143,12 @@ cudaError_t gemv_q_v5_pdl(const float* x, int64_t M, int64_t K, int64_t ldx, Wei
 // K % 128 == 0 and K ≤ 32768 (gemv_q_v6_supported), M any (launches of 8 rows); FP4_B32 and other K:
 // cudaErrorNotSupported. x products are bf16(x)·w exactly (f16 holds bf16(x)·2^(14−E) exactly down to
 // 2^-31 of a 128-k block's largest |x|). Batch invariant (the schedule depends only on fmt, N, K); bits
-// differ from v3/v5. The backend takes it for M ≤ 8 where supported; DEEPINFER_CUDA_OFF=gemv_v6: v3.
+// differ from v3. The backend takes it for M ≤ 8 where supported; DEEPINFER_CUDA_OFF=gemv_v6: v3.
 // The kernel loads its first weights before griddepcontrol.wait (they stream while the previous kernel of
 // a step graph runs). The schedule is chosen per shape (g6_default_tune in gemv_q_v6.cu).
 bool gemv_q_v6_supported(WFmt f, int64_t K);
 cudaError_t gemv_q_v6(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
                       cudaStream_t s, const GemvPlan* plan = nullptr);
-// GEMV v7 (gemv_q_v7.cu; docs/cuda-notes.md "GEMV v7"): the same product for one x row on CUDA cores, with
-// the streaming floor kernel's load pattern (a warp owns whole rows, 8 16-byte loads a lane a batch in a
-// 2-deep register ring, the first batch issued before griddepcontrol.wait). Contract as gemv_q_v6
-// (BF16 / FP8_B128, K % 128 == 0, K ≤ 32768: gemv_q_v7_supported, else cudaErrorNotSupported); M > 1
-// runs one launch a row (meant for M = 1). Products bf16(x)·w exact in f32; a row's sum is a fixed
-// per-lane order then a fixed xor butterfly (deterministic, batch invariant; bits differ from v6).
-// Opt-in in the backend: DEEPINFER_CUDA_ON=gemv_v7 (M = 1, linear only).
-bool gemv_q_v7_supported(WFmt f, int64_t K);
-cudaError_t gemv_q_v7(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y, int64_t ldy,
-                      cudaStream_t s, const GemvPlan* plan = nullptr);
-// The same launched with programmatic stream serialization (the op test's chain of launches; the backend's
-// step graphs make their edges programmatic themselves): W must not be written by the kernel before it.
-cudaError_t gemv_q_v7_pdl(const float* x, int64_t M, int64_t K, int64_t ldx, WeightRef W, int64_t N, float* y,
-                          int64_t ldy, cudaStream_t s, const GemvPlan* plan = nullptr);
 // v6 with the fused SwiGLU of gemv_q_swiglu (W [N = 2I, K] gate rows over up rows, act[M, I] (row stride
 // lda) bitwise swiglu_clamp of gemv_q_v6's y): a block's round takes gate tiles and their up tiles in pairs
 // (the same K split and sums). Shapes: gemv_q_v6_swiglu_ok (N % 32 == 0 and a schedule with ≥ 2 tiles a
@@ -329,15 +300,6 @@ cudaError_t moe_gemv2_fp8(const float* x, int64_t ldx, bool x_per_slot, const in
                           int64_t K, WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu,
                           float limit, float* y, int64_t ldy, int early, cudaStream_t s, const GemvPlan* plan = nullptr,
                           bool wide = true);
-// moe_gemv3 (moe_gemv3.cu; docs/cuda-notes.md "MoE decode GEMV v3"): moe_gemv2's contract, shapes and
-// results bit for bit (the same MMA chains and reduction order), with 32 warps an SM, one block barrier
-// an item, coalesced x staging shared by runs that read the same x rows, two tiles a warp for w2's
-// shape (K = 2048, not fused), and fewer integer-ALU instructions in the decode. moe_gemv3_ok:
-// moe_gemv2_ok's shapes with N ≤ 2^24.
-bool moe_gemv3_ok(WeightRef W, int64_t T, int topk, int64_t N, int64_t K, int64_t w_stride, int64_t s_stride);
-cudaError_t moe_gemv3(const float* x, int64_t ldx, bool x_per_slot, const int32_t* sel, int64_t T, int topk, int64_t K,
-                      WeightRef W, int64_t w_stride, int64_t s_stride, int64_t N, bool swiglu, float limit, float* y,
-                      int64_t ldy, cudaStream_t s, const GemvPlan* plan = nullptr);
 
 // ------------------------------------------------------------------------------------------------
 // Norms, RoPE, activations, pooling (float32 in/out like the op table; optional fused bf16 copy)

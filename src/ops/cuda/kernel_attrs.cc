@@ -12,11 +12,10 @@ cudaError_t init_kernel_attributes() {
                         detail::init_attributes_attention_mma, detail::init_attributes_attention,
                         detail::init_attributes_gemm_dq,       detail::init_attributes_f32_ops,
                         detail::init_attributes_hc,            detail::init_attributes_indexer_mma,
-                        detail::init_attributes_gemv_q_v5,     detail::init_attributes_gemv_q_v6,
-                        detail::init_attributes_gemv_q_v7,     detail::init_attributes_gemv_q_v8,
+                        detail::init_attributes_gemv_q_v6,
+                        detail::init_attributes_gemv_q_v8,
                         detail::init_attributes_moe_gemv2,       detail::init_attributes_gemv_e4m3,
-                        detail::init_attributes_moe_gemv3,     detail::init_attributes_moe_fp8,
-                        detail::init_attributes_sampler};
+                        detail::init_attributes_moe_fp8,       detail::init_attributes_sampler};
   for (Init f : parts)
     if (const cudaError_t e = f(); e != cudaSuccess) return e;
   return cudaSuccess;

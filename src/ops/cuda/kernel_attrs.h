@@ -29,15 +29,12 @@ inline cudaError_t first_error(std::initializer_list<cudaError_t> es) {
 }
 
 cudaError_t init_attributes_gemv_q();
-cudaError_t init_attributes_gemv_q_v5();
 cudaError_t init_attributes_gemv_q_v6();
-cudaError_t init_attributes_gemv_q_v7();
 cudaError_t init_attributes_gemv_q_v8();
 cudaError_t init_attributes_gemv_e4m3();
 cudaError_t init_attributes_moe_grouped();
 cudaError_t init_attributes_moe_fp8();
 cudaError_t init_attributes_moe_gemv2();
-cudaError_t init_attributes_moe_gemv3();
 cudaError_t init_attributes_attention_mma();
 cudaError_t init_attributes_attention();
 cudaError_t init_attributes_gemm_dq();
