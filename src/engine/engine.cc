@@ -292,11 +292,12 @@ struct Engine::Impl {
                           known ? std::span<const int32_t>(ch->tokens.data() + c.start, c.len)
                                 : std::span<const int32_t>(&zero_token, 1),
                           false});
-      if (ch && c.sample) {  // the backend's pick for the token at c.start + c.len (finish_plan decides)
-        const SamplingParams& p = reqs.at(own->second.first).params;
-        v.chunks.back().sample = SampleSpec{effective_temperature(p.temperature), p.top_p, p.min_p, p.top_k,
+      // The backend's pick for the token at c.start + c.len (finish_plan decides whether it is taken). A row that
+      // can never take it (a logit processor, logprobs, a grammar) asks only for the cheap greedy pick.
+      const SamplingParams* p = ch && c.sample ? &reqs.at(own->second.first).params : nullptr;
+      if (p && cfg.device_sampling && !model.v41 && device_samplable_params(*p, *ch))
+        v.chunks.back().sample = SampleSpec{effective_temperature(p->temperature), p->top_p, p->min_p, p->top_k,
                                             ch->sampling.rng_key(), (uint64_t)(c.start + c.len)};
-      }
       v.who.push_back(ch);
     }
     return v;
@@ -426,10 +427,14 @@ struct Engine::Impl {
   // that changes the logits first (bias, penalties, an active min_tokens mask, a grammar), no logprobs, and
   // the position its spec was given (view_of) is the one the host would use.
   static bool device_samplable(const SamplingParams& p, const Choice& ch, const ScheduledChunk& c) {
-    return p.logit_bias.empty() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-           p.frequency_penalty == 0.0f && !p.logprobs && !ch.structured &&
+    return device_samplable_params(p, ch) &&
            (ch.sampling.num_output() >= p.min_tokens || ch.sampling.min_tokens_masked().empty()) &&
            (uint64_t)(c.start + c.len) == ch.sampling.next_position();
+  }
+  // The part that holds for the whole request.
+  static bool device_samplable_params(const SamplingParams& p, const Choice& ch) {
+    return p.logit_bias.empty() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+           p.frequency_penalty == 0.0f && !p.logprobs && !ch.structured;
   }
 
   // Samples the last launched step's results and hands out the tokens: a row that is device_samplable takes the
