@@ -23,9 +23,9 @@ inline cudaError_t last_error() { return cudaGetLastError(); }
 
 // Loads of constant data (weights, scales) that a kernel issues before griddepcontrol.wait, so they stream
 // while the previous kernel still runs. Not .nc: with .nc loads ptxas hoisted the wait above them (nvcc 13.0,
-// the SASS of session 4's gemv_q_v5: ACQBULK first), which would keep the stream from starting before the previous kernel ends;
-// inline PTX, volatile, so that they stay where they are written. _f4 / _u4: read once, not kept in L1;
-// _u4_l2: also asks L2 for the whole 256-byte span (the warp reads the rest of it next).
+// the SASS of session 4's gemv_q_v5: ACQBULK first), which would keep the stream from starting before the
+// previous kernel ends; inline PTX, volatile, so that they stay where they are written. _f4 / _u4_l2: read once,
+// not kept in L1; _u4_l2 also asks L2 for the whole 256-byte span (the warp reads the rest of it next).
 __device__ __forceinline__ float ld_early_f32(const float* p) {
   float v;
   asm volatile("ld.global.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
@@ -35,13 +35,6 @@ __device__ __forceinline__ float4 ld_early_f4(const float* p) {
   float4 v;
   asm volatile("ld.global.L1::no_allocate.v4.f32 {%0,%1,%2,%3}, [%4];\n"
                : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint4 ld_early_u4(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
 }

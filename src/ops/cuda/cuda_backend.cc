@@ -1370,7 +1370,7 @@ void CudaBackend::moe_ffn_routed(const float* h, int64_t T, const Experts& exb, 
     auto g13 = gemv, g2 = gemv;
     bool early = false;
     if (!impl_->off("moe_gemv2") && cuda::moe_gemv2_ok(ex.r13, T, K, 2 * I, D, ex.w13_stride, ex.s13_stride) &&
-             cuda::moe_gemv2_ok(ex.r2, T, K, D, I, ex.w2_stride, ex.s2_stride)) {
+        cuda::moe_gemv2_ok(ex.r2, T, K, D, I, ex.w2_stride, ex.s2_stride)) {
       g13 = g2 = impl_->off("moe_blocks") ? cuda::moe_gemv2_rows : cuda::moe_gemv2;  // (same bits)
       early = !impl_->off("moe_blocks") && !impl_->off("moe_early");
     }
