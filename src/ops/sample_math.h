@@ -28,9 +28,10 @@
 
 namespace deepinfer::sampling {
 
-// A token whose scaled logit is more than this below the row's maximum has q = 0 (e^−24 · 2^32 < 0.2)
-// and cannot win the Gumbel draw (noise lies in [−2.82, 16.64]: the best token scores ≥ max − 2.82, this
-// one < max − 24 + 16.64). Both samplers may therefore skip it.
+// A token whose scaled logit s has f_sub(max, s) ≥ this has q = 0 (e^−24 · 2^32 < 0.2) and takes no part in
+// the Gumbel draw. In exact arithmetic it could not win anyway (noise lies in [−2.82, 16.64]), but where the
+// float spacing of s is ≥ 16 (|s| ≥ 2^27) a rounded s + g can tie the best score: so the reach is part of the
+// definition, and both samplers skip such tokens.
 constexpr float kReach = 24.0f;
 
 // One rounding each, never fused.
@@ -140,8 +141,10 @@ DI_SAMPLE_FN uint64_t mass_of(float rel) { return (uint64_t)(rel * 4294967296.0f
 
 // Largest prefix mass E that keeps a token under top-p: E < top_p · Z ⟺ E ≤ ⌈top_p · Z⌉ − 1 (Z < 2^53, so
 // the sums are exact doubles; the one rounding is the product's).
+// At least 0 (top_p ≤ 0 keeps the best token only, as top_p tiny does).
 DI_SAMPLE_FN int64_t top_p_limit(float top_p, uint64_t Z) {
-  return (int64_t)ceil((double)top_p * (double)Z) - 1;
+  const int64_t l = (int64_t)ceil((double)top_p * (double)Z) - 1;
+  return l < 0 ? 0 : l;
 }
 
 // Order key of a float: larger value ⟺ larger key (−0 as +0), for radix selection.

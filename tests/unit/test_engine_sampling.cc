@@ -682,3 +682,28 @@ TEST(Sampler, BackendSampleRowsIsTheHostSampler) {
     EXPECT_EQ(out[m], deepinfer::sample_one(x.data() + m * N, (int)N, params[m], states[m], 40 + m * 7).token) << m;
   }
 }
+
+// The reach (sample_math.h kReach) is part of the definition: at |s| ≥ 2^27 a token 32 below the max can tie
+// the best score once the noise is added in float, and without the rule the lower id would win the tie. The
+// GPU never considers it (its bins stop at 24), so neither may the host. Also: top_p ≤ 0 keeps the best token.
+TEST(Sampler, TokensBeyondTheReachNeverWin) {
+  const int64_t N = 129280;
+  std::vector<float> x((size_t)N, 268435456.0f);  // 2^28: float spacing 32
+  x[N - 1] = 268435488.0f;                         // the max, 32 above every other token
+  for (uint64_t key : {145ull, 292ull, 371ull, 7ull, 1000ull}) {
+    for (float top_p : {1.0f, 0.5f, 0.0f, -0.5f}) {
+      deepinfer::SampleSpec sp{1.0f, top_p, 0.0f, 0, key, 1000};
+      EXPECT_EQ(deepinfer::sample_row(x.data(), N, sp), N - 1) << key << " " << top_p;
+    }
+  }
+  // top_p ≤ 0 on an ordinary row: the best token only (what the smallest positive top_p gives).
+  std::mt19937 g(3);
+  std::normal_distribution<float> n(0.0f, 2.0f);
+  std::vector<float> y(5000);
+  for (float& v : y) v = n(g);
+  const int32_t best = (int32_t)(std::max_element(y.begin(), y.end()) - y.begin());
+  for (float top_p : {0.0f, -0.0f, -1.0f, 1e-9f}) {
+    deepinfer::SampleSpec sp{1.3f, top_p, 0.0f, 0, 99, 5};
+    EXPECT_EQ(deepinfer::sample_row(y.data(), (int64_t)y.size(), sp), best) << top_p;
+  }
+}

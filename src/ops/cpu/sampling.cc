@@ -127,8 +127,12 @@ int32_t sample_scaled(const float* scaled, int vocab, int top_k, float top_p, fl
   auto word_of = [&](int32_t id) { return philox_token_word(key, position, RngStream::kSample, (uint32_t)id); };
   const bool filtered = (top_k > 0 && top_k < vocab) || top_p < 1.0f || min_p > 0.0f;
   if (filtered) {
-    for (int32_t id : filter_candidates(scaled, vocab, top_k, top_p, min_p)) {
-      if (!nb.may_win_value(scaled[id], best, token >= 0)) break;  // value-descending: the rest are lower
+    const std::vector<int32_t> ids = filter_candidates(scaled, vocab, top_k, top_p, min_p);
+    const float m = ids.empty() ? kNegInf : scaled[ids[0]];  // the row's max: the best token always stays
+    for (int32_t id : ids) {
+      // value-descending: the rest are lower (and farther from m: the float difference is monotone)
+      if (!nb.may_win_value(scaled[id], best, token >= 0) || !(sampling::f_sub(m, scaled[id]) < sampling::kReach))
+        break;
       consider(id, word_of(id));
     }
     return token;
@@ -142,7 +146,9 @@ int32_t sample_scaled(const float* scaled, int vocab, int top_k, float top_p, fl
   PhiloxCounter w{};
   uint32_t block = UINT32_MAX;
   for (int32_t i = 0; i < vocab; ++i) {
-    if (!(scaled[i] > kNegInf) || !nb.may_win_value(scaled[i], best, true)) continue;
+    if (!(scaled[i] > kNegInf) || !nb.may_win_value(scaled[i], best, true) ||
+        !(sampling::f_sub(scaled[top], scaled[i]) < sampling::kReach))
+      continue;
     const uint32_t b = (uint32_t)i >> 2;
     if (b != block) {
       w = philox4x32_10({(uint32_t)position, (uint32_t)RngStream::kSample, b, (uint32_t)(position >> 32)},

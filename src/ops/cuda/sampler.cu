@@ -1,6 +1,6 @@
 // GPU sampler (Backend::sample_rows): the host sampler's token (ops/sampling.h), bit for bit — the
 // arithmetic is sample_math.h's, and every sum is of integers, so the block's parallel order cannot change
-// a result. One block of 1024 threads a row, sweeping the row in global memory (L2 after the first sweep):
+// a result. One block of 512 threads a row, sweeping the row in global memory (L2 after the first sweep):
 //   A  NaN / +inf check, the argmax of x (greedy rows stop here), the finite count; m = scale(max x);
 //   B  (filtered rows) bins of d = m − s, 1/16 wide below 24 (bin 384: 24 or farther), per warp in shared
 //      memory: the tokens' count and their quantized mass q (0 from 24 on, sample_math.h);
@@ -8,7 +8,8 @@
 //      then B again over the top-k set; top-p: the last bin whose best token is kept, sorted and scanned
 //      → the worst kept key;
 //   D  Gumbel-max over the kept tokens less than 24 below m (no farther token can win or has mass).
-// A cut that falls in a bin of more than SCAP tokens (a nearly flat row) answers −3: the host samples it.
+// A cut that falls in a bin of more than SCAP tokens (a nearly flat row) is found by radix refinement instead
+// of a sort: its 64-bit key 8 bits at a time, one sweep a digit (radix_cut). Every row is decided here.
 #include <cub/block/block_scan.cuh>
 
 #include "ops/cuda/common.cuh"
@@ -37,7 +38,13 @@ struct SampleShared {
       ull cand[SCAP];  // one bin's (value, id) keys, sorted best first
       ull q[SCAP];     // their masses (top-p)
     } c;
+    struct {
+      ull mass[SW][256];  // per warp: Σ q of the tokens with each value of the key's next digit
+      int cnt[SW][256];   // per warp: their count
+    } r;
   } u;
+  ull dig_mass[256];  // radix_cut: the block's sums of u.r
+  int dig_cnt[256];
   ull bin_mass[NB];
   int bin_cnt[NB];
   typename SampleScan::TempStorage scan;
@@ -45,7 +52,9 @@ struct SampleShared {
   int wi[SW];
   int ncand, last, flag;
   ull key;
+  long long limit;  // the top-p limit
 };
+static_assert(SRT >= 256, "radix_cut sums its 256 digits a thread each");
 
 // (value, id) key of a token: larger = better (value desc, then id asc).
 __device__ __forceinline__ ull comp_key(float s, int64_t i) {
@@ -161,6 +170,70 @@ __device__ __forceinline__ int gather_bin(const float* __restrict__ row, int64_t
   return n;
 }
 
+// The cut among the tokens of bin `bin` with key ≥ kmin when there are too many to sort: their keys are
+// unique (the id is in them), so the cut's key is found one 8-bit digit at a time from the top, each digit by
+// a sweep that counts (and, for top-p, weighs) the tokens whose key agrees with the digits found so far.
+// top-k (topp false): the key at place `place` (0 = best). top-p: the worst key whose mass before it (E0, the
+// mass of the better bins, plus that of the better tokens of the bin) is ≤ limit — the sort-and-scan rule of
+// the top-p cut, which holds for a digit's first token exactly when it holds for the digit. At least one
+// token qualifies (the caller chose the bin so). Eight sweeps: only for nearly flat rows.
+__device__ ull radix_cut(const float* __restrict__ row, int64_t N, float T, float m, ull kmin, int bin, bool topp,
+                         int64_t place, ull E0, int64_t limit, SampleShared& sh) {
+  const int tid = threadIdx.x, w = tid >> 5;
+  ull prefix = 0;  // the key's digits above `shift`
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    const ull hi = shift == 56 ? 0ull : ~0ull << (shift + 8);
+    __syncthreads();  // every thread has read the last level's result (and the caller's shared values)
+    for (int j = tid; j < SW * 256; j += SRT) (&sh.u.r.cnt[0][0])[j] = 0, (&sh.u.r.mass[0][0])[j] = 0;
+    __syncthreads();
+    row_groups(row, N, [&](int64_t g, const float (&v)[4]) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float s = sm::scale_logit(v[r], T);
+        if (!(s > -INFINITY) || bin_of(s, m) != bin) continue;
+        const ull k = comp_key(s, 4 * g + r);
+        if (k < kmin || (k & hi) != prefix) continue;
+        const int d = (int)((k >> shift) & 255);
+        atomicAdd(&sh.u.r.cnt[w][d], 1);
+        if (topp) atomicAdd(&sh.u.r.mass[w][d], (ull)sm::mass_of(sm::rel_of(s, m)));
+      }
+    });
+    __syncthreads();
+    if (tid < 256) {
+      int c = 0;
+      ull q = 0;
+      for (int v = 0; v < SW; ++v) c += sh.u.r.cnt[v][tid], q += sh.u.r.mass[v][tid];
+      sh.dig_cnt[tid] = c, sh.dig_mass[tid] = q;
+    }
+    __syncthreads();
+    if (tid == 0) {  // the digits best first: the larger digit is the better key
+      int chosen = -1;
+      if (!topp) {
+        for (int d = 255; d >= 0; --d) {
+          if (place < sh.dig_cnt[d]) {
+            chosen = d;
+            break;
+          }
+          place -= sh.dig_cnt[d];
+        }
+      } else {
+        ull E = E0, Ech = E0;
+        for (int d = 255; d >= 0; --d) {
+          if (sh.dig_cnt[d] == 0) continue;
+          if ((int64_t)E > limit) break;
+          chosen = d, Ech = E;
+          E += sh.dig_mass[d];
+        }
+        E0 = Ech;
+      }
+      sh.key = prefix | ((ull)(chosen < 0 ? 0 : chosen) << shift);
+    }
+    __syncthreads();
+    prefix = sh.key;
+  }
+  return prefix;
+}
+
 // The scaled value of a key's token.
 __device__ __forceinline__ float key_value(ull k) {
   const uint32_t o = (uint32_t)(k >> 32);
@@ -233,10 +306,7 @@ __global__ void __launch_bounds__(SRT) sample_rows_kernel(const float* __restric
       }
       __syncthreads();
       const int flag = sh.flag, place = sh.last, bk = sh.ncand;
-      if (flag == 2) {
-        if (tid == 0) out[blockIdx.x] = -3;
-        return;
-      }
+      if (flag == 2) kset = radix_cut(row, N, T, m, 0, bk, false, place, 0, 0, sh);
       if (flag == 1) {
         gather_bin(row, N, T, m, 0, bk, sh);
         kset = sh.u.c.cand[place];
@@ -262,41 +332,41 @@ __global__ void __launch_bounds__(SRT) sample_rows_kernel(const float* __restric
         sh.flag = sh.bin_cnt[bp] > SCAP ? 2 : 1;
         sh.ncand = bp;
         sh.key = Ebp;
-        sh.last = (int)(limit >> 32), sh.wi[0] = (int)(uint32_t)limit;  // the limit, in two halves
+        sh.limit = limit;
       }
       __syncthreads();
-      if (sh.flag == 2) {
-        if (tid == 0) out[blockIdx.x] = -3;
-        return;
-      }
-      const int bp = sh.ncand;
+      const int bp = sh.ncand, pflag = sh.flag;
       const ull Ebp = sh.key;
-      const int64_t limit = ((int64_t)sh.last << 32) | (int64_t)(uint32_t)sh.wi[0];
-      __syncthreads();
-      const int n = gather_bin(row, N, T, m, kset, bp, sh);
-      // The masses before each place in sorted order: a thread's SIPT consecutive places after the exclusive
-      // sum of the threads before it (integers: the order of the sums is immaterial).
-      for (int p = tid; p < n; p += SRT) sh.u.c.q[p] = sm::mass_of(sm::rel_of(key_value(sh.u.c.cand[p]), m));
-      if (tid == 0) sh.last = 0;
-      __syncthreads();
-      ull own = 0;
-      for (int j = 0; j < SIPT; ++j) {
-        const int p = tid * SIPT + j;
-        own += p < n ? sh.u.c.q[p] : 0ull;
+      const int64_t limit = sh.limit;
+      if (pflag == 2) {
+        kcut = radix_cut(row, N, T, m, kset, bp, true, 0, Ebp, limit, sh);
+      } else {
+        __syncthreads();
+        const int n = gather_bin(row, N, T, m, kset, bp, sh);
+        // The masses before each place in sorted order: a thread's SIPT consecutive places after the exclusive
+        // sum of the threads before it (integers: the order of the sums is immaterial).
+        for (int p = tid; p < n; p += SRT) sh.u.c.q[p] = sm::mass_of(sm::rel_of(key_value(sh.u.c.cand[p]), m));
+        if (tid == 0) sh.last = 0;
+        __syncthreads();
+        ull own = 0;
+        for (int j = 0; j < SIPT; ++j) {
+          const int p = tid * SIPT + j;
+          own += p < n ? sh.u.c.q[p] : 0ull;
+        }
+        ull E;
+        SampleScan(sh.scan).ExclusiveSum(own, E);
+        int last = -1;  // the worst place whose mass before it keeps it (a prefix: that mass only grows)
+        for (int j = 0; j < SIPT; ++j) {
+          const int p = tid * SIPT + j;
+          if (p >= n || (int64_t)(Ebp + E) > limit) break;
+          last = p;
+          E += sh.u.c.q[p];
+        }
+        if (last >= 0) atomicMax(&sh.last, last);
+        __syncthreads();
+        kcut = sh.u.c.cand[sh.last];
+        __syncthreads();
       }
-      ull E;
-      SampleScan(sh.scan).ExclusiveSum(own, E);
-      int last = -1;  // the worst place whose mass before it keeps it (a prefix: that mass only grows)
-      for (int j = 0; j < SIPT; ++j) {
-        const int p = tid * SIPT + j;
-        if (p >= n || (int64_t)(Ebp + E) > limit) break;
-        last = p;
-        E += sh.u.c.q[p];
-      }
-      if (last >= 0) atomicMax(&sh.last, last);
-      __syncthreads();
-      kcut = sh.u.c.cand[sh.last];
-      __syncthreads();
     }
   }
 
