@@ -96,6 +96,8 @@ struct EngineStats {
   int64_t cache_page_bytes = 0, cache_slot_bytes = 0, cache_tokens_per_page = 0;
   int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0, preemptions = 0;
   int64_t device_sampled_tokens = 0;  // generated tokens picked on the backend (only their ids crossed)
+  int64_t fed_steps = 0;  // decode steps launched before the host read the previous one: their tokens were its
+                          // picks, taken on the device (async scheduling with device sampling)
 };
 
 class Engine {

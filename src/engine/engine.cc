@@ -261,7 +261,10 @@ struct Engine::Impl {
   // Pipelined decode (EngineConfig::async_scheduling; V4 on a backend that runs decode steps from
   // graphs): a decode step is launched without waiting for it (`flight`). The next step() plans step
   // N+1 (the scheduler plans ahead with placeholder tokens) and records it (DeepseekV4Model::prepare)
-  // while step N runs, then reads and samples step N's logits and launches N+1 with the sampled ids. A
+  // while step N runs, then reads and samples step N's logits and launches N+1 with the sampled ids. When
+  // every sampled row of N takes the backend's pick (device sampling, no logit processors: feed_plan), N+1 is
+  // launched first, its tokens taken from N's picks on the device, and N is read while N+1 runs: the device
+  // then never waits for the host between the two. A
   // sequence that finishes while a planned step still holds it keeps its cache until that step is done
   // (Scheduler: kFinishing); its row of that step is computed and dropped. Steps with prefill chunks run
   // as before, one after the other. Without graphs (the CPU backend) prepare only keeps the step and
@@ -321,8 +324,9 @@ struct Engine::Impl {
     if (launch_prepared(plan)) flight = plan;
     return true;
   }
-  // Launches the prepared plan with its token ids; a step that fails to launch fails its requests.
-  bool launch_prepared(const StepPlan& plan) {
+  // Launches the prepared plan with its token ids (feed: DeepseekV4Model::launch's, from feed_plan); a step
+  // that fails to launch fails its requests.
+  bool launch_prepared(const StepPlan& plan, std::span<const int32_t> feed = {}) {
     std::vector<int32_t> ids(plan.chunks.size(), 0);
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
       auto own = seq_owner.find(plan.chunks[i].seq);
@@ -331,7 +335,7 @@ struct Engine::Impl {
       if (plan.chunks[i].start < (int64_t)ch.tokens.size()) ids[i] = ch.tokens[plan.chunks[i].start];
     }
     try {
-      model.v4->launch(ids);
+      model.v4->launch(ids, feed);
     } catch (const std::exception& e) {
       fail_plan(plan, view_of(plan, true).who, e.what());
       return false;
@@ -367,7 +371,47 @@ struct Engine::Impl {
     finish_plan(plan, v.who);
   }
 
-  // Step N is on the device: plan and record N+1, then read N, then launch N+1.
+  // Whether step N+1 (next) can take its tokens from step N's picks on the device: every sampled row of N
+  // takes its pick (so the host adds nothing before N+1), and every token of N+1 not yet known is the pick of
+  // its sequence's row in N. feed[i]: that row for chunk i of next, −1 when the token is known (or the
+  // sequence finished: its row is dropped).
+  bool feed_plan(const StepPlan& now, const std::vector<Choice*>& who, const StepPlan& next, std::vector<int32_t>& feed) {
+    if (!cfg.device_sampling || model.v41 || !model.v4->can_feed()) return false;
+    std::map<uint64_t, int32_t> row_of;  // sequence → its sampled row of N (decode: row i = chunk i)
+    for (size_t i = 0; i < now.chunks.size(); ++i) {
+      const ScheduledChunk& c = now.chunks[i];
+      if (!c.sample || !who[i]) continue;
+      if (!device_samplable(reqs.at(seq_owner.at(c.seq).first).params, *who[i], c)) return false;
+      row_of[c.seq] = (int32_t)i;
+    }
+    feed.assign(next.chunks.size(), -1);
+    for (size_t j = 0; j < next.chunks.size(); ++j) {
+      const ScheduledChunk& c = next.chunks[j];
+      auto own = seq_owner.find(c.seq);
+      if (own == seq_owner.end()) continue;
+      if (c.start < (int64_t)reqs.at(own->second.first).choices[own->second.second].tokens.size()) continue;
+      auto it = row_of.find(c.seq);
+      if (it == row_of.end()) return false;
+      const ScheduledChunk& src = now.chunks[(size_t)it->second];
+      if (src.start + src.len != c.start) return false;
+      feed[j] = it->second;
+    }
+    return true;
+  }
+
+  // A launched step whose sequences all finished meanwhile: nobody waits for it, so it is done now (the engine
+  // may then be idle).
+  void drop_orphan_flight() {
+    if (!flight) return;
+    for (const auto& c : flight->chunks)
+      if (seq_owner.count(c.seq)) return;
+    const StepPlan dead = std::move(*flight);
+    flight.reset();
+    StepView dv = view_of(dead, true);
+    finish_plan(dead, dv.who);
+  }
+
+  // Step N is on the device: plan and record N+1, then read N and launch N+1 (or, fed, launch N+1 and read N).
   bool step_pipelined() {
     const StepPlan now = std::move(*flight);
     flight.reset();
@@ -384,6 +428,18 @@ struct Engine::Impl {
       }
     }
     StepView v = view_of(now, true);  // the owners only (its tokens went in at launch)
+    std::vector<int32_t> feed;
+    if (ready && feed_plan(now, v.who, next, feed)) {
+      const bool launched = launch_prepared(next, feed);
+      finish_plan(now, v.who, /*after_next=*/launched);
+      if (launched) {
+        flight = std::move(next);
+        ++stats_snapshot.fed_steps;
+        drop_orphan_flight();
+      }
+      update_stats();
+      return true;
+    }
     finish_plan(now, v.who);
     if (next.empty()) {
       if (ready) throw Error("internal: an empty plan was prepared");
@@ -396,15 +452,7 @@ struct Engine::Impl {
         return true;
       }
       flight = std::move(next);
-      // Nobody waits for it (every sequence in it finished meanwhile): done now, so the engine is idle.
-      bool owned = false;
-      for (const auto& c : flight->chunks) owned |= seq_owner.count(c.seq) > 0;
-      if (!owned) {
-        const StepPlan dead = std::move(*flight);
-        flight.reset();
-        StepView dv = view_of(dead, true);
-        finish_plan(dead, dv.who);
-      }
+      drop_orphan_flight();
       update_stats();
       return true;
     }
@@ -440,7 +488,9 @@ struct Engine::Impl {
   // Samples the last launched step's results and hands out the tokens: a row that is device_samplable takes the
   // backend's pick (only ids cross), the others are sampled on the host from their logits rows (all of them
   // downloaded at once when they are many, else row by row). A step that failed on the device fails its requests.
-  void finish_plan(const StepPlan& plan, const std::vector<Choice*>& who) {
+  // after_next: the step launched before the last one (feed_plan made every sampled row a pick; its logits are
+  // gone): a row whose pick is no token fails with the host sampler's error.
+  void finish_plan(const StepPlan& plan, const std::vector<Choice*>& who, bool after_next = false) {
     std::vector<size_t> row_chunk;
     for (size_t i = 0; i < plan.chunks.size(); ++i)
       if (plan.chunks[i].sample && who[i]) row_chunk.push_back(i);
@@ -454,12 +504,20 @@ struct Engine::Impl {
     }
     std::span<const int32_t> picks;
     std::vector<size_t> host;  // places k sampled on the host
+    std::vector<std::string> results_early(row_chunk.size());  // after_next: a pick that is no token
     std::vector<const float*> row_logits(row_chunk.size(), nullptr);
     try {
-      if (any_dev) picks = model.v4->argmax();
+      if (any_dev) picks = model.v4->argmax(after_next ? 1 : 0);
       for (size_t k = 0; k < row_chunk.size(); ++k) {
-        // −1 / −2 / −3 (all masked, NaN / +inf, not decided there): the host sampler says what to do
-        if (dev[k]) dev[k] = row_chunk[k] < picks.size() && picks[row_chunk[k]] >= 0;
+        // −1 / −2 (all masked, NaN / +inf): the host sampler says what to do (the error)
+        const int32_t pick = dev[k] && row_chunk[k] < picks.size() ? picks[row_chunk[k]] : -1;
+        if (after_next && pick < 0) {  // its logits are gone: the host sampler's error, without the token's place
+          results_early[k] = pick == -2 ? "sampler: logits contain NaN or +inf"
+                                        : "sampler: every token is masked (all logits are -inf after processing)";
+          dev[k] = 0;
+          continue;
+        }
+        if (dev[k]) dev[k] = pick >= 0;
         if (!dev[k]) host.push_back(k);
       }
       if (model.v41) {
@@ -479,6 +537,8 @@ struct Engine::Impl {
       return;
     }
     std::vector<SampleResult> results(row_chunk.size());
+    for (size_t k = 0; k < row_chunk.size(); ++k)
+      if (!results_early[k].empty()) results[k].token = -1, results[k].error = results_early[k];
     int64_t n_dev = 0;
     for (size_t k = 0; k < row_chunk.size(); ++k)
       if (dev[k]) results[k].token = picks[row_chunk[k]], ++n_dev;

@@ -116,6 +116,7 @@ DeepseekV4Model::DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend&
   inv_freq_main_ = Buffer<float>(backend, rope_inv_freq(cfg.rope_main, cfg.rope_dim));
   inv_freq_compress_ = Buffer<float>(backend, rope_inv_freq(cfg.rope_compress, cfg.rope_dim));
   graph_owner_ = backend.new_graph_owner();
+  picks_ = Buffer<int32_t>(backend, 2 * kPickRows);  // before any graph: never moves
 }
 
 namespace {
@@ -150,6 +151,10 @@ class StepUploads {
   template <class T>
   const T* ptr(size_t at) const {
     return reinterpret_cast<const T*>(buf_.data() + at);
+  }
+  template <class T>
+  T* ptr(size_t at) {  // an array the step rewrites on the backend (the fed token ids)
+    return reinterpret_cast<T*>(buf_.data() + at);
   }
 
  private:
@@ -572,7 +577,7 @@ std::vector<int32_t> token_pack(std::span<const int32_t> tokens, int64_t hc) {
 }  // namespace
 
 std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk> batch, V4Cache& cache) {
-  enqueue(batch, cache, false);
+  enqueue(batch, cache, false, {});
   return logits();
 }
 
@@ -582,7 +587,7 @@ void DeepseekV4Model::prepare(std::span<const V4SeqChunk> batch, V4Cache& cache)
     if (!c.state || c.tokens.size() != 1 || c.all_logits)
       throw Error("prepare: a decode step takes one token a sequence");
   if (batch.empty()) throw Error("prepare: an empty step");
-  if (enqueue(batch, cache, true)) return;
+  if (enqueue(batch, cache, true, {})) return;
   // No graph for it: the step is kept (its sequences' states as they are now) and runs at launch.
   deferred_states_.clear(), deferred_specs_.clear();
   for (const auto& c : batch) {
@@ -594,11 +599,22 @@ void DeepseekV4Model::prepare(std::span<const V4SeqChunk> batch, V4Cache& cache)
   ready_rows_ = ready_padded_ = (int64_t)batch.size();
 }
 
-void DeepseekV4Model::launch(std::span<const int32_t> ids) {
+void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32_t> feed) {
   if (!ready_) throw Error("launch: no prepared step");
   if ((int64_t)ids.size() != ready_rows_) throw Error("launch: one token id a sequence of the prepared step");
-  std::vector<int32_t> t(ready_padded_, 0);  // stand-in rows keep token 0
+  if (!feed.empty() && feed.size() != ids.size()) throw Error("launch: one feed entry a sequence of the prepared step");
+  const int64_t prev_rows = out_pick_slot_ ? out_n_ / cfg_.vocab_size : 0;
+  bool fed = false;
+  for (int32_t f : feed) {
+    if (f >= prev_rows) throw Error("launch: feed row " + std::to_string(f) + " outside the last step's picks");
+    fed |= f >= 0;
+  }
+  std::vector<int32_t> t(ready_padded_, 0), map(ready_padded_, -1);  // stand-in rows keep token 0
   for (size_t i = 0; i < ids.size(); ++i) {
+    if (!feed.empty() && feed[i] >= 0) {
+      map[i] = feed[i];
+      continue;
+    }
     if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
       throw Error("launch: token id " + std::to_string(ids[i]) + " outside the vocabulary");
     t[i] = ids[i];
@@ -609,21 +625,43 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids) {
     deferred_cache_ = nullptr;
     std::vector<V4SeqChunk> batch;
     for (size_t i = 0; i < ids.size(); ++i)
-      batch.push_back({&deferred_states_[i], std::span<const int32_t>(&ids[i], 1), false, deferred_specs_[i]});
-    enqueue(batch, cache, false);
+      batch.push_back({&deferred_states_[i], std::span<const int32_t>(&t[i], 1), false, deferred_specs_[i]});
+    enqueue(batch, cache, false, fed ? std::span<const int32_t>(map.data(), ids.size()) : std::span<const int32_t>{});
     return;
   }
-  const std::vector<int32_t> pack = token_pack(t, cfg_.hc_mult);
+  if (fed && !ready_pick_slot_) throw Error("launch: the prepared step cannot take a feed");
+  // The token ids, then the feed (the upload's first two arrays: run() in enqueue).
+  std::vector<int32_t> pack = token_pack(t, cfg_.hc_mult);
+  pack.insert(pack.end(), map.begin(), map.end());
   be_.graph_launch(pack.data(), (int64_t)(pack.size() * sizeof(int32_t)));
-  out_logits_ = ready_logits_;
-  out_ids_ = ready_ids_;
-  out_n_ = ready_n_;
+  set_out(ready_logits_, ready_ids_, ready_n_, ready_pick_slot_);
 }
 
-std::span<const int32_t> DeepseekV4Model::argmax() {
-  if (!out_ids_) return {};
-  ids_host_.resize((size_t)(out_n_ / cfg_.vocab_size));
-  be_.download(ids_host_.data(), out_ids_, (int64_t)(ids_host_.size() * sizeof(int32_t)));
+void DeepseekV4Model::set_out(const float* logits, const int32_t* ids, int64_t n, bool pick_slot) {
+  prev_slot_ = out_pick_slot_ ? out_slot_ : -1;
+  prev_rows_ = out_pick_slot_ ? out_n_ / cfg_.vocab_size : 0;
+  out_logits_ = logits;
+  out_ids_ = ids;
+  out_n_ = n;
+  out_pick_slot_ = pick_slot;
+  // A decode step's picks start for the host right behind it, so that reading them later waits for this step
+  // only, not for the step launched next (Backend::stage).
+  out_slot_ = (int)parity_;
+  if (pick_slot) be_.stage(out_slot_, ids, n / cfg_.vocab_size * (int64_t)sizeof(int32_t));
+}
+
+std::span<const int32_t> DeepseekV4Model::argmax(int back) {
+  if (back != 0 && back != 1) throw Error("argmax: back is 0 or 1");
+  if (back == 1 && prev_slot_ < 0) throw Error("argmax(1): the step before the last one kept no picks");
+  if (back == 0 && !out_ids_) return {};
+  const int64_t rows = back ? prev_rows_ : out_n_ / cfg_.vocab_size;
+  ids_host_.resize((size_t)rows);
+  if (back || out_pick_slot_) {
+    const void* h = be_.staged(back ? prev_slot_ : out_slot_);
+    std::memcpy(ids_host_.data(), h, (size_t)rows * sizeof(int32_t));
+  } else {
+    be_.download(ids_host_.data(), out_ids_, rows * (int64_t)sizeof(int32_t));
+  }
   return ids_host_;
 }
 
@@ -637,7 +675,8 @@ std::span<const float> DeepseekV4Model::logits() {
   return {static_cast<const float*>(be_.download_view(out_logits_, out_n_ * (int64_t)sizeof(float))), (size_t)out_n_};
 }
 
-bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache, bool ready_only) {
+bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache, bool ready_only,
+                              std::span<const int32_t> feed) {
   // The previous step's kept logits would move the arena top under a graph: prepare only after graph steps.
   if (ready_only && out_buf_.data()) return false;
   if (!ready_only) out_buf_ = Buffer<float>(), out_ids_buf_ = Buffer<int32_t>();  // valid until the next step
@@ -712,9 +751,21 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     steps = padded;
   }
   const int64_t Tp = (int64_t)tokens.size(), Rp = (int64_t)rows.size(), B_real = B;
+  // A decode step's picks go to its parity's half of picks_ (so that the next step can take them as its tokens,
+  // and the host can read them after that launch); it reads the other half when fed. Parity alternates by
+  // decode step below, before run().
+  const bool pick_slot = decode && argmax_ && Rp <= kPickRows;
+  if (!feed.empty() && !(pick_slot && out_pick_slot_)) throw Error("forward: a feed needs picks on both sides");
+  std::vector<int32_t> feed_map;  // [Tp] (decode: −1 = the token is given)
+  if (decode) {
+    feed_map.assign((size_t)Tp, -1);
+    std::copy(feed.begin(), feed.end(), feed_map.begin());
+  }
 
   Buffer<float> logits;  // [Rp, V] (the first R rows are the step's output)
-  Buffer<int32_t> ids;   // [Rp] their greedy picks, when argmax_
+  Buffer<int32_t> ids;   // [Rp] their picks, when argmax_ and not pick_slot
+  int32_t* pick_out = nullptr;  // where they are
+  bool in_graph = false;        // run() is recorded (Backend::graph_begin)
   // The step, from the uploads to the logits. A decode step's launches are a function of (this model,
   // B, R, the capacities): the backend may record them once and replay them (Backend::graph_begin).
   auto run = [&] {
@@ -733,8 +784,8 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     st.decode = decode;
     st.cap_csa = cap_csa;
     st.cap_hca = cap_hca;
-    // The token ids first in the step's upload (prepare/launch replace them at launch).
-    const size_t at_tok = st.up.add(token_pack(st.tokens, hc)), at_pos = st.up.add(st.pos);
+    // The token ids, then a decode step's feed, first in the step's upload (prepare/launch replace them at launch).
+    const size_t at_tok = st.up.add(token_pack(st.tokens, hc)), at_feed = st.up.add(feed_map), at_pos = st.up.add(st.pos);
     {
       const V4CacheLayout& lay = cache.layout();
       if (has_csa) {
@@ -793,6 +844,10 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       wp.to_win_k = st.up.ptr<int32_t>(wp.at[2]), wp.push_row = st.up.ptr<int32_t>(wp.at[3]);
       wp.lo = st.up.ptr<int32_t>(wp.at[4]), wp.hi = st.up.ptr<int32_t>(wp.at[5]);
     }
+    // Fed rows take the last step's picks (always in a recorded step: its feed is known only at launch).
+    if (pick_slot && (in_graph || !feed.empty()))
+      be_.feed_tokens(st.up.ptr<int32_t>(at_tok), T, (int)hc, st.up.ptr<int32_t>(at_feed),
+                      picks_.data() + (parity_ ^ 1) * kPickRows, V);
     Buffer<float> X(be_, T * hc * D), X2(be_, T * hc * D);  // [T, hc, D] residual streams
     // every stream starts as the token's embedding
     be_.copy_rows(embed_.data(), D, st.tok_pack + T, X.data(), D, nullptr, T * hc, D);
@@ -822,8 +877,9 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     be_.rms_norm(ur.data(), R, D, D, norm_.data(), eps, ur.data());
     be_.linear(ur.data(), R, D, *head_, logits.data(), V);
     if (argmax_) {  // picks on the backend: only R ids need to cross (argmax())
-      ids = Buffer<int32_t>(be_, R);
-      be_.sample_rows(logits.data(), R, V, V, st.up.ptr<SampleSpec>(at_spec), ids.data());
+      if (!pick_slot) ids = Buffer<int32_t>(be_, R);
+      pick_out = pick_slot ? picks_.data() + parity_ * kPickRows : ids.data();
+      be_.sample_rows(logits.data(), R, V, V, st.up.ptr<SampleSpec>(at_spec), pick_out);
     }
   };
   // The key: everything the recorded launches depend on besides the uploaded bytes (the step's own
@@ -837,6 +893,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     key = mix(key, v);
   const Backend::GraphMode mode = decode ? be_.graph_begin(key) : Backend::GraphMode::Off;
   bool graphed = mode != Backend::GraphMode::Off;
+  in_graph = graphed;
   if (ready_only) {  // the step waits for its token ids (launch); nothing has run when it cannot
     if (mode == Backend::GraphMode::Off) return false;
     try {
@@ -850,7 +907,8 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     ready_rows_ = B_real;
     ready_padded_ = Tp;
     ready_logits_ = logits.data();  // the launched step's stay readable (logits()) until launch
-    ready_ids_ = ids.data();
+    ready_ids_ = pick_out;
+    ready_pick_slot_ = pick_slot;
     ready_n_ = R * V;
     for (const auto& c : batch) c.state->pos += (int64_t)c.tokens.size();
     return true;
@@ -864,7 +922,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       be_.graph_abort(e.what());
       logits = Buffer<float>();
       ids = Buffer<int32_t>();
-      graphed = false;
+      graphed = in_graph = false;
       run();
     }
   }
@@ -872,9 +930,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
   // A graph's logits are freed with its other buffers, so that every graph of a key starts at the same
   // arena top; nothing runs before the next launch, so they stay readable until then. Otherwise they are
   // kept until the next step.
-  out_logits_ = logits.data();
-  out_ids_ = ids.data();
-  out_n_ = R * V;
+  set_out(logits.data(), pick_out, R * V, pick_slot);
   if (!graphed) out_buf_ = std::move(logits), out_ids_buf_ = std::move(ids);
   return true;
 }

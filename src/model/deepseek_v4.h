@@ -117,17 +117,27 @@ class DeepseekV4Model {
   // prepared or run. A malformed step throws here (nothing changed) or, kept for launch, there.
   void prepare(std::span<const V4SeqChunk> batch, V4Cache& cache);
   // forward_view without reading the result: logits() / argmax() read it (any step, chunks of any length).
-  void forward_launch(std::span<const V4SeqChunk> batch, V4Cache& cache) { enqueue(batch, cache, false); }
-  void launch(std::span<const int32_t> ids);
+  void forward_launch(std::span<const V4SeqChunk> batch, V4Cache& cache) { enqueue(batch, cache, false, {}); }
+  // feed (empty, or one entry a sequence): feed[i] ≥ 0 takes sequence i's token from the backend's pick for row
+  // feed[i] of the step launched before this one (its argmax(), read on the backend: the step can be launched
+  // before the host has read that one, with no round trip between them); ids[i] is then ignored. A pick that
+  // is no token (−1 / −2) feeds token 0: that row's request fails, its result is to be dropped. Needs
+  // can_feed() when any entry is ≥ 0.
+  void launch(std::span<const int32_t> ids, std::span<const int32_t> feed = {});
+  // Whether the last launched step's picks can feed the next launch: a decode step with picks
+  // (set_device_argmax) of at most kPickRows rows. They stay readable as argmax(1) after that launch.
+  bool can_feed() const { return out_pick_slot_; }
+  static constexpr int64_t kPickRows = 4096;
   std::span<const float> logits();
   // Row r of those logits into dst[V] (one copy of V floats): for a step whose few rows are sampled on the host.
   void logits_row(int64_t r, float* dst);
   bool prepared() const { return ready_; }
   // Picks on the backend (Backend::sample_rows, each chunk's `sample`: greedy by default) with every step's
   // logits, so that a batch without logit processors reads R ids instead of R·V logits: argmax() returns
-  // those of the last launched step (−1 / −2 / −3 as sample_rows says), empty when not computed.
+  // those of the last launched step (−1 / −2 as sample_rows says), empty when not computed; argmax(1) those of
+  // the step launched before it, when that one could feed (can_feed(): they are kept apart from the arena).
   void set_device_argmax(bool on) { argmax_ = on; }
-  std::span<const int32_t> argmax();
+  std::span<const int32_t> argmax(int back = 0);
   bool prepared_ahead() const { return ready_ && !deferred_cache_; }
   // Decode steps padded to a bucket of batch sizes (stand-in rows, results unchanged): −1 = when the
   // backend asks for it (Backend::decode_rows: CUDA graphs), 0 = never, 1 = always (tests).
@@ -152,7 +162,10 @@ class DeepseekV4Model {
                     const int32_t* wpos, const int32_t* page_rows, int64_t nw, float* page_base);
   void moe(const V4Layer& L, const float* h, const int32_t* tokens, int64_t T, float* out);
   // Validates and plans a step, then runs it (ready_only: records it for launch(); false when it cannot).
-  bool enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache, bool ready_only);
+  // feed: launch()'s, for a step that runs whole (ready_only false); empty = none.
+  bool enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache, bool ready_only, std::span<const int32_t> feed);
+  // A launched step's outputs become the last launched step's (the one before moves to prev_).
+  void set_out(const float* logits, const int32_t* ids, int64_t n, bool pick_slot);
 
   V4Config cfg_;
   Backend& be_;
@@ -170,6 +183,14 @@ class DeepseekV4Model {
   Buffer<float> out_buf_;              // holds them when the step did not run from a graph
   const int32_t* out_ids_ = nullptr;   // its argmax_rows picks [out_n_ / V], when argmax_
   Buffer<int32_t> out_ids_buf_;
+  // Decode steps' picks outside the arena, by parity [2, kPickRows]: step N+1 reads N's (launch's feed) while the
+  // host reads them after N+1's launch; N+2 writes them again only after that (the engine reads N first).
+  Buffer<int32_t> picks_;
+  bool out_pick_slot_ = false;          // the last launched step's picks are in picks_ (and staged: Backend::stage)
+  int out_slot_ = 0;                    // its parity: picks_ half and stage slot
+  int prev_slot_ = -1;                  // the step launched before it: its stage slot, when it had one
+  int64_t prev_rows_ = 0;
+  bool ready_pick_slot_ = false;        // the prepared step's picks go to picks_ (it can take a feed)
   std::vector<int32_t> ids_host_;
   bool argmax_ = false;
   const int32_t* ready_ids_ = nullptr;

@@ -664,7 +664,8 @@ void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int th
 
   // Sampling on the device (Backend::sample_rows, from the decode graphs) against the host sampler on the same
   // device's logits: seeded temperature / top-k / top-p / min-p requests and n > 1 give the same tokens with
-  // EngineConfig::device_sampling on and off, and with it on the tokens were picked on the device.
+  // EngineConfig::device_sampling on and off, and with it on the tokens were picked on the device, and decode
+  // steps took their tokens from the previous step's picks there (launched before the host read that step).
   {
     std::vector<Request> sampled;
     for (size_t i = 0; i < 24; ++i) {
@@ -678,7 +679,7 @@ void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int th
       sampled.push_back(q);
     }
     std::vector<std::vector<int32_t>> toks[2];
-    int64_t picked[2] = {0, 0};
+    int64_t picked[2] = {0, 0}, fed[2] = {0, 0};
     for (int on = 0; on < 2; ++on) {
       EngineConfig cfg;
       cfg.model_dir = dir;
@@ -689,15 +690,18 @@ void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int th
       for (auto& r : e.generate(sampled))
         for (auto& o : r.outputs) toks[on].push_back(o.token_ids);
       picked[on] = e.stats().device_sampled_tokens;
+      fed[on] = e.stats().fed_steps;
     }
     int64_t same = 0;
     for (size_t i = 0; i < toks[0].size(); ++i) same += toks[0][i] == toks[1][i];
     std::printf("engine cuda sampling: %lld/%zu sampled outputs the same with the picks on the device (%lld tokens "
-                "picked there) and on the host\n",
-                (long long)same, toks[0].size(), (long long)picked[1]);
+                "picked there, %lld steps fed from the step before) and on the host\n",
+                (long long)same, toks[0].size(), (long long)picked[1], (long long)fed[1]);
     expect(same == (int64_t)toks[0].size() && !toks[0].empty(), "engine cuda: device sampling != host sampling");
     expect(picked[0] == 0 && picked[1] > 0, "engine cuda: device-sampled token counts");
-    g_summary["engine"]["device_sampling"] = {{"outputs", toks[0].size()}, {"same", same}, {"picked", picked[1]}};
+    expect(fed[0] == 0 && fed[1] > 0, "engine cuda: fed decode steps");
+    g_summary["engine"]["device_sampling"] = {{"outputs", toks[0].size()}, {"same", same}, {"picked", picked[1]},
+                                              {"fed_steps", fed[1]}};
   }
 }
 

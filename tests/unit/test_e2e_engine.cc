@@ -213,7 +213,7 @@ TEST(Engine, DeviceSamplingGivesTheHostSamplersTokens) {
   mixed[4].params.presence_penalty = 0.5f;  // a logit processor: its steps sample on the host
   for (const auto* set : {&reqs, &mixed}) {
     std::vector<std::vector<GenerateResult>> out;
-    std::vector<int64_t> device_tokens;
+    std::vector<int64_t> device_tokens, fed;
     for (int mode = 0; mode < 3; ++mode) {  // host sampler; device, sequential; device, async
       EngineConfig cfg;
       cfg.model_dir = fixture_model();
@@ -225,7 +225,13 @@ TEST(Engine, DeviceSamplingGivesTheHostSamplersTokens) {
       Engine e(cfg);
       out.push_back(run_checked(e, *set));
       device_tokens.push_back(e.stats().device_sampled_tokens);
+      fed.push_back(e.stats().fed_steps);
     }
+    // Async with every row picked on the device: decode steps take their tokens from the previous step's
+    // picks (DeepseekV4Model::launch's feed), never before the host has its tokens otherwise.
+    EXPECT_EQ(fed[0], 0);
+    EXPECT_EQ(fed[1], 0);
+    if (set == &reqs) EXPECT_GT(fed[2], 0);
     // Every token is picked on the device but those of the penalized request (its rows alone go to the host).
     int64_t total = 0, penalized = 0;
     for (size_t i = 0; i < set->size(); ++i)

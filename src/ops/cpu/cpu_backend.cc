@@ -534,6 +534,15 @@ void CpuBackend::sample_rows(const float* x, int64_t M, int64_t N, int64_t ld, c
   }, 1);
 }
 
+void CpuBackend::feed_tokens(int32_t* pack, int64_t T, int hc, const int32_t* feed, const int32_t* picks, int64_t V) {
+  for (int64_t i = 0; i < T; ++i) {
+    if (feed[i] < 0) continue;
+    const int32_t p = picks[feed[i]], t = p >= 0 && p < V ? p : 0;
+    pack[i] = t;
+    for (int j = 0; j < hc; ++j) pack[T + i * hc + j] = t;
+  }
+}
+
 void CpuBackend::select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk,
                              const int32_t* rowmap, int64_t rowmap_ld, const int64_t* out_off, int32_t* out) {
   std::vector<int32_t> cand;

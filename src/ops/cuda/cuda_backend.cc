@@ -88,6 +88,12 @@ struct CudaBackend::Impl {
   char* staging = nullptr;
   void* view = nullptr;  // download_view's page-locked buffer
   size_t view_bytes = 0;
+  // stage() / staged(): per slot a page-locked copy and the event after it.
+  struct Staged {
+    void* host = nullptr;
+    size_t cap = 0;
+    cudaEvent_t done = nullptr;
+  } stg[2];
   cudaEvent_t seg_done[kSegs] = {};
   bool seg_used[kSegs] = {};
   int seg = 0;
@@ -359,6 +365,10 @@ CudaBackend::~CudaBackend() {
   if (impl_->arena) cudaFree(impl_->arena);
   if (impl_->staging) cudaFreeHost(impl_->staging);
   if (impl_->view) cudaFreeHost(impl_->view);
+  for (auto& s : impl_->stg) {
+    if (s.host) cudaFreeHost(s.host);
+    if (s.done) cudaEventDestroy(s.done);
+  }
 }
 
 void* CudaBackend::alloc(int64_t bytes) {
@@ -481,6 +491,29 @@ const void* CudaBackend::download_view(const void* src, int64_t bytes) {
   check(cudaMemcpyAsync(m.view, src, (size_t)bytes, cudaMemcpyDeviceToHost, m.stream), "download_view");
   check(cudaStreamSynchronize(m.stream), "download_view (a kernel before it failed)");
   return m.view;
+}
+void CudaBackend::stage(int slot, const void* src, int64_t bytes) {
+  HostTimer ht_(impl_.get(), Impl::kDownload);
+  Impl& m = *impl_;
+  if (m.graph != GraphMode::Off) throw Error("cuda graph: stage inside a graph region");
+  Impl::Staged& s = m.stg[slot & 1];
+  if (!s.done) check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreate (stage)");
+  if ((size_t)bytes > s.cap) {  // grow (the last copy into it must be done first: rare)
+    check(cudaEventSynchronize(s.done), "stage");
+    if (s.host) cudaFreeHost(s.host);
+    s.host = nullptr;
+    s.cap = 0;
+    check(cudaHostAlloc(&s.host, std::max<size_t>((size_t)bytes, 16384), cudaHostAllocDefault), "cudaHostAlloc (stage)");
+    s.cap = std::max<size_t>((size_t)bytes, 16384);
+  }
+  if (bytes > 0) check(cudaMemcpyAsync(s.host, src, (size_t)bytes, cudaMemcpyDeviceToHost, m.stream), "stage");
+  check(cudaEventRecord(s.done, m.stream), "stage");
+}
+const void* CudaBackend::staged(int slot) {
+  HostTimer ht_(impl_.get(), Impl::kDownload);
+  Impl::Staged& s = impl_->stg[slot & 1];
+  if (s.done) check(cudaEventSynchronize(s.done), "staged (a kernel before it failed)");
+  return s.host;
 }
 void CudaBackend::copy(void* dst, const void* src, int64_t bytes) {
   HostTimer ht_(impl_.get(), Impl::kCopy);
@@ -1512,6 +1545,13 @@ void CudaBackend::sample_rows(const float* x, int64_t M, int64_t N, int64_t ld, 
   HostTimer ht_(impl_.get(), Impl::kOp);
   if (impl_->replaying()) return;
   if (M > 0) check(cuda::sample_rows(x, M, N, ld, spec, out, impl_->stream), "sample_rows");
+}
+
+void CudaBackend::feed_tokens(int32_t* pack, int64_t T, int hc, const int32_t* feed, const int32_t* picks,
+                              int64_t V) {
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
+  if (T > 0) check(cuda::feed_tokens(pack, T, hc, feed, picks, V, impl_->stream), "feed_tokens");
 }
 
 void CudaBackend::select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk,
