@@ -634,10 +634,10 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32
   std::vector<int32_t> pack = token_pack(t, cfg_.hc_mult);
   pack.insert(pack.end(), map.begin(), map.end());
   be_.graph_launch(pack.data(), (int64_t)(pack.size() * sizeof(int32_t)));
-  set_out(ready_logits_, ready_ids_, ready_n_, ready_pick_slot_);
+  set_out(ready_logits_, ready_ids_, ready_n_, ready_pick_slot_, ready_par_);
 }
 
-void DeepseekV4Model::set_out(const float* logits, const int32_t* ids, int64_t n, bool pick_slot) {
+void DeepseekV4Model::set_out(const float* logits, const int32_t* ids, int64_t n, bool pick_slot, uint64_t par) {
   prev_slot_ = out_pick_slot_ ? out_slot_ : -1;
   prev_rows_ = out_pick_slot_ ? out_n_ / cfg_.vocab_size : 0;
   out_logits_ = logits;
@@ -646,7 +646,8 @@ void DeepseekV4Model::set_out(const float* logits, const int32_t* ids, int64_t n
   out_pick_slot_ = pick_slot;
   // A decode step's picks start for the host right behind it, so that reading them later waits for this step
   // only, not for the step launched next (Backend::stage).
-  out_slot_ = (int)parity_;
+  parity_ = par;
+  out_slot_ = (int)par;
   if (pick_slot) be_.stage(out_slot_, ids, n / cfg_.vocab_size * (int64_t)sizeof(int32_t));
 }
 
@@ -755,6 +756,9 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
   // and the host can read them after that launch); it reads the other half when fed. Parity alternates by
   // decode step below, before run().
   const bool pick_slot = decode && argmax_ && Rp <= kPickRows;
+  // This step's parity: the last launched step's, flipped for a decode step (it becomes parity_ once the step is
+  // launched: a step that is not — it failed, or was not prepared — leaves the alternation as it was).
+  const uint64_t par = decode ? parity_ ^ 1 : parity_;
   if (!feed.empty() && !(pick_slot && out_pick_slot_)) throw Error("forward: a feed needs picks on both sides");
   std::vector<int32_t> feed_map;  // [Tp] (decode: −1 = the token is given)
   if (decode) {
@@ -847,7 +851,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     // Fed rows take the last step's picks (always in a recorded step: its feed is known only at launch).
     if (pick_slot && (in_graph || !feed.empty()))
       be_.feed_tokens(st.up.ptr<int32_t>(at_tok), T, (int)hc, st.up.ptr<int32_t>(at_feed),
-                      picks_.data() + (parity_ ^ 1) * kPickRows, V);
+                      picks_.data() + (par ^ 1) * kPickRows, V);
     Buffer<float> X(be_, T * hc * D), X2(be_, T * hc * D);  // [T, hc, D] residual streams
     // every stream starts as the token's embedding
     be_.copy_rows(embed_.data(), D, st.tok_pack + T, X.data(), D, nullptr, T * hc, D);
@@ -878,7 +882,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     be_.linear(ur.data(), R, D, *head_, logits.data(), V);
     if (argmax_) {  // picks on the backend: only R ids need to cross (argmax())
       if (!pick_slot) ids = Buffer<int32_t>(be_, R);
-      pick_out = pick_slot ? picks_.data() + parity_ * kPickRows : ids.data();
+      pick_out = pick_slot ? picks_.data() + par * kPickRows : ids.data();
       be_.sample_rows(logits.data(), R, V, V, st.up.ptr<SampleSpec>(at_spec), pick_out);
     }
   };
@@ -887,9 +891,8 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
   // step N+1 is prepared (its uploads written into its graph's page-locked copies) while step N's graph
   // may still read its own.
   uint64_t key = 0xcbf29ce484222325ull;
-  parity_ ^= decode ? 1 : 0;
   for (uint64_t v : {graph_owner_, (uint64_t)(uintptr_t)cache.pages_base(), (uint64_t)(uintptr_t)cache.slots_base(),
-                     (uint64_t)Bp, (uint64_t)Rp, (uint64_t)cap_csa, (uint64_t)cap_hca, parity_, (uint64_t)argmax_})
+                     (uint64_t)Bp, (uint64_t)Rp, (uint64_t)cap_csa, (uint64_t)cap_hca, par, (uint64_t)argmax_})
     key = mix(key, v);
   const Backend::GraphMode mode = decode ? be_.graph_begin(key) : Backend::GraphMode::Off;
   bool graphed = mode != Backend::GraphMode::Off;
@@ -909,6 +912,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     ready_logits_ = logits.data();  // the launched step's stay readable (logits()) until launch
     ready_ids_ = pick_out;
     ready_pick_slot_ = pick_slot;
+    ready_par_ = par;
     ready_n_ = R * V;
     for (const auto& c : batch) c.state->pos += (int64_t)c.tokens.size();
     return true;
@@ -930,7 +934,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
   // A graph's logits are freed with its other buffers, so that every graph of a key starts at the same
   // arena top; nothing runs before the next launch, so they stay readable until then. Otherwise they are
   // kept until the next step.
-  set_out(logits.data(), pick_out, R * V, pick_slot);
+  set_out(logits.data(), pick_out, R * V, pick_slot, par);
   if (!graphed) out_buf_ = std::move(logits), out_ids_buf_ = std::move(ids);
   return true;
 }

@@ -165,7 +165,7 @@ class DeepseekV4Model {
   // feed: launch()'s, for a step that runs whole (ready_only false); empty = none.
   bool enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache, bool ready_only, std::span<const int32_t> feed);
   // A launched step's outputs become the last launched step's (the one before moves to prev_).
-  void set_out(const float* logits, const int32_t* ids, int64_t n, bool pick_slot);
+  void set_out(const float* logits, const int32_t* ids, int64_t n, bool pick_slot, uint64_t par);
 
   V4Config cfg_;
   Backend& be_;
@@ -178,7 +178,8 @@ class DeepseekV4Model {
   Buffer<float> inv_freq_main_, inv_freq_compress_;  // [r/2]
   uint64_t graph_owner_ = 0;  // keys this model's step graphs (Backend::graph_begin)
   int pad_decode_ = -1;       // set_decode_padding
-  uint64_t parity_ = 0;       // alternates per decode step: consecutive steps use different graphs
+  uint64_t parity_ = 0;       // the last launched step's; alternates per decode step: consecutive steps use
+                              // different graphs (and halves of picks_)
   const float* out_logits_ = nullptr;  // the last enqueued step's logits [out_n_] (backend memory)
   Buffer<float> out_buf_;              // holds them when the step did not run from a graph
   const int32_t* out_ids_ = nullptr;   // its argmax_rows picks [out_n_ / V], when argmax_
@@ -191,6 +192,7 @@ class DeepseekV4Model {
   int prev_slot_ = -1;                  // the step launched before it: its stage slot, when it had one
   int64_t prev_rows_ = 0;
   bool ready_pick_slot_ = false;        // the prepared step's picks go to picks_ (it can take a feed)
+  uint64_t ready_par_ = 0;              // its parity
   std::vector<int32_t> ids_host_;
   bool argmax_ = false;
   const int32_t* ready_ids_ = nullptr;
