@@ -110,7 +110,13 @@ DI_SAMPLE_FN float det_exp(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693145751953125f;  // 16 significant bits: k · kLn2Hi is exact for |k| < 2^8
   constexpr float kLn2Lo = 1.42860682030941723e-06f;
-  const float k = floor(f_add(f_mul(x, kLog2e), 0.5f));  // in [−126, 0]
+  const float y = f_add(f_mul(x, kLog2e), 0.5f);
+#if defined(__CUDA_ARCH__)
+  const float k = floorf(y);  // in [−126, 0]
+#else
+  const int ki = (int)y;  // floor(y) exactly (|y| < 127), without a libm call where SSE4.1 is not assumed
+  const float k = (float)(ki - ((float)ki > y ? 1 : 0));
+#endif
   float r = f_sub(x, f_mul(k, kLn2Hi));
   r = f_sub(r, f_mul(k, kLn2Lo));
   float p = 1.0f / 5040.0f;

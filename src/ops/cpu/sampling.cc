@@ -77,30 +77,41 @@ std::vector<int32_t> filter_candidates(const float* scaled, int vocab, int top_k
   if (use_top_p) {
     // The top-k set's mass (integers: the order of the sum does not matter), and its tokens with mass.
     std::vector<std::pair<int32_t, uint64_t>> massive;  // (id, q), q > 0
+    massive.reserve(ids.size());
     uint64_t Z = 0;
     for (int32_t id : ids)
       if (const uint64_t q = sampling::mass_of(sampling::rel_of(scaled[id], m)); q > 0) massive.push_back({id, q}), Z += q;
     const int64_t limit = sampling::top_p_limit(top_p, Z);
     // Keep a token with mass while the mass ranked before it is ≤ the limit (a prefix of the order: that mass
     // only grows; tokens without mass add nothing to it and are never kept; the best token, q = 2^32, stays).
-    // Only the head of the order matters: sort the tokens within delta of the max (a prefix of the order),
-    // widening delta while the walk runs off the end of the head.
-    std::vector<std::pair<int32_t, uint64_t>> head;
-    for (float delta = 1.0f;; delta *= 2.0f) {
-      const bool all = delta > 2.0f * sampling::kReach;
-      head.clear();
-      for (const auto& e : massive)
-        if (all || scaled[e.first] >= m - delta) head.push_back(e);
-      std::sort(head.begin(), head.end(), [&](const auto& a, const auto& b) { return better(a.first, b.first); });
-      uint64_t before = 0;
-      size_t keep = 0;
-      while (keep < head.size() && (int64_t)before <= limit) before += head[keep++].second;
-      if (keep < head.size() || (int64_t)before > limit || head.size() == massive.size()) {
-        ids.clear();
-        for (size_t i = 0; i < std::max<size_t>(keep, 1); ++i) ids.push_back(head[i].first);
-        break;
-      }
+    // Only the head of the order up to the cut matters. Bins of d = m − s, 1/16 wide (the CUDA sampler's: d is
+    // monotone in s, so a run of bins is a prefix of the order): the cut lies in the last bin whose mass before
+    // it is ≤ the limit, so the head is that bin and the bins before it, and only the head is sorted.
+    constexpr int kBins = 384;  // d < 24 (a token with mass has d < 22.2)
+    std::array<uint64_t, kBins> bin_mass{};
+    std::vector<uint16_t> bin_of(massive.size());
+    for (size_t j = 0; j < massive.size(); ++j) {
+      const float d = sampling::f_sub(m, scaled[massive[j].first]);
+      bin_of[j] = (uint16_t)std::min(kBins - 1, (int)(d * 16.0f));
+      bin_mass[bin_of[j]] += massive[j].second;
     }
+    int cut = 0;  // the last bin with mass whose mass before it is ≤ the limit
+    uint64_t E = 0;
+    for (int b = 0; b < kBins; ++b) {
+      if (bin_mass[b] == 0) continue;
+      if ((int64_t)E > limit) break;
+      cut = b;
+      E += bin_mass[b];
+    }
+    std::vector<std::pair<int32_t, uint64_t>> head;
+    for (size_t j = 0; j < massive.size(); ++j)
+      if (bin_of[j] <= cut) head.push_back(massive[j]);
+    std::sort(head.begin(), head.end(), [&](const auto& a, const auto& b) { return better(a.first, b.first); });
+    uint64_t before = 0;
+    size_t keep = 0;
+    while (keep < head.size() && (int64_t)before <= limit) before += head[keep++].second;
+    ids.clear();
+    for (size_t i = 0; i < std::max<size_t>(keep, 1); ++i) ids.push_back(head[i].first);
   } else {
     std::sort(ids.begin(), ids.end(), better);
   }
