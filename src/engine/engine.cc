@@ -324,9 +324,8 @@ struct Engine::Impl {
     if (launch_prepared(plan)) flight = plan;
     return true;
   }
-  // Launches the prepared plan with its token ids (feed: DeepseekV4Model::launch's, from feed_plan); a step
-  // that fails to launch fails its requests.
-  bool launch_prepared(const StepPlan& plan, std::span<const int32_t> feed = {}) {
+  // A decode plan's token ids where the host knows them (0 elsewhere: finished sequences, fed rows).
+  std::vector<int32_t> known_ids(const StepPlan& plan) {
     std::vector<int32_t> ids(plan.chunks.size(), 0);
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
       auto own = seq_owner.find(plan.chunks[i].seq);
@@ -334,8 +333,12 @@ struct Engine::Impl {
       const Choice& ch = reqs.at(own->second.first).choices[own->second.second];
       if (plan.chunks[i].start < (int64_t)ch.tokens.size()) ids[i] = ch.tokens[plan.chunks[i].start];
     }
+    return ids;
+  }
+  // Launches the prepared plan with its token ids; a step that fails to launch fails its requests.
+  bool launch_prepared(const StepPlan& plan) {
     try {
-      model.v4->launch(ids, feed);
+      model.v4->launch(known_ids(plan));
     } catch (const std::exception& e) {
       fail_plan(plan, view_of(plan, true).who, e.what());
       return false;
@@ -376,7 +379,7 @@ struct Engine::Impl {
   // its sequence's row in N. feed[i]: that row for chunk i of next, −1 when the token is known (or the
   // sequence finished: its row is dropped).
   bool feed_plan(const StepPlan& now, const std::vector<Choice*>& who, const StepPlan& next, std::vector<int32_t>& feed) {
-    if (!cfg.device_sampling || model.v41 || !model.v4->can_feed()) return false;
+    if (!cfg.device_sampling || model.v41 || !model.v4->can_feed() || !model.v4->prepared_takes_feed()) return false;
     std::map<uint64_t, int32_t> row_of;  // sequence → its sampled row of N (decode: row i = chunk i)
     for (size_t i = 0; i < now.chunks.size(); ++i) {
       const ScheduledChunk& c = now.chunks[i];
@@ -430,9 +433,18 @@ struct Engine::Impl {
     StepView v = view_of(now, true);  // the owners only (its tokens went in at launch)
     std::vector<int32_t> feed;
     if (ready && feed_plan(now, v.who, next, feed)) {
-      const bool launched = launch_prepared(next, feed);
-      finish_plan(now, v.who, /*after_next=*/launched);
-      if (launched) {
+      std::string launch_error;
+      try {
+        model.v4->launch(known_ids(next), feed);
+      } catch (const std::exception& e) {
+        launch_error = e.what();
+      }
+      // N first, from its picks alone (either way: its logits may be gone), then N+1's fate.
+      finish_plan(now, v.who, /*picks_only=*/true, launch_error.empty() ? 1 : 0);
+      if (!launch_error.empty()) {
+        StepView nv = view_of(next, true);
+        fail_plan(next, nv.who, launch_error);
+      } else {
         flight = std::move(next);
         ++stats_snapshot.fed_steps;
         drop_orphan_flight();
@@ -488,9 +500,9 @@ struct Engine::Impl {
   // Samples the last launched step's results and hands out the tokens: a row that is device_samplable takes the
   // backend's pick (only ids cross), the others are sampled on the host from their logits rows (all of them
   // downloaded at once when they are many, else row by row). A step that failed on the device fails its requests.
-  // after_next: the step launched before the last one (feed_plan made every sampled row a pick; its logits are
-  // gone): a row whose pick is no token fails with the host sampler's error.
-  void finish_plan(const StepPlan& plan, const std::vector<Choice*>& who, bool after_next = false) {
+  // picks_only: every sampled row is a pick (feed_plan) and the logits may be gone (a step launched after this
+  // one, which is then argmax(back = 1)): a row whose pick is no token fails with the host sampler's error.
+  void finish_plan(const StepPlan& plan, const std::vector<Choice*>& who, bool picks_only = false, int back = 0) {
     std::vector<size_t> row_chunk;
     for (size_t i = 0; i < plan.chunks.size(); ++i)
       if (plan.chunks[i].sample && who[i]) row_chunk.push_back(i);
@@ -507,13 +519,15 @@ struct Engine::Impl {
     std::vector<std::string> results_early(row_chunk.size());  // after_next: a pick that is no token
     std::vector<const float*> row_logits(row_chunk.size(), nullptr);
     try {
-      if (any_dev) picks = model.v4->argmax(after_next ? 1 : 0);
+      if (any_dev) picks = model.v4->argmax(back);
       for (size_t k = 0; k < row_chunk.size(); ++k) {
         // −1 / −2 (all masked, NaN / +inf): the host sampler says what to do (the error)
-        const int32_t pick = dev[k] && row_chunk[k] < picks.size() ? picks[row_chunk[k]] : -1;
-        if (after_next && pick < 0) {  // its logits are gone: the host sampler's error, without the token's place
-          results_early[k] = pick == -2 ? "sampler: logits contain NaN or +inf"
-                                        : "sampler: every token is masked (all logits are -inf after processing)";
+        int32_t pick = dev[k] && row_chunk[k] < picks.size() ? picks[row_chunk[k]] : -1;
+        if (pick >= vocab) pick = -3;  // not a token (never from a correct backend)
+        if (picks_only && pick < 0) {  // the host sampler's error, without the token's place
+          results_early[k] = pick == -2   ? "sampler: logits contain NaN or +inf"
+                             : pick == -1 ? "sampler: every token is masked (all logits are -inf after processing)"
+                                          : "sampler: the backend's pick is outside the vocabulary";
           dev[k] = 0;
           continue;
         }

@@ -597,26 +597,39 @@ void DeepseekV4Model::prepare(std::span<const V4SeqChunk> batch, V4Cache& cache)
   deferred_cache_ = &cache;
   ready_ = true;
   ready_rows_ = ready_padded_ = (int64_t)batch.size();
+  ready_pick_slot_ = argmax_ && decode_rows_of((int64_t)batch.size()) <= kPickRows;  // as enqueue will find it
+}
+
+int64_t DeepseekV4Model::decode_rows_of(int64_t B) const {
+  return pad_decode_ < 0 ? be_.decode_rows(B) : pad_decode_ ? decode_bucket(B) : B;
 }
 
 void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32_t> feed) {
   if (!ready_) throw Error("launch: no prepared step");
-  if ((int64_t)ids.size() != ready_rows_) throw Error("launch: one token id a sequence of the prepared step");
-  if (!feed.empty() && feed.size() != ids.size()) throw Error("launch: one feed entry a sequence of the prepared step");
+  // A step that cannot be launched as asked is abandoned (its positions have advanced: the caller fails its
+  // requests), so that the model and the backend are free for the next one.
+  auto refuse = [&](const std::string& why) {
+    ready_ = false;
+    deferred_cache_ = nullptr;
+    be_.graph_unready();
+    throw Error("launch: " + why);
+  };
+  if ((int64_t)ids.size() != ready_rows_) refuse("one token id a sequence of the prepared step");
+  if (!feed.empty() && feed.size() != ids.size()) refuse("one feed entry a sequence of the prepared step");
   const int64_t prev_rows = out_pick_slot_ ? out_n_ / cfg_.vocab_size : 0;
   bool fed = false;
   for (int32_t f : feed) {
-    if (f >= prev_rows) throw Error("launch: feed row " + std::to_string(f) + " outside the last step's picks");
+    if (f >= prev_rows) refuse("feed row " + std::to_string(f) + " outside the last step's picks");
     fed |= f >= 0;
   }
+  if (fed && !ready_pick_slot_) refuse("the prepared step cannot take a feed");
   std::vector<int32_t> t(ready_padded_, 0), map(ready_padded_, -1);  // stand-in rows keep token 0
   for (size_t i = 0; i < ids.size(); ++i) {
     if (!feed.empty() && feed[i] >= 0) {
       map[i] = feed[i];
       continue;
     }
-    if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
-      throw Error("launch: token id " + std::to_string(ids[i]) + " outside the vocabulary");
+    if (ids[i] < 0 || ids[i] >= cfg_.vocab_size) refuse("token id " + std::to_string(ids[i]) + " outside the vocabulary");
     t[i] = ids[i];
   }
   ready_ = false;
@@ -629,7 +642,6 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32
     enqueue(batch, cache, false, fed ? std::span<const int32_t>(map.data(), ids.size()) : std::span<const int32_t>{});
     return;
   }
-  if (fed && !ready_pick_slot_) throw Error("launch: the prepared step cannot take a feed");
   // The token ids, then the feed (the upload's first two arrays: run() in enqueue).
   std::vector<int32_t> pack = token_pack(t, cfg_.hc_mult);
   pack.insert(pack.end(), map.begin(), map.end());
@@ -638,17 +650,17 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32
 }
 
 void DeepseekV4Model::set_out(const float* logits, const int32_t* ids, int64_t n, bool pick_slot, uint64_t par) {
+  // A decode step's picks start for the host right behind it, so that reading them later waits for this step
+  // only, not for the step launched next (Backend::stage). (First: a failure leaves the outputs as they were.)
+  if (pick_slot) be_.stage((int)par, ids, n / cfg_.vocab_size * (int64_t)sizeof(int32_t));
   prev_slot_ = out_pick_slot_ ? out_slot_ : -1;
   prev_rows_ = out_pick_slot_ ? out_n_ / cfg_.vocab_size : 0;
   out_logits_ = logits;
   out_ids_ = ids;
   out_n_ = n;
   out_pick_slot_ = pick_slot;
-  // A decode step's picks start for the host right behind it, so that reading them later waits for this step
-  // only, not for the step launched next (Backend::stage).
   parity_ = par;
   out_slot_ = (int)par;
-  if (pick_slot) be_.stage(out_slot_, ids, n / cfg_.vocab_size * (int64_t)sizeof(int32_t));
 }
 
 std::span<const int32_t> DeepseekV4Model::argmax(int back) {
@@ -732,7 +744,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
   // A decode step padded to a bucket of batch sizes: stand-in sequences after the real ones (every op
   // is batch invariant within the bucket, so the real rows' results do not change; their logits rows
   // come after the real ones and are not returned).
-  const int64_t Bp = decode ? (pad_decode_ < 0 ? be_.decode_rows(B) : pad_decode_ ? decode_bucket(B) : B) : B;
+  const int64_t Bp = decode ? decode_rows_of(B) : B;
   V4SeqState stand_in;  // slot 0, page 0, position 0: read from, never written to
   stand_in.slot = 0;
   stand_in.pages = {0};

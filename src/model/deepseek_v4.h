@@ -127,6 +127,8 @@ class DeepseekV4Model {
   // Whether the last launched step's picks can feed the next launch: a decode step with picks
   // (set_device_argmax) of at most kPickRows rows. They stay readable as argmax(1) after that launch.
   bool can_feed() const { return out_pick_slot_; }
+  // Whether the prepared step can take a feed (its picks too go outside the arena).
+  bool prepared_takes_feed() const { return ready_ && ready_pick_slot_; }
   static constexpr int64_t kPickRows = 4096;
   std::span<const float> logits();
   // Row r of those logits into dst[V] (one copy of V floats): for a step whose few rows are sampled on the host.
@@ -166,6 +168,7 @@ class DeepseekV4Model {
   bool enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache, bool ready_only, std::span<const int32_t> feed);
   // A launched step's outputs become the last launched step's (the one before moves to prev_).
   void set_out(const float* logits, const int32_t* ids, int64_t n, bool pick_slot, uint64_t par);
+  int64_t decode_rows_of(int64_t B) const;  // a decode step's rows with stand-ins (set_decode_padding)
 
   V4Config cfg_;
   Backend& be_;

@@ -175,6 +175,8 @@ class Backend {
   // region (the arena), so its outputs stay valid only until the next launch.
   virtual void graph_ready() {}
   virtual void graph_launch(const void* /*first_upload*/, int64_t /*bytes*/) {}
+  // Forgets a readied region without launching it (its step was abandoned: the caller fails its requests).
+  virtual void graph_unready() {}
 
   // ---- data movement (float32 rows) ----
   virtual void fill(float* x, int64_t n, float v) = 0;

@@ -286,12 +286,14 @@ struct HostTimer {
   int cat;
   bool outer = false;
   std::chrono::steady_clock::time_point t0;
-  HostTimer(CudaBackend::Impl* m_, int c, const char* op = __builtin_FUNCTION()) : m(m_), cat(c) {
+  // timed false: no event pair (stage / staged: events recorded after the next step would make the profiler's
+  // fold before the step after it wait for that step, serializing the fed steps being measured).
+  HostTimer(CudaBackend::Impl* m_, int c, const char* op = __builtin_FUNCTION(), bool timed = true) : m(m_), cat(c) {
     if (m->timing) t0 = std::chrono::steady_clock::now();
     if (cat == CudaBackend::Impl::kOp) ++m->op_depth;
     // While a graph is recorded the pair becomes graph nodes (Impl::gprof_event); replays issue no ops.
-    if (m->profiling && m->depth++ == 0 && cat != CudaBackend::Impl::kAlloc && cat != CudaBackend::Impl::kRelease &&
-        m->graph != Backend::GraphMode::Replay) {
+    if (m->profiling && m->depth++ == 0 && timed && cat != CudaBackend::Impl::kAlloc &&
+        cat != CudaBackend::Impl::kRelease && m->graph != Backend::GraphMode::Replay) {
       outer = true;
       if (m->graph == Backend::GraphMode::Capture) m->gprof_event(op);
       else m->prof_begin(op);
@@ -493,7 +495,7 @@ const void* CudaBackend::download_view(const void* src, int64_t bytes) {
   return m.view;
 }
 void CudaBackend::stage(int slot, const void* src, int64_t bytes) {
-  HostTimer ht_(impl_.get(), Impl::kDownload);
+  HostTimer ht_(impl_.get(), Impl::kDownload, __builtin_FUNCTION(), false);
   Impl& m = *impl_;
   if (m.graph != GraphMode::Off) throw Error("cuda graph: stage inside a graph region");
   Impl::Staged& s = m.stg[slot & 1];
@@ -510,7 +512,7 @@ void CudaBackend::stage(int slot, const void* src, int64_t bytes) {
   check(cudaEventRecord(s.done, m.stream), "stage");
 }
 const void* CudaBackend::staged(int slot) {
-  HostTimer ht_(impl_.get(), Impl::kDownload);
+  HostTimer ht_(impl_.get(), Impl::kDownload, __builtin_FUNCTION(), false);
   Impl::Staged& s = impl_->stg[slot & 1];
   if (s.done) check(cudaEventSynchronize(s.done), "staged (a kernel before it failed)");
   return s.host;
@@ -662,6 +664,7 @@ void CudaBackend::graph_ready() {
   if (m.ready) throw Error("cuda graph: a readied step was not launched");
   m.ready = m.end_region();
 }
+void CudaBackend::graph_unready() { impl_->ready = nullptr; }
 void CudaBackend::graph_launch(const void* first_upload, int64_t bytes) {
   Impl& m = *impl_;
   Impl::GraphEntry* e = m.ready;

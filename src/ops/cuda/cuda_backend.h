@@ -42,6 +42,7 @@ class CudaBackend final : public Backend {
   void graph_abort(const char* why) override;
   void graph_ready() override;
   void graph_launch(const void* first_upload, int64_t bytes) override;
+  void graph_unready() override;
   Profile take_profile() override;
 
   void fill(float* x, int64_t n, float v) override;
