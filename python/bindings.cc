@@ -185,6 +185,8 @@ NB_MODULE(_core, m) {
         d["prompt_tokens"] = s.prompt_tokens;
         d["generated_tokens"] = s.generated_tokens;
         d["preemptions"] = s.preemptions;
+        d["device_sampled_tokens"] = s.device_sampled_tokens;
+        d["fed_steps"] = s.fed_steps;
         return d;
       });
 
