@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <map>
 
 #include "ops/sampling.h"
 #include "ops/sample_math.h"
@@ -76,6 +77,44 @@ void apply_logit_processors(float* logits, int vocab, const SamplingParams& para
   if (state.num_output() < params.min_tokens)
     for (int32_t id : state.min_tokens_masked())
       if (in_range(id)) logits[id] = kNegInf;
+}
+
+bool has_logit_processors(const SamplingParams& p, const SequenceSamplingState& state) {
+  return !p.logit_bias.empty() || p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
+         p.presence_penalty != 0.0f || (state.num_output() < p.min_tokens && !state.min_tokens_masked().empty());
+}
+
+RowEdits logit_edits(const SamplingParams& params, const SequenceSamplingState& state, int vocab,
+                     std::vector<LogitEdit>& out) {
+  RowEdits row;
+  row.rep = params.repetition_penalty;
+  row.freq = params.frequency_penalty;
+  row.presence = params.presence_penalty;
+  row.first = (int32_t)out.size();
+  std::map<int32_t, LogitEdit> by_id;  // one edit an id, ascending
+  auto at = [&](int32_t id) -> LogitEdit& {
+    LogitEdit& e = by_id[id];
+    e.id = id;
+    return e;
+  };
+  auto in_range = [vocab](int32_t id) { return id >= 0 && id < vocab; };
+  for (const auto& [id, bias] : params.logit_bias)
+    if (in_range(id)) at(id).flags |= sampling::kEditBias, by_id[id].bias = bias;
+  if (row.rep != 1.0f) {
+    for (int32_t id : state.prompt_ids())
+      if (in_range(id)) at(id).flags |= sampling::kEditRepeat;
+    for (int32_t id : state.output_ids())
+      if (in_range(id)) at(id).flags |= sampling::kEditRepeat;
+  }
+  if (row.freq != 0.0f || row.presence != 0.0f)
+    for (int32_t id : state.output_ids())
+      if (in_range(id)) at(id).count = state.output_count(id);
+  if (state.num_output() < params.min_tokens)
+    for (int32_t id : state.min_tokens_masked())
+      if (in_range(id)) at(id).flags |= sampling::kEditMask;
+  for (const auto& [id, e] : by_id) out.push_back(e);
+  row.count = (int32_t)(out.size() - (size_t)row.first);
+  return row;
 }
 
 std::vector<int32_t> filter_candidates(const float* scaled, int vocab, const SamplingParams& params) {

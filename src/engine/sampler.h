@@ -87,6 +87,13 @@ class SequenceSamplingState {
 // Ids outside [0, vocab) are ignored.
 void apply_logit_processors(float* logits, int vocab, const SamplingParams& params,
                             const SequenceSamplingState& state);
+// The same as edits (ops/sampling.h), one an id in ascending id order, appended to `out`: apply_edits with the
+// returned row (first = out's size before the call) gives apply_logit_processors's logits bit for bit. Empty
+// (count 0, no-op penalties) for a request without processors.
+RowEdits logit_edits(const SamplingParams& params, const SequenceSamplingState& state, int vocab,
+                     std::vector<LogitEdit>& out);
+// Whether the request has any logit processor for its next token (bias, penalties, an active min_tokens mask).
+bool has_logit_processors(const SamplingParams& params, const SequenceSamplingState& state);
 
 // filter_candidates (ops/sampling.h) with the request's top_k, top_p and min_p.
 std::vector<int32_t> filter_candidates(const float* scaled, int vocab, const SamplingParams& params);

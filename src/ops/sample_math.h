@@ -130,6 +130,22 @@ DI_SAMPLE_FN float det_exp(float x) {
   return f_mul(p, float_of((uint32_t)((int)k + 127) << 23));  // a normal power of two
 }
 
+// A logit processor's edit of one logit (ops/sampling.h LogitEdit), as the engine's apply_logit_processors
+// applies it to that id, in this order, each operation rounded once: + bias; the repetition penalty (÷ rep
+// when positive, × rep otherwise); − freq · count, then − presence (an id of the output); −inf (masked).
+constexpr uint32_t kEditBias = 1, kEditRepeat = 2, kEditMask = 4;
+DI_SAMPLE_FN float edit_logit(float x, uint32_t flags, float bias, int32_t count, float rep, float freq,
+                              float presence) {
+  if (flags & kEditBias) x = f_add(x, bias);
+  if ((flags & kEditRepeat) && rep != 1.0f) x = x > 0.0f ? f_div(x, rep) : f_mul(x, rep);
+  if (count > 0 && (freq != 0.0f || presence != 0.0f)) {
+    x = f_sub(x, f_mul(freq, (float)count));
+    x = f_sub(x, presence);
+  }
+  if (flags & kEditMask) x = -INFINITY;
+  return x;
+}
+
 // Gumbel(0, 1) noise of one Philox word: increasing in the word, within [−2.82, 16.64].
 DI_SAMPLE_FN float gumbel_from_word(uint32_t word) { return -det_log(-det_log(philox_uniform(word))); }
 

@@ -19,6 +19,24 @@ struct SampleSpec {
 };
 static_assert(sizeof(SampleSpec) == 32);
 
+// A row's logit processors (bias, repetition / frequency / presence penalties, the min_tokens mask) as
+// edits of the ids they touch: sample_math.h edit_logit, in place, before sampling. Plain data.
+struct LogitEdit {
+  int32_t id = 0;
+  float bias = 0.0f;   // added when flags has kEditBias
+  int32_t count = 0;   // the id's occurrences in the output (frequency / presence penalties)
+  uint32_t flags = 0;  // kEditBias | kEditRepeat (in the prompt or the output) | kEditMask
+};
+static_assert(sizeof(LogitEdit) == 16);
+struct RowEdits {
+  float rep = 1.0f, freq = 0.0f, presence = 0.0f;  // the request's penalties
+  int32_t first = 0, count = 0;                    // its edits: [first, first + count) of the step's list
+  int32_t unused = 0;
+};
+static_assert(sizeof(RowEdits) == 24);
+// x[id] = edit_logit(x[id], ...) for the row's edits (ids outside [0, N) are skipped).
+void apply_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edits);
+
 // Candidate set of temperature-scaled logits [vocab] (−inf = excluded; no NaN), in order (value desc,
 // id asc): top-k, then top-p on the top-k set, then min-p (rel ≥ min_p). Masses as sample_math.h defines
 // them: rel = exp(s − s_max), q = ⌊rel · 2^32⌋; top-p keeps a token when q > 0 and the mass ranked before

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -705,5 +706,40 @@ TEST(Sampler, TokensBeyondTheReachNeverWin) {
   for (float top_p : {0.0f, -0.0f, -1.0f, 1e-9f}) {
     deepinfer::SampleSpec sp{1.3f, top_p, 0.0f, 0, 99, 5};
     EXPECT_EQ(deepinfer::sample_row(y.data(), (int64_t)y.size(), sp), best) << top_p;
+  }
+}
+
+// The logit processors as sparse edits (what the backends apply before sampling on the device) give
+// apply_logit_processors's logits bit for bit: bias (also of zero, and turning signs), repetition penalties
+// above and below 1 over prompt and output, frequency / presence counts, the min_tokens mask on and off, ids
+// outside the vocabulary, ±0 logits.
+TEST(Sampler, LogitEditsEqualTheLogitProcessors) {
+  std::mt19937 g(11);
+  const int V = 700;
+  for (int it = 0; it < 400; ++it) {
+    std::vector<int32_t> prompt;
+    for (int i = 0, n = (int)(g() % 40); i < n; ++i) prompt.push_back((int32_t)(g() % V));
+    std::vector<int32_t> masked{(int32_t)(g() % V), (int32_t)(g() % V), 3, 3};
+    deepinfer::SequenceSamplingState st(prompt, 5, 0, masked);
+    for (int i = 0, n = (int)(g() % 30); i < n; ++i) st.on_token((int32_t)(g() % (V / 4)));
+    deepinfer::SamplingParams p;
+    if (g() % 2)
+      for (int i = 0; i < 6; ++i) p.logit_bias[(int32_t)(g() % (V + 20)) - 10] = (float)((int)(g() % 9) - 4) * 0.75f;
+    const int mode = (int)(g() % 4);
+    p.repetition_penalty = mode == 0 ? 1.0f : mode == 1 ? 1.3f : mode == 2 ? 0.7f : 1.05f;
+    p.frequency_penalty = g() % 2 ? 0.0f : (float)((int)(g() % 5) - 2) * 0.4f;
+    p.presence_penalty = g() % 2 ? 0.0f : (float)((int)(g() % 5) - 2) * 0.3f;
+    p.min_tokens = g() % 3 == 0 ? 1000 : 0;
+    std::vector<float> x(V);
+    std::normal_distribution<float> n(0.0f, 2.0f);
+    for (float& v : x) v = g() % 17 == 0 ? (g() % 2 ? 0.0f : -0.0f) : n(g);
+    std::vector<float> want = x, got = x;
+    deepinfer::apply_logit_processors(want.data(), V, p, st);
+    std::vector<deepinfer::LogitEdit> edits(3);  // the row's edits need not start at 0
+    const deepinfer::RowEdits row = deepinfer::logit_edits(p, st, V, edits);
+    EXPECT_EQ(row.first, 3);
+    if (!deepinfer::has_logit_processors(p, st)) EXPECT_EQ(row.count, 0) << it;
+    deepinfer::apply_edits(got.data(), V, row, edits.data());
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), V * sizeof(float))) << "case " << it;
   }
 }

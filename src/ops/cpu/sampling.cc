@@ -121,6 +121,14 @@ std::vector<int32_t> filter_candidates(const float* scaled, int vocab, int top_k
   return ids;
 }
 
+void apply_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edits) {
+  for (int32_t j = 0; j < row.count; ++j) {
+    const LogitEdit& e = edits[row.first + j];
+    if (e.id >= 0 && e.id < N)
+      x[e.id] = sampling::edit_logit(x[e.id], e.flags, e.bias, e.count, row.rep, row.freq, row.presence);
+  }
+}
+
 float gumbel_noise(uint64_t key, uint64_t position, int32_t token) {
   return sampling::gumbel_from_word(philox_token_word(key, position, RngStream::kSample, (uint32_t)token));
 }
