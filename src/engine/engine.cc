@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "engine/scheduler.h"
@@ -277,6 +278,7 @@ struct Engine::Impl {
     std::vector<V4SeqState> states;
     std::vector<V4SeqChunk> chunks;
     std::vector<Choice*> who;  // null: finished, not sampled
+    StepEdits edits;           // the chunks' logit edits (rows[i] for chunk i), when the tokens are known
   };
   const int32_t zero_token = 0;
   StepView view_of(const StepPlan& plan, bool placeholders) {
@@ -298,12 +300,51 @@ struct Engine::Impl {
       // The backend's pick for the token at c.start + c.len (finish_plan decides whether it is taken). A row that
       // can never take it (a logit processor, logprobs, a grammar) asks only for the cheap greedy pick.
       const SamplingParams* p = ch && c.sample ? &reqs.at(own->second.first).params : nullptr;
-      if (p && cfg.device_sampling && !model.v41 && device_samplable_params(*p, *ch))
+      if (p && cfg.device_sampling && !model.v41 && device_samplable_params(*p, *ch)) {
         v.chunks.back().sample = SampleSpec{effective_temperature(p->temperature), p->top_p, p->min_p, p->top_k,
                                             ch->sampling.rng_key(), (uint64_t)(c.start + c.len)};
+        v.chunks.back().edited = may_edit(*p);
+      }
       v.who.push_back(ch);
     }
+    if (!placeholders) {
+      v.edits = step_edits(plan);
+      for (size_t i = 0; i < v.chunks.size(); ++i) {
+        const RowEdits& r = v.edits.rows[i];
+        v.chunks[i].edit_row = r;
+        v.chunks[i].edits = std::span<const LogitEdit>(v.edits.list.data() + r.first, (size_t)r.count);
+      }
+    }
     return v;
+  }
+  // A request whose sampled rows may carry logit edits (its step records the edits op).
+  static bool may_edit(const SamplingParams& p) {
+    return !p.logit_bias.empty() || p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
+           p.presence_penalty != 0.0f || p.min_tokens > 0;
+  }
+  // The logit edits of a plan's sampled rows that take the backend's pick, as of the tokens known now (rows[i]
+  // for chunk i). A row whose edits do not fit the step's capacity gets none and is sampled on the host
+  // (edit_overflow, read by device_samplable).
+  StepEdits step_edits(const StepPlan& plan) {
+    StepEdits se;
+    se.rows.resize(plan.chunks.size());
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+      const ScheduledChunk& c = plan.chunks[i];
+      auto own = seq_owner.find(c.seq);
+      if (!c.sample || own == seq_owner.end()) continue;
+      const Req& r = reqs.at(own->second.first);
+      const Choice& ch = r.choices[own->second.second];
+      if (!cfg.device_sampling || model.v41 || !device_samplable_params(r.params, ch) || !may_edit(r.params)) continue;
+      const size_t before = se.list.size();
+      RowEdits row = logit_edits(r.params, ch.sampling, (int)vocab, se.list);
+      if ((int64_t)se.list.size() > DeepseekV4Model::kEditCap) {
+        se.list.resize(before);
+        row = RowEdits{};
+        edit_overflow.insert({c.seq, c.start});
+      }
+      se.rows[i] = row;
+    }
+    return se;
   }
   // Every chunk one token: the shape DeepseekV4Model::prepare takes.
   static bool decode_shaped(const StepPlan& plan) {
@@ -338,7 +379,8 @@ struct Engine::Impl {
   // Launches the prepared plan with its token ids; a step that fails to launch fails its requests.
   bool launch_prepared(const StepPlan& plan) {
     try {
-      model.v4->launch(known_ids(plan));
+      const StepEdits edits = step_edits(plan);
+      model.v4->launch(known_ids(plan), {}, &edits);
     } catch (const std::exception& e) {
       fail_plan(plan, view_of(plan, true).who, e.what());
       return false;
@@ -380,6 +422,11 @@ struct Engine::Impl {
   // sequence finished: its row is dropped).
   bool feed_plan(const StepPlan& now, const std::vector<Choice*>& who, const StepPlan& next, std::vector<int32_t>& feed) {
     if (!cfg.device_sampling || model.v41 || !model.v4->can_feed() || !model.v4->prepared_takes_feed()) return false;
+    // A row with logit processors in N+1 needs N's token in its edits (counts, the min_tokens mask): not fed.
+    for (const ScheduledChunk& c : next.chunks) {
+      auto own = seq_owner.find(c.seq);
+      if (own != seq_owner.end() && may_edit(reqs.at(own->second.first).params)) return false;
+    }
     std::map<uint64_t, int32_t> row_of;  // sequence → its sampled row of N (decode: row i = chunk i)
     for (size_t i = 0; i < now.chunks.size(); ++i) {
       const ScheduledChunk& c = now.chunks[i];
@@ -479,6 +526,7 @@ struct Engine::Impl {
       auto [rid, idx] = seq_owner.at(plan.chunks[i].seq);
       emit_finish(reqs.at(rid), *who[i], Finish::kError, why);
     }
+    for (const auto& c : plan.chunks) edit_overflow.erase({c.seq, c.start});
     sched->on_step_done(plan);
     retire_finished_requests();
   }
@@ -486,16 +534,15 @@ struct Engine::Impl {
   // A row the backend's pick (Backend::sample_rows) decides exactly as the host sampler would: nothing
   // that changes the logits first (bias, penalties, an active min_tokens mask, a grammar), no logprobs, and
   // the position its spec was given (view_of) is the one the host would use.
-  static bool device_samplable(const SamplingParams& p, const Choice& ch, const ScheduledChunk& c) {
-    return device_samplable_params(p, ch) &&
-           (ch.sampling.num_output() >= p.min_tokens || ch.sampling.min_tokens_masked().empty()) &&
-           (uint64_t)(c.start + c.len) == ch.sampling.next_position();
+  bool device_samplable(const SamplingParams& p, const Choice& ch, const ScheduledChunk& c) const {
+    return device_samplable_params(p, ch) && (uint64_t)(c.start + c.len) == ch.sampling.next_position() &&
+           !edit_overflow.count({c.seq, c.start});
   }
-  // The part that holds for the whole request.
+  // The part that holds for the whole request (logit processors are applied on the backend: step_edits).
   static bool device_samplable_params(const SamplingParams& p, const Choice& ch) {
-    return p.logit_bias.empty() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-           p.frequency_penalty == 0.0f && !p.logprobs && !ch.structured;
+    return !p.logprobs && !ch.structured;
   }
+  std::set<std::pair<uint64_t, int64_t>> edit_overflow;  // (sequence, chunk start): its edits did not fit
 
   // Samples the last launched step's results and hands out the tokens: a row that is device_samplable takes the
   // backend's pick (only ids cross), the others are sampled on the host from their logits rows (all of them
@@ -590,6 +637,7 @@ struct Engine::Impl {
       for (size_t j = 0; j < rows.size(); ++j)
         if (!mask_error[j].empty()) results[host[j]].error = mask_error[j];
     }
+    for (const auto& c : plan.chunks) edit_overflow.erase({c.seq, c.start});
     sched->on_step_done(plan);
     for (size_t k = 0; k < results.size(); ++k) {
       const size_t i = row_chunk[k];

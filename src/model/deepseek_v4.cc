@@ -117,6 +117,7 @@ DeepseekV4Model::DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend&
   inv_freq_compress_ = Buffer<float>(backend, rope_inv_freq(cfg.rope_compress, cfg.rope_dim));
   graph_owner_ = backend.new_graph_owner();
   picks_ = Buffer<int32_t>(backend, 2 * kPickRows);  // before any graph: never moves
+  edits_ = Buffer<LogitEdit>(backend, 2 * kEditCap);
 }
 
 namespace {
@@ -589,22 +590,24 @@ void DeepseekV4Model::prepare(std::span<const V4SeqChunk> batch, V4Cache& cache)
   if (batch.empty()) throw Error("prepare: an empty step");
   if (enqueue(batch, cache, true, {})) return;
   // No graph for it: the step is kept (its sequences' states as they are now) and runs at launch.
-  deferred_states_.clear(), deferred_specs_.clear();
+  deferred_states_.clear(), deferred_specs_.clear(), deferred_edited_.clear();
   for (const auto& c : batch) {
-    deferred_states_.push_back(*c.state), deferred_specs_.push_back(c.sample);
+    deferred_states_.push_back(*c.state), deferred_specs_.push_back(c.sample), deferred_edited_.push_back(c.edited);
     c.state->pos += 1;
   }
   deferred_cache_ = &cache;
   ready_ = true;
   ready_rows_ = ready_padded_ = (int64_t)batch.size();
   ready_pick_slot_ = argmax_ && decode_rows_of((int64_t)batch.size()) <= kPickRows;  // as enqueue will find it
+  ready_edited_ = false;
+  for (const auto& c : batch) ready_edited_ |= argmax_ && c.edited;
 }
 
 int64_t DeepseekV4Model::decode_rows_of(int64_t B) const {
   return pad_decode_ < 0 ? be_.decode_rows(B) : pad_decode_ ? decode_bucket(B) : B;
 }
 
-void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32_t> feed) {
+void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32_t> feed, const StepEdits* edits) {
   if (!ready_) throw Error("launch: no prepared step");
   // A step that cannot be launched as asked is abandoned (its positions have advanced: the caller fails its
   // requests), so that the model and the backend are free for the next one.
@@ -623,6 +626,14 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32
     fed |= f >= 0;
   }
   if (fed && !ready_pick_slot_) refuse("the prepared step cannot take a feed");
+  if (edits) {
+    if (edits->rows.size() != ids.size()) refuse("one logit-edit row a sequence of the prepared step");
+    if ((int64_t)edits->list.size() > kEditCap) refuse("more logit edits than a step holds");
+    for (const RowEdits& r : edits->rows)
+      if (r.count < 0 || r.first < 0 || (size_t)r.first + (size_t)r.count > edits->list.size() ||
+          (r.count > 0 && !ready_edited_))
+        refuse("logit edits outside the list, or for a step prepared without them");
+  }
   std::vector<int32_t> t(ready_padded_, 0), map(ready_padded_, -1);  // stand-in rows keep token 0
   for (size_t i = 0; i < ids.size(); ++i) {
     if (!feed.empty() && feed[i] >= 0) {
@@ -637,14 +648,31 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32
     V4Cache& cache = *deferred_cache_;
     deferred_cache_ = nullptr;
     std::vector<V4SeqChunk> batch;
-    for (size_t i = 0; i < ids.size(); ++i)
+    for (size_t i = 0; i < ids.size(); ++i) {
       batch.push_back({&deferred_states_[i], std::span<const int32_t>(&t[i], 1), false, deferred_specs_[i]});
+      batch.back().edited = deferred_edited_[i];
+      if (edits) {
+        batch.back().edit_row = edits->rows[i];
+        batch.back().edits = std::span<const LogitEdit>(edits->list.data() + edits->rows[i].first, edits->rows[i].count);
+      }
+    }
     enqueue(batch, cache, false, fed ? std::span<const int32_t>(map.data(), ids.size()) : std::span<const int32_t>{});
     return;
   }
-  // The token ids, then the feed (the upload's first two arrays: run() in enqueue).
+  // The token ids, then the feed, then the rows' logit edits (the upload's first arrays: run() in enqueue); the
+  // edits themselves into edits_'s half of the step's parity, before the step on the stream.
   std::vector<int32_t> pack = token_pack(t, cfg_.hc_mult);
   pack.insert(pack.end(), map.begin(), map.end());
+  if (ready_edited_) {
+    std::vector<RowEdits> rows((size_t)ready_padded_);
+    if (edits) std::copy(edits->rows.begin(), edits->rows.end(), rows.begin());
+    const size_t at = pack.size();
+    pack.resize(at + rows.size() * sizeof(RowEdits) / 4);
+    std::memcpy(pack.data() + at, rows.data(), rows.size() * sizeof(RowEdits));
+    if (edits && !edits->list.empty())
+      be_.upload(edits_.data() + ready_par_ * kEditCap, edits->list.data(),
+                 (int64_t)(edits->list.size() * sizeof(LogitEdit)));
+  }
   be_.graph_launch(pack.data(), (int64_t)(pack.size() * sizeof(int32_t)));
   set_out(ready_logits_, ready_ids_, ready_n_, ready_pick_slot_, ready_par_);
 }
@@ -741,6 +769,23 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     r += batch[b].all_logits ? seq_begin[b + 1] - seq_begin[b] : 1;
     specs[(size_t)(r - 1)] = batch[b].sample;
   }
+  // Logit edits of the sampled rows (argmax_): RowEdits [Rp] in the upload after the feed map, the edits in
+  // edits_'s half of the step's parity, uploaded before the step (their number is not part of a graph's key).
+  bool edited = false;
+  for (const auto& c : batch) edited |= argmax_ && c.edited;
+  std::vector<RowEdits> erows;
+  std::vector<LogitEdit> elist;
+  if (edited) {
+    erows.resize((size_t)R);
+    for (int64_t b = 0, r = 0; b < B; ++b) {
+      r += batch[b].all_logits ? seq_begin[b + 1] - seq_begin[b] : 1;
+      RowEdits& e = erows[(size_t)(r - 1)];
+      e = batch[b].edit_row;
+      e.first = (int32_t)elist.size(), e.count = (int32_t)batch[b].edits.size();
+      elist.insert(elist.end(), batch[b].edits.begin(), batch[b].edits.end());
+    }
+    if ((int64_t)elist.size() > kEditCap) throw Error("forward: more logit edits than a step holds");
+  }
   // A decode step padded to a bucket of batch sizes: stand-in sequences after the real ones (every op
   // is batch invariant within the bucket, so the real rows' results do not change; their logits rows
   // come after the real ones and are not returned).
@@ -760,6 +805,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       seq_begin.push_back(b + 1);
       rows.push_back((int32_t)b);
       specs.emplace_back();
+      if (edited) erows.emplace_back();
     }
     steps = padded;
   }
@@ -801,7 +847,8 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     st.cap_csa = cap_csa;
     st.cap_hca = cap_hca;
     // The token ids, then a decode step's feed, first in the step's upload (prepare/launch replace them at launch).
-    const size_t at_tok = st.up.add(token_pack(st.tokens, hc)), at_feed = st.up.add(feed_map), at_pos = st.up.add(st.pos);
+    const size_t at_tok = st.up.add(token_pack(st.tokens, hc)), at_feed = st.up.add(feed_map);
+    const size_t at_erows = edited ? st.up.add(erows) : 0, at_pos = st.up.add(st.pos);
     {
       const V4CacheLayout& lay = cache.layout();
       if (has_csa) {
@@ -895,7 +942,9 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     if (argmax_) {  // picks on the backend: only R ids need to cross (argmax())
       if (!pick_slot) ids = Buffer<int32_t>(be_, R);
       pick_out = pick_slot ? picks_.data() + par * kPickRows : ids.data();
-      be_.sample_rows(logits.data(), R, V, V, st.up.ptr<SampleSpec>(at_spec), pick_out);
+      be_.sample_rows(logits.data(), R, V, V, st.up.ptr<SampleSpec>(at_spec),
+                      edited ? st.up.ptr<RowEdits>(at_erows) : nullptr, edited ? edits_.data() + par * kEditCap : nullptr,
+                      pick_out);
     }
   };
   // The key: everything the recorded launches depend on besides the uploaded bytes (the step's own
@@ -904,8 +953,11 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
   // may still read its own.
   uint64_t key = 0xcbf29ce484222325ull;
   for (uint64_t v : {graph_owner_, (uint64_t)(uintptr_t)cache.pages_base(), (uint64_t)(uintptr_t)cache.slots_base(),
-                     (uint64_t)Bp, (uint64_t)Rp, (uint64_t)cap_csa, (uint64_t)cap_hca, par, (uint64_t)argmax_})
+                     (uint64_t)Bp, (uint64_t)Rp, (uint64_t)cap_csa, (uint64_t)cap_hca, par, (uint64_t)argmax_,
+                     (uint64_t)edited})
     key = mix(key, v);
+  if (!elist.empty())  // before the region: not one of its uploads (their size is not in the key)
+    be_.upload(edits_.data() + par * kEditCap, elist.data(), (int64_t)(elist.size() * sizeof(LogitEdit)));
   const Backend::GraphMode mode = decode ? be_.graph_begin(key) : Backend::GraphMode::Off;
   bool graphed = mode != Backend::GraphMode::Off;
   in_graph = graphed;
@@ -925,6 +977,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     ready_ids_ = pick_out;
     ready_pick_slot_ = pick_slot;
     ready_par_ = par;
+    ready_edited_ = edited;
     ready_n_ = R * V;
     for (const auto& c : batch) c.state->pos += (int64_t)c.tokens.size();
     return true;

@@ -85,6 +85,19 @@ struct V4SeqChunk {
   // How the backend samples the chunk's last row when device sampling is on (set_device_argmax): its
   // token is what argmax() returns. Other rows of an all_logits chunk are greedy picks.
   SampleSpec sample{};
+  // That row's logit processors (bias, penalties, a min_tokens mask), applied on the backend before its pick:
+  // `edited` when its request may have any (a step with such a row records the edits), then its penalties
+  // (edit_row; first / count are the model's) and edits. A prepared step takes them at launch instead
+  // (StepEdits): they depend on the tokens up to the one launched.
+  bool edited = false;
+  RowEdits edit_row{};
+  std::span<const LogitEdit> edits;
+};
+
+// A prepared decode step's logit edits, given at launch: rows[i] for sequence i (first / count into list).
+struct StepEdits {
+  std::vector<RowEdits> rows;
+  std::vector<LogitEdit> list;
 };
 
 class DeepseekV4Model {
@@ -123,7 +136,9 @@ class DeepseekV4Model {
   // before the host has read that one, with no round trip between them); ids[i] is then ignored. A pick that
   // is no token (−1 / −2) feeds token 0: that row's request fails, its result is to be dropped. Needs
   // can_feed() when any entry is ≥ 0.
-  void launch(std::span<const int32_t> ids, std::span<const int32_t> feed = {});
+  void launch(std::span<const int32_t> ids, std::span<const int32_t> feed = {}, const StepEdits* edits = nullptr);
+  // The most logit edits a step holds (more: the caller samples those rows on the host).
+  static constexpr int64_t kEditCap = 1 << 20;
   // Whether the last launched step's picks can feed the next launch: a decode step with picks
   // (set_device_argmax) of at most kPickRows rows. They stay readable as argmax(1) after that launch.
   bool can_feed() const { return out_pick_slot_; }
@@ -195,6 +210,10 @@ class DeepseekV4Model {
   int prev_slot_ = -1;                  // the step launched before it: its stage slot, when it had one
   int64_t prev_rows_ = 0;
   bool ready_pick_slot_ = false;        // the prepared step's picks go to picks_ (it can take a feed)
+  bool ready_edited_ = false;           // it applies logit edits (its rows' RowEdits follow the feed map)
+  std::vector<char> deferred_edited_;   // a deferred step's chunks' `edited`
+  // The steps' logit edits outside the arena, by parity [2, kEditCap] (their number is not part of a graph's key).
+  Buffer<LogitEdit> edits_;
   uint64_t ready_par_ = 0;              // its parity
   std::vector<int32_t> ids_host_;
   bool argmax_ = false;

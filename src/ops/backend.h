@@ -267,8 +267,11 @@ class Backend {
   // the host sampler's token for a row without logit processors, bit for bit), spec[M] in backend memory.
   // −1 / −2 as argmax_rows. Every other row is decided: a pick may feed the next step's token directly
   // (DeepseekV4Model::launch), so a backend cannot leave a row to the host.
-  virtual void sample_rows(const float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec,
-                           int32_t* out) = 0;
+  // rows / edits (both null, or rows[M] and the step's edit list, in backend memory): row m's logit
+  // processors are applied to x in place first (apply_edits), so that out[m] is the host sampler's token for
+  // a request with bias, penalties or a min_tokens mask too.
+  virtual void sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
+                           const LogitEdit* edits, int32_t* out) = 0;
   // A step's token ids taken from the previous step's picks on the backend (DeepseekV4Model::launch's feed):
   // for i < T with feed[i] ≥ 0, t = picks[feed[i]] — 0 when that is no token (< 0 or ≥ V: the row's request
   // fails and its result is dropped) — goes to pack[i] and to pack[T + i·hc + j], j < hc (the step's token

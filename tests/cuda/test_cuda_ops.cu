@@ -3963,12 +3963,13 @@ Result sample_rows_case(int64_t M, int64_t N, int kind0, const std::string& name
   CK(cudaMemcpy(dspec.p(), spec.data(), M * sizeof(deepinfer::SampleSpec), cudaMemcpyHostToDevice));
   poison(dout);
   auto launch = [&] {
-    return dc::sample_rows(dx.as<float>(), M, N, ld, dspec.as<const deepinfer::SampleSpec>(), dout.as<int32_t>(), 0);
+    return dc::sample_rows(dx.as<float>(), M, N, ld, dspec.as<const deepinfer::SampleSpec>(), nullptr, nullptr,
+                           dout.as<int32_t>(), 0);
   };
   CK(launch());
   auto got = down<int32_t>(dout, M);
   std::vector<int32_t> want((size_t)M);
-  cpu().sample_rows(x.data(), M, N, ld, spec.data(), want.data());
+  cpu().sample_rows(x.data(), M, N, ld, spec.data(), nullptr, nullptr, want.data());
   int64_t bad = 0, nflat = 0;
   for (int64_t m = 0; m < M; ++m) bad += got[m] != want[m], nflat += flat[m];
   expect_true(res, bad == 0, std::to_string(bad) + " rows differ");

@@ -209,8 +209,15 @@ TEST(Engine, DeviceSamplingGivesTheHostSamplersTokens) {
     if (i == 9) r.params.temperature = 0.0f;
     reqs.push_back(r);
   }
+  // Logit processors (bias, penalties, a min_tokens mask) are applied on the backend as edits: those rows are
+  // picked there too; a request with logprobs samples on the host.
   std::vector<Request> mixed = reqs;
-  mixed[4].params.presence_penalty = 0.5f;  // a logit processor: its steps sample on the host
+  mixed[4].params.presence_penalty = 0.5f;
+  mixed[1].params.repetition_penalty = 1.3f;
+  mixed[2].params.logit_bias = {{5, 3.0f}, {7, -100.0f}, {11, 0.0f}};
+  mixed[3].params.frequency_penalty = 0.7f, mixed[3].params.presence_penalty = -0.2f;
+  mixed[5].params.min_tokens = 6, mixed[5].params.stop_token_ids = {(int32_t)(g() % 512), (int32_t)(g() % 512)};
+  mixed[7].params.logprobs = 2;
   for (const auto* set : {&reqs, &mixed}) {
     std::vector<std::vector<GenerateResult>> out;
     std::vector<int64_t> device_tokens, fed;
@@ -232,16 +239,16 @@ TEST(Engine, DeviceSamplingGivesTheHostSamplersTokens) {
     EXPECT_EQ(fed[0], 0);
     EXPECT_EQ(fed[1], 0);
     if (set == &reqs) EXPECT_GT(fed[2], 0);
-    // Every token is picked on the device but those of the penalized request (its rows alone go to the host).
-    int64_t total = 0, penalized = 0;
+    // Every token is picked on the device but those of the request with logprobs (its rows alone go to the host).
+    int64_t total = 0, host = 0;
     for (size_t i = 0; i < set->size(); ++i)
       for (const auto& c : out[0][i].outputs) {
         total += (int64_t)c.token_ids.size();
-        if ((*set)[i].params.presence_penalty != 0.0f) penalized += (int64_t)c.token_ids.size();
+        if ((*set)[i].params.logprobs) host += (int64_t)c.token_ids.size();
       }
     EXPECT_EQ(device_tokens[0], 0);
-    EXPECT_EQ(device_tokens[1], total - penalized);
-    EXPECT_EQ(device_tokens[2], total - penalized);
+    EXPECT_EQ(device_tokens[1], total - host);
+    EXPECT_EQ(device_tokens[2], total - host);
     for (size_t i = 0; i < set->size(); ++i)
       for (size_t k = 0; k < out[0][i].outputs.size(); ++k) {
         SCOPED_TRACE("request " + std::to_string(i) + " choice " + std::to_string(k));

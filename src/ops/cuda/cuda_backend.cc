@@ -1543,11 +1543,12 @@ void CudaBackend::argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, 
   if (M > 0) check(cuda::argmax_rows(x, M, N, ld, out, impl_->stream), "argmax_rows");
 }
 
-void CudaBackend::sample_rows(const float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec,
+void CudaBackend::sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
+                              const LogitEdit* edits,
                               int32_t* out) {
   HostTimer ht_(impl_.get(), Impl::kOp);
   if (impl_->replaying()) return;
-  if (M > 0) check(cuda::sample_rows(x, M, N, ld, spec, out, impl_->stream), "sample_rows");
+  if (M > 0) check(cuda::sample_rows(x, M, N, ld, spec, rows, edits, out, impl_->stream), "sample_rows");
 }
 
 void CudaBackend::feed_tokens(int32_t* pack, int64_t T, int hc, const int32_t* feed, const int32_t* picks,
