@@ -36,6 +36,7 @@
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/graph_edges.h"
 #include "ops/cuda/moe_grouped.h"
+#include "ops/sample_math.h"
 
 using namespace deepinfer;
 namespace dc = deepinfer::cuda;
@@ -3913,7 +3914,10 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
 // (−2), an all −inf row (−1), nearly flat rows (the cut's bin too full to sort: the radix refinement) and
 // rows of one value (every cut among ties, in id order).
 // ld > N: rows not 16-byte aligned (the scalar loads), the gaps NaN (a read past N answers −2).
-Result sample_rows_case(int64_t M, int64_t N, int kind0, const std::string& name, int64_t ld = 0) {
+// with_edits: every third row carries logit edits (bias, repetition, frequency / presence counts, masks on
+// unique ids), applied in place before the pick: the edited logits and the picks bitwise the CPU's.
+Result sample_rows_case(int64_t M, int64_t N, int kind0, const std::string& name, int64_t ld = 0,
+                        bool with_edits = false) {
   Rng r = rng_for(name);
   Result res;
   if (ld < N) ld = N;
@@ -3959,20 +3963,55 @@ Result sample_rows_case(int64_t M, int64_t N, int kind0, const std::string& name
       default: break;
     }
   }
+  std::vector<deepinfer::RowEdits> erows;
+  std::vector<deepinfer::LogitEdit> elist;
+  if (with_edits) {
+    erows.resize((size_t)M);
+    for (int64_t m = 0; m < M; m += 3) {
+      deepinfer::RowEdits& e = erows[(size_t)m];
+      e.rep = m % 2 ? 1.3f : 0.8f, e.freq = 0.1f * (float)(m % 5), e.presence = m % 4 ? 0.25f : 0.0f;
+      e.first = (int32_t)elist.size();
+      std::vector<int32_t> ids;
+      for (int j = 0, n = r.range(1, 300); j < n; ++j) ids.push_back(r.range(-3, (int)N + 3));  // some outside
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      for (int32_t id : ids) {
+        deepinfer::LogitEdit d;
+        d.id = id, d.flags = (uint32_t)r.range(0, 8), d.bias = (float)r.range(-8, 9) * 0.5f, d.count = r.range(0, 4);
+        if (r.range(0, 50) == 0) d.flags = deepinfer::sampling::kEditMask;
+        elist.push_back(d);
+      }
+      e.count = (int32_t)elist.size() - e.first;
+    }
+  }
   DBuf dx = dup(x, "x"), dspec = dalloc(M * (int64_t)sizeof(deepinfer::SampleSpec), "spec"), dout = dalloc(M * 4, "out");
   CK(cudaMemcpy(dspec.p(), spec.data(), M * sizeof(deepinfer::SampleSpec), cudaMemcpyHostToDevice));
+  DBuf drows = dalloc(std::max<int64_t>(1, M) * (int64_t)sizeof(deepinfer::RowEdits), "rows"),
+       dedits = dalloc(std::max<int64_t>(1, (int64_t)elist.size()) * (int64_t)sizeof(deepinfer::LogitEdit), "edits");
+  if (with_edits) {
+    CK(cudaMemcpy(drows.p(), erows.data(), M * sizeof(deepinfer::RowEdits), cudaMemcpyHostToDevice));
+    if (!elist.empty())
+      CK(cudaMemcpy(dedits.p(), elist.data(), elist.size() * sizeof(deepinfer::LogitEdit), cudaMemcpyHostToDevice));
+  }
   poison(dout);
   auto launch = [&] {
-    return dc::sample_rows(dx.as<float>(), M, N, ld, dspec.as<const deepinfer::SampleSpec>(), nullptr, nullptr,
-                           dout.as<int32_t>(), 0);
+    return dc::sample_rows(dx.as<float>(), M, N, ld, dspec.as<const deepinfer::SampleSpec>(),
+                           with_edits ? drows.as<const deepinfer::RowEdits>() : nullptr,
+                           with_edits ? dedits.as<const deepinfer::LogitEdit>() : nullptr, dout.as<int32_t>(), 0);
   };
   CK(launch());
   auto got = down<int32_t>(dout, M);
   std::vector<int32_t> want((size_t)M);
-  cpu().sample_rows(x.data(), M, N, ld, spec.data(), nullptr, nullptr, want.data());
+  cpu().sample_rows(x.data(), M, N, ld, spec.data(), with_edits ? erows.data() : nullptr,
+                    with_edits ? elist.data() : nullptr, want.data());
   int64_t bad = 0, nflat = 0;
   for (int64_t m = 0; m < M; ++m) bad += got[m] != want[m], nflat += flat[m];
   expect_true(res, bad == 0, std::to_string(bad) + " rows differ");
+  if (with_edits) {  // the edited logits themselves (NaN gaps past N compared as bits)
+    const auto xg = down<float>(dx, M * ld);
+    expect_true(res, std::memcmp(xg.data(), x.data(), x.size() * sizeof(float)) == 0, "edited logits differ");
+    res.detail += std::to_string(elist.size()) + " edits, ";
+  }
   res.detail += "bitwise, " + std::to_string(nflat) + " flat rows ";
   if (g_perf) {
     // Timed on rows without the degenerate kinds: temperature only, then top-p 0.9 (the common request).
@@ -5745,6 +5784,8 @@ void register_cases() {
   add("sample_rows M=160 V=1000", [] { return sample_rows_case(160, 1000, 0, "sm2"); });
   add("sample_rows M=1 V=129280", [] { return sample_rows_case(1, 129280, 2, "sm3"); });
   add("sample_rows M=48 V=1001 ld=1003 (unaligned rows)", [] { return sample_rows_case(48, 1001, 5, "sm4", 1003); });
+  add("sample_rows M=64 V=129280 with logit edits", [] { return sample_rows_case(64, 129280, 1, "sm5", 0, true); });
+  add("sample_rows M=33 V=1001 ld=1003 with logit edits", [] { return sample_rows_case(33, 1001, 3, "sm6", 1003, true); });
 }
 
 void measure_ceilings() {

@@ -702,6 +702,37 @@ void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int th
     expect(fed[0] == 0 && fed[1] > 0, "engine cuda: fed decode steps");
     g_summary["engine"]["device_sampling"] = {{"outputs", toks[0].size()}, {"same", same}, {"picked", picked[1]},
                                               {"fed_steps", fed[1]}};
+    // Logit processors applied on the device as edits (bias, penalties, a min_tokens mask): the same tokens as
+    // the host sampler's processors, every token picked on the device.
+    std::vector<Request> proc = sampled;
+    for (size_t i = 0; i < proc.size(); ++i) {
+      SamplingParams& p = proc[i].params;
+      if (i % 4 == 0) p.repetition_penalty = 1.25f;
+      if (i % 4 == 1) p.frequency_penalty = 0.6f, p.presence_penalty = 0.3f;
+      if (i % 4 == 2) p.logit_bias = {{(int32_t)(i * 37 % 1000), 4.0f}, {(int32_t)(i * 91 % 1000), -100.0f}};
+      if (i % 4 == 3) p.min_tokens = 5, p.stop_token_ids = {(int32_t)(i * 13 % 1000)};
+    }
+    std::vector<std::vector<int32_t>> ptoks[2];
+    int64_t ppicked = 0, ptotal = 0;
+    for (int on = 0; on < 2; ++on) {
+      EngineConfig cfg;
+      cfg.model_dir = dir;
+      cfg.backend = "cuda";
+      cfg.max_num_seqs = 8;
+      cfg.device_sampling = on == 1;
+      Engine e(cfg);
+      for (auto& r : e.generate(proc))
+        for (auto& o : r.outputs) ptoks[on].push_back(o.token_ids), ptotal += on ? (int64_t)o.token_ids.size() : 0;
+      if (on) ppicked = e.stats().device_sampled_tokens;
+    }
+    int64_t psame = 0;
+    for (size_t i = 0; i < ptoks[0].size(); ++i) psame += ptoks[0][i] == ptoks[1][i];
+    std::printf("engine cuda logit processors: %lld/%zu outputs the same with the edits on the device (%lld of %lld "
+                "tokens picked there) and on the host\n",
+                (long long)psame, ptoks[0].size(), (long long)ppicked, (long long)ptotal);
+    expect(psame == (int64_t)ptoks[0].size() && !ptoks[0].empty(), "engine cuda: device logit edits != host processors");
+    expect(ppicked == ptotal, "engine cuda: tokens with logit processors not all picked on the device");
+    g_summary["engine"]["device_logit_edits"] = {{"outputs", ptoks[0].size()}, {"same", psame}, {"picked", ppicked}};
   }
 }
 
