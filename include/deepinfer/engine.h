@@ -35,9 +35,9 @@ struct EngineConfig {
                                      // that the paged cache takes (cache_bytes is the cpu budget)
   bool async_scheduling = true;      // plan and record decode step N+1 while step N runs (where the backend
                                      // runs decode steps from graphs: cuda); results are the same either way
-  bool device_sampling = true;       // sample on the backend (Backend::sample_rows) where the host sampler
-                                     // would give the same token (no logit processors, grammar or logprobs),
-                                     // so only ids cross to the host; the tokens are the same either way
+  bool device_sampling = true;       // sample on the backend (Backend::sample_rows) every row without grammar
+                                     // or logprobs, its logit processors applied there as edits, so only ids
+                                     // cross to the host; the tokens are the same either way
   std::string dtype = "auto";        // cuda: "auto" keeps bf16 / fp8 / fp4 weights as stored (fast path);
                                      // "float32" dequantizes them (the cpu backend's numerics). cpu: float32.
 };

@@ -210,7 +210,8 @@ class LLM:
     model: a Hugging Face checkpoint directory of a DeepSeek-V4 model (default: the embedded model).
     tokenizer: a directory or tokenizer.json (default: the model's). Other arguments size the engine;
     async_scheduling plans decode step N+1 while step N runs, and device_sampling picks the tokens of rows
-    without logit processors, grammar or logprobs on the backend (the same outputs either way).
+    without grammar or logprobs on the backend, their logit processors applied there (the same outputs
+    either way).
     """
 
     def __init__(self, model: Optional[str] = None, tokenizer: Optional[str] = None, *,
