@@ -303,7 +303,7 @@ struct Engine::Impl {
       if (p && cfg.device_sampling && !model.v41 && device_samplable_params(*p, *ch)) {
         v.chunks.back().sample = SampleSpec{effective_temperature(p->temperature), p->top_p, p->min_p, p->top_k,
                                             ch->sampling.rng_key(), (uint64_t)(c.start + c.len)};
-        v.chunks.back().edited = may_edit(*p);
+        v.chunks.back().edited = may_edit(*p, *ch, c);
       }
       v.who.push_back(ch);
     }
@@ -317,10 +317,14 @@ struct Engine::Impl {
     }
     return v;
   }
-  // A request whose sampled rows may carry logit edits (its step records the edits op).
-  static bool may_edit(const SamplingParams& p) {
+  // Whether chunk c's sampled row has logit edits (its step records the edits op): bias, penalties, or the
+  // min_tokens mask still on for that row — counting the tokens before it that are not known yet (a step in
+  // flight), so that the answer at prepare is the answer at launch.
+  static bool may_edit(const SamplingParams& p, const Choice& ch, const ScheduledChunk& c) {
+    const int64_t pending = std::max<int64_t>(0, c.start + c.len - (int64_t)ch.sampling.next_position());
     return !p.logit_bias.empty() || p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
-           p.presence_penalty != 0.0f || p.min_tokens > 0;
+           p.presence_penalty != 0.0f ||
+           (ch.sampling.num_output() + pending < p.min_tokens && !ch.sampling.min_tokens_masked().empty());
   }
   // The logit edits of a plan's sampled rows that take the backend's pick, as of the tokens known now (rows[i]
   // for chunk i). A row whose edits do not fit the step's capacity gets none and is sampled on the host
@@ -334,7 +338,8 @@ struct Engine::Impl {
       if (!c.sample || own == seq_owner.end()) continue;
       const Req& r = reqs.at(own->second.first);
       const Choice& ch = r.choices[own->second.second];
-      if (!cfg.device_sampling || model.v41 || !device_samplable_params(r.params, ch) || !may_edit(r.params)) continue;
+      if (!cfg.device_sampling || model.v41 || !device_samplable_params(r.params, ch) || !may_edit(r.params, ch, c))
+        continue;
       const size_t before = se.list.size();
       RowEdits row = logit_edits(r.params, ch.sampling, (int)vocab, se.list);
       if ((int64_t)se.list.size() > DeepseekV4Model::kEditCap) {
@@ -425,7 +430,9 @@ struct Engine::Impl {
     // A row with logit processors in N+1 needs N's token in its edits (counts, the min_tokens mask): not fed.
     for (const ScheduledChunk& c : next.chunks) {
       auto own = seq_owner.find(c.seq);
-      if (own != seq_owner.end() && may_edit(reqs.at(own->second.first).params)) return false;
+      if (own == seq_owner.end() || !c.sample) continue;
+      const Req& r = reqs.at(own->second.first);
+      if (may_edit(r.params, r.choices[own->second.second], c)) return false;
     }
     std::map<uint64_t, int32_t> row_of;  // sequence → its sampled row of N (decode: row i = chunk i)
     for (size_t i = 0; i < now.chunks.size(); ++i) {

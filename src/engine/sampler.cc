@@ -91,28 +91,34 @@ RowEdits logit_edits(const SamplingParams& params, const SequenceSamplingState& 
   row.freq = params.frequency_penalty;
   row.presence = params.presence_penalty;
   row.first = (int32_t)out.size();
-  std::map<int32_t, LogitEdit> by_id;  // one edit an id, ascending
-  auto at = [&](int32_t id) -> LogitEdit& {
-    LogitEdit& e = by_id[id];
-    e.id = id;
-    return e;
-  };
+  // Every (id, part) appended, then sorted by id and merged into one edit an id (the prompt's ids, often the
+  // most, come sorted and distinct already).
   auto in_range = [vocab](int32_t id) { return id >= 0 && id < vocab; };
+  const bool rep = row.rep != 1.0f, counts = row.freq != 0.0f || row.presence != 0.0f;
   for (const auto& [id, bias] : params.logit_bias)
-    if (in_range(id)) at(id).flags |= sampling::kEditBias, by_id[id].bias = bias;
-  if (row.rep != 1.0f) {
+    if (in_range(id)) out.push_back({id, bias, 0, sampling::kEditBias});
+  if (rep)
     for (int32_t id : state.prompt_ids())
-      if (in_range(id)) at(id).flags |= sampling::kEditRepeat;
+      if (in_range(id)) out.push_back({id, 0.0f, 0, sampling::kEditRepeat});
+  if (rep || counts)
     for (int32_t id : state.output_ids())
-      if (in_range(id)) at(id).flags |= sampling::kEditRepeat;
-  }
-  if (row.freq != 0.0f || row.presence != 0.0f)
-    for (int32_t id : state.output_ids())
-      if (in_range(id)) at(id).count = state.output_count(id);
+      if (in_range(id)) out.push_back({id, 0.0f, counts ? state.output_count(id) : 0, rep ? sampling::kEditRepeat : 0u});
   if (state.num_output() < params.min_tokens)
     for (int32_t id : state.min_tokens_masked())
-      if (in_range(id)) at(id).flags |= sampling::kEditMask;
-  for (const auto& [id, e] : by_id) out.push_back(e);
+      if (in_range(id)) out.push_back({id, 0.0f, 0, sampling::kEditMask});
+  const auto first = out.begin() + row.first;
+  std::stable_sort(first, out.end(), [](const LogitEdit& a, const LogitEdit& b) { return a.id < b.id; });
+  auto w = first;  // merge runs of one id
+  for (auto it = first; it != out.end();) {
+    LogitEdit e = *it;
+    for (++it; it != out.end() && it->id == e.id; ++it) {
+      if (it->flags & sampling::kEditBias) e.bias = it->bias;
+      e.flags |= it->flags;
+      e.count = std::max(e.count, it->count);
+    }
+    *w++ = e;
+  }
+  out.erase(w, out.end());
   row.count = (int32_t)(out.size() - (size_t)row.first);
   return row;
 }

@@ -118,6 +118,7 @@ DeepseekV4Model::DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend&
   graph_owner_ = backend.new_graph_owner();
   picks_ = Buffer<int32_t>(backend, 2 * kPickRows);  // before any graph: never moves
   edits_ = Buffer<LogitEdit>(backend, 2 * kEditCap);
+  edits_raw_ = Buffer<float>(backend, 2 * kEditCap);
 }
 
 namespace {
@@ -669,15 +670,24 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32
     const size_t at = pack.size();
     pack.resize(at + rows.size() * sizeof(RowEdits) / 4);
     std::memcpy(pack.data() + at, rows.data(), rows.size() * sizeof(RowEdits));
-    if (edits && !edits->list.empty())
-      be_.upload(edits_.data() + ready_par_ * kEditCap, edits->list.data(),
-                 (int64_t)(edits->list.size() * sizeof(LogitEdit)));
+    // (An upload outside the region, ordered before its launch; if it fails, the step is abandoned.)
+    if (edits && !edits->list.empty()) {
+      try {
+        be_.upload(edits_.data() + ready_par_ * kEditCap, edits->list.data(),
+                   (int64_t)(edits->list.size() * sizeof(LogitEdit)));
+      } catch (...) {
+        be_.graph_unready();
+        throw;
+      }
+    }
   }
   be_.graph_launch(pack.data(), (int64_t)(pack.size() * sizeof(int32_t)));
-  set_out(ready_logits_, ready_ids_, ready_n_, ready_pick_slot_, ready_par_);
+  if (edits && ready_edited_) set_out(ready_logits_, ready_ids_, ready_n_, ready_pick_slot_, ready_par_, edits->rows, edits->list);
+  else set_out(ready_logits_, ready_ids_, ready_n_, ready_pick_slot_, ready_par_);
 }
 
-void DeepseekV4Model::set_out(const float* logits, const int32_t* ids, int64_t n, bool pick_slot, uint64_t par) {
+void DeepseekV4Model::set_out(const float* logits, const int32_t* ids, int64_t n, bool pick_slot, uint64_t par,
+                              std::vector<RowEdits> erows, std::vector<LogitEdit> elist) {
   // A decode step's picks start for the host right behind it, so that reading them later waits for this step
   // only, not for the step launched next (Backend::stage). (First: a failure leaves the outputs as they were.)
   if (pick_slot) be_.stage((int)par, ids, n / cfg_.vocab_size * (int64_t)sizeof(int32_t));
@@ -689,6 +699,19 @@ void DeepseekV4Model::set_out(const float* logits, const int32_t* ids, int64_t n
   out_pick_slot_ = pick_slot;
   parity_ = par;
   out_slot_ = (int)par;
+  out_erows_ = std::move(erows);
+  out_elist_ = std::move(elist);
+}
+
+void DeepseekV4Model::restore_row(int64_t r, float* dst) {
+  if (r >= (int64_t)out_erows_.size() || out_erows_[(size_t)r].count <= 0) return;
+  const RowEdits& e = out_erows_[(size_t)r];
+  std::vector<float> raw((size_t)e.count);
+  be_.download(raw.data(), edits_raw_.data() + out_slot_ * kEditCap + e.first, e.count * (int64_t)sizeof(float));
+  for (int32_t j = 0; j < e.count; ++j) {
+    const int32_t id = out_elist_[(size_t)(e.first + j)].id;
+    if (id >= 0 && id < cfg_.vocab_size) dst[id] = raw[(size_t)j];
+  }
 }
 
 std::span<const int32_t> DeepseekV4Model::argmax(int back) {
@@ -710,10 +733,17 @@ void DeepseekV4Model::logits_row(int64_t r, float* dst) {
   const int64_t V = cfg_.vocab_size;
   if (r < 0 || (r + 1) * V > out_n_) throw Error("logits_row: row " + std::to_string(r) + " outside the step's logits");
   be_.download(dst, out_logits_ + r * V, V * (int64_t)sizeof(float));
+  restore_row(r, dst);
 }
 
 std::span<const float> DeepseekV4Model::logits() {
-  return {static_cast<const float*>(be_.download_view(out_logits_, out_n_ * (int64_t)sizeof(float))), (size_t)out_n_};
+  const float* v = static_cast<const float*>(be_.download_view(out_logits_, out_n_ * (int64_t)sizeof(float)));
+  bool edited = false;
+  for (const RowEdits& e : out_erows_) edited |= e.count > 0;
+  if (!edited) return {v, (size_t)out_n_};
+  restored_.assign(v, v + out_n_);  // rows whose edits ran on the backend get their raw logits back
+  for (int64_t r = 0; r < (int64_t)out_erows_.size(); ++r) restore_row(r, restored_.data() + r * cfg_.vocab_size);
+  return restored_;
 }
 
 bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache, bool ready_only,
@@ -944,7 +974,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       pick_out = pick_slot ? picks_.data() + par * kPickRows : ids.data();
       be_.sample_rows(logits.data(), R, V, V, st.up.ptr<SampleSpec>(at_spec),
                       edited ? st.up.ptr<RowEdits>(at_erows) : nullptr, edited ? edits_.data() + par * kEditCap : nullptr,
-                      pick_out);
+                      edited ? edits_raw_.data() + par * kEditCap : nullptr, pick_out);
     }
   };
   // The key: everything the recorded launches depend on besides the uploaded bytes (the step's own
@@ -999,7 +1029,8 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
   // A graph's logits are freed with its other buffers, so that every graph of a key starts at the same
   // arena top; nothing runs before the next launch, so they stay readable until then. Otherwise they are
   // kept until the next step.
-  set_out(logits.data(), pick_out, R * V, pick_slot, par);
+  if (edited) set_out(logits.data(), pick_out, R * V, pick_slot, par, std::move(erows), std::move(elist));
+  else set_out(logits.data(), pick_out, R * V, pick_slot, par);
   if (!graphed) out_buf_ = std::move(logits), out_ids_buf_ = std::move(ids);
   return true;
 }

@@ -138,7 +138,7 @@ class DeepseekV4Model {
   // can_feed() when any entry is ≥ 0.
   void launch(std::span<const int32_t> ids, std::span<const int32_t> feed = {}, const StepEdits* edits = nullptr);
   // The most logit edits a step holds (more: the caller samples those rows on the host).
-  static constexpr int64_t kEditCap = 1 << 20;
+  static constexpr int64_t kEditCap = 1 << 18;
   // Whether the last launched step's picks can feed the next launch: a decode step with picks
   // (set_device_argmax) of at most kPickRows rows. They stay readable as argmax(1) after that launch.
   bool can_feed() const { return out_pick_slot_; }
@@ -182,7 +182,10 @@ class DeepseekV4Model {
   // feed: launch()'s, for a step that runs whole (ready_only false); empty = none.
   bool enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache, bool ready_only, std::span<const int32_t> feed);
   // A launched step's outputs become the last launched step's (the one before moves to prev_).
-  void set_out(const float* logits, const int32_t* ids, int64_t n, bool pick_slot, uint64_t par);
+  void set_out(const float* logits, const int32_t* ids, int64_t n, bool pick_slot, uint64_t par,
+               std::vector<RowEdits> erows = {}, std::vector<LogitEdit> elist = {});
+  // Puts back the raw logits of row r's edits into dst[V] (a row of the last launched step, read by the host).
+  void restore_row(int64_t r, float* dst);
   int64_t decode_rows_of(int64_t B) const;  // a decode step's rows with stand-ins (set_decode_padding)
 
   V4Config cfg_;
@@ -214,6 +217,12 @@ class DeepseekV4Model {
   std::vector<char> deferred_edited_;   // a deferred step's chunks' `edited`
   // The steps' logit edits outside the arena, by parity [2, kEditCap] (their number is not part of a graph's key).
   Buffer<LogitEdit> edits_;
+  Buffer<float> edits_raw_;            // [2, kEditCap]: the logits the edits replaced (Backend::sample_rows)
+  // The last launched step's edited rows (host copies of its RowEdits by logits row, and of its edits), so that a
+  // row the host samples after all (logits_row / logits) gets its raw logits back.
+  std::vector<RowEdits> out_erows_;
+  std::vector<LogitEdit> out_elist_;
+  std::vector<float> restored_;        // logits() of a step with edited rows
   uint64_t ready_par_ = 0;              // its parity
   std::vector<int32_t> ids_host_;
   bool argmax_ = false;

@@ -171,7 +171,8 @@ class Backend {
   // graph_ready() ends a Capture/Replay region like graph_end but launches nothing; graph_launch(src,
   // bytes) then replaces the first `bytes` bytes of the region's first upload (a step's token ids, known only once
   // the previous step has been sampled; null: keep them) and launches it. Between the two, no other region
-  // may begin and nothing else is launched. The region's own buffers are free for the caller's next
+  // may begin and nothing else is launched but plain uploads (ordered before the launch: a step's logit
+  // edits, whose size is not part of the key). The region's own buffers are free for the caller's next
   // region (the arena), so its outputs stay valid only until the next launch.
   virtual void graph_ready() {}
   virtual void graph_launch(const void* /*first_upload*/, int64_t /*bytes*/) {}
@@ -267,11 +268,12 @@ class Backend {
   // the host sampler's token for a row without logit processors, bit for bit), spec[M] in backend memory.
   // −1 / −2 as argmax_rows. Every other row is decided: a pick may feed the next step's token directly
   // (DeepseekV4Model::launch), so a backend cannot leave a row to the host.
-  // rows / edits (both null, or rows[M] and the step's edit list, in backend memory): row m's logit
-  // processors are applied to x in place first (apply_edits), so that out[m] is the host sampler's token for
-  // a request with bias, penalties or a min_tokens mask too.
+  // rows / edits / edit_raw (all null, or rows[M], the step's edit list and one float an edit, in backend
+  // memory): row m's logit processors are applied to x in place first (apply_edits, the values before into
+  // edit_raw), so that out[m] is the host sampler's token for a request with bias, penalties or a min_tokens
+  // mask too.
   virtual void sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
-                           const LogitEdit* edits, int32_t* out) = 0;
+                           const LogitEdit* edits, float* edit_raw, int32_t* out) = 0;
   // A step's token ids taken from the previous step's picks on the backend (DeepseekV4Model::launch's feed):
   // for i < T with feed[i] ≥ 0, t = picks[feed[i]] — 0 when that is no token (< 0 or ≥ V: the row's request
   // fails and its result is dropped) — goes to pack[i] and to pack[T + i·hc + j], j < hc (the step's token

@@ -34,8 +34,11 @@ struct RowEdits {
   int32_t unused = 0;
 };
 static_assert(sizeof(RowEdits) == 24);
-// x[id] = edit_logit(x[id], ...) for the row's edits (ids outside [0, N) are skipped).
-void apply_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edits);
+// x[id] = edit_logit(x[id], ...) for the row's edits (ids outside [0, N) are skipped), the values before into
+// raw[first + j] when raw is given (so that a row the host must sample after all gets its raw logits back). A
+// NaN or +inf is left as it is: the host sampler rejects a row holding one before its processors run, and so
+// the row still answers −2.
+void apply_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edits, float* raw = nullptr);
 
 // Candidate set of temperature-scaled logits [vocab] (−inf = excluded; no NaN), in order (value desc,
 // id asc): top-k, then top-p on the top-k set, then min-p (rel ≥ min_p). Masses as sample_math.h defines

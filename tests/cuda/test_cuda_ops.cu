@@ -3987,7 +3987,8 @@ Result sample_rows_case(int64_t M, int64_t N, int kind0, const std::string& name
   DBuf dx = dup(x, "x"), dspec = dalloc(M * (int64_t)sizeof(deepinfer::SampleSpec), "spec"), dout = dalloc(M * 4, "out");
   CK(cudaMemcpy(dspec.p(), spec.data(), M * sizeof(deepinfer::SampleSpec), cudaMemcpyHostToDevice));
   DBuf drows = dalloc(std::max<int64_t>(1, M) * (int64_t)sizeof(deepinfer::RowEdits), "rows"),
-       dedits = dalloc(std::max<int64_t>(1, (int64_t)elist.size()) * (int64_t)sizeof(deepinfer::LogitEdit), "edits");
+       dedits = dalloc(std::max<int64_t>(1, (int64_t)elist.size()) * (int64_t)sizeof(deepinfer::LogitEdit), "edits"),
+       draw = dalloc(std::max<int64_t>(1, (int64_t)elist.size()) * 4, "raw");
   if (with_edits) {
     CK(cudaMemcpy(drows.p(), erows.data(), M * sizeof(deepinfer::RowEdits), cudaMemcpyHostToDevice));
     if (!elist.empty())
@@ -3997,23 +3998,36 @@ Result sample_rows_case(int64_t M, int64_t N, int kind0, const std::string& name
   auto launch = [&] {
     return dc::sample_rows(dx.as<float>(), M, N, ld, dspec.as<const deepinfer::SampleSpec>(),
                            with_edits ? drows.as<const deepinfer::RowEdits>() : nullptr,
-                           with_edits ? dedits.as<const deepinfer::LogitEdit>() : nullptr, dout.as<int32_t>(), 0);
+                           with_edits ? dedits.as<const deepinfer::LogitEdit>() : nullptr,
+                           with_edits ? draw.as<float>() : nullptr, dout.as<int32_t>(), 0);
   };
   CK(launch());
   auto got = down<int32_t>(dout, M);
   std::vector<int32_t> want((size_t)M);
+  const std::vector<float> x_raw = x;
+  std::vector<float> raw(elist.size());
   cpu().sample_rows(x.data(), M, N, ld, spec.data(), with_edits ? erows.data() : nullptr,
-                    with_edits ? elist.data() : nullptr, want.data());
+                    with_edits ? elist.data() : nullptr, with_edits ? raw.data() : nullptr, want.data());
   int64_t bad = 0, nflat = 0;
   for (int64_t m = 0; m < M; ++m) bad += got[m] != want[m], nflat += flat[m];
   expect_true(res, bad == 0, std::to_string(bad) + " rows differ");
   if (with_edits) {  // the edited logits themselves (NaN gaps past N compared as bits)
     const auto xg = down<float>(dx, M * ld);
     expect_true(res, std::memcmp(xg.data(), x.data(), x.size() * sizeof(float)) == 0, "edited logits differ");
+    const auto rg = down<float>(draw, (int64_t)elist.size());  // the values before, for a host fallback
+    int64_t bad_raw = 0;
+    for (int64_t m = 0; m < M; ++m)
+      for (int32_t j = 0; j < erows[(size_t)m].count; ++j) {
+        const deepinfer::LogitEdit& e = elist[(size_t)(erows[(size_t)m].first + j)];
+        if (e.id < 0 || e.id >= N) continue;
+        const float a = rg[(size_t)(erows[(size_t)m].first + j)], b = x_raw[(size_t)(m * ld + e.id)];
+        bad_raw += std::memcmp(&a, &b, 4) != 0 || std::memcmp(&a, &raw[(size_t)(erows[(size_t)m].first + j)], 4) != 0;
+      }
+    expect_true(res, bad_raw == 0, std::to_string(bad_raw) + " saved raw logits differ");
     res.detail += std::to_string(elist.size()) + " edits, ";
   }
   res.detail += "bitwise, " + std::to_string(nflat) + " flat rows ";
-  if (g_perf) {
+  if (g_perf && !with_edits) {
     // Timed on rows without the degenerate kinds: temperature only, then top-p 0.9 (the common request).
     for (auto& sp : spec) sp = deepinfer::SampleSpec{1.0f, 1.0f, 0.0f, 0, sp.key, sp.position};
     CK(cudaMemcpy(dspec.p(), spec.data(), M * sizeof(deepinfer::SampleSpec), cudaMemcpyHostToDevice));

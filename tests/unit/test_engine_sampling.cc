@@ -675,7 +675,7 @@ TEST(Sampler, BackendSampleRowsIsTheHostSampler) {
   x[7 * N + 4] = std::numeric_limits<float>::quiet_NaN();
   for (int64_t i = 0; i < N; ++i) x[9 * N + i] = -std::numeric_limits<float>::infinity();
   std::vector<int32_t> out(M);
-  be.sample_rows(x.data(), M, N, N, spec.data(), nullptr, nullptr, out.data());
+  be.sample_rows(x.data(), M, N, N, spec.data(), nullptr, nullptr, nullptr, out.data());
   EXPECT_EQ(out[7], -2);
   EXPECT_EQ(out[9], -1);
   for (int64_t m = 0; m < M; ++m) {

@@ -258,6 +258,52 @@ TEST(V4Reference, FedDecodeStepsEqualStepsGivenTheirTokens) {
   model.set_device_argmax(false);
 }
 
+// Logit edits applied on the backend before the picks (bias, penalties, masks) change the logits in place;
+// the host reads them back raw (logits_row / logits restore the edited ids), as a row sampled on the host after
+// all needs: the same bits as a step without edits. The picks are the host sampler's on the edited logits.
+TEST(V4Reference, EditedRowsReadBackRaw) {
+  const auto dirs = fixture_dirs();
+  ASSERT_FALSE(dirs.empty());
+  CpuBackend be(2);
+  LoadedModel m = load_model(dirs.front() + "/model", be);
+  DeepseekV4Model& model = *m.v4;
+  const int64_t V = model.config().vocab_size;
+  auto refs = read_refs(dirs.front());
+  model.set_device_argmax(true);
+  std::vector<LogitEdit> list;
+  for (int32_t id = 0; id < (int32_t)V; id += 7) list.push_back({id, 1.5f, id % 3, (uint32_t)(id % 8)});
+  const RowEdits erow{1.2f, 0.3f, 0.1f, 0, (int32_t)list.size(), 0};
+  const SampleSpec spec{0.9f, 0.95f, 0.0f, 0, 77, 0};
+  auto run = [&](bool edited, std::vector<float>& raw_row, std::vector<float>& all, int32_t& pick) {
+    V4Cache cache(model.config(), 2, 16);
+    std::vector<V4SeqState> st(2);
+    std::vector<V4SeqChunk> batch;
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_TRUE(cache.open(&st[i]) && cache.reserve(&st[i], 12));
+      batch.push_back({&st[i], std::span<const int32_t>(refs[0].ids.data() + i, 10), false, spec});
+      if (edited && i == 1) batch.back().edited = true, batch.back().edit_row = erow, batch.back().edits = list;
+    }
+    model.forward_launch(batch, cache);
+    pick = model.argmax()[1];
+    raw_row.resize((size_t)V);
+    model.logits_row(1, raw_row.data());
+    const auto l = model.logits();
+    all.assign(l.begin(), l.end());
+  };
+  std::vector<float> r0, a0, r1, a1;
+  int32_t p0 = 0, p1 = 0;
+  run(false, r0, a0, p0);
+  run(true, r1, a1, p1);
+  EXPECT_EQ(0, std::memcmp(r0.data(), r1.data(), V * sizeof(float)));
+  ASSERT_EQ(a0.size(), a1.size());
+  EXPECT_EQ(0, std::memcmp(a0.data(), a1.data(), a0.size() * sizeof(float)));
+  std::vector<float> edited = r0;  // the pick is sample_row's on the edited row
+  apply_edits(edited.data(), V, erow, list.data());
+  SampleSpec s = spec;
+  EXPECT_EQ(p1, sample_row(edited.data(), V, s));
+  model.set_device_argmax(false);
+}
+
 TEST(V4Reference, ForwardRejectsBadInput) {
   const auto dirs = fixture_dirs();
   ASSERT_FALSE(dirs.empty());

@@ -121,11 +121,14 @@ std::vector<int32_t> filter_candidates(const float* scaled, int vocab, int top_k
   return ids;
 }
 
-void apply_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edits) {
+void apply_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edits, float* raw) {
   for (int32_t j = 0; j < row.count; ++j) {
     const LogitEdit& e = edits[row.first + j];
-    if (e.id >= 0 && e.id < N)
-      x[e.id] = sampling::edit_logit(x[e.id], e.flags, e.bias, e.count, row.rep, row.freq, row.presence);
+    if (e.id < 0 || e.id >= N) continue;
+    const float v = x[e.id];
+    if (raw) raw[row.first + j] = v;
+    if (!(v != v) && v != std::numeric_limits<float>::infinity())
+      x[e.id] = sampling::edit_logit(v, e.flags, e.bias, e.count, row.rep, row.freq, row.presence);
   }
 }
 

@@ -652,9 +652,10 @@ cudaError_t engram_gate(float* X, int64_t M, int hc, int64_t D, const float* kv,
 cudaError_t argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out, cudaStream_t s);
 // Backend::sample_rows: out[m] = sample_row(row m of x[M, N], spec[m]) (ops/sampling.h) bit for bit (−1 / −2
 // as argmax_rows). spec[M] in device memory. One block of 512 threads a row.
-// rows / edits: the rows' logit processors, applied to x in place first (Backend::sample_rows; null: none).
+// rows / edits / edit_raw: the rows' logit processors, applied to x in place first, the values before into
+// edit_raw (Backend::sample_rows; null: none).
 cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
-                        const LogitEdit* edits, int32_t* out, cudaStream_t s);
+                        const LogitEdit* edits, float* edit_raw, int32_t* out, cudaStream_t s);
 // Backend::feed_tokens (a step's token ids from the previous step's picks). One block.
 cudaError_t feed_tokens(int32_t* pack, int64_t T, int hc, const int32_t* feed, const int32_t* picks, int64_t V,
                         cudaStream_t s);

@@ -410,23 +410,29 @@ namespace {
 // path (a kernel of its own: a kernel may not write what it reads with ld.global.nc). One block a row.
 __global__ void __launch_bounds__(256) apply_edits_kernel(float* __restrict__ x, int64_t N, int64_t ld,
                                                           const RowEdits* __restrict__ rows,
-                                                          const LogitEdit* __restrict__ edits) {
+                                                          const LogitEdit* __restrict__ edits,
+                                                          float* __restrict__ raw) {
   DI_PDL_WAIT();
   const RowEdits r = rows[blockIdx.x];
   float* row = x + (int64_t)blockIdx.x * ld;
   for (int j = threadIdx.x; j < r.count; j += blockDim.x) {
     const LogitEdit e = edits[r.first + j];  // one edit an id: no two threads write the same logit
-    if (e.id >= 0 && e.id < N) row[e.id] = sm::edit_logit(row[e.id], e.flags, e.bias, e.count, r.rep, r.freq, r.presence);
+    if (e.id < 0 || e.id >= N) continue;
+    const float v = row[e.id];
+    raw[r.first + j] = v;
+    if (!isnan(v) && v != INFINITY)  // a NaN / +inf stays: the row answers −2, as the host rejects it
+      row[e.id] = sm::edit_logit(v, e.flags, e.bias, e.count, r.rep, r.freq, r.presence);
   }
 }
 }  // namespace
 
 cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
-                        const LogitEdit* edits, int32_t* out, cudaStream_t s) {
+                        const LogitEdit* edits, float* edit_raw, int32_t* out, cudaStream_t s) {
   if (N <= 0 || N > 0x7fffffff) return cudaErrorInvalidValue;
   if (M <= 0) return cudaSuccess;
   if (rows) {
-    apply_edits_kernel<<<(unsigned)M, 256, 0, s>>>(x, N, ld, rows, edits);
+    if (!edits || !edit_raw) return cudaErrorInvalidValue;
+    apply_edits_kernel<<<(unsigned)M, 256, 0, s>>>(x, N, ld, rows, edits, edit_raw);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
   sample_rows_kernel<<<(unsigned)M, SRT, sizeof(SampleShared), s>>>(x, N, ld, spec, out);
