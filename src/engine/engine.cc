@@ -297,8 +297,8 @@ struct Engine::Impl {
                           known ? std::span<const int32_t>(ch->tokens.data() + c.start, c.len)
                                 : std::span<const int32_t>(&zero_token, 1),
                           false});
-      // The backend's pick for the token at c.start + c.len (finish_plan decides whether it is taken). A row that
-      // can never take it (a logit processor, logprobs, a grammar) asks only for the cheap greedy pick.
+      // The backend's pick for the token at c.start + c.len (finish_plan decides whether it is taken), after its
+      // logit edits. A row that can never take it (logprobs, a grammar) asks only for the cheap greedy pick.
       const SamplingParams* p = ch && c.sample ? &reqs.at(own->second.first).params : nullptr;
       if (p && cfg.device_sampling && !model.v41 && device_samplable_params(*p, *ch)) {
         v.chunks.back().sample = SampleSpec{effective_temperature(p->temperature), p->top_p, p->min_p, p->top_k,
@@ -538,9 +538,9 @@ struct Engine::Impl {
     retire_finished_requests();
   }
 
-  // A row the backend's pick (Backend::sample_rows) decides exactly as the host sampler would: nothing
-  // that changes the logits first (bias, penalties, an active min_tokens mask, a grammar), no logprobs, and
-  // the position its spec was given (view_of) is the one the host would use.
+  // A row the backend's pick (Backend::sample_rows) decides exactly as the host sampler would: no grammar, no
+  // logprobs, its logit processors applied there (its edits fitted the step: edit_overflow), and the position
+  // its spec was given (view_of) is the one the host would use.
   bool device_samplable(const SamplingParams& p, const Choice& ch, const ScheduledChunk& c) const {
     return device_samplable_params(p, ch) && (uint64_t)(c.start + c.len) == ch.sampling.next_position() &&
            !edit_overflow.count({c.seq, c.start});
