@@ -402,7 +402,7 @@ struct Engine::Impl {
       update_stats();
       return !sched->idle();
     }
-    stats_snapshot.preemptions += (int64_t)plan.preempted.size();
+    count([&] { stats_snapshot.preemptions += (int64_t)plan.preempted.size(); });
     if (try_launch(plan)) return true;  // its results are read by the next step()
     run_plan(plan);
     return true;
@@ -473,7 +473,7 @@ struct Engine::Impl {
     const StepPlan now = std::move(*flight);
     flight.reset();
     StepPlan next = sched->schedule();
-    stats_snapshot.preemptions += (int64_t)next.preempted.size();
+    count([&] { stats_snapshot.preemptions += (int64_t)next.preempted.size(); });
     bool ready = false;
     if (decode_shaped(next)) {
       StepView nv = view_of(next, true);
@@ -500,7 +500,7 @@ struct Engine::Impl {
         fail_plan(next, nv.who, launch_error);
       } else {
         flight = std::move(next);
-        ++stats_snapshot.fed_steps;
+        count([&] { ++stats_snapshot.fed_steps; });
         drop_orphan_flight();
       }
       update_stats();
@@ -653,12 +653,21 @@ struct Engine::Impl {
       if (results[k].token < 0) emit_finish(r, *who[i], Finish::kError, results[k].error);
       else on_token(r, *who[i], results[k]);
     }
-    for (const auto& c : plan.chunks) stats_snapshot.prompt_tokens += c.sample ? c.len - 1 : c.len;
-    stats_snapshot.generated_tokens += (int64_t)results.size();
-    stats_snapshot.device_sampled_tokens += n_dev;
-    ++stats_snapshot.steps;
+    count([&] {
+      for (const auto& c : plan.chunks) stats_snapshot.prompt_tokens += c.sample ? c.len - 1 : c.len;
+      stats_snapshot.generated_tokens += (int64_t)results.size();
+      stats_snapshot.device_sampled_tokens += n_dev;
+      ++stats_snapshot.steps;
+    });
     retire_finished_requests();
     update_stats();
+  }
+
+  // Counters of stats_snapshot change under the lock that Engine::stats() copies them under.
+  template <class F>
+  void count(F&& f) {
+    std::lock_guard<std::mutex> lk(mu);
+    f();
   }
 
   void update_stats() {
