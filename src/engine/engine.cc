@@ -321,10 +321,8 @@ struct Engine::Impl {
   // min_tokens mask still on for that row — counting the tokens before it that are not known yet (a step in
   // flight), so that the answer at prepare is the answer at launch.
   static bool may_edit(const SamplingParams& p, const Choice& ch, const ScheduledChunk& c) {
-    const int64_t pending = std::max<int64_t>(0, c.start + c.len - (int64_t)ch.sampling.next_position());
-    return !p.logit_bias.empty() || p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
-           p.presence_penalty != 0.0f ||
-           (ch.sampling.num_output() + pending < p.min_tokens && !ch.sampling.min_tokens_masked().empty());
+    return has_logit_processors(p, ch.sampling,
+                                std::max<int64_t>(0, c.start + c.len - (int64_t)ch.sampling.next_position()));
   }
   // The logit edits of a plan's sampled rows that take the backend's pick, as of the tokens known now (rows[i]
   // for chunk i). A row whose edits do not fit the step's capacity gets none and is sampled on the host

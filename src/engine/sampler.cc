@@ -79,9 +79,10 @@ void apply_logit_processors(float* logits, int vocab, const SamplingParams& para
       if (in_range(id)) logits[id] = kNegInf;
 }
 
-bool has_logit_processors(const SamplingParams& p, const SequenceSamplingState& state) {
+bool has_logit_processors(const SamplingParams& p, const SequenceSamplingState& state, int64_t pending) {
   return !p.logit_bias.empty() || p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
-         p.presence_penalty != 0.0f || (state.num_output() < p.min_tokens && !state.min_tokens_masked().empty());
+         p.presence_penalty != 0.0f ||
+         (state.num_output() + pending < p.min_tokens && !state.min_tokens_masked().empty());
 }
 
 RowEdits logit_edits(const SamplingParams& params, const SequenceSamplingState& state, int vocab,

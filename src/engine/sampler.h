@@ -92,8 +92,9 @@ void apply_logit_processors(float* logits, int vocab, const SamplingParams& para
 // (count 0, no-op penalties) for a request without processors.
 RowEdits logit_edits(const SamplingParams& params, const SequenceSamplingState& state, int vocab,
                      std::vector<LogitEdit>& out);
-// Whether the request has any logit processor for its next token (bias, penalties, an active min_tokens mask).
-bool has_logit_processors(const SamplingParams& params, const SequenceSamplingState& state);
+// Whether the request has any logit processor for its next token (bias, penalties, an active min_tokens mask),
+// or for the token `pending` places after it (tokens before it not known yet: the mask may be off by then).
+bool has_logit_processors(const SamplingParams& params, const SequenceSamplingState& state, int64_t pending = 0);
 
 // filter_candidates (ops/sampling.h) with the request's top_k, top_p and min_p.
 std::vector<int32_t> filter_candidates(const float* scaled, int vocab, const SamplingParams& params);
