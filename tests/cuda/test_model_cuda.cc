@@ -678,22 +678,38 @@ void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int th
       if (i == 7) q.params.n = 3;
       sampled.push_back(q);
     }
-    std::vector<std::vector<int32_t>> toks[2];
-    int64_t picked[2] = {0, 0}, fed[2] = {0, 0};
-    for (int on = 0; on < 2; ++on) {
-      EngineConfig cfg;
-      cfg.model_dir = dir;
-      cfg.backend = "cuda";
-      cfg.max_num_seqs = 8;
-      cfg.device_sampling = on == 1;
-      Engine e(cfg);
-      for (auto& r : e.generate(sampled))
-        for (auto& o : r.outputs) toks[on].push_back(o.token_ids);
-      picked[on] = e.stats().device_sampled_tokens;
-      fed[on] = e.stats().fed_steps;
-    }
-    int64_t same = 0;
-    for (size_t i = 0; i < toks[0].size(); ++i) same += toks[0][i] == toks[1][i];
+    // The requests with device sampling off (index 0) and on (1): every output's tokens, the tokens picked on the
+    // device, the fed steps, the tokens generated.
+    struct OnOff {
+      std::vector<std::vector<int32_t>> toks[2];
+      int64_t picked[2] = {0, 0}, fed[2] = {0, 0}, total[2] = {0, 0};
+      int64_t same() const {
+        int64_t n = 0;
+        for (size_t i = 0; i < toks[0].size() && i < toks[1].size(); ++i) n += toks[0][i] == toks[1][i];
+        return n;
+      }
+    };
+    auto run_on_off = [&](const std::vector<Request>& set) {
+      OnOff r;
+      for (int on = 0; on < 2; ++on) {
+        EngineConfig cfg;
+        cfg.model_dir = dir;
+        cfg.backend = "cuda";
+        cfg.max_num_seqs = 8;
+        cfg.device_sampling = on == 1;
+        Engine e(cfg);
+        for (auto& g : e.generate(set))
+          for (auto& o : g.outputs) r.toks[on].push_back(o.token_ids), r.total[on] += (int64_t)o.token_ids.size();
+        r.picked[on] = e.stats().device_sampled_tokens;
+        r.fed[on] = e.stats().fed_steps;
+      }
+      return r;
+    };
+    const OnOff s = run_on_off(sampled);
+    const auto& toks = s.toks;
+    const auto& picked = s.picked;
+    const auto& fed = s.fed;
+    const int64_t same = s.same();
     std::printf("engine cuda sampling: %lld/%zu sampled outputs the same with the picks on the device (%lld tokens "
                 "picked there, %lld steps fed from the step before) and on the host\n",
                 (long long)same, toks[0].size(), (long long)picked[1], (long long)fed[1]);
@@ -712,21 +728,9 @@ void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int th
       if (i % 4 == 2) p.logit_bias = {{(int32_t)(i * 37 % 1000), 4.0f}, {(int32_t)(i * 91 % 1000), -100.0f}};
       if (i % 4 == 3) p.min_tokens = 5, p.stop_token_ids = {(int32_t)(i * 13 % 1000)};
     }
-    std::vector<std::vector<int32_t>> ptoks[2];
-    int64_t ppicked = 0, ptotal = 0;
-    for (int on = 0; on < 2; ++on) {
-      EngineConfig cfg;
-      cfg.model_dir = dir;
-      cfg.backend = "cuda";
-      cfg.max_num_seqs = 8;
-      cfg.device_sampling = on == 1;
-      Engine e(cfg);
-      for (auto& r : e.generate(proc))
-        for (auto& o : r.outputs) ptoks[on].push_back(o.token_ids), ptotal += on ? (int64_t)o.token_ids.size() : 0;
-      if (on) ppicked = e.stats().device_sampled_tokens;
-    }
-    int64_t psame = 0;
-    for (size_t i = 0; i < ptoks[0].size(); ++i) psame += ptoks[0][i] == ptoks[1][i];
+    const OnOff ps = run_on_off(proc);
+    const auto& ptoks = ps.toks;
+    const int64_t ppicked = ps.picked[1], ptotal = ps.total[1], psame = ps.same();
     std::printf("engine cuda logit processors: %lld/%zu outputs the same with the edits on the device (%lld of %lld "
                 "tokens picked there) and on the host\n",
                 (long long)psame, ptoks[0].size(), (long long)ppicked, (long long)ptotal);
