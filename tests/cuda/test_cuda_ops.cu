@@ -5802,6 +5802,9 @@ void register_cases() {
   add("sample_rows M=64 V=129280", [] { return sample_rows_case(64, 129280, 0, "sm1"); });
   add("sample_rows M=160 V=1000", [] { return sample_rows_case(160, 1000, 0, "sm2"); });
   add("sample_rows M=1 V=129280", [] { return sample_rows_case(1, 129280, 2, "sm3"); });
+  // clusters of 16 blocks a row (M ≤ SMs / 16), flat rows among them (radix refinement across the cluster)
+  add("sample_rows M=8 V=129280 (16 blocks a row, flat rows)", [] { return sample_rows_case(8, 129280, 10, "sm7"); });
+  add("sample_rows M=256 V=129280 (one block a row)", [] { return sample_rows_case(256, 129280, 0, "sm8"); });
   add("sample_rows M=48 V=1001 ld=1003 (unaligned rows)", [] { return sample_rows_case(48, 1001, 5, "sm4", 1003); });
   add("sample_rows M=64 V=129280 with logit edits", [] { return sample_rows_case(64, 129280, 1, "sm5", 0, true); });
   add("sample_rows M=33 V=1001 ld=1003 with logit edits", [] { return sample_rows_case(33, 1001, 3, "sm6", 1003, true); });

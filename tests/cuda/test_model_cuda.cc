@@ -673,7 +673,7 @@ void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int th
       q.params.temperature = 0.5f + 0.1f * (float)(i % 8);
       q.params.seed = 1000 + i;
       if (i % 4 == 1) q.params.top_k = 3 + (int)i;
-      if (i % 3 == 2) q.params.top_p = 0.7f + 0.02f * (float)i;
+      if (i % 3 == 2) q.params.top_p = 0.7f + 0.02f * (float)(i % 12);  // 0.74 … 0.92
       if (i % 5 == 3) q.params.min_p = 0.05f;
       if (i == 7) q.params.n = 3;
       sampled.push_back(q);

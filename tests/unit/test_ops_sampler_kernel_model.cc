@@ -21,6 +21,7 @@ namespace {
 namespace sm = deepinfer::sampling;
 using ull = unsigned long long;
 constexpr int NBQ = 384, NB = NBQ + 1;  // bins with mass (d < 24), and all bins
+constexpr int BPL = (NB + 31) / 32;     // bins a lane in the kernel's warp scans
 
 ull comp_key(float s, int64_t i) { return ((ull)sm::order_key(s) << 32) | (ull)(0xFFFFFFFFu - (uint32_t)i); }
 int bin_of(float s, float m) {
@@ -96,8 +97,54 @@ ull radix_cut(const std::vector<float>& s, float m, ull kmin, int bin, bool topp
   return prefix;
 }
 
-// The kernel's row, serially; `cap` = its sort capacity (SCAP = 8192 on the device).
-int32_t kernel_model(const float* x, int64_t N, const SampleSpec& sp, int cap) {
+// The kernel's noise bounds: g_hi[t] ≥ the noise of every word with top byte t.
+std::vector<float> noise_bounds() {
+  std::vector<float> g(256);
+  for (uint32_t t = 0; t < 256; ++t) g[t] = sm::f_add(sm::gumbel_from_word((t << 24) | 0x00FFFFFFu), 1e-3f);
+  return g;
+}
+
+// Warp 0's choice of the top-k cut's bin (topk_bin): lanes of BPL consecutive bins, a scan of their counts,
+// the first lane whose bins reach k.
+void topk_bin(const Bins& b, int k, int& bk, int& place) {
+  int before_lane = 0;
+  bk = NBQ, place = 0;
+  for (int lane = 0; lane < 32; ++lane) {
+    int before = before_lane, found = NB, pl = 0;
+    for (int j = 0; j < BPL && found == NB; ++j) {
+      const int q = lane * BPL + j;
+      if (q >= NB) break;
+      if (before + b.cnt[q] >= k) found = q, pl = k - before - 1;
+      else before += b.cnt[q];
+    }
+    if (found < NB) {
+      bk = found, place = pl;
+      return;
+    }
+    for (int j = 0; j < BPL; ++j) before_lane += lane * BPL + j < NB ? b.cnt[lane * BPL + j] : 0;
+  }
+}
+// Warp 0's choice of the top-p cut's bin (topp_bin): the last non-empty bin whose mass before it is within
+// the limit, each lane over its BPL bins after a scan of the lanes' masses.
+void topp_bin(const Bins& b, float top_p, int& bp, ull& Ebp, int64_t& limit) {
+  ull Z = 0;
+  for (int q = 0; q < NBQ; ++q) Z += b.mass[q];
+  limit = sm::top_p_limit(top_p, Z);
+  int best = -1;
+  ull Ebest = 0, E = 0;
+  for (int lane = 0; lane < 32; ++lane)
+    for (int j = 0; j < BPL; ++j) {
+      const int q = lane * BPL + j;
+      if (q >= NBQ) break;
+      if (b.cnt[q] > 0 && (int64_t)E <= limit) best = q, Ebest = E;
+      E += b.mass[q];
+    }
+  bp = best < 0 ? 0 : best;
+  Ebp = best < 0 ? 0 : Ebest;
+}
+
+// The kernel's row, serially; `cap` = its sort capacity (SCAP = 8192 on the device), C blocks of nt threads.
+int32_t kernel_model(const float* x, int64_t N, const SampleSpec& sp, int cap, int C = 1, int nt = 512) {
   float bv = -INFINITY;
   int bi = -1, bad = 0, nfin = 0;
   for (int64_t i = 0; i < N; ++i) {
@@ -119,31 +166,16 @@ int32_t kernel_model(const float* x, int64_t N, const SampleSpec& sp, int cap) {
     use_top_p = sp.top_p < 1.0f && set_size > 1;
     Bins b = bin_sweep(s, m, 0, !topk);
     if (topk) {
-      int before = 0, bk = NB - 1;
-      for (int q = 0; q < NB; ++q) {
-        if (before + b.cnt[q] >= sp.top_k) {
-          bk = q;
-          break;
-        }
-        before += b.cnt[q];
-      }
-      const int place = sp.top_k - before - 1;
+      int bk = NBQ, place = 0;
+      topk_bin(b, sp.top_k, bk, place);
       if (bk != NBQ) kset = b.cnt[bk] > cap ? radix_cut(s, m, 0, bk, false, place, 0, 0) : gather_bin(s, m, 0, bk)[place];
       if (use_top_p) b = bin_sweep(s, m, kset, true);
     }
     if (use_top_p) {
-      ull Z = 0;
-      for (int q = 0; q < NBQ; ++q) Z += b.mass[q];
-      const int64_t limit = sm::top_p_limit(sp.top_p, Z);
-      ull E = 0, Ebp = 0;
       int bp = 0;
-      for (int q = 0; q < NBQ; ++q) {
-        if (b.cnt[q] > 0) {
-          if ((int64_t)E > limit) break;
-          bp = q, Ebp = E;
-        }
-        E += b.mass[q];
-      }
+      ull Ebp = 0;
+      int64_t limit = 0;
+      topp_bin(b, sp.top_p, bp, Ebp, limit);
       if (b.cnt[bp] > cap) {
         kcut = radix_cut(s, m, kset, bp, true, 0, Ebp, limit);
       } else {
@@ -160,10 +192,18 @@ int32_t kernel_model(const float* x, int64_t N, const SampleSpec& sp, int cap) {
     }
   }
   const bool minp = filtered && sp.min_p > 0.0f;
-  bv = -INFINITY, bi = -1;
+  // D as the kernel prunes it: C blocks of nt threads, thread (rank, t) taking the groups g with g mod nt = t
+  // and (g / nt) mod C = rank in ascending order, each with its own best score so far.
+  const std::vector<float> g_hi = noise_bounds();
+  std::vector<float> tv((size_t)(C * nt), -INFINITY);
+  std::vector<int> ti((size_t)(C * nt), -1);
   for (int64_t i = 0; i < N; ++i) {
+    const int64_t g = i / 4;
+    const size_t th = (size_t)(((g / nt) % C) * nt + g % nt);
+    float& tb = tv[th];  // this thread's best so far
+    int& tbi = ti[th];
     const float v = s[(size_t)i];
-    bool keep = v > -INFINITY && bin_of(v, m) != NBQ;
+    bool keep = v > -INFINITY && bin_of(v, m) != NBQ && !(sm::f_add(v, g_hi[255]) < tb);
     if (keep && filtered) {
       const ull k = comp_key(v, i);
       keep = k >= kset && k >= kcut;
@@ -173,10 +213,14 @@ int32_t kernel_model(const float* x, int64_t N, const SampleSpec& sp, int cap) {
       }
     }
     if (!keep) continue;
-    const float score = sm::f_add(v, sm::gumbel_from_word(philox_token_word(sp.key, sp.position, RngStream::kSample,
-                                                                            (uint32_t)i)));
-    if (bi < 0 || score > bv || (score == bv && i < bi)) bv = score, bi = (int)i;
+    const uint32_t w = philox_token_word(sp.key, sp.position, RngStream::kSample, (uint32_t)i);
+    if (sm::f_add(v, g_hi[w >> 24]) < tb) continue;
+    const float score = sm::f_add(v, sm::gumbel_from_word(w));
+    if (tbi < 0 || score > tb || (score == tb && i < tbi)) tb = score, tbi = (int)i;
   }
+  bv = -INFINITY, bi = -1;
+  for (size_t t = 0; t < tv.size(); ++t)
+    if (ti[t] >= 0 && (bi < 0 || tv[t] > bv || (tv[t] == bv && ti[t] < bi))) bv = tv[t], bi = ti[t];
   return bi;
 }
 
@@ -213,7 +257,8 @@ TEST(SamplerKernelModel, EqualsTheHostSamplerOnSmallRows) {
     sp.key = R();
     sp.position = R() % 100000;
     radix_rows += N > cap && (kind == 1 || kind == 2 || kind == 5);
-    const int32_t want = sample_row(x.data(), N, sp), got = kernel_model(x.data(), N, sp, cap);
+    const int C = 1 + (int)(R() % 3), nt = 1 + (int)(R() % 3);  // threads with several groups: the pruning runs
+    const int32_t want = sample_row(x.data(), N, sp), got = kernel_model(x.data(), N, sp, cap, C, nt);
     if (want != got && ++bad <= 5)
       ADD_FAILURE() << "kind " << kind << " N " << N << " cap " << cap << " T " << sp.temperature << " top_k "
                     << sp.top_k << " top_p " << sp.top_p << " min_p " << sp.min_p << ": host " << want << ", kernel "
@@ -237,8 +282,25 @@ TEST(SamplerKernelModel, EqualsTheHostSamplerOnVocabularyRows) {
       for (int j = 0; j < 6; ++j) x[(size_t)(g() % N)] = j < 3 ? 2.0f : -INFINITY;
     SampleSpec sp{0.5f + 0.1f * (float)r, r % 2 ? 0.9f : 0.4f, 0.0f, r % 4 < 2 ? (int)(N / 3) + r : 0, 1000u + r,
                   (uint64_t)r};
-    EXPECT_EQ(kernel_model(x.data(), N, sp, 8192), sample_row(x.data(), N, sp)) << "row " << r;
+    const int32_t want = sample_row(x.data(), N, sp);
+    EXPECT_EQ(kernel_model(x.data(), N, sp, 8192, 16, 512), want) << "row " << r << ", 16 blocks";
+    EXPECT_EQ(kernel_model(x.data(), N, sp, 8192, 1, 512), want) << "row " << r << ", one block";
+    EXPECT_EQ(kernel_model(x.data(), N, sp, 8192, 3, 7), want) << "row " << r << ", 3 blocks of 7 threads";
   }
+}
+
+// The draw's pruning rests on g_hi[t] bounding the noise of every word with top byte t (the noise grows with
+// the word up to det_log's few-ulp departures, which the margin covers): every byte's first and last words and
+// a million random ones.
+TEST(SamplerKernelModel, NoiseBoundsHoldForEveryTopByte) {
+  const std::vector<float> g_hi = noise_bounds();
+  std::mt19937 R(99);
+  int64_t bad = 0;
+  auto check = [&](uint32_t w) { bad += !(sm::gumbel_from_word(w) <= g_hi[w >> 24]); };
+  for (uint32_t t = 0; t < 256; ++t) check(t << 24), check((t << 24) | 0x00FFFFFFu);
+  for (int i = 0; i < 1000000; ++i) check((uint32_t)R());
+  EXPECT_EQ(bad, 0);
+  for (int t = 1; t < 256; ++t) EXPECT_LE(g_hi[t - 1], g_hi[t]) << t;
 }
 
 }  // namespace

@@ -651,7 +651,8 @@ cudaError_t engram_gate(float* X, int64_t M, int hc, int64_t D, const float* kv,
 // in the row (Backend::argmax_rows). One block a row.
 cudaError_t argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out, cudaStream_t s);
 // Backend::sample_rows: out[m] = sample_row(row m of x[M, N], spec[m]) (ops/sampling.h) bit for bit (−1 / −2
-// as argmax_rows). spec[M] in device memory. One block of 512 threads a row.
+// as argmax_rows). spec[M] in device memory. A cluster of 1 … 16 blocks of 512 threads a row (16 for M ≤ SMs / 16:
+// a small batch's rows spread over the SMs); the token does not depend on it.
 // rows / edits / edit_raw: the rows' logit processors, applied to x in place first, the values before into
 // edit_raw (Backend::sample_rows; null: none).
 cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,

@@ -1,15 +1,19 @@
 // GPU sampler (Backend::sample_rows): the host sampler's token (ops/sampling.h), bit for bit — the
-// arithmetic is sample_math.h's, and every sum is of integers, so the block's parallel order cannot change
-// a result. One block of 512 threads a row, sweeping the row in global memory (L2 after the first sweep):
+// arithmetic is sample_math.h's, and every sum is of integers, so the parallel order cannot change a result.
+// A row is swept by a cluster of C blocks of 512 threads (C = 1 … 16 by M, so that small batches use many
+// SMs: one block sweeping a 129k row was ~120 µs for temperature alone, 455 µs with top-p on a flat row);
+// each block takes every C-th run of 512 four-id groups, and after each sweep the blocks' partial results
+// (best, counts, integer masses, a bin's keys) are summed through distributed shared memory, every block
+// summing all ranks for itself, so that every block holds the same values and takes the same decisions:
 //   A  NaN / +inf check, the argmax of x (greedy rows stop here), the finite count; m = scale(max x);
-//   B  (filtered rows) bins of d = m − s, 1/16 wide below 24 (bin 384: 24 or farther), per warp in shared
-//      memory: the tokens' count and their quantized mass q (0 from 24 on, sample_math.h);
-//   top-k: the bin of the k-th best token, its tokens sorted in shared memory → the k-th (value, id) key,
-//      then B again over the top-k set; top-p: the last bin whose best token is kept, sorted and scanned
-//      → the worst kept key;
+//   B  (filtered rows) bins of d = m − s, 1/16 wide below 24 (bin 384: 24 or farther): the tokens' count and
+//      their quantized mass q (0 from 24 on, sample_math.h);
+//   top-k: the bin of the k-th best token, its tokens sorted → the k-th (value, id) key, then B again over
+//      the top-k set; top-p: the last bin whose best token is kept, sorted and scanned → the worst kept key;
 //   D  Gumbel-max over the kept tokens less than 24 below m (no farther token can win or has mass).
 // A cut that falls in a bin of more than SCAP tokens (a nearly flat row) is found by radix refinement instead
 // of a sort: its 64-bit key 8 bits at a time, one sweep a digit (radix_cut). Every row is decided here.
+#include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 
 #include "ops/cuda/common.cuh"
@@ -21,10 +25,13 @@ namespace deepinfer::cuda {
 namespace {
 
 namespace sm = deepinfer::sampling;
+namespace cg = cooperative_groups;
 constexpr int SRT = 512, SW = SRT / 32;
 constexpr int NBQ = 384, NB = NBQ + 1;  // bins with mass (d < 24), and all bins (the last: d ≥ 24)
+constexpr int BPL = (NB + 31) / 32;     // bins a lane in the warp scans over the bins
 constexpr int SCAP = 8192;              // tokens of one bin the block can sort
 constexpr int SIPT = SCAP / SRT;        // their places a thread in the top-p scan
+constexpr int kMaxCluster = 16;         // blocks a row at most (16: the non-portable cluster size)
 using ull = unsigned long long;
 using SampleScan = cub::BlockScan<ull, SRT>;
 
@@ -36,25 +43,59 @@ struct SampleShared {
     } h;
     struct {
       ull cand[SCAP];  // one bin's (value, id) keys, sorted best first
-      ull q[SCAP];     // their masses (top-p)
+      ull q[SCAP];     // this block's keys of the bin while they are gathered; then their masses (top-p)
     } c;
     struct {
       ull mass[SW][256];  // per warp: Σ q of the tokens with each value of the key's next digit
       int cnt[SW][256];   // per warp: their count
     } r;
   } u;
-  ull dig_mass[256];  // radix_cut: the block's sums of u.r
-  int dig_cnt[256];
-  ull bin_mass[NB];
-  int bin_cnt[NB];
+  ull dig_mass[256], dig_mass_loc[256];  // radix_cut: the row's sums of u.r, and this block's (read by the cluster)
+  int dig_cnt[256], dig_cnt_loc[256];
+  ull bin_mass[NB], bin_mass_loc[NB];  // the row's bins, and this block's
+  int bin_cnt[NB], bin_cnt_loc[NB];
+  float g_hi[256];  // a bound on the Gumbel noise of the words with each top byte (the draw's pruning)
   typename SampleScan::TempStorage scan;
   float wv[SW];
-  int wi[SW];
+  int wi[SW], wb[SW], wf[SW];
+  float pv;  // this block's part of a cluster reduction: best value, its id, NaN / +inf seen, finite count
+  int pi, pbad, pfin;
+  float rv;  // the row's (after the reduction)
+  int ri, rbad, rfin;
+  int nloc;  // gather_bin: this block's keys in u.c.q
   int ncand, last, flag;
   ull key;
   long long limit;  // the top-p limit
 };
 static_assert(SRT >= 256, "radix_cut sums its 256 digits a thread each");
+
+// The row's blocks: C of them, this one `rank`.
+struct Part {
+  int C, rank;
+};
+// Every thread of every block of the cluster arrives (C = 1: the block's barrier).
+__device__ __forceinline__ void part_sync(const Part& P) {
+  if (P.C > 1) cg::this_cluster().sync();
+  else __syncthreads();
+}
+// Block r's copy of a shared variable of this block.
+template <class T>
+__device__ __forceinline__ T* at_rank(T* p, const Part& P, int r) {
+  return P.C > 1 ? cg::this_cluster().map_shared_rank(p, (unsigned)r) : p;
+}
+// out[i] = Σ over the row's blocks of loc[i], i < n, in every block. Between two barriers: every block's loc is
+// complete before the first, and read by all before the second (it may be rewritten, the block may exit).
+// Two arrays of n (counts ca, masses qa) at once.
+__device__ __forceinline__ void part_sum(int* ca, int* cout, ull* qa, ull* qout, int n, const Part& P) {
+  part_sync(P);
+  for (int i = threadIdx.x; i < n; i += SRT) {
+    int c = 0;
+    ull q = 0;
+    for (int r = 0; r < P.C; ++r) c += at_rank(ca, P, r)[i], q += at_rank(qa, P, r)[i];
+    cout[i] = c, qout[i] = q;
+  }
+  part_sync(P);
+}
 
 // (value, id) key of a token: larger = better (value desc, then id asc).
 __device__ __forceinline__ ull comp_key(float s, int64_t i) {
@@ -64,18 +105,18 @@ __device__ __forceinline__ int bin_of(float s, float m) {
   const float d = __fsub_rn(m, s);
   return d < sm::kReach ? (int)__fmul_rn(d, 16.0f) : NBQ;
 }
-// The row in groups of four consecutive ids: f(g, v) with v[r] = row[4g + r] (−inf past N, which every sweep
-// skips); thread t takes groups t, t + SRT, … (ascending ids), four groups' loads in flight, float4 loads when
-// the row is 16-byte aligned.
+// This block's part of the row in groups of four consecutive ids: f(g, v) with v[r] = row[4g + r] (−inf past
+// N, which every sweep skips); the row's groups in runs of SRT, run j to block j mod C; thread t takes group t
+// of its block's runs, four runs' loads in flight, float4 loads when the row is 16-byte aligned.
 template <class F>
-__device__ __forceinline__ void row_groups(const float* __restrict__ row, int64_t N, F&& f) {
+__device__ __forceinline__ void row_groups(const float* __restrict__ row, int64_t N, const Part& P, F&& f) {
   const bool vec = ((uintptr_t)row & 15) == 0;
-  const int64_t G = (N + 3) / 4;
-  for (int64_t g0 = threadIdx.x; g0 < G; g0 += 4 * SRT) {
+  const int64_t G = (N + 3) / 4, step = (int64_t)P.C * SRT;
+  for (int64_t g0 = (int64_t)P.rank * SRT + threadIdx.x; g0 < G; g0 += 4 * step) {
     float v[4][4];
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      const int64_t g = g0 + (int64_t)u * SRT;
+      const int64_t g = g0 + u * step;
       if (vec && 4 * g + 3 < N) {
         const float4 q = __ldg(reinterpret_cast<const float4*>(row) + g);
         v[u][0] = q.x, v[u][1] = q.y, v[u][2] = q.z, v[u][3] = q.w;
@@ -86,7 +127,7 @@ __device__ __forceinline__ void row_groups(const float* __restrict__ row, int64_
     }
 #pragma unroll
     for (int u = 0; u < 4; ++u)
-      if (g0 + (int64_t)u * SRT < G) f(g0 + (int64_t)u * SRT, v[u]);
+      if (g0 + u * step < G) f(g0 + u * step, v[u]);
   }
 }
 
@@ -94,27 +135,52 @@ __device__ __forceinline__ void row_groups(const float* __restrict__ row, int64_
 __device__ __forceinline__ void better_of(float& bv, int& bi, float ov, int oi) {
   if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
 }
-// The block's best (value, id); every thread gets it.
-__device__ __forceinline__ void block_best(float& bv, int& bi, SampleShared& sh) {
+// The row's best (value, id), NaN / +inf flag and finite count from every thread's; every thread gets them.
+__device__ __forceinline__ void row_best(float& bv, int& bi, int& bad, int& fin, SampleShared& sh, const Part& P) {
+  const int tid = threadIdx.x, lane = tid & 31;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
+  for (int o = 16; o > 0; o >>= 1) {
     better_of(bv, bi, __shfl_xor_sync(0xffffffffu, bv, o), __shfl_xor_sync(0xffffffffu, bi, o));
+    bad |= __shfl_xor_sync(0xffffffffu, bad, o);
+    fin += __shfl_xor_sync(0xffffffffu, fin, o);
+  }
+  __syncthreads();  // every thread has read the last reduction's wv / wi
+  if (lane == 0) sh.wv[tid >> 5] = bv, sh.wi[tid >> 5] = bi, sh.wb[tid >> 5] = bad, sh.wf[tid >> 5] = fin;
   __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh.wv[threadIdx.x >> 5] = bv, sh.wi[threadIdx.x >> 5] = bi;
-  __syncthreads();
-  bv = sh.wv[0], bi = sh.wi[0];
-  for (int w = 1; w < SW; ++w) better_of(bv, bi, sh.wv[w], sh.wi[w]);
+  if (tid == 0) {
+    for (int w = 1; w < SW; ++w) better_of(bv, bi, sh.wv[w], sh.wi[w]), bad |= sh.wb[w], fin += sh.wf[w];
+    sh.pv = bv, sh.pi = bi, sh.pbad = bad, sh.pfin = fin;
+  }
+  part_sync(P);  // every block's part is published
+  if (tid < 32) {
+    float v = -INFINITY;
+    int i = -1, b = 0, f = 0;
+    if (lane < P.C) {
+      v = *at_rank(&sh.pv, P, lane), i = *at_rank(&sh.pi, P, lane);
+      b = *at_rank(&sh.pbad, P, lane), f = *at_rank(&sh.pfin, P, lane);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      better_of(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
+      b |= __shfl_xor_sync(0xffffffffu, b, o);
+      f += __shfl_xor_sync(0xffffffffu, f, o);
+    }
+    if (lane == 0) sh.rv = v, sh.ri = i, sh.rbad = b, sh.rfin = f;
+  }
+  part_sync(P);  // every block has read every part (and rv … is visible to the block)
+  bv = sh.rv, bi = sh.ri, bad = sh.rbad, fin = sh.rfin;
 }
 
-// Sweep B: per-bin counts (and masses when `mass`) of the finite tokens with key ≥ kmin, into bin_cnt /
+// Sweep B: per-bin counts (and masses when `mass`) of the row's finite tokens with key ≥ kmin, into bin_cnt /
 // bin_mass.
 __device__ __forceinline__ void bin_sweep(const float* __restrict__ row, int64_t N, float T, float m, ull kmin, bool mass,
-                          SampleShared& sh) {
+                                          SampleShared& sh, const Part& P) {
   const int tid = threadIdx.x, w = tid >> 5;
+  __syncthreads();  // (the union's last use is over)
   for (int j = tid; j < SW * NB; j += SRT) (&sh.u.h.cnt[0][0])[j] = 0;
   for (int j = tid; j < SW * NBQ; j += SRT) (&sh.u.h.mass[0][0])[j] = 0;
   __syncthreads();
-  row_groups(row, N, [&](int64_t g, const float (&v)[4]) {
+  row_groups(row, N, P, [&](int64_t g, const float (&v)[4]) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const float s = sm::scale_logit(v[r], T);
@@ -129,36 +195,43 @@ __device__ __forceinline__ void bin_sweep(const float* __restrict__ row, int64_t
     int c = 0;
     ull q = 0;
     for (int v = 0; v < SW; ++v) c += sh.u.h.cnt[v][b], q += b < NBQ ? sh.u.h.mass[v][b] : 0ull;
-    sh.bin_cnt[b] = c, sh.bin_mass[b] = q;
+    sh.bin_cnt_loc[b] = c, sh.bin_mass_loc[b] = q;
   }
-  __syncthreads();
+  part_sum(sh.bin_cnt_loc, sh.bin_cnt, sh.bin_mass_loc, sh.bin_mass, NB, P);
 }
 
-// The keys (≥ kmin) of bin `bin`'s finite tokens into cand, sorted best first; their count (≤ SCAP: the
-// caller checked bin_cnt). Slots past it hold 0, below every token's key.
+// The keys (≥ kmin) of bin `bin`'s finite tokens of the row into cand, sorted best first; their count (≤ SCAP:
+// the caller checked bin_cnt). Slots past it hold 0, below every token's key.
 __device__ __forceinline__ int gather_bin(const float* __restrict__ row, int64_t N, float T, float m, ull kmin, int bin,
-                          SampleShared& sh) {
+                                          SampleShared& sh, const Part& P) {
   const int tid = threadIdx.x;
   __syncthreads();  // every thread has read what the caller passed through shared memory
-  if (tid == 0) sh.ncand = 0;
-  for (int j = tid; j < SCAP; j += SRT) sh.u.c.cand[j] = 0;
+  if (tid == 0) sh.nloc = 0;
   __syncthreads();
-  row_groups(row, N, [&](int64_t g, const float (&v)[4]) {
+  row_groups(row, N, P, [&](int64_t g, const float (&v)[4]) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const float s = sm::scale_logit(v[r], T);
       if (!(s > -INFINITY) || bin_of(s, m) != bin) continue;
       const ull k = comp_key(s, 4 * g + r);
-      if (k >= kmin) sh.u.c.cand[atomicAdd(&sh.ncand, 1)] = k;
+      if (k >= kmin) sh.u.c.q[atomicAdd(&sh.nloc, 1)] = k;
     }
   });
-  __syncthreads();
-  const int n = sh.ncand;
-  int P = 1;
-  while (P < n) P <<= 1;
-  for (int size = 2; size <= P; size <<= 1)  // bitonic, descending
+  part_sync(P);  // every block's keys are in its q
+  int n = 0;
+  for (int r = 0; r < P.C; ++r) {  // rank r's keys to cand[n, n + its count)
+    const int nr = *at_rank(&sh.nloc, P, r);
+    const ull* qr = at_rank(sh.u.c.q, P, r);
+    for (int j = tid; j < nr; j += SRT) sh.u.c.cand[n + j] = qr[j];
+    n += nr;
+  }
+  int Pw = 1;
+  while (Pw < n) Pw <<= 1;
+  for (int j = n + tid; j < Pw; j += SRT) sh.u.c.cand[j] = 0;
+  part_sync(P);  // every block has its copy (q may be rewritten)
+  for (int size = 2; size <= Pw; size <<= 1)  // bitonic, descending
     for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      for (int i = tid; i < P; i += SRT) {
+      for (int i = tid; i < Pw; i += SRT) {
         const int p = i ^ stride;
         if (p > i) {
           const ull a = sh.u.c.cand[i], c = sh.u.c.cand[p];
@@ -170,7 +243,7 @@ __device__ __forceinline__ int gather_bin(const float* __restrict__ row, int64_t
   return n;
 }
 
-// The cut among the tokens of bin `bin` with key ≥ kmin when there are too many to sort: their keys are
+// The cut among the row's tokens of bin `bin` with key ≥ kmin when there are too many to sort: their keys are
 // unique (the id is in them), so the cut's key is found one 8-bit digit at a time from the top, each digit by
 // a sweep that counts (and, for top-p, weighs) the tokens whose key agrees with the digits found so far.
 // top-k (topp false): the key at place `place` (0 = best). top-p: the worst key whose mass before it (E0, the
@@ -178,7 +251,7 @@ __device__ __forceinline__ int gather_bin(const float* __restrict__ row, int64_t
 // the top-p cut, which holds for a digit's first token exactly when it holds for the digit. At least one
 // token qualifies (the caller chose the bin so). Eight sweeps: only for nearly flat rows.
 __device__ ull radix_cut(const float* __restrict__ row, int64_t N, float T, float m, ull kmin, int bin, bool topp,
-                         int64_t place, ull E0, int64_t limit, SampleShared& sh) {
+                         int64_t place, ull E0, int64_t limit, SampleShared& sh, const Part& P) {
   const int tid = threadIdx.x, w = tid >> 5;
   ull prefix = 0;  // the key's digits above `shift`
   for (int shift = 56; shift >= 0; shift -= 8) {
@@ -186,7 +259,7 @@ __device__ ull radix_cut(const float* __restrict__ row, int64_t N, float T, floa
     __syncthreads();  // every thread has read the last level's result (and the caller's shared values)
     for (int j = tid; j < SW * 256; j += SRT) (&sh.u.r.cnt[0][0])[j] = 0, (&sh.u.r.mass[0][0])[j] = 0;
     __syncthreads();
-    row_groups(row, N, [&](int64_t g, const float (&v)[4]) {
+    row_groups(row, N, P, [&](int64_t g, const float (&v)[4]) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const float s = sm::scale_logit(v[r], T);
@@ -203,9 +276,9 @@ __device__ ull radix_cut(const float* __restrict__ row, int64_t N, float T, floa
       int c = 0;
       ull q = 0;
       for (int v = 0; v < SW; ++v) c += sh.u.r.cnt[v][tid], q += sh.u.r.mass[v][tid];
-      sh.dig_cnt[tid] = c, sh.dig_mass[tid] = q;
+      sh.dig_cnt_loc[tid] = c, sh.dig_mass_loc[tid] = q;
     }
-    __syncthreads();
+    part_sum(sh.dig_cnt_loc, sh.dig_cnt, sh.dig_mass_loc, sh.dig_mass, 256, P);
     if (tid == 0) {  // the digits best first: the larger digit is the better key
       int chosen = -1;
       if (!topp) {
@@ -240,20 +313,93 @@ __device__ __forceinline__ float key_value(ull k) {
   return __uint_as_float((o & 0x80000000u) ? (o & 0x7FFFFFFFu) : ~o);
 }
 
+// Warp 0 (every lane calls): the top-k cut's bin — the first bin where the count of the bins up to it reaches
+// k — over lanes of BPL consecutive bins (a scan of their counts); sh.ncand = the bin, sh.last = the k-th
+// token's place in it, sh.flag = 0 (no cut: the bin is the one beyond the reach), 1 (sort) or 2 (radix).
+__device__ __forceinline__ void topk_bin(int k, SampleShared& sh) {
+  const int lane = threadIdx.x & 31, b0 = lane * BPL;
+  int own = 0;
+  for (int j = 0; j < BPL; ++j) own += b0 + j < NB ? sh.bin_cnt[b0 + j] : 0;
+  int incl = own;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  int before = incl - own, found = NB, place = 0;
+  for (int j = 0; j < BPL && found == NB; ++j) {
+    const int b = b0 + j;
+    if (b >= NB) break;
+    if (before + sh.bin_cnt[b] >= k) found = b, place = k - before - 1;
+    else before += sh.bin_cnt[b];
+  }
+  const unsigned hit = __ballot_sync(0xffffffffu, found < NB);
+  const int src = hit ? __ffs((int)hit) - 1 : 0;
+  const int bk = hit ? __shfl_sync(0xffffffffu, found, src) : NBQ;
+  const int pl = __shfl_sync(0xffffffffu, place, src);
+  if (lane == 0) {
+    // A cut 24 or more below m leaves out only tokens without mass that cannot win: no cut needed.
+    sh.flag = bk == NBQ ? 0 : sh.bin_cnt[bk] > SCAP ? 2 : 1;
+    sh.last = pl;
+    sh.ncand = bk;
+  }
+}
+
+// Warp 0 (every lane calls): the top-p cut's bin — the last non-empty bin whose mass before it, E, is within
+// the limit (E only grows, so these bins are a prefix of the non-empty ones; the first has E = 0) — from a scan
+// of the lanes' masses; sh.ncand = the bin, sh.key = its E, sh.limit, sh.flag = 1 (sort) or 2 (radix).
+__device__ __forceinline__ void topp_bin(float top_p, SampleShared& sh) {
+  const int lane = threadIdx.x & 31, b0 = lane * BPL;
+  ull own = 0;
+  for (int j = 0; j < BPL; ++j) own += b0 + j < NBQ ? sh.bin_mass[b0 + j] : 0ull;
+  ull incl = own;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const ull y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  const ull Z = __shfl_sync(0xffffffffu, incl, 31);
+  const int64_t limit = sm::top_p_limit(top_p, Z);
+  ull E = incl - own, Ebp = 0;
+  int bp = -1;
+  for (int j = 0; j < BPL; ++j) {
+    const int b = b0 + j;
+    if (b >= NBQ) break;
+    if (sh.bin_cnt[b] > 0 && (int64_t)E <= limit) bp = b, Ebp = E;
+    E += sh.bin_mass[b];
+  }
+  const int best = __reduce_max_sync(0xffffffffu, bp);
+  const int src = best < 0 ? 0 : best / BPL;
+  const ull Eb = __shfl_sync(0xffffffffu, Ebp, src);
+  if (lane == 0) {
+    const int b = best < 0 ? 0 : best;
+    sh.flag = sh.bin_cnt[b] > SCAP ? 2 : 1;
+    sh.ncand = b;
+    sh.key = best < 0 ? 0 : Eb;
+    sh.limit = limit;
+  }
+}
+
 __global__ void __launch_bounds__(SRT) sample_rows_kernel(const float* __restrict__ x, int64_t N, int64_t ld,
                                                           const SampleSpec* __restrict__ spec,
                                                           int32_t* __restrict__ out) {
-  DI_PDL_WAIT();
   extern __shared__ __align__(16) unsigned char sample_smem[];
   SampleShared& sh = *reinterpret_cast<SampleShared*>(sample_smem);
-  const float* row = x + (int64_t)blockIdx.x * ld;
-  const SampleSpec sp = spec[blockIdx.x];
+  const Part P{(int)cg::this_cluster().num_blocks(), (int)cg::this_cluster().block_rank()};
+  const int64_t rowi = blockIdx.x / P.C;
   const int tid = threadIdx.x;
+  // The noise bounds (constants: before the wait): g_hi[t] ≥ the noise of every word with top byte t — the
+  // noise of the byte's largest word (it grows with the word) plus a margin far above det_log's few-ulp
+  // departures from monotonicity.
+  if (tid < 256) sh.g_hi[tid] = __fadd_rn(sm::gumbel_from_word(((uint32_t)tid << 24) | 0x00FFFFFFu), 1e-3f);
+  DI_PDL_WAIT();
+  const float* row = x + rowi * ld;
+  const SampleSpec sp = spec[rowi];
 
   // A: the NaN / +inf check, the greedy pick (the argmax of x, ties to the lower id), the finite count.
   float bv = -INFINITY;
   int bi = -1, bad = 0, nfin = 0;
-  row_groups(row, N, [&](int64_t g, const float (&v)[4]) {  // ascending ids: strict > keeps the lowest
+  row_groups(row, N, P, [&](int64_t g, const float (&v)[4]) {  // ascending ids: strict > keeps the lowest
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       bad |= isnan(v[r]) || v[r] == INFINITY;
@@ -261,11 +407,10 @@ __global__ void __launch_bounds__(SRT) sample_rows_kernel(const float* __restric
       if (v[r] > bv) bv = v[r], bi = (int)(4 * g + r);
     }
   });
-  bad = __syncthreads_or(bad);
-  block_best(bv, bi, sh);
+  row_best(bv, bi, bad, nfin, sh, P);
   const float T = sp.temperature;
   if (bad || bi < 0 || !(T > 0.0f)) {
-    if (tid == 0) out[blockIdx.x] = bad ? -2 : bi;
+    if (tid == 0 && P.rank == 0) out[rowi] = bad ? -2 : bi;
     return;
   }
   const float m = sm::scale_logit(bv, T);  // division and the clamps are monotone: the max of the scaled
@@ -275,74 +420,33 @@ __global__ void __launch_bounds__(SRT) sample_rows_kernel(const float* __restric
   ull kcut = 0;                // top-p: kept keys ≥ kcut (and q > 0)
   bool use_top_p = false;
   if (filtered) {
-    // The finite count, block-wide (wi is free once every thread has read block_best's result).
-    __syncthreads();
-    int c = nfin;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
-    if ((tid & 31) == 0) sh.wi[tid >> 5] = c;
-    __syncthreads();
-    int total = 0;
-    for (int w = 0; w < SW; ++w) total += sh.wi[w];
-    __syncthreads();
+    const int total = nfin;
     const bool topk = sp.top_k > 0 && (int64_t)sp.top_k < total;
     const int64_t set_size = topk ? sp.top_k : total;
     use_top_p = sp.top_p < 1.0f && set_size > 1;
-    bin_sweep(row, N, T, m, 0, !topk, sh);
+    bin_sweep(row, N, T, m, 0, !topk, sh, P);
     if (topk) {
-      if (tid == 0) {
-        int before = 0, bk = NB - 1;
-        for (int b = 0; b < NB; ++b) {
-          if (before + sh.bin_cnt[b] >= sp.top_k) {
-            bk = b;
-            break;
-          }
-          before += sh.bin_cnt[b];
-        }
-        // A cut 24 or more below m leaves out only tokens without mass that cannot win: no cut needed.
-        sh.flag = bk == NBQ ? 0 : sh.bin_cnt[bk] > SCAP ? 2 : 1;
-        sh.last = sp.top_k - before - 1;  // the k-th token's place in its bin
-        sh.ncand = bk;
-      }
+      if (tid < 32) topk_bin(sp.top_k, sh);
       __syncthreads();
       const int flag = sh.flag, place = sh.last, bk = sh.ncand;
-      if (flag == 2) kset = radix_cut(row, N, T, m, 0, bk, false, place, 0, 0, sh);
+      if (flag == 2) kset = radix_cut(row, N, T, m, 0, bk, false, place, 0, 0, sh, P);
       if (flag == 1) {
-        gather_bin(row, N, T, m, 0, bk, sh);
+        gather_bin(row, N, T, m, 0, bk, sh, P);
         kset = sh.u.c.cand[place];
-        __syncthreads();
       }
-      if (use_top_p) bin_sweep(row, N, T, m, kset, true, sh);
+      if (use_top_p) bin_sweep(row, N, T, m, kset, true, sh, P);
     }
     if (use_top_p) {
-      if (tid == 0) {
-        ull Z = 0;
-        for (int b = 0; b < NBQ; ++b) Z += sh.bin_mass[b];
-        const int64_t limit = sm::top_p_limit(sp.top_p, Z);
-        ull E = 0;
-        int bp = 0;
-        ull Ebp = 0;
-        for (int b = 0; b < NBQ; ++b) {
-          if (sh.bin_cnt[b] > 0) {
-            if ((int64_t)E > limit) break;
-            bp = b, Ebp = E;
-          }
-          E += sh.bin_mass[b];
-        }
-        sh.flag = sh.bin_cnt[bp] > SCAP ? 2 : 1;
-        sh.ncand = bp;
-        sh.key = Ebp;
-        sh.limit = limit;
-      }
+      __syncthreads();  // (topk: every thread has read the cut's key and flags)
+      if (tid < 32) topp_bin(sp.top_p, sh);
       __syncthreads();
       const int bp = sh.ncand, pflag = sh.flag;
       const ull Ebp = sh.key;
       const int64_t limit = sh.limit;
       if (pflag == 2) {
-        kcut = radix_cut(row, N, T, m, kset, bp, true, 0, Ebp, limit, sh);
+        kcut = radix_cut(row, N, T, m, kset, bp, true, 0, Ebp, limit, sh, P);
       } else {
-        __syncthreads();
-        const int n = gather_bin(row, N, T, m, kset, bp, sh);
+        const int n = gather_bin(row, N, T, m, kset, bp, sh, P);
         // The masses before each place in sorted order: a thread's SIPT consecutive places after the exclusive
         // sum of the threads before it (integers: the order of the sums is immaterial).
         for (int p = tid; p < n; p += SRT) sh.u.c.q[p] = sm::mass_of(sm::rel_of(key_value(sh.u.c.cand[p]), m));
@@ -365,16 +469,18 @@ __global__ void __launch_bounds__(SRT) sample_rows_kernel(const float* __restric
         if (last >= 0) atomicMax(&sh.last, last);
         __syncthreads();
         kcut = sh.u.c.cand[sh.last];
-        __syncthreads();
       }
     }
   }
 
   // D: Gumbel-max over the kept tokens within reach of m; four consecutive ids a thread share a Philox call.
+  // Exact pruning: a token whose value plus its noise bound (g_hi of its word's top byte, or of any word) is
+  // below the thread's best score so far cannot win (rounding is monotone), so most tokens skip det_log.
   const PhiloxKey pk = philox_key(sp.key);
   const bool minp = filtered && sp.min_p > 0.0f;
+  const float gmax = sh.g_hi[255];
   bv = -INFINITY, bi = -1;
-  row_groups(row, N, [&](int64_t g, const float (&v)[4]) {
+  row_groups(row, N, P, [&](int64_t g, const float (&v)[4]) {
     bool keep[4];
     float sv[4];
 #pragma unroll
@@ -382,7 +488,7 @@ __global__ void __launch_bounds__(SRT) sample_rows_kernel(const float* __restric
       const int64_t i = 4 * g + r;
       const float s = sm::scale_logit(v[r], T);
       sv[r] = s;
-      keep[r] = s > -INFINITY && bin_of(s, m) != NBQ;
+      keep[r] = s > -INFINITY && bin_of(s, m) != NBQ && !(__fadd_rn(s, gmax) < bv);
       if (keep[r] && filtered) {
         const ull k = comp_key(s, i);
         keep[r] = k >= kset && k >= kcut;
@@ -397,10 +503,12 @@ __global__ void __launch_bounds__(SRT) sample_rows_kernel(const float* __restric
         {(uint32_t)sp.position, (uint32_t)RngStream::kSample, (uint32_t)g, (uint32_t)(sp.position >> 32)}, pk);
 #pragma unroll
     for (int r = 0; r < 4; ++r)
-      if (keep[r]) better_of(bv, bi, __fadd_rn(sv[r], sm::gumbel_from_word(w[r])), (int)(4 * g + r));
+      if (keep[r] && !(__fadd_rn(sv[r], sh.g_hi[w[r] >> 24]) < bv))
+        better_of(bv, bi, __fadd_rn(sv[r], sm::gumbel_from_word(w[r])), (int)(4 * g + r));
   });
-  block_best(bv, bi, sh);
-  if (tid == 0) out[blockIdx.x] = bi;
+  int b0 = 0, f0 = 0;
+  row_best(bv, bi, b0, f0, sh, P);
+  if (tid == 0 && P.rank == 0) out[rowi] = bi;
 }
 
 }  // namespace
@@ -426,6 +534,35 @@ __global__ void __launch_bounds__(256) apply_edits_kernel(float* __restrict__ x,
 }
 }  // namespace
 
+// Blocks a row (a cluster): the largest power of two ≤ 16 with M·C ≤ the SMs (one block an SM), 16 only where
+// a cluster of 16 fits the device. The token does not depend on it (integer sums, a total order for the best).
+static int sample_cluster(int64_t M) {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  int C = 1;
+  while (C < kMaxCluster && M * C * 2 <= sms) C *= 2;
+  if (C == kMaxCluster) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3((unsigned)C);
+    cfg.blockDim = dim3(SRT);
+    cfg.dynamicSmemBytes = sizeof(SampleShared);
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = (unsigned)C, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, sample_rows_kernel, &cfg) != cudaSuccess || n < 1) {
+      (void)cudaGetLastError();  // (a failed query leaves no error behind)
+      C /= 2;
+    }
+  }
+  return C;
+}
+
 cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
                         const LogitEdit* edits, float* edit_raw, int32_t* out, cudaStream_t s) {
   if (N <= 0 || N > 0x7fffffff) return cudaErrorInvalidValue;
@@ -435,12 +572,26 @@ cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const Sample
     apply_edits_kernel<<<(unsigned)M, 256, 0, s>>>(x, N, ld, rows, edits, edit_raw);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
-  sample_rows_kernel<<<(unsigned)M, SRT, sizeof(SampleShared), s>>>(x, N, ld, spec, out);
-  return cudaGetLastError();
+  const int C = sample_cluster(M);
+  if (M * C > INT_MAX) return cudaErrorInvalidValue;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3((unsigned)(M * C));
+  cfg.blockDim = dim3(SRT);
+  cfg.dynamicSmemBytes = sizeof(SampleShared);
+  cfg.stream = s;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = (unsigned)C, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, sample_rows_kernel, (const float*)x, N, ld, spec, out);
 }
 
 namespace detail {
-cudaError_t init_attributes_sampler() { return set_max_dynamic_smem(sample_rows_kernel, sizeof(SampleShared)); }
+cudaError_t init_attributes_sampler() {
+  if (cudaError_t e = set_max_dynamic_smem(sample_rows_kernel, sizeof(SampleShared)); e != cudaSuccess) return e;
+  return cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+}
 }  // namespace detail
 
 namespace {
