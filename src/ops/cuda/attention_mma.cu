@@ -758,7 +758,7 @@ static_assert(64 * A3_OPS * 4 <= A3Layout::sx, "merge O must fit below the parti
 
 // v3's merge of one float4 of a head's output: the splits' O in split order, each × its weight (wt[j]; 0: an empty
 // split, or one outweighed to 0 — its O is 0 and is skipped), then × 1/L (wt[AM_KS]); stored at orow (16-byte
-// aligned when al16). Both merge forms below run it, so they give the same bits.
+// aligned when al16).
 __device__ __forceinline__ void a3_merge_store(const float4 (&v)[AM_KS], const float* wt, float* orow, bool al16) {
   float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
@@ -776,11 +776,7 @@ __device__ __forceinline__ void a3_merge_store(const float4 (&v)[AM_KS], const f
 // QS (session 15): q loaded once a cluster — CTA `split` loads and converts the heads [16·split, +16) and stores
 // them into the Q tile of every CTA of the cluster (distributed shared memory), a quarter of the q reads of QS =
 // false; the same bf16 values in the same places: the same bits.
-// MS (session 15): the merge by remote stores — after every CTA's loop, warp wq's O rows and (max, sum) (heads
-// [16wq, +16), the heads CTA wq finalizes) go straight into CTA wq's shared memory, then one release / acquire
-// barrier, and each CTA merges from its own memory: the same values in the same order (the same bits), without
-// the remote loads' round trips (s10-run6: the merge was 26-45 % of a CTA, lg throttle on its DSMEM loads).
-template <bool QS, bool MS>
+template <bool QS>
 __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
     sink_attn_mma3_kernel(const float* __restrict__ q, int64_t ldq, int H, const float* __restrict__ win,
                           const int32_t* __restrict__ win_lo, const int32_t* __restrict__ win_hi,
@@ -1072,59 +1068,6 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
     __syncthreads();  // tile t + 1 converted; every warpgroup done with this tile's buffer and the partial S
   }
 
-  if constexpr (MS) {
-    constexpr int HPS = AM_HB / AM_KS;
-    // every CTA's loop is done: its Q and key tiles may be overwritten
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-    // into CTA wq: O rows at Ob[split][head − 16wq] (rows of A3_OPS floats from its shared memory's start),
-    // (max, sum) at ML[split][head − 16wq]
-    uint32_t ob_r, ml_r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ob_r) : "r"(sbase), "r"(wq));
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-                 : "=r"(ml_r)
-                 : "r"((uint32_t)__cvta_generic_to_shared(ML)), "r"(wq));
-    auto st2 = [](uint32_t a, float x, float y) {
-      asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(x), "f"(y) : "memory");
-    };
-    if (wg == 0 && cq == 0) {
-      st2(ml_r + (uint32_t)((split * HPS + gq) * 2 * 4), mA, lA);
-      st2(ml_r + (uint32_t)((split * HPS + gq + 8) * 2 * 4), mB, lB);
-    }
-    const uint32_t ra = ob_r + (uint32_t)((split * HPS + gq) * A3_OPS * 4);
-    const uint32_t rb = ob_r + (uint32_t)((split * HPS + gq + 8) * A3_OPS * 4);
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const uint32_t col4 = (uint32_t)((256 * wg + 8 * j + 2 * cq) * 4);
-      st2(ra + col4, o[4 * j], o[4 * j + 1]);
-      st2(rb + col4, o[4 * j + 2], o[4 * j + 3]);
-    }
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-    // merge (v1's formula and order, as below) of heads [16·split, +16) from this CTA's memory
-    const int hb = HPS * split;
-    if (tid < HPS) {
-      const int h = hb + tid;
-      const float sink = g0 + h < H ? sinks[g0 + h] : 0.0f;
-      float mj[AM_KS], lj[AM_KS];
-#pragma unroll
-      for (int j = 0; j < AM_KS; ++j) mj[j] = ML[(j * HPS + tid) * 2], lj[j] = ML[(j * HPS + tid) * 2 + 1];
-      am_merge_weights(sink, mj, lj, Wt + tid * (AM_KS + 1));
-    }
-    __syncthreads();
-    const float* Ob = reinterpret_cast<const float*>(smem);
-    float* ob = out + m * ldo + (int64_t)g0 * D;
-    const bool al16 = ((uintptr_t)ob & 15) == 0 && (ldo & 3) == 0;
-    constexpr int ITEMS = HPS * (D / 4) / A3_NT;  // 8 float4 a thread
-#pragma unroll
-    for (int it = 0; it < ITEMS; ++it) {
-      const int idx = tid + it * A3_NT, hl = idx / (D / 4), c = 4 * (idx % (D / 4));
-      if (hb + hl >= hv) continue;
-      float4 v[AM_KS];
-#pragma unroll
-      for (int j = 0; j < AM_KS; ++j) v[j] = *reinterpret_cast<const float4*>(Ob + (j * HPS + hl) * A3_OPS + c);
-      a3_merge_store(v, Wt + hl * (AM_KS + 1), ob + (int64_t)(hb + hl) * D + c, al16);
-    }
-    return;  // (nothing reads another CTA's memory after the second barrier)
-  }
   // this split's (max, sum, O [64][512]) into shared memory over Q and the key tiles
   float* Op = reinterpret_cast<float*>(smem);
   if (wg == 0 && cq == 0) ML[2 * rA] = mA, ML[2 * rA + 1] = lA, ML[2 * rB] = mB, ML[2 * rB + 1] = lB;
@@ -1185,7 +1128,7 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
-template <bool QS, bool MS>
+template <bool QS>
 cudaError_t a3_launch(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win, const int32_t* win_lo,
                       const int32_t* win_hi, const float* ent, const int32_t* ent_idx, const int64_t* ent_off,
                       const float* sinks, float scale, float* out, int64_t ldo, cudaStream_t s) {
@@ -1195,16 +1138,15 @@ cudaError_t a3_launch(const float* q, int64_t M, int64_t ldq, int H, int d, cons
   const int64_t bx = M * AM_KS;
   if (bx > INT_MAX) return cudaErrorInvalidConfiguration;
   const dim3 grid((unsigned)bx, (unsigned)((H + AM_HB - 1) / AM_HB));
-  sink_attn_mma3_kernel<QS, MS><<<grid, A3_NT, A3Layout::total, s>>>(q, ldq, H, win, win_lo, win_hi, ent, ent_idx,
-                                                                  ent_off, sinks, scale, out, ldo);
+  sink_attn_mma3_kernel<QS><<<grid, A3_NT, A3Layout::total, s>>>(q, ldq, H, win, win_lo, win_hi, ent, ent_idx,
+                                                              ent_off, sinks, scale, out, ldo);
   return cudaGetLastError();
 }
 
 // Set once (init_kernel_attributes): A3Layout::total bytes of dynamic shared memory.
 cudaError_t a3_attrs() {
-  cudaError_t e = detail::set_max_dynamic_smem(sink_attn_mma3_kernel<false, false>, (size_t)A3Layout::total);
-  if (e == cudaSuccess) e = detail::set_max_dynamic_smem(sink_attn_mma3_kernel<true, false>, (size_t)A3Layout::total);
-  return e != cudaSuccess ? e : detail::set_max_dynamic_smem(sink_attn_mma3_kernel<true, true>, (size_t)A3Layout::total);
+  cudaError_t e = detail::set_max_dynamic_smem(sink_attn_mma3_kernel<false>, (size_t)A3Layout::total);
+  return e != cudaSuccess ? e : detail::set_max_dynamic_smem(sink_attn_mma3_kernel<true>, (size_t)A3Layout::total);
 }
 
 int a3_max_clusters() {
@@ -1213,7 +1155,7 @@ int a3_max_clusters() {
   cfg.blockDim = dim3(A3_NT, 1, 1);
   cfg.dynamicSmemBytes = (size_t)A3Layout::total;
   int n = -1;
-  if (cudaOccupancyMaxActiveClusters(&n, sink_attn_mma3_kernel<false, false>, &cfg) != cudaSuccess) return -1;
+  if (cudaOccupancyMaxActiveClusters(&n, sink_attn_mma3_kernel<false>, &cfg) != cudaSuccess) return -1;
   return n;
 }
 
@@ -1632,19 +1574,13 @@ cudaError_t sink_attention_mma_v3(const float* q, int64_t M, int64_t ldq, int H,
                                   const int32_t* win_lo, const int32_t* win_hi, const float* ent,
                                   const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
                                   float* out, int64_t ldo, cudaStream_t s) {
-  return a3_launch<false, false>(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
+  return a3_launch<false>(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
 }
 cudaError_t sink_attention_mma_v3q(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
                                    const int32_t* win_lo, const int32_t* win_hi, const float* ent,
                                    const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
                                    float* out, int64_t ldo, cudaStream_t s) {
-  return a3_launch<true, false>(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
-}
-cudaError_t sink_attention_mma_v3qm(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
-                                    const int32_t* win_lo, const int32_t* win_hi, const float* ent,
-                                    const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
-                                    float* out, int64_t ldo, cudaStream_t s) {
-  return a3_launch<true, true>(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
+  return a3_launch<true>(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
 }
 
 cudaError_t sink_attention_mma_v1(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,

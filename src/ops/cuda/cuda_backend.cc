@@ -1099,16 +1099,15 @@ void CudaBackend::sink_attention(const float* q, int64_t M, int64_t ldq, int H, 
   // attn_mma2 takes its v1 kernel instead of v2 (same bits). Decode batches (M ≤ kAttDecMaxM) take attdec,
   // v2's bits on 8× the CTAs (so the choice by M keeps batch invariance); DEEPINFER_CUDA_OFF=attdec keeps v2.
   // Larger M at d = 512 take v3, v2's bits on warpgroup MMAs (DEEPINFER_CUDA_OFF=attn_v3 keeps v2; session 10:
-  // −12 % attention time in a 4k prefill, docs/cuda-notes.md "Prefill attention v3"); v3q: v3 with q loaded once
-  // a cluster, v3qm: and the key splits merged by remote stores (the same bits; DEEPINFER_CUDA_OFF=attn_qshare keeps
-  // v3, attn_mstore v3q).
+  // −12 % attention time in a 4k prefill, docs/cuda-notes.md "Prefill attention v3"), by default as v3q: v3 with q
+  // loaded once a cluster (the same bits; DEEPINFER_CUDA_OFF=attn_qshare keeps v3). Session 18: v3q 2-9 % faster
+  // than v3 a call; v3qm (the key splits merged by remote stores) 8-10 % slower, deleted.
   if (impl_->weights == CudaWeights::Stored && !impl_->off("attn_mma") &&
       cuda::sink_attention_mma_supported(H, d, win, ent)) {
     auto* mma = impl_->off("attn_mma2")                               ? cuda::sink_attention_mma_v1
                 : M <= cuda::kAttDecMaxM && !impl_->off("attdec") ? cuda::sink_attention_dec
                 : d == 512 && !impl_->off("attn_v3") && impl_->off("attn_qshare") ? cuda::sink_attention_mma_v3
-                : d == 512 && !impl_->off("attn_v3") && impl_->off("attn_mstore") ? cuda::sink_attention_mma_v3q
-                : d == 512 && !impl_->off("attn_v3")              ? cuda::sink_attention_mma_v3qm
+                : d == 512 && !impl_->off("attn_v3")              ? cuda::sink_attention_mma_v3q
                                                                       : cuda::sink_attention_mma;
     check(mma(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, impl_->stream),
           "sink_attention (mma)");

@@ -540,11 +540,6 @@ cudaError_t sink_attention_mma_v3q(const float* q, int64_t M, int64_t ldq, int H
                                    const int32_t* win_lo, const int32_t* win_hi, const float* ent,
                                    const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
                                    float* out, int64_t ldo, cudaStream_t s);
-// v3q with the key splits merged by remote stores into the finalizing CTA (then local reads): the same bits.
-cudaError_t sink_attention_mma_v3qm(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
-                                    const int32_t* win_lo, const int32_t* win_hi, const float* ent,
-                                    const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
-                                    float* out, int64_t ldo, cudaStream_t s);
 // attdec (attention_mma.cu): sink_attention_mma's arithmetic (same bits: same splits, bf16 roundings, MMA
 // operands and k-order, softmax and merge order) on 8× its CTAs, for decode: a cluster of 8 per (query, group
 // of 16 heads) = v2's 4 key splits × 2 halves of d, 256 threads, each staging all tiles of its split at once
