@@ -2,8 +2,8 @@
 # A short device call for one new kernel: its op-test correctness cases (OPS_FILTER) beside the model
 # checks (MODEL=1), then op perf filters (PERF, '|'-separated substrings, one process), a 6-layer decode
 # bench with --profile (L6_ARGS, L6=0 skips), a 31-layer decode (L31_ARGS, L31=0 skips) and ablations
-# (ABLATE, '|'-separated OFF values, ABL_ARGS); OFF / ON are DEEPINFER_CUDA_OFF / DEEPINFER_CUDA_ON for the
-# benches. Everything under OUT.
+# (ABLATE, '|'-separated OFF values, ABL_ARGS), then more bench runs (BENCHES); OFF / ON are DEEPINFER_CUDA_OFF /
+# DEEPINFER_CUDA_ON for the benches. Everything under OUT.
 # Usage (repo root on the GPU machine): bash bench/run_quick_h200.sh PKG OUT
 set -u
 PKG=${1:-.gpu}
@@ -53,5 +53,18 @@ ablate() {
   done
 }
 [ -n "${ABLATE:-}" ] && ablate off "$ABLATE"
+# BENCHES: '|'-separated bench argument strings, each one more bench run under the default settings (the same
+# case with a bench flag changed, e.g. --feed 0 beside --feed 1).
+if [ -n "${BENCHES:-}" ]; then
+  IFS='|' read -ra BB <<< "$BENCHES"
+  i=0
+  for b in "${BB[@]}"; do
+    i=$((i + 1))
+    echo "== bench $i ($b) at $(( $(date +%s) - t0 )) s"
+    SKIP_MODEL=1 HF_TIMEOUT=0 DI_TIMEOUT=${ABL_TIMEOUT:-60} OFF=${OFF:-} BENCH_ARGS="$b" \
+      bash bench/run_session_h200.sh "$PKG" "$OUT/b$i" 2>&1 | grep -E "^\| decode|^\| prefill" | head -8
+    grep -E "^profile|idle" "$OUT/b$i/bench/bench.log" | head -6
+  done
+fi
 [ -n "${ABLATE_ON:-}" ] && ablate on "$ABLATE_ON"
 echo "== done at $(( $(date +%s) - t0 )) s"

@@ -109,7 +109,7 @@ NB_MODULE(_core, m) {
           "__init__",
           [](Engine* self, const std::string& model_dir, const std::string& tokenizer, int threads,
              int64_t cache_bytes, int max_num_seqs, int64_t max_batched_tokens, int64_t max_model_len,
-             bool progress, bool async_scheduling) {
+             bool progress, bool async_scheduling, bool device_sampling) {
             EngineConfig cfg;
             cfg.model_dir = model_dir;
             cfg.tokenizer = tokenizer;
@@ -120,12 +120,13 @@ NB_MODULE(_core, m) {
             cfg.max_model_len = max_model_len;
             cfg.progress = progress;
             cfg.async_scheduling = async_scheduling;
+            cfg.device_sampling = device_sampling;
             nb::gil_scoped_release nogil;  // loading can take a while
             new (self) Engine(cfg);
           },
           nb::arg("model_dir"), nb::arg("tokenizer"), nb::arg("threads"), nb::arg("cache_bytes"),
           nb::arg("max_num_seqs"), nb::arg("max_batched_tokens"), nb::arg("max_model_len"),
-          nb::arg("progress"), nb::arg("async_scheduling") = true)
+          nb::arg("progress"), nb::arg("async_scheduling") = true, nb::arg("device_sampling") = true)
       .def("generate",
            [](Engine& e, const std::vector<PyRequest>& py_reqs) {
              std::vector<Request> reqs;
@@ -184,6 +185,8 @@ NB_MODULE(_core, m) {
         d["prompt_tokens"] = s.prompt_tokens;
         d["generated_tokens"] = s.generated_tokens;
         d["preemptions"] = s.preemptions;
+        d["device_sampled_tokens"] = s.device_sampled_tokens;
+        d["fed_steps"] = s.fed_steps;
         return d;
       });
 

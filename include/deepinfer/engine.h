@@ -35,6 +35,9 @@ struct EngineConfig {
                                      // that the paged cache takes (cache_bytes is the cpu budget)
   bool async_scheduling = true;      // plan and record decode step N+1 while step N runs (where the backend
                                      // runs decode steps from graphs: cuda); results are the same either way
+  bool device_sampling = true;       // sample on the backend (Backend::sample_rows) every row without grammar
+                                     // or logprobs, its logit processors applied there as edits, so only ids
+                                     // cross to the host; the tokens are the same either way
   std::string dtype = "auto";        // cuda: "auto" keeps bf16 / fp8 / fp4 weights as stored (fast path);
                                      // "float32" dequantizes them (the cpu backend's numerics). cpu: float32.
 };
@@ -92,6 +95,9 @@ struct EngineStats {
   int64_t cache_pages_used = 0, cache_pages_total = 0, cache_slots_used = 0, cache_slots_total = 0;
   int64_t cache_page_bytes = 0, cache_slot_bytes = 0, cache_tokens_per_page = 0;
   int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0, preemptions = 0;
+  int64_t device_sampled_tokens = 0;  // generated tokens picked on the backend (only their ids crossed)
+  int64_t fed_steps = 0;  // decode steps launched before the host read the previous one: their tokens were its
+                          // picks, taken on the device (async scheduling with device sampling)
 };
 
 class Engine {

@@ -209,16 +209,18 @@ class LLM:
 
     model: a Hugging Face checkpoint directory of a DeepSeek-V4 model (default: the embedded model).
     tokenizer: a directory or tokenizer.json (default: the model's). Other arguments size the engine;
-    async_scheduling plans decode step N+1 while step N runs (the same outputs either way).
+    async_scheduling plans decode step N+1 while step N runs, and device_sampling picks the tokens of rows
+    without grammar or logprobs on the backend, their logit processors applied there (the same outputs
+    either way).
     """
 
     def __init__(self, model: Optional[str] = None, tokenizer: Optional[str] = None, *,
                  threads: int = 0, cache_bytes: int = 256 << 20, max_num_seqs: int = 16,
                  max_num_batched_tokens: int = 512, max_model_len: Optional[int] = None,
-                 show_progress: bool = False, async_scheduling: bool = True):
+                 show_progress: bool = False, async_scheduling: bool = True, device_sampling: bool = True):
         self._engine = _core.Engine(model or default_model_dir(), tokenizer or "", threads, cache_bytes,
                                     max_num_seqs, max_num_batched_tokens, max_model_len or 0,
-                                    show_progress, async_scheduling)
+                                    show_progress, async_scheduling, device_sampling)
         self._next_id = 0
 
     @property

@@ -63,7 +63,10 @@ const char* kUsage =
     "  --profile N                after each decode case, N more steps with device time per op (prefill: the\n"
     "                             prompt again); busy/gap/idle per step and the top ops go to the JSON and stdout\n"
     "  --overlap 0|1              decode: plan and record step N+1 while step N runs (default 1; needs graphs)\n"
-    "  --logits 0|1               decode: read every step's logits (1) or only its greedy picks (default 0)\n"
+    "  --logits 0|1               decode: read every step's logits (1) or only its picks (default 0)\n"
+    "  --feed 0|1                 decode with --overlap 1 --logits 0: launch step N+1 with its tokens taken from N's\n"
+    "                             picks on the device, then read N (the engine's way with device sampling; default 1)\n"
+    "  --temperature T  --top-p P decode picks sampled on the backend (Backend::sample_rows; default 0: greedy)\n"
     "  --cost-only                print bytes/FLOPs/floors of every case for the slice (--layers, default all), run nothing\n"
     "  --json FILE                write the results as JSON\n"
     "  --hf-json FILE             transformers' results (bench/hf_slice_bench.py) to print side by side\n";
@@ -74,7 +77,9 @@ struct Options {
   bool cost_only = false;  // --cost-only: print the cost model of every case, run nothing
   int64_t profile_steps = 0;  // --profile N: after a case's timed steps, N more steps with device-time profiling
   bool overlap = true;        // --overlap: decode step N+1 prepared while step N runs
-  bool read_logits = false;   // --logits: decode steps read every logit (else the greedy picks only)
+  bool read_logits = false;   // --logits: decode steps read every logit (else the picks only)
+  bool feed = true;           // --feed: step N+1 launched before N is read, its tokens N's picks
+  float temperature = 0.0f, top_p = 1.0f;  // --temperature / --top-p: how the picks are sampled
   std::vector<int64_t> batches{1, 8, 32, 128, 256}, prefills{4096, 16384};
   int64_t context = 4096, steps = 16, warmup = 2, chunk = 0, seed = 1, threads = 0;
   double case_seconds = 60, gpu_fraction = 0.9;
@@ -355,13 +360,16 @@ CaseResult run_decode(DeepseekV4Model& model, Backend& be, const CostModel& cm, 
   for (auto& s : st)
     if (!cache.open(&s) || !cache.fast_forward_for_bench(&s, o.context, extra))
       throw Error("cache: cannot hold " + std::to_string(B) + " sequences");
-  std::vector<int32_t> toks(B);
+  std::vector<int32_t> toks(B), feed_rows(B);
+  for (int64_t b = 0; b < B; ++b) feed_rows[b] = (int32_t)b;
   std::vector<V4SeqChunk> step(B);
   std::span<const float> logits;
   // --overlap 1 (the engine's way): step N+1 is planned and recorded while step N runs, then N's logits
   // are read and N+1 is launched with its token ids (random here: sampling is not part of the measurement).
   // --logits 0 (a greedy engine's way): only the step's greedy picks (argmax_rows) cross to the host;
-  // the logits are read once at the end of a case (finiteness check).
+  // the logits are read once at the end of a case (finiteness check). --feed 1 (with both): N+1 is launched
+  // with N's picks as its tokens (taken on the device) before N's picks are read, so the device never waits
+  // for the host between steps.
   model.set_device_argmax(!o.read_logits);
   bool in_flight = false;  // a launched step whose results are not read yet
   auto read = [&] {
@@ -370,8 +378,15 @@ CaseResult run_decode(DeepseekV4Model& model, Backend& be, const CostModel& cm, 
   };
   auto one_step = [&] {
     toks = random_tokens(g, B, c.vocab_size);
-    for (int64_t b = 0; b < B; ++b) step[b] = {&st[b], std::span<const int32_t>(&toks[b], 1), false};
+    for (int64_t b = 0; b < B; ++b)
+      step[b] = {&st[b], std::span<const int32_t>(&toks[b], 1), false,
+                 SampleSpec{o.temperature, o.top_p, 0.0f, 0, (uint64_t)(o.seed + b), (uint64_t)st[b].pos + 1}};
     if (o.overlap) model.prepare(step, cache);
+    if (o.overlap && o.feed && !o.read_logits && in_flight && model.can_feed()) {
+      model.launch(toks, feed_rows);  // every row's token: its pick of the step in flight
+      model.argmax(1);                // that step's picks, read while this one runs
+      return;
+    }
     if (in_flight) read();
     in_flight = true;
     if (o.overlap) model.launch(toks);
@@ -679,6 +694,9 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--profile") o.profile_steps = flag_int(a, v);
     else if (a == "--overlap") o.overlap = flag_int(a, v) != 0;
     else if (a == "--logits") o.read_logits = flag_int(a, v) != 0;
+    else if (a == "--feed") o.feed = flag_int(a, v) != 0;
+    else if (a == "--temperature") o.temperature = (float)flag_double(a, v);
+    else if (a == "--top-p") o.top_p = (float)flag_double(a, v);
     else if (a == "--threads") o.threads = flag_int(a, v);
     else if (a == "--device-name") o.device_name = v;
     else if (a == "--json") o.json_out = v;
@@ -689,6 +707,8 @@ bool parse(int argc, char** argv, Options& o) {
   if (o.context < 0 || o.steps < 1 || o.warmup < 0) throw Error("--context must be >= 0, --steps >= 1, --warmup >= 0");
   if (o.chunk < 0) throw Error("--chunk must be >= 1");
   if (!(o.gpu_fraction > 0 && o.gpu_fraction <= 1)) throw Error("--gpu-memory-fraction must be in (0, 1]");
+  if (!(o.temperature >= 0 && o.temperature <= 100) || !(o.top_p > 0 && o.top_p <= 1))
+    throw Error("--temperature must be in [0, 100], --top-p in (0, 1]");
   return true;
 }
 
@@ -768,6 +788,9 @@ int cmd_bench(int argc, char** argv) {
              {"warmup", o.warmup},
              {"overlap", o.overlap},
              {"read_logits", o.read_logits},
+             {"feed", o.feed && o.overlap && !o.read_logits},
+             {"temperature", o.temperature},
+             {"top_p", o.top_p},
              {"prefill_chunk", chunk},
              {"seed", o.seed}};
     // How many layers.

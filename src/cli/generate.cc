@@ -30,6 +30,7 @@ const char* kUsage =
     "         --backend cuda|cpu (default: cuda when a GPU is present)  --gpu-memory-fraction F (default 0.9)\n"
     "         --dtype auto|float32 (cuda: weights as stored, or dequantized to float32 like the cpu backend)\n"
     "         --async-scheduling 0|1 (default 1: the next decode step is planned while one runs)\n"
+    "         --device-sampling 0|1 (default 1: sample on the backend when the host would pick the same token)\n"
     "structured output (one of): --json-schema FILE  --regex R  --grammar FILE (GBNF)  --json-object\n"
     "         --compact-json (JSON without whitespace between tokens)\n"
     "--prompts-file: one JSON string or {\"prompt\": ...} object per line; prints one JSON result per line\n";
@@ -106,6 +107,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--dtype") o.engine.dtype = v;
     else if (a == "--gpu-memory-fraction") o.engine.gpu_memory_fraction = to_double(a, v);
     else if (a == "--async-scheduling") o.engine.async_scheduling = to_int(a, v) != 0;
+    else if (a == "--device-sampling") o.engine.device_sampling = to_int(a, v) != 0;
     else if (a == "--max-num-seqs") o.engine.max_num_seqs = (int)to_int(a, v);
     else if (a == "--json-schema") set_structured(o, a, StructuredKind::kJsonSchema, read_file(a, v));
     else if (a == "--regex") set_structured(o, a, StructuredKind::kRegex, v);

@@ -35,6 +35,7 @@ const char* kUsage =
     "  --max-num-seqs N         sequences running at once (default 16)\n"
     "  --max-model-len N        context limit (default: the model's)\n"
     "  --async-scheduling 0|1   plan the next decode step while one runs (default 1)\n"
+    "  --device-sampling 0|1    sample on the backend where the host would pick the same token (default 1)\n"
     "  --max-queued N           sequences admitted (running + waiting) before 429 (default 256)\n"
     "  --max-body-mb MB         request body limit, larger: 413 (default 8)\n"
     "  --max-n N                choices per prompt (default 16)\n"
@@ -70,7 +71,7 @@ int cmd_serve(int argc, char** argv) {
                                           "--threads", "--cache-mb", "--max-num-seqs", "--max-model-len",
                                           "--max-queued", "--max-body-mb", "--max-n", "--max-tokens-limit",
                                           "--max-logit-bias", "--http-threads", "--shutdown-timeout", "--timeout",
-                                          "--async-scheduling"};
+                                          "--async-scheduling", "--device-sampling"};
       bool known = false;
       for (const char* f : kValueFlags) known = known || a == f;
       if (!known) throw Error("unknown option '" + a + "' (see --help)");
@@ -86,6 +87,7 @@ int cmd_serve(int argc, char** argv) {
       else if (a == "--max-num-seqs") ecfg.max_num_seqs = (int)flag_int(a, v);
       else if (a == "--max-model-len") ecfg.max_model_len = flag_int(a, v);
       else if (a == "--async-scheduling") ecfg.async_scheduling = flag_int(a, v) != 0;
+    else if (a == "--device-sampling") ecfg.device_sampling = flag_int(a, v) != 0;
       else if (a == "--max-queued") scfg.max_queued_sequences = flag_int(a, v);
       else if (a == "--max-body-mb") scfg.max_body_bytes = (size_t)flag_int(a, v) << 20;
       else if (a == "--max-n") scfg.limits.max_n = (int)flag_int(a, v);

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "engine/scheduler.h"
@@ -79,6 +80,7 @@ struct Engine::Impl {
   std::optional<tokenizer::Tokenizer> tok;
   std::optional<V4Cache> cache;
   std::vector<float> logits_v41;  // the step's logits (V4.1; V4's stay in the backend's view)
+  std::vector<float> host_logits;  // [rows, vocab] the few rows of a V4 step sampled on the host (finish_plan)
   // DeepSeek-V4.1: each sequence's state is its own object (V41SeqState); the scheduler admits
   // against block managers sized from the budget with V4.1's per-token and per-sequence bytes.
   std::optional<BlockManager> v41_slots, v41_pages;
@@ -260,7 +262,10 @@ struct Engine::Impl {
   // Pipelined decode (EngineConfig::async_scheduling; V4 on a backend that runs decode steps from
   // graphs): a decode step is launched without waiting for it (`flight`). The next step() plans step
   // N+1 (the scheduler plans ahead with placeholder tokens) and records it (DeepseekV4Model::prepare)
-  // while step N runs, then reads and samples step N's logits and launches N+1 with the sampled ids. A
+  // while step N runs, then reads and samples step N's logits and launches N+1 with the sampled ids. When
+  // every sampled row of N takes the backend's pick and N+1 has no logit processors (feed_plan), N+1 is
+  // launched first, its tokens taken from N's picks on the device, and N is read while N+1 runs: the device
+  // then never waits for the host between the two. A
   // sequence that finishes while a planned step still holds it keeps its cache until that step is done
   // (Scheduler: kFinishing); its row of that step is computed and dropped. Steps with prefill chunks run
   // as before, one after the other. Without graphs (the CPU backend) prepare only keeps the step and
@@ -273,6 +278,7 @@ struct Engine::Impl {
     std::vector<V4SeqState> states;
     std::vector<V4SeqChunk> chunks;
     std::vector<Choice*> who;  // null: finished, not sampled
+    StepEdits edits;           // the chunks' logit edits (rows[i] for chunk i), when the tokens are known
   };
   const int32_t zero_token = 0;
   StepView view_of(const StepPlan& plan, bool placeholders) {
@@ -291,9 +297,57 @@ struct Engine::Impl {
                           known ? std::span<const int32_t>(ch->tokens.data() + c.start, c.len)
                                 : std::span<const int32_t>(&zero_token, 1),
                           false});
+      // The backend's pick for the token at c.start + c.len (finish_plan decides whether it is taken), after its
+      // logit edits. A row that can never take it (logprobs, a grammar) asks only for the cheap greedy pick.
+      const SamplingParams* p = ch && c.sample ? &reqs.at(own->second.first).params : nullptr;
+      if (p && cfg.device_sampling && !model.v41 && device_samplable_params(*p, *ch)) {
+        v.chunks.back().sample = SampleSpec{effective_temperature(p->temperature), p->top_p, p->min_p, p->top_k,
+                                            ch->sampling.rng_key(), (uint64_t)(c.start + c.len)};
+        v.chunks.back().edited = may_edit(*p, *ch, c);
+      }
       v.who.push_back(ch);
     }
+    if (!placeholders) {
+      v.edits = step_edits(plan);
+      for (size_t i = 0; i < v.chunks.size(); ++i) {
+        const RowEdits& r = v.edits.rows[i];
+        v.chunks[i].edit_row = r;
+        v.chunks[i].edits = std::span<const LogitEdit>(v.edits.list.data() + r.first, (size_t)r.count);
+      }
+    }
     return v;
+  }
+  // Whether chunk c's sampled row has logit edits (its step records the edits op): bias, penalties, or the
+  // min_tokens mask still on for that row — counting the tokens before it that are not known yet (a step in
+  // flight), so that the answer at prepare is the answer at launch.
+  static bool may_edit(const SamplingParams& p, const Choice& ch, const ScheduledChunk& c) {
+    return has_logit_processors(p, ch.sampling,
+                                std::max<int64_t>(0, c.start + c.len - (int64_t)ch.sampling.next_position()));
+  }
+  // The logit edits of a plan's sampled rows that take the backend's pick, as of the tokens known now (rows[i]
+  // for chunk i). A row whose edits do not fit the step's capacity gets none and is sampled on the host
+  // (edit_overflow, read by device_samplable).
+  StepEdits step_edits(const StepPlan& plan) {
+    StepEdits se;
+    se.rows.resize(plan.chunks.size());
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+      const ScheduledChunk& c = plan.chunks[i];
+      auto own = seq_owner.find(c.seq);
+      if (!c.sample || own == seq_owner.end()) continue;
+      const Req& r = reqs.at(own->second.first);
+      const Choice& ch = r.choices[own->second.second];
+      if (!cfg.device_sampling || model.v41 || !device_samplable_params(r.params, ch) || !may_edit(r.params, ch, c))
+        continue;
+      const size_t before = se.list.size();
+      RowEdits row = logit_edits(r.params, ch.sampling, (int)vocab, se.list);
+      if ((int64_t)se.list.size() > DeepseekV4Model::kEditCap) {
+        se.list.resize(before);
+        row = RowEdits{};
+        edit_overflow.insert({c.seq, c.start});
+      }
+      se.rows[i] = row;
+    }
+    return se;
   }
   // Every chunk one token: the shape DeepseekV4Model::prepare takes.
   static bool decode_shaped(const StepPlan& plan) {
@@ -314,8 +368,8 @@ struct Engine::Impl {
     if (launch_prepared(plan)) flight = plan;
     return true;
   }
-  // Launches the prepared plan with its token ids; a step that fails to launch fails its requests.
-  bool launch_prepared(const StepPlan& plan) {
+  // A decode plan's token ids where the host knows them (0 elsewhere: finished sequences, fed rows).
+  std::vector<int32_t> known_ids(const StepPlan& plan) {
     std::vector<int32_t> ids(plan.chunks.size(), 0);
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
       auto own = seq_owner.find(plan.chunks[i].seq);
@@ -323,8 +377,13 @@ struct Engine::Impl {
       const Choice& ch = reqs.at(own->second.first).choices[own->second.second];
       if (plan.chunks[i].start < (int64_t)ch.tokens.size()) ids[i] = ch.tokens[plan.chunks[i].start];
     }
+    return ids;
+  }
+  // Launches the prepared plan with its token ids; a step that fails to launch fails its requests.
+  bool launch_prepared(const StepPlan& plan) {
     try {
-      model.v4->launch(ids);
+      const StepEdits edits = step_edits(plan);
+      model.v4->launch(known_ids(plan), {}, &edits);
     } catch (const std::exception& e) {
       fail_plan(plan, view_of(plan, true).who, e.what());
       return false;
@@ -341,7 +400,7 @@ struct Engine::Impl {
       update_stats();
       return !sched->idle();
     }
-    stats_snapshot.preemptions += (int64_t)plan.preempted.size();
+    count([&] { stats_snapshot.preemptions += (int64_t)plan.preempted.size(); });
     if (try_launch(plan)) return true;  // its results are read by the next step()
     run_plan(plan);
     return true;
@@ -360,12 +419,59 @@ struct Engine::Impl {
     finish_plan(plan, v.who);
   }
 
-  // Step N is on the device: plan and record N+1, then read N, then launch N+1.
+  // Whether step N+1 (next) can take its tokens from step N's picks on the device: every sampled row of N
+  // takes its pick (so the host adds nothing before N+1), and every token of N+1 not yet known is the pick of
+  // its sequence's row in N. feed[i]: that row for chunk i of next, −1 when the token is known (or the
+  // sequence finished: its row is dropped).
+  bool feed_plan(const StepPlan& now, const std::vector<Choice*>& who, const StepPlan& next, std::vector<int32_t>& feed) {
+    if (!cfg.device_sampling || model.v41 || !model.v4->can_feed() || !model.v4->prepared_takes_feed()) return false;
+    // A row with logit processors in N+1 needs N's token in its edits (counts, the min_tokens mask): not fed.
+    for (const ScheduledChunk& c : next.chunks) {
+      auto own = seq_owner.find(c.seq);
+      if (own == seq_owner.end() || !c.sample) continue;
+      const Req& r = reqs.at(own->second.first);
+      if (may_edit(r.params, r.choices[own->second.second], c)) return false;
+    }
+    std::map<uint64_t, int32_t> row_of;  // sequence → its sampled row of N (decode: row i = chunk i)
+    for (size_t i = 0; i < now.chunks.size(); ++i) {
+      const ScheduledChunk& c = now.chunks[i];
+      if (!c.sample || !who[i]) continue;
+      if (!device_samplable(reqs.at(seq_owner.at(c.seq).first).params, *who[i], c)) return false;
+      row_of[c.seq] = (int32_t)i;
+    }
+    feed.assign(next.chunks.size(), -1);
+    for (size_t j = 0; j < next.chunks.size(); ++j) {
+      const ScheduledChunk& c = next.chunks[j];
+      auto own = seq_owner.find(c.seq);
+      if (own == seq_owner.end()) continue;
+      if (c.start < (int64_t)reqs.at(own->second.first).choices[own->second.second].tokens.size()) continue;
+      auto it = row_of.find(c.seq);
+      if (it == row_of.end()) return false;
+      const ScheduledChunk& src = now.chunks[(size_t)it->second];
+      if (src.start + src.len != c.start) return false;
+      feed[j] = it->second;
+    }
+    return true;
+  }
+
+  // A launched step whose sequences all finished meanwhile: nobody waits for it, so it is done now (the engine
+  // may then be idle).
+  void drop_orphan_flight() {
+    if (!flight) return;
+    for (const auto& c : flight->chunks)
+      if (seq_owner.count(c.seq)) return;
+    const StepPlan dead = std::move(*flight);
+    flight.reset();
+    StepView dv = view_of(dead, true);
+    finish_plan(dead, dv.who);
+  }
+
+  // Step N is on the device: plan and record N+1, then read N and launch N+1 (or, fed, launch N+1 and read N).
   bool step_pipelined() {
     const StepPlan now = std::move(*flight);
     flight.reset();
     StepPlan next = sched->schedule();
-    stats_snapshot.preemptions += (int64_t)next.preempted.size();
+    count([&] { stats_snapshot.preemptions += (int64_t)next.preempted.size(); });
     bool ready = false;
     if (decode_shaped(next)) {
       StepView nv = view_of(next, true);
@@ -377,6 +483,27 @@ struct Engine::Impl {
       }
     }
     StepView v = view_of(now, true);  // the owners only (its tokens went in at launch)
+    std::vector<int32_t> feed;
+    if (ready && feed_plan(now, v.who, next, feed)) {
+      std::string launch_error;
+      try {
+        model.v4->launch(known_ids(next), feed);
+      } catch (const std::exception& e) {
+        launch_error = e.what();
+      }
+      // N first, from its picks alone (either way: its logits may be gone), then N+1's fate.
+      finish_plan(now, v.who, /*picks_only=*/true, launch_error.empty() ? 1 : 0);
+      if (!launch_error.empty()) {
+        StepView nv = view_of(next, true);
+        fail_plan(next, nv.who, launch_error);
+      } else {
+        flight = std::move(next);
+        count([&] { ++stats_snapshot.fed_steps; });
+        drop_orphan_flight();
+      }
+      update_stats();
+      return true;
+    }
     finish_plan(now, v.who);
     if (next.empty()) {
       if (ready) throw Error("internal: an empty plan was prepared");
@@ -389,15 +516,7 @@ struct Engine::Impl {
         return true;
       }
       flight = std::move(next);
-      // Nobody waits for it (every sequence in it finished meanwhile): done now, so the engine is idle.
-      bool owned = false;
-      for (const auto& c : flight->chunks) owned |= seq_owner.count(c.seq) > 0;
-      if (!owned) {
-        const StepPlan dead = std::move(*flight);
-        flight.reset();
-        StepView dv = view_of(dead, true);
-        finish_plan(dead, dv.who);
-      }
+      drop_orphan_flight();
       update_stats();
       return true;
     }
@@ -412,79 +531,118 @@ struct Engine::Impl {
       auto [rid, idx] = seq_owner.at(plan.chunks[i].seq);
       emit_finish(reqs.at(rid), *who[i], Finish::kError, why);
     }
+    for (const auto& c : plan.chunks) edit_overflow.erase({c.seq, c.start});
     sched->on_step_done(plan);
     retire_finished_requests();
   }
 
-  // A row the backend's greedy pick decides exactly as the host sampler would: temperature 0, nothing
-  // that changes the logits first (bias, penalties, an active min_tokens mask, a grammar), no logprobs.
-  static bool plain_greedy(const SamplingParams& p, const Choice& ch) {
-    return !(effective_temperature(p.temperature) > 0.0f) && p.logit_bias.empty() && p.repetition_penalty == 1.0f &&
-           p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && !p.logprobs && !ch.structured &&
-           (ch.sampling.num_output() >= p.min_tokens || ch.sampling.min_tokens_masked().empty());
+  // A row the backend's pick (Backend::sample_rows) decides exactly as the host sampler would: no grammar, no
+  // logprobs, its logit processors applied there (its edits fitted the step: edit_overflow), and the position
+  // its spec was given (view_of) is the one the host would use.
+  bool device_samplable(const SamplingParams& p, const Choice& ch, const ScheduledChunk& c) const {
+    return device_samplable_params(p, ch) && (uint64_t)(c.start + c.len) == ch.sampling.next_position() &&
+           !edit_overflow.count({c.seq, c.start});
   }
+  // The part that holds for the whole request (logit processors are applied on the backend: step_edits).
+  static bool device_samplable_params(const SamplingParams& p, const Choice& ch) {
+    return !p.logprobs && !ch.structured;
+  }
+  std::set<std::pair<uint64_t, int64_t>> edit_overflow;  // (sequence, chunk start): its edits did not fit
 
-  // Samples the last launched step's results (its logits [chunks, vocab], or only the backend's greedy
-  // picks when every sampled row is plain greedy) and hands out the tokens. A step that failed on the
-  // device fails its requests.
-  void finish_plan(const StepPlan& plan, const std::vector<Choice*>& who) {
+  // Samples the last launched step's results and hands out the tokens: a row that is device_samplable takes the
+  // backend's pick (only ids cross), the others are sampled on the host from their logits rows (all of them
+  // downloaded at once when they are many, else row by row). A step that failed on the device fails its requests.
+  // picks_only: every sampled row is a pick (feed_plan) and the logits may be gone (a step launched after this
+  // one, which is then argmax(back = 1)): a row whose pick is no token fails with the host sampler's error.
+  void finish_plan(const StepPlan& plan, const std::vector<Choice*>& who, bool picks_only = false, int back = 0) {
     std::vector<size_t> row_chunk;
-    bool greedy = !model.v41;
-    for (size_t i = 0; i < plan.chunks.size(); ++i) {
-      if (!plan.chunks[i].sample || !who[i]) continue;
-      row_chunk.push_back(i);
-      greedy = greedy && plain_greedy(reqs.at(seq_owner.at(plan.chunks[i].seq).first).params, *who[i]);
+    for (size_t i = 0; i < plan.chunks.size(); ++i)
+      if (plan.chunks[i].sample && who[i]) row_chunk.push_back(i);
+    std::vector<char> dev(row_chunk.size(), 0);  // the row takes the backend's pick
+    bool any_dev = false;
+    for (size_t k = 0; k < row_chunk.size(); ++k) {
+      const size_t i = row_chunk[k];
+      dev[k] = !model.v41 && cfg.device_sampling &&
+               device_samplable(reqs.at(seq_owner.at(plan.chunks[i].seq).first).params, *who[i], plan.chunks[i]);
+      any_dev = any_dev || dev[k];
     }
-    greedy = greedy && !row_chunk.empty();
-    std::span<const float> logits;
     std::span<const int32_t> picks;
+    std::vector<size_t> host;  // places k sampled on the host
+    std::vector<std::string> results_early(row_chunk.size());  // after_next: a pick that is no token
+    std::vector<const float*> row_logits(row_chunk.size(), nullptr);
     try {
-      if (greedy) {
-        picks = model.v4->argmax();
-        for (size_t i : row_chunk) greedy = greedy && i < picks.size() && picks[i] >= 0;
+      if (any_dev) picks = model.v4->argmax(back);
+      for (size_t k = 0; k < row_chunk.size(); ++k) {
+        // −1 / −2 (all masked, NaN / +inf): the host sampler says what to do (the error)
+        int32_t pick = dev[k] && row_chunk[k] < picks.size() ? picks[row_chunk[k]] : -1;
+        if (pick >= vocab) pick = -3;  // not a token (never from a correct backend)
+        if (picks_only && pick < 0) {  // the host sampler's error, without the token's place
+          results_early[k] = pick == -2   ? "sampler: logits contain NaN or +inf"
+                             : pick == -1 ? "sampler: every token is masked (all logits are -inf after processing)"
+                                          : "sampler: the backend's pick is outside the vocabulary";
+          dev[k] = 0;
+          continue;
+        }
+        if (dev[k]) dev[k] = pick >= 0;
+        if (!dev[k]) host.push_back(k);
       }
-      if (!greedy && !row_chunk.empty()) logits = model.v41 ? std::span<const float>(logits_v41) : model.v4->logits();
+      if (model.v41) {
+        for (size_t k : host) row_logits[k] = logits_v41.data() + row_chunk[k] * vocab;
+      } else if (4 * host.size() > row_chunk.size()) {  // many: one download of the step's logits
+        const std::span<const float> all = model.v4->logits();
+        for (size_t k : host) row_logits[k] = all.data() + row_chunk[k] * vocab;
+      } else if (!host.empty()) {  // few: only their rows
+        host_logits.resize(host.size() * (size_t)vocab);
+        for (size_t j = 0; j < host.size(); ++j) {
+          model.v4->logits_row((int64_t)row_chunk[host[j]], host_logits.data() + j * vocab);
+          row_logits[host[j]] = host_logits.data() + j * vocab;
+        }
+      }
     } catch (const std::exception& e) {
       fail_plan(plan, who, e.what());
       return;
     }
     std::vector<SampleResult> results(row_chunk.size());
-    if (greedy) {  // only the ids crossed
-      for (size_t k = 0; k < row_chunk.size(); ++k) results[k].token = picks[row_chunk[k]];
-    } else {
-      std::vector<SampleRow> rows;
-      for (size_t i : row_chunk) {
-        auto [rid, idx] = seq_owner.at(plan.chunks[i].seq);
-        Req& r = reqs.at(rid);
-        rows.push_back({logits.data() + i * vocab, &r.params, &who[i]->sampling, who[i]->sampling.next_position()});
+    for (size_t k = 0; k < row_chunk.size(); ++k)
+      if (!results_early[k].empty()) results[k].token = -1, results[k].error = results_early[k];
+    int64_t n_dev = 0;
+    for (size_t k = 0; k < row_chunk.size(); ++k)
+      if (dev[k]) results[k].token = picks[row_chunk[k]], ++n_dev;
+    if (!host.empty()) {
+      std::vector<SampleRow> rows;  // rows[j] is place host[j]
+      for (size_t k : host) {
+        const size_t i = row_chunk[k];
+        Req& r = reqs.at(seq_owner.at(plan.chunks[i].seq).first);
+        rows.push_back({row_logits[k], &r.params, &who[i]->sampling, who[i]->sampling.next_position()});
       }
       // Grammar masks, one per structured row (each matcher is its own; rows run in parallel).
       // A matcher that fails (a limit on live parse stacks) fails its row only: no throw may leave a
       // pool worker, so the error is kept per row and the row is not sampled.
       std::vector<size_t> masked_rows;
-      for (size_t k = 0; k < rows.size(); ++k)
-        if (who[row_chunk[k]]->structured) masked_rows.push_back(k);
+      for (size_t j = 0; j < rows.size(); ++j)
+        if (who[row_chunk[host[j]]]->structured) masked_rows.push_back(j);
       std::vector<std::string> mask_error(rows.size());
       if (!masked_rows.empty())
         backend.pool().parallel_for((int64_t)masked_rows.size(), [&](int64_t b, int64_t e) {
-          for (int64_t j = b; j < e; ++j) {
-            const size_t k = masked_rows[j];
+          for (int64_t q = b; q < e; ++q) {
+            const size_t j = masked_rows[q];
             try {
-              rows[k].allowed = who[row_chunk[k]]->structured->fill_mask();
+              rows[j].allowed = who[row_chunk[host[j]]]->structured->fill_mask();
             } catch (const std::exception& ex) {
-              mask_error[k] = std::string("structured output: ") + ex.what();
+              mask_error[j] = std::string("structured output: ") + ex.what();
             }
           }
         });
       std::vector<SampleRow> ok_rows;
-      std::vector<size_t> ok_index;  // ok_rows[j] is rows[ok_index[j]]
-      for (size_t k = 0; k < rows.size(); ++k)
-        if (mask_error[k].empty()) ok_rows.push_back(rows[k]), ok_index.push_back(k);
+      std::vector<size_t> ok_index;  // ok_rows[q] is rows[ok_index[q]]
+      for (size_t j = 0; j < rows.size(); ++j)
+        if (mask_error[j].empty()) ok_rows.push_back(rows[j]), ok_index.push_back(j);
       auto ok_results = sample_batch(ok_rows, (int)vocab, &backend.pool());
-      for (size_t j = 0; j < ok_index.size(); ++j) results[ok_index[j]] = std::move(ok_results[j]);
-      for (size_t k = 0; k < rows.size(); ++k)
-        if (!mask_error[k].empty()) results[k].error = mask_error[k];
+      for (size_t q = 0; q < ok_index.size(); ++q) results[host[ok_index[q]]] = std::move(ok_results[q]);
+      for (size_t j = 0; j < rows.size(); ++j)
+        if (!mask_error[j].empty()) results[host[j]].error = mask_error[j];
     }
+    for (const auto& c : plan.chunks) edit_overflow.erase({c.seq, c.start});
     sched->on_step_done(plan);
     for (size_t k = 0; k < results.size(); ++k) {
       const size_t i = row_chunk[k];
@@ -493,11 +651,21 @@ struct Engine::Impl {
       if (results[k].token < 0) emit_finish(r, *who[i], Finish::kError, results[k].error);
       else on_token(r, *who[i], results[k]);
     }
-    for (const auto& c : plan.chunks) stats_snapshot.prompt_tokens += c.sample ? c.len - 1 : c.len;
-    stats_snapshot.generated_tokens += (int64_t)results.size();
-    ++stats_snapshot.steps;
+    count([&] {
+      for (const auto& c : plan.chunks) stats_snapshot.prompt_tokens += c.sample ? c.len - 1 : c.len;
+      stats_snapshot.generated_tokens += (int64_t)results.size();
+      stats_snapshot.device_sampled_tokens += n_dev;
+      ++stats_snapshot.steps;
+    });
     retire_finished_requests();
     update_stats();
+  }
+
+  // Counters of stats_snapshot change under the lock that Engine::stats() copies them under.
+  template <class F>
+  void count(F&& f) {
+    std::lock_guard<std::mutex> lk(mu);
+    f();
   }
 
   void update_stats() {

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <map>
 
-#include "engine/philox.h"
+#include "ops/sampling.h"
+#include "ops/sample_math.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -13,16 +15,6 @@ namespace deepinfer {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// The one definition of the noise, shared by gumbel_noise and the blocked loop in sample_one so
-// both give bit-identical values.
-inline float gumbel_from_word(uint32_t word) { return -std::log(-std::log(philox_uniform(word))); }
-
-// Strict order of the candidate lists: value desc, then id asc. Values are never NaN here.
-struct ByValueThenId {
-  const float* v;
-  bool operator()(int32_t a, int32_t b) const { return v[a] > v[b] || (v[a] == v[b] && a < b); }
-};
 
 }  // namespace
 
@@ -87,71 +79,53 @@ void apply_logit_processors(float* logits, int vocab, const SamplingParams& para
       if (in_range(id)) logits[id] = kNegInf;
 }
 
-std::vector<int32_t> filter_candidates(const float* scaled, int vocab, const SamplingParams& params) {
-  std::vector<int32_t> ids;  // ascending id order until the final sort
-  for (int32_t i = 0; i < vocab; ++i)
-    if (scaled[i] > kNegInf) ids.push_back(i);
-  if (ids.empty()) return ids;
-  const ByValueThenId better{scaled};
-
-  if (params.top_k > 0 && (size_t)params.top_k < ids.size()) {
-    std::nth_element(ids.begin(), ids.begin() + params.top_k, ids.end(), better);
-    ids.resize(params.top_k);
-    std::sort(ids.begin(), ids.end());  // back to id order: the sums below run in id order
-  }
-  const bool use_top_p = params.top_p < 1.0f && ids.size() > 1;
-  if (!use_top_p && !(params.min_p > 0.0f)) {
-    std::sort(ids.begin(), ids.end(), better);
-    return ids;
-  }
-  double m = -std::numeric_limits<double>::infinity();
-  for (int32_t id : ids) m = std::max(m, (double)scaled[id]);
-  std::vector<double> rel_of(vocab, 0.0);  // [vocab] p_i / p_max = exp(s_i - s_max), once per id
-  for (int32_t id : ids) rel_of[id] = std::exp((double)scaled[id] - m);
-  auto rel = [&](int32_t id) { return rel_of[id]; };
-
-  // Mass of the top-k set (renormalised distribution), before min-p removes anything.
-  double limit = 0.0;
-  if (use_top_p) {
-    double z = 0.0;
-    for (int32_t id : ids) z += rel(id);
-    limit = (double)params.top_p * z;
-  }
-  // min-p keeps p_i >= min_p * p_max: a value threshold, so it needs no sort. It keeps a prefix of
-  // the (value desc, id asc) order, as top-p does, so applying it first gives the same set as
-  // applying it after top-p.
-  if (params.min_p > 0.0f)
-    std::erase_if(ids, [&](int32_t id) { return !(rel(id) >= (double)params.min_p); });
-
-  if (!use_top_p) {
-    std::sort(ids.begin(), ids.end(), better);
-    return ids;
-  }
-  // top-p keeps a token while the mass ranked strictly before it is < limit. Only the head of the
-  // order matters, so sort the tokens within `delta` of the max, widening delta until their mass
-  // reaches the limit. The walk sees the same tokens in the same order as a full sort would, so the
-  // result does not depend on where the ladder stopped.
-  for (double delta = 1.0;; delta *= 2.0) {
-    const bool all = delta > 128.0;
-    std::vector<int32_t> head;
-    double mass = 0.0;
-    for (int32_t id : ids)
-      if (all || (double)scaled[id] >= m - delta) head.push_back(id), mass += rel(id);
-    if (!all && head.size() < ids.size() && mass < limit) continue;
-    std::sort(head.begin(), head.end(), better);
-    double before = 0.0;
-    size_t keep = 0;
-    while (keep < head.size() && before < limit) before += rel(head[keep++]);
-    // Exhausting a partial head (its sorted sum can round below the id-order sum) means the prefix
-    // may continue past it: widen.
-    if (keep == head.size() && before < limit && head.size() < ids.size()) continue;
-    head.resize(std::max<size_t>(keep, 1));
-    return head;
-  }
+bool has_logit_processors(const SamplingParams& p, const SequenceSamplingState& state, int64_t pending) {
+  return !p.logit_bias.empty() || p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
+         p.presence_penalty != 0.0f ||
+         (state.num_output() + pending < p.min_tokens && !state.min_tokens_masked().empty());
 }
 
-float gumbel_noise(uint64_t key, uint64_t position, int32_t token) {
-  return gumbel_from_word(philox_token_word(key, position, RngStream::kSample, (uint32_t)token));
+RowEdits logit_edits(const SamplingParams& params, const SequenceSamplingState& state, int vocab,
+                     std::vector<LogitEdit>& out) {
+  RowEdits row;
+  row.rep = params.repetition_penalty;
+  row.freq = params.frequency_penalty;
+  row.presence = params.presence_penalty;
+  row.first = (int32_t)out.size();
+  // Every (id, part) appended, then sorted by id and merged into one edit an id (the prompt's ids, often the
+  // most, come sorted and distinct already).
+  auto in_range = [vocab](int32_t id) { return id >= 0 && id < vocab; };
+  const bool rep = row.rep != 1.0f, counts = row.freq != 0.0f || row.presence != 0.0f;
+  for (const auto& [id, bias] : params.logit_bias)
+    if (in_range(id)) out.push_back({id, bias, 0, sampling::kEditBias});
+  if (rep)
+    for (int32_t id : state.prompt_ids())
+      if (in_range(id)) out.push_back({id, 0.0f, 0, sampling::kEditRepeat});
+  if (rep || counts)
+    for (int32_t id : state.output_ids())
+      if (in_range(id)) out.push_back({id, 0.0f, counts ? state.output_count(id) : 0, rep ? sampling::kEditRepeat : 0u});
+  if (state.num_output() < params.min_tokens)
+    for (int32_t id : state.min_tokens_masked())
+      if (in_range(id)) out.push_back({id, 0.0f, 0, sampling::kEditMask});
+  const auto first = out.begin() + row.first;
+  std::stable_sort(first, out.end(), [](const LogitEdit& a, const LogitEdit& b) { return a.id < b.id; });
+  auto w = first;  // merge runs of one id
+  for (auto it = first; it != out.end();) {
+    LogitEdit e = *it;
+    for (++it; it != out.end() && it->id == e.id; ++it) {
+      if (it->flags & sampling::kEditBias) e.bias = it->bias;
+      e.flags |= it->flags;
+      e.count = std::max(e.count, it->count);
+    }
+    *w++ = e;
+  }
+  out.erase(w, out.end());
+  row.count = (int32_t)(out.size() - (size_t)row.first);
+  return row;
+}
+
+std::vector<int32_t> filter_candidates(const float* scaled, int vocab, const SamplingParams& params) {
+  return filter_candidates(scaled, vocab, params.top_k, params.top_p, params.min_p);
 }
 
 int32_t argmax_lowest_id(const float* values, int vocab) {
@@ -237,45 +211,10 @@ SampleResult sample_one(const float* logits, int vocab, const SamplingParams& pa
   if (!(t > 0.0f)) {
     r.token = argmax_lowest_id(work.data(), vocab);  // greedy (also catches an unvalidated NaN T)
   } else {
-    // Scale; an overflow (x / r / T beyond FLT_MAX) becomes FLT_MAX and an unvalidated NaN becomes
-    // -inf, so the sums and sorts below always see ordered, finite-or-(-inf) values.
-    for (float& x : work) {
-      x /= t;
-      if (std::isnan(x)) x = kNegInf;
-      else if (x == kPosInf) x = std::numeric_limits<float>::max();
-    }
-    const uint64_t key = state.rng_key();
-    float best = kNegInf;
-    auto consider = [&](int32_t id, float score) {
-      if (r.token < 0 || score > best || (score == best && id < r.token)) best = score, r.token = id;
-    };
-    // The noise never exceeds -log(-log(1 - 2^-24)) = 16.64, and float rounding is monotone, so a
-    // token whose value + 17 is below the best score so far can neither win nor tie: its noise is
-    // not drawn. Exact, not an approximation; seeding with the top value makes it bite early.
-    constexpr float kNoiseBound = 17.0f;
-    const bool filtered = (params.top_k > 0 && params.top_k < vocab) || params.top_p < 1.0f || params.min_p > 0.0f;
-    if (filtered) {
-      for (int32_t id : filter_candidates(work.data(), vocab, params)) {
-        if (r.token >= 0 && work[id] + kNoiseBound < best) break;  // value-descending: the rest are lower
-        consider(id, work[id] + gumbel_noise(key, position, id));
-      }
-    } else {
-      const int32_t top = argmax_lowest_id(work.data(), vocab);
-      if (top >= 0) consider(top, work[top] + gumbel_noise(key, position, top));
-      // Whole vocabulary: one Philox call per block of 4 ids.
-      PhiloxCounter w{};
-      uint32_t block = UINT32_MAX;
-      for (int32_t i = 0; i < vocab; ++i) {
-        if (!(work[i] > kNegInf) || work[i] + kNoiseBound < best) continue;
-        const uint32_t b = (uint32_t)i >> 2;
-        if (b != block) {
-          w = philox4x32_10({(uint32_t)position, (uint32_t)RngStream::kSample, b, (uint32_t)(position >> 32)},
-                            philox_key(key));
-          block = b;
-        }
-        consider(i, work[i] + gumbel_from_word(w[i & 3]));
-      }
-    }
+    // Scale (sample_math.h: an overflow becomes FLT_MAX, an unvalidated NaN −inf), then draw: the CPU
+    // backend's and the CUDA sampler's sample_rows run the same two steps.
+    for (float& x : work) x = sampling::scale_logit(x, t);
+    r.token = sample_scaled(work.data(), vocab, params.top_k, params.top_p, params.min_p, state.rng_key(), position);
   }
   if (r.token < 0) throw Error("sampler: every token is masked (all logits are -inf after processing)");
 

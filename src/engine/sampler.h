@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "ops/sampling.h"
 
 namespace deepinfer {
 
@@ -86,14 +87,19 @@ class SequenceSamplingState {
 // Ids outside [0, vocab) are ignored.
 void apply_logit_processors(float* logits, int vocab, const SamplingParams& params,
                             const SequenceSamplingState& state);
+// The same as edits (ops/sampling.h), one an id in ascending id order, appended to `out`: apply_edits with the
+// returned row (first = out's size before the call) gives apply_logit_processors's logits bit for bit. Empty
+// (count 0, no-op penalties) for a request without processors.
+RowEdits logit_edits(const SamplingParams& params, const SequenceSamplingState& state, int vocab,
+                     std::vector<LogitEdit>& out);
+// Whether the request has any logit processor for its next token (bias, penalties, an active min_tokens mask),
+// or for the token `pending` places after it (tokens before it not known yet: the mask may be off by then).
+bool has_logit_processors(const SamplingParams& params, const SequenceSamplingState& state, int64_t pending = 0);
 
-// Candidate set of temperature-scaled logits [vocab] (-inf = excluded; no NaN): top-k, then top-p on the
-// renormalised top-k distribution (keep a token while the mass ranked strictly before it is
-// < top_p), then min-p (keep p >= min_p * p_max). Returned in order (value desc, id asc).
+// filter_candidates (ops/sampling.h) with the request's top_k, top_p and min_p.
 std::vector<int32_t> filter_candidates(const float* scaled, int vocab, const SamplingParams& params);
 
-// Gumbel(0, 1) noise -log(-log u) for `token` at `position` of the sequence with RNG key `key`.
-float gumbel_noise(uint64_t key, uint64_t position, int32_t token);
+// gumbel_noise(key, position, token): ops/sampling.h.
 
 // argmax with ties to the lower id; -1 when every value is -inf.
 int32_t argmax_lowest_id(const float* values, int vocab);

@@ -116,6 +116,9 @@ DeepseekV4Model::DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend&
   inv_freq_main_ = Buffer<float>(backend, rope_inv_freq(cfg.rope_main, cfg.rope_dim));
   inv_freq_compress_ = Buffer<float>(backend, rope_inv_freq(cfg.rope_compress, cfg.rope_dim));
   graph_owner_ = backend.new_graph_owner();
+  picks_ = Buffer<int32_t>(backend, 2 * kPickRows);  // before any graph: never moves
+  edits_ = Buffer<LogitEdit>(backend, 2 * kEditCap);
+  edits_raw_ = Buffer<float>(backend, 2 * kEditCap);
 }
 
 namespace {
@@ -130,6 +133,35 @@ struct RingPush {
       dst.push_back((int32_t)(ring_row0 + (p0 + i) % R));
     }
   }
+};
+
+// A step's index arrays packed for one upload. add() returns an array's place in 32-bit words (8-byte aligned types at
+// an even word: the allocation is at least 8-byte aligned); ptr() gives it in backend memory after upload().
+// Sizes and order are functions of the step's graph key, so the places are the same in every replay.
+class StepUploads {
+ public:
+  template <class T>
+  size_t add(const std::vector<T>& a) {
+    static_assert(sizeof(T) % 4 == 0 && alignof(T) <= 8, "arrays of whole 32-bit words, at most 8-byte aligned");
+    if (alignof(T) == 8 && words_.size() % 2) words_.push_back(0);
+    const size_t at = words_.size();
+    words_.resize(at + a.size() * sizeof(T) / 4);
+    if (!a.empty()) std::memcpy(words_.data() + at, a.data(), a.size() * sizeof(T));
+    return at;
+  }
+  void upload(Backend& be) { buf_ = Buffer<int32_t>(be, words_); }
+  template <class T>
+  const T* ptr(size_t at) const {
+    return reinterpret_cast<const T*>(buf_.data() + at);
+  }
+  template <class T>
+  T* ptr(size_t at) {  // an array the step rewrites on the backend (the fed token ids)
+    return reinterpret_cast<T*>(buf_.data() + at);
+  }
+
+ private:
+  std::vector<int32_t> words_;
+  Buffer<int32_t> buf_;
 };
 
 }  // namespace
@@ -147,8 +179,11 @@ struct DeepseekV4Model::Step {
   int64_t n_real = 0;
   std::vector<int64_t> seq_begin;      // [B + 1] first row of each chunk
   std::vector<int32_t> tokens, pos;    // [T] (host)
-  Buffer<int32_t> pos_d;               // [T] positions in backend memory
-  Buffer<int32_t> tok_pack;            // [T + T·hc]: token ids (hash routing), then the embedding's rows
+  // Every index array of the step (token ids first, positions, entry tables, compressor and window plans) in
+  // one upload: each upload is a host copy and a device copy of its own, a memcpy node of the step graph.
+  StepUploads up;
+  const int32_t* pos_d = nullptr;      // [T] positions in backend memory
+  const int32_t* tok_pack = nullptr;   // [T + T·hc]: token ids (hash routing), then the embedding's rows
   const int32_t* tok_d = nullptr;      // [T] = tok_pack
   Buffer<float> h;                     // [T, D] normed sub-block input
   Buffer<float> y;                     // [T, D] sub-block output
@@ -159,8 +194,9 @@ struct DeepseekV4Model::Step {
   // pointer) and is uploaded once a step. ld = the most entries any sequence has after the step.
   struct EntryTable {
     int64_t ld = 0;
-    std::vector<int32_t> host;  // [B, ld]
-    Buffer<int32_t> rows;       // the same in backend memory
+    std::vector<int32_t> host;        // [B, ld]
+    size_t at = 0;                    // its place in the step's upload
+    const int32_t* rows = nullptr;    // the same in backend memory
   };
   EntryTable csa_keys, csa_entries, hca_entries;
   // The sliding window of every layer, planned once a step (ring rows count from a layer's ring region
@@ -168,8 +204,9 @@ struct DeepseekV4Model::Step {
   // per sequence its earlier tokens still in the window (from the ring), then its chunk (from kv).
   struct WindowPlan {
     int64_t rows = 0, n_ring = 0;
-    Buffer<int32_t> idx;  // from_ring, to_win_r [n_ring]; to_win_k, push_row [T]
-    Buffer<int32_t> lo, hi;  // [T] each query's window rows [lo, hi) of win
+    // from_ring, to_win_r [n_ring]; to_win_k, push_row [T]; lo, hi [T]: each query's window rows [lo, hi) of win
+    size_t at[6] = {};
+    const int32_t *lo = nullptr, *hi = nullptr;
     // kv row m goes to win row to_win_k[m] and to ring row push_row[m] (−1: not pushed: a chunk keeps its
     // last W rows, a stand-in none)
     const int32_t *from_ring = nullptr, *to_win_r = nullptr, *to_win_k = nullptr, *push_row = nullptr;
@@ -182,9 +219,9 @@ struct DeepseekV4Model::Step {
     int64_t R = 0;                          // ring rows: 2m (CSA), m (HCA)
     std::vector<int64_t> ent_off;           // [T + 1] each query's entries
     std::vector<int64_t> n_keys, score_at;  // CSA: keys of each sequence after the step; its scores' offset
-    Buffer<int64_t> ent_off_d;
-    Buffer<int32_t> hca_idx;                // HCA: each query's visible entries, [ent_off[T]]
-    Buffer<int32_t> idx;                    // the packed arrays below
+    const int64_t* ent_off_d = nullptr;
+    const int32_t* hca_idx = nullptr;       // HCA: each query's visible entries, [ent_off[T]]
+    size_t at[15] = {};                     // the arrays below, ent_off and hca_idx in the step's upload
     int64_t n_push = 0;                     // pushes of the step's rows into the rings
     const int32_t *push_src = nullptr, *push_kv = nullptr, *push_gate = nullptr;  // main compressor
     const int32_t *push_ikv = nullptr, *push_igate = nullptr;                     // CSA indexer compressor
@@ -200,8 +237,8 @@ struct DeepseekV4Model::Step {
 
 namespace {
 template <class Table>  // Step::EntryTable (private to the model)
-void build_entry_table(Backend& be, std::span<const V4SeqChunk> batch, const V4CacheLayout& lay, int m, int64_t width,
-                       int64_t ld_min, Table& t) {
+void build_entry_table(StepUploads& up, std::span<const V4SeqChunk> batch, const V4CacheLayout& lay, int m,
+                       int64_t width, int64_t ld_min, Table& t) {
   const size_t B = batch.size();
   const int64_t TP = lay.tokens_per_page;
   t.ld = std::max<int64_t>(1, ld_min);
@@ -220,24 +257,11 @@ void build_entry_table(Backend& be, std::span<const V4SeqChunk> batch, const V4C
       for (int64_t j = 0; j < e; ++j) row[w0 + j] = base + (int32_t)j;
     }
   }
-  t.rows = Buffer<int32_t>(be, t.host);
-}
-
-// Several index arrays in one upload (each upload is a host copy and a device copy of its own); at[i]
-// points at array i in the returned buffer.
-Buffer<int32_t> upload_packed(Backend& be, std::initializer_list<const std::vector<int32_t>*> arrays,
-                              std::vector<const int32_t*>& at) {
-  std::vector<int32_t> all;
-  for (const auto* a : arrays) all.insert(all.end(), a->begin(), a->end());
-  Buffer<int32_t> buf(be, all);
-  at.clear();
-  size_t off = 0;
-  for (const auto* a : arrays) at.push_back(buf.data() + off), off += a->size();
-  return buf;
+  t.at = up.add(t.host);
 }
 
 template <class Plan, class Table>  // Step::CompPlan, Step::EntryTable (private to the model)
-void build_comp_plan(Backend& be, const V4Config& c, std::span<const V4SeqChunk> batch,
+void build_comp_plan(StepUploads& up, const V4Config& c, std::span<const V4SeqChunk> batch,
                      const std::vector<int64_t>& seq_begin, const V4CacheLayout& lay, bool csa,
                      const Table& hca_entries, int64_t cap_hca, int64_t n_real, Plan& p) {
   const int64_t d = c.head_dim, dI = c.index_head_dim, cw = (csa ? 2 : 1) * d, icw = 2 * dI;
@@ -291,15 +315,23 @@ void build_comp_plan(Backend& be, const V4Config& c, std::span<const V4SeqChunk>
   p.n_push = (int64_t)src.size();
   p.n_close = (int64_t)cwin.size();
   if (decode && !csa) hca.resize(B * cap_hca, 0);  // a fixed size: the lists are read through ent_off
-  std::vector<const int32_t*> at;
-  p.idx = upload_packed(be, {&src, &kv, &gate, &ikv, &igate, &nvis_row, &nvis_seq, &cwin, &cpos, &cring, &cpage,
-                             &ciring, &cipage}, at);
-  p.push_src = at[0], p.push_kv = at[1], p.push_gate = at[2], p.push_ikv = at[3], p.push_igate = at[4];
-  p.nvis_row = at[5], p.nvis_seq = at[6];
-  p.close_win = at[7], p.close_pos = at[8], p.close_ring = at[9], p.close_page = at[10];
-  p.close_iring = at[11], p.close_ipage = at[12];
-  p.ent_off_d = Buffer<int64_t>(be, p.ent_off);
-  if (!csa) p.hca_idx = Buffer<int32_t>(be, hca);
+  int k = 0;
+  for (const auto* a : {&src, &kv, &gate, &ikv, &igate, &nvis_row, &nvis_seq, &cwin, &cpos, &cring, &cpage, &ciring,
+                        &cipage, &hca})
+    p.at[k++] = up.add(*a);
+  p.at[k] = up.add(p.ent_off);
+}
+// The plan's pointers into the step's upload.
+template <class Plan>
+void resolve_comp_plan(const StepUploads& up, Plan& p) {
+  const auto* a = p.at;
+  p.push_src = up.ptr<int32_t>(a[0]), p.push_kv = up.ptr<int32_t>(a[1]), p.push_gate = up.ptr<int32_t>(a[2]);
+  p.push_ikv = up.ptr<int32_t>(a[3]), p.push_igate = up.ptr<int32_t>(a[4]);
+  p.nvis_row = up.ptr<int32_t>(a[5]), p.nvis_seq = up.ptr<int32_t>(a[6]);
+  p.close_win = up.ptr<int32_t>(a[7]), p.close_pos = up.ptr<int32_t>(a[8]), p.close_ring = up.ptr<int32_t>(a[9]);
+  p.close_page = up.ptr<int32_t>(a[10]), p.close_iring = up.ptr<int32_t>(a[11]), p.close_ipage = up.ptr<int32_t>(a[12]);
+  p.hca_idx = up.ptr<int32_t>(a[13]);
+  p.ent_off_d = up.ptr<int64_t>(a[14]);
 }
 }  // namespace
 
@@ -349,7 +381,7 @@ void DeepseekV4Model::attention(int l, Step& st) {
   const float eps = (float)cfg_.rms_norm_eps;
   const float* inv_freq = L.type == AttnType::Sliding ? inv_freq_main_.data() : inv_freq_compress_.data();
   const float* h = st.h.data();
-  const int32_t* pos = st.pos_d.data();
+  const int32_t* pos = st.pos_d;
 
   // qkv [T, q_lora | d]: q's low-rank input and the key/value row, from one GEMM (row stride nqk).
   const int64_t nqk = ql + d;
@@ -451,9 +483,9 @@ void DeepseekV4Model::attention(int l, Step& st) {
     if (nk == 0) continue;
     float* score = score_d.data() + cp->score_at[b];  // [n, nk]
     be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, key_base,
-                       st.csa_keys.rows.data() + b * kld, 0, nk, cp->nvis_row + r0, idx_scale, score);
-    be_.select_topk(score, n, nk, cp->nvis_row + r0, (int)cfg_.index_topk, st.csa_entries.rows.data() + b * kld, 0,
-                    cp->ent_off_d.data() + r0, ent_idx_d.data());
+                       st.csa_keys.rows + b * kld, 0, nk, cp->nvis_row + r0, idx_scale, score);
+    be_.select_topk(score, n, nk, cp->nvis_row + r0, (int)cfg_.index_topk, st.csa_entries.rows + b * kld, 0,
+                    cp->ent_off_d + r0, ent_idx_d.data());
   }
   if (comp && cp->n_push) {  // the step's tokens into the compressor rings, after the chunks' closings read them
     // kv, gate (then the indexer's kv, gate) column slices of the same rows: one op
@@ -472,15 +504,15 @@ void DeepseekV4Model::attention(int l, Step& st) {
                    cp->close_iring, cp->close_pos, cp->close_ipage, cp->n_close, key_base);
   }
   if (csa && decode) {  // every sequence's query against its own keys, after every closing wrote its key
-    be_.indexer_scores(iq.data(), gamma.data(), (int64_t)B, (int)hI, (int)dI, key_base, st.csa_keys.rows.data(), kld,
+    be_.indexer_scores(iq.data(), gamma.data(), (int64_t)B, (int)hI, (int)dI, key_base, st.csa_keys.rows, kld,
                        kld, cp->nvis_seq, idx_scale, score_d.data());
-    be_.select_topk(score_d.data(), (int64_t)B, kld, cp->nvis_seq, (int)cfg_.index_topk, st.csa_entries.rows.data(),
-                    kld, cp->ent_off_d.data(), ent_idx_d.data());
+    be_.select_topk(score_d.data(), (int64_t)B, kld, cp->nvis_seq, (int)cfg_.index_topk, st.csa_entries.rows,
+                    kld, cp->ent_off_d, ent_idx_d.data());
   }
-  const int32_t* ent_idx = csa ? ent_idx_d.data() : comp ? cp->hca_idx.data() : nullptr;
+  const int32_t* ent_idx = csa ? ent_idx_d.data() : comp ? cp->hca_idx : nullptr;
   Buffer<float> o(be_, T * H * d);  // [T, H, d]
-  be_.sink_attention(q.data(), T, H * d, (int)H, (int)d, win.data(), wp.lo.data(), wp.hi.data(),
-                     comp ? ent_base : cache.pages_base(), ent_idx, comp ? cp->ent_off_d.data() : nullptr, L.sinks.data(),
+  be_.sink_attention(q.data(), T, H * d, (int)H, (int)d, win.data(), wp.lo, wp.hi,
+                     comp ? ent_base : cache.pages_base(), ent_idx, comp ? cp->ent_off_d : nullptr, L.sinks.data(),
                      1.0f / std::sqrt((float)d), o.data(), H * d);
   be_.rope(o.data(), T, H * d, (int)H, (int)d, (int)r, pos, inv_freq, true);
 
@@ -547,7 +579,7 @@ std::vector<int32_t> token_pack(std::span<const int32_t> tokens, int64_t hc) {
 }  // namespace
 
 std::span<const float> DeepseekV4Model::forward_view(std::span<const V4SeqChunk> batch, V4Cache& cache) {
-  enqueue(batch, cache, false);
+  enqueue(batch, cache, false, {});
   return logits();
 }
 
@@ -557,25 +589,59 @@ void DeepseekV4Model::prepare(std::span<const V4SeqChunk> batch, V4Cache& cache)
     if (!c.state || c.tokens.size() != 1 || c.all_logits)
       throw Error("prepare: a decode step takes one token a sequence");
   if (batch.empty()) throw Error("prepare: an empty step");
-  if (enqueue(batch, cache, true)) return;
+  if (enqueue(batch, cache, true, {})) return;
   // No graph for it: the step is kept (its sequences' states as they are now) and runs at launch.
-  deferred_states_.clear();
+  deferred_states_.clear(), deferred_specs_.clear(), deferred_edited_.clear();
   for (const auto& c : batch) {
-    deferred_states_.push_back(*c.state);
+    deferred_states_.push_back(*c.state), deferred_specs_.push_back(c.sample), deferred_edited_.push_back(c.edited);
     c.state->pos += 1;
   }
   deferred_cache_ = &cache;
   ready_ = true;
   ready_rows_ = ready_padded_ = (int64_t)batch.size();
+  ready_pick_slot_ = argmax_ && decode_rows_of((int64_t)batch.size()) <= kPickRows;  // as enqueue will find it
+  ready_edited_ = false;
+  for (const auto& c : batch) ready_edited_ |= argmax_ && c.edited;
 }
 
-void DeepseekV4Model::launch(std::span<const int32_t> ids) {
+int64_t DeepseekV4Model::decode_rows_of(int64_t B) const {
+  return pad_decode_ < 0 ? be_.decode_rows(B) : pad_decode_ ? decode_bucket(B) : B;
+}
+
+void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32_t> feed, const StepEdits* edits) {
   if (!ready_) throw Error("launch: no prepared step");
-  if ((int64_t)ids.size() != ready_rows_) throw Error("launch: one token id a sequence of the prepared step");
-  std::vector<int32_t> t(ready_padded_, 0);  // stand-in rows keep token 0
+  // A step that cannot be launched as asked is abandoned (its positions have advanced: the caller fails its
+  // requests), so that the model and the backend are free for the next one.
+  auto refuse = [&](const std::string& why) {
+    ready_ = false;
+    deferred_cache_ = nullptr;
+    be_.graph_unready();
+    throw Error("launch: " + why);
+  };
+  if ((int64_t)ids.size() != ready_rows_) refuse("one token id a sequence of the prepared step");
+  if (!feed.empty() && feed.size() != ids.size()) refuse("one feed entry a sequence of the prepared step");
+  const int64_t prev_rows = out_pick_slot_ ? out_n_ / cfg_.vocab_size : 0;
+  bool fed = false;
+  for (int32_t f : feed) {
+    if (f >= prev_rows) refuse("feed row " + std::to_string(f) + " outside the last step's picks");
+    fed |= f >= 0;
+  }
+  if (fed && !ready_pick_slot_) refuse("the prepared step cannot take a feed");
+  if (edits) {
+    if (edits->rows.size() != ids.size()) refuse("one logit-edit row a sequence of the prepared step");
+    if ((int64_t)edits->list.size() > kEditCap) refuse("more logit edits than a step holds");
+    for (const RowEdits& r : edits->rows)
+      if (r.count < 0 || r.first < 0 || (size_t)r.first + (size_t)r.count > edits->list.size() ||
+          (r.count > 0 && !ready_edited_))
+        refuse("logit edits outside the list, or for a step prepared without them");
+  }
+  std::vector<int32_t> t(ready_padded_, 0), map(ready_padded_, -1);  // stand-in rows keep token 0
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
-      throw Error("launch: token id " + std::to_string(ids[i]) + " outside the vocabulary");
+    if (!feed.empty() && feed[i] >= 0) {
+      map[i] = feed[i];
+      continue;
+    }
+    if (ids[i] < 0 || ids[i] >= cfg_.vocab_size) refuse("token id " + std::to_string(ids[i]) + " outside the vocabulary");
     t[i] = ids[i];
   }
   ready_ = false;
@@ -583,30 +649,105 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids) {
     V4Cache& cache = *deferred_cache_;
     deferred_cache_ = nullptr;
     std::vector<V4SeqChunk> batch;
-    for (size_t i = 0; i < ids.size(); ++i)
-      batch.push_back({&deferred_states_[i], std::span<const int32_t>(&ids[i], 1), false});
-    enqueue(batch, cache, false);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      batch.push_back({&deferred_states_[i], std::span<const int32_t>(&t[i], 1), false, deferred_specs_[i]});
+      batch.back().edited = deferred_edited_[i];
+      if (edits) {
+        batch.back().edit_row = edits->rows[i];
+        batch.back().edits = std::span<const LogitEdit>(edits->list.data() + edits->rows[i].first, edits->rows[i].count);
+      }
+    }
+    enqueue(batch, cache, false, fed ? std::span<const int32_t>(map.data(), ids.size()) : std::span<const int32_t>{});
     return;
   }
-  const std::vector<int32_t> pack = token_pack(t, cfg_.hc_mult);
+  // The token ids, then the feed, then the rows' logit edits (the upload's first arrays: run() in enqueue); the
+  // edits themselves into edits_'s half of the step's parity, before the step on the stream.
+  std::vector<int32_t> pack = token_pack(t, cfg_.hc_mult);
+  pack.insert(pack.end(), map.begin(), map.end());
+  if (ready_edited_) {
+    std::vector<RowEdits> rows((size_t)ready_padded_);
+    if (edits) std::copy(edits->rows.begin(), edits->rows.end(), rows.begin());
+    const size_t at = pack.size();
+    pack.resize(at + rows.size() * sizeof(RowEdits) / 4);
+    std::memcpy(pack.data() + at, rows.data(), rows.size() * sizeof(RowEdits));
+    // (An upload outside the region, ordered before its launch; if it fails, the step is abandoned.)
+    if (edits && !edits->list.empty()) {
+      try {
+        be_.upload(edits_.data() + ready_par_ * kEditCap, edits->list.data(),
+                   (int64_t)(edits->list.size() * sizeof(LogitEdit)));
+      } catch (...) {
+        be_.graph_unready();
+        throw;
+      }
+    }
+  }
   be_.graph_launch(pack.data(), (int64_t)(pack.size() * sizeof(int32_t)));
-  out_logits_ = ready_logits_;
-  out_ids_ = ready_ids_;
-  out_n_ = ready_n_;
+  if (edits && ready_edited_) set_out(ready_logits_, ready_ids_, ready_n_, ready_pick_slot_, ready_par_, edits->rows, edits->list);
+  else set_out(ready_logits_, ready_ids_, ready_n_, ready_pick_slot_, ready_par_);
 }
 
-std::span<const int32_t> DeepseekV4Model::argmax() {
-  if (!out_ids_) return {};
-  ids_host_.resize((size_t)(out_n_ / cfg_.vocab_size));
-  be_.download(ids_host_.data(), out_ids_, (int64_t)(ids_host_.size() * sizeof(int32_t)));
+void DeepseekV4Model::set_out(const float* logits, const int32_t* ids, int64_t n, bool pick_slot, uint64_t par,
+                              std::vector<RowEdits> erows, std::vector<LogitEdit> elist) {
+  // A decode step's picks start for the host right behind it, so that reading them later waits for this step
+  // only, not for the step launched next (Backend::stage). (First: a failure leaves the outputs as they were.)
+  if (pick_slot) be_.stage((int)par, ids, n / cfg_.vocab_size * (int64_t)sizeof(int32_t));
+  prev_slot_ = out_pick_slot_ ? out_slot_ : -1;
+  prev_rows_ = out_pick_slot_ ? out_n_ / cfg_.vocab_size : 0;
+  out_logits_ = logits;
+  out_ids_ = ids;
+  out_n_ = n;
+  out_pick_slot_ = pick_slot;
+  parity_ = par;
+  out_slot_ = (int)par;
+  out_erows_ = std::move(erows);
+  out_elist_ = std::move(elist);
+}
+
+void DeepseekV4Model::restore_row(int64_t r, float* dst) {
+  if (r >= (int64_t)out_erows_.size() || out_erows_[(size_t)r].count <= 0) return;
+  const RowEdits& e = out_erows_[(size_t)r];
+  std::vector<float> raw((size_t)e.count);
+  be_.download(raw.data(), edits_raw_.data() + out_slot_ * kEditCap + e.first, e.count * (int64_t)sizeof(float));
+  for (int32_t j = 0; j < e.count; ++j) {
+    const int32_t id = out_elist_[(size_t)(e.first + j)].id;
+    if (id >= 0 && id < cfg_.vocab_size) dst[id] = raw[(size_t)j];
+  }
+}
+
+std::span<const int32_t> DeepseekV4Model::argmax(int back) {
+  if (back != 0 && back != 1) throw Error("argmax: back is 0 or 1");
+  if (back == 1 && prev_slot_ < 0) throw Error("argmax(1): the step before the last one kept no picks");
+  if (back == 0 && !out_ids_) return {};
+  const int64_t rows = back ? prev_rows_ : out_n_ / cfg_.vocab_size;
+  ids_host_.resize((size_t)rows);
+  if (back || out_pick_slot_) {
+    const void* h = be_.staged(back ? prev_slot_ : out_slot_);
+    std::memcpy(ids_host_.data(), h, (size_t)rows * sizeof(int32_t));
+  } else {
+    be_.download(ids_host_.data(), out_ids_, rows * (int64_t)sizeof(int32_t));
+  }
   return ids_host_;
 }
 
-std::span<const float> DeepseekV4Model::logits() {
-  return {static_cast<const float*>(be_.download_view(out_logits_, out_n_ * (int64_t)sizeof(float))), (size_t)out_n_};
+void DeepseekV4Model::logits_row(int64_t r, float* dst) {
+  const int64_t V = cfg_.vocab_size;
+  if (r < 0 || (r + 1) * V > out_n_) throw Error("logits_row: row " + std::to_string(r) + " outside the step's logits");
+  be_.download(dst, out_logits_ + r * V, V * (int64_t)sizeof(float));
+  restore_row(r, dst);
 }
 
-bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache, bool ready_only) {
+std::span<const float> DeepseekV4Model::logits() {
+  const float* v = static_cast<const float*>(be_.download_view(out_logits_, out_n_ * (int64_t)sizeof(float)));
+  bool edited = false;
+  for (const RowEdits& e : out_erows_) edited |= e.count > 0;
+  if (!edited) return {v, (size_t)out_n_};
+  restored_.assign(v, v + out_n_);  // rows whose edits ran on the backend get their raw logits back
+  for (int64_t r = 0; r < (int64_t)out_erows_.size(); ++r) restore_row(r, restored_.data() + r * cfg_.vocab_size);
+  return restored_;
+}
+
+bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache, bool ready_only,
+                              std::span<const int32_t> feed) {
   // The previous step's kept logits would move the arena top under a graph: prepare only after graph steps.
   if (ready_only && out_buf_.data()) return false;
   if (!ready_only) out_buf_ = Buffer<float>(), out_ids_buf_ = Buffer<int32_t>();  // valid until the next step
@@ -652,10 +793,33 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       rows.push_back((int32_t)(seq_begin[b + 1] - 1));
   }
   const int64_t R = (int64_t)rows.size();
+  // The rows' sampling (greedy for every row but a chunk's last, and for the stand-ins below).
+  std::vector<SampleSpec> specs((size_t)R);
+  for (int64_t b = 0, r = 0; b < B; ++b) {
+    r += batch[b].all_logits ? seq_begin[b + 1] - seq_begin[b] : 1;
+    specs[(size_t)(r - 1)] = batch[b].sample;
+  }
+  // Logit edits of the sampled rows (argmax_): RowEdits [Rp] in the upload after the feed map, the edits in
+  // edits_'s half of the step's parity, uploaded before the step (their number is not part of a graph's key).
+  bool edited = false;
+  for (const auto& c : batch) edited |= argmax_ && c.edited;
+  std::vector<RowEdits> erows;
+  std::vector<LogitEdit> elist;
+  if (edited) {
+    erows.resize((size_t)R);
+    for (int64_t b = 0, r = 0; b < B; ++b) {
+      r += batch[b].all_logits ? seq_begin[b + 1] - seq_begin[b] : 1;
+      RowEdits& e = erows[(size_t)(r - 1)];
+      e = batch[b].edit_row;
+      e.first = (int32_t)elist.size(), e.count = (int32_t)batch[b].edits.size();
+      elist.insert(elist.end(), batch[b].edits.begin(), batch[b].edits.end());
+    }
+    if ((int64_t)elist.size() > kEditCap) throw Error("forward: more logit edits than a step holds");
+  }
   // A decode step padded to a bucket of batch sizes: stand-in sequences after the real ones (every op
   // is batch invariant within the bucket, so the real rows' results do not change; their logits rows
   // come after the real ones and are not returned).
-  const int64_t Bp = decode ? (pad_decode_ < 0 ? be_.decode_rows(B) : pad_decode_ ? decode_bucket(B) : B) : B;
+  const int64_t Bp = decode ? decode_rows_of(B) : B;
   V4SeqState stand_in;  // slot 0, page 0, position 0: read from, never written to
   stand_in.slot = 0;
   stand_in.pages = {0};
@@ -670,13 +834,30 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       positions.push_back(0);
       seq_begin.push_back(b + 1);
       rows.push_back((int32_t)b);
+      specs.emplace_back();
+      if (edited) erows.emplace_back();
     }
     steps = padded;
   }
   const int64_t Tp = (int64_t)tokens.size(), Rp = (int64_t)rows.size(), B_real = B;
+  // A decode step's picks go to its parity's half of picks_ (so that the next step can take them as its tokens,
+  // and the host can read them after that launch); it reads the other half when fed. Parity alternates by
+  // decode step below, before run().
+  const bool pick_slot = decode && argmax_ && Rp <= kPickRows;
+  // This step's parity: the last launched step's, flipped for a decode step (it becomes parity_ once the step is
+  // launched: a step that is not — it failed, or was not prepared — leaves the alternation as it was).
+  const uint64_t par = decode ? parity_ ^ 1 : parity_;
+  if (!feed.empty() && !(pick_slot && out_pick_slot_)) throw Error("forward: a feed needs picks on both sides");
+  std::vector<int32_t> feed_map;  // [Tp] (decode: −1 = the token is given)
+  if (decode) {
+    feed_map.assign((size_t)Tp, -1);
+    std::copy(feed.begin(), feed.end(), feed_map.begin());
+  }
 
   Buffer<float> logits;  // [Rp, V] (the first R rows are the step's output)
-  Buffer<int32_t> ids;   // [Rp] their greedy picks, when argmax_
+  Buffer<int32_t> ids;   // [Rp] their picks, when argmax_ and not pick_slot
+  int32_t* pick_out = nullptr;  // where they are
+  bool in_graph = false;        // run() is recorded (Backend::graph_begin)
   // The step, from the uploads to the logits. A decode step's launches are a function of (this model,
   // B, R, the capacities): the backend may record them once and replay them (Backend::graph_begin).
   auto run = [&] {
@@ -695,24 +876,20 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     st.decode = decode;
     st.cap_csa = cap_csa;
     st.cap_hca = cap_hca;
-    // The token ids first of the step's uploads (prepare/launch replace them at launch).
-    st.tok_pack = Buffer<int32_t>(be_, token_pack(st.tokens, hc));
-    st.tok_d = st.tok_pack.data();
-    st.pos_d = Buffer<int32_t>(be_, st.pos);
-    Buffer<float> X(be_, T * hc * D), X2(be_, T * hc * D);  // [T, hc, D] residual streams
-    // every stream starts as the token's embedding
-    be_.copy_rows(embed_.data(), D, st.tok_pack.data() + T, X.data(), D, nullptr, T * hc, D);
+    // The token ids, then a decode step's feed, first in the step's upload (prepare/launch replace them at launch).
+    const size_t at_tok = st.up.add(token_pack(st.tokens, hc)), at_feed = st.up.add(feed_map);
+    const size_t at_erows = edited ? st.up.add(erows) : 0, at_pos = st.up.add(st.pos);
     {
       const V4CacheLayout& lay = cache.layout();
       if (has_csa) {
-        build_entry_table(be_, batch, lay, cfg_.compress_rate_csa, cfg_.index_head_dim, cap_csa, st.csa_keys);
-        build_entry_table(be_, batch, lay, cfg_.compress_rate_csa, cfg_.head_dim, cap_csa, st.csa_entries);
+        build_entry_table(st.up, batch, lay, cfg_.compress_rate_csa, cfg_.index_head_dim, cap_csa, st.csa_keys);
+        build_entry_table(st.up, batch, lay, cfg_.compress_rate_csa, cfg_.head_dim, cap_csa, st.csa_entries);
       }
-      if (has_hca) build_entry_table(be_, batch, lay, cfg_.compress_rate_hca, cfg_.head_dim, cap_hca, st.hca_entries);
+      if (has_hca) build_entry_table(st.up, batch, lay, cfg_.compress_rate_hca, cfg_.head_dim, cap_hca, st.hca_entries);
       if (has_csa)
-        build_comp_plan(be_, cfg_, batch, st.seq_begin, lay, true, st.hca_entries, cap_hca, st.n_real, st.csa);
+        build_comp_plan(st.up, cfg_, batch, st.seq_begin, lay, true, st.hca_entries, cap_hca, st.n_real, st.csa);
       if (has_hca)
-        build_comp_plan(be_, cfg_, batch, st.seq_begin, lay, false, st.hca_entries, cap_hca, st.n_real, st.hca);
+        build_comp_plan(st.up, cfg_, batch, st.seq_begin, lay, false, st.hca_entries, cap_hca, st.n_real, st.hca);
       // Sliding window (every layer): slot_floats is a multiple of d, so slot s's ring row i of a layer is
       // row s·slot_floats/d + i from that layer's ring region in slot 0. A decode step gives every
       // sequence W rows of win (ring rows of positions p0−W+1 .. p0−1, then its token; rows before
@@ -743,12 +920,30 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       wp.rows = b0;
       wp.n_ring = (int64_t)from_ring.size();
       for (size_t j = 0; j < push.src.size(); ++j) push_row[push.src[j]] = push.dst[j];  // one push a row at most
-      std::vector<const int32_t*> at;
-      wp.idx = upload_packed(be_, {&from_ring, &to_win_r, &to_win_k, &push_row}, at);
-      wp.from_ring = at[0], wp.to_win_r = at[1], wp.to_win_k = at[2], wp.push_row = at[3];
-      wp.lo = Buffer<int32_t>(be_, lo);
-      wp.hi = Buffer<int32_t>(be_, hi);
+      int k = 0;
+      for (const auto* a : {&from_ring, &to_win_r, &to_win_k, &push_row, &lo, &hi}) wp.at[k++] = st.up.add(*a);
     }
+    // the upload, then every pointer into it
+    const size_t at_rows = st.up.add(rows), at_spec = argmax_ ? st.up.add(specs) : 0;
+    st.up.upload(be_);
+    st.tok_pack = st.tok_d = st.up.ptr<int32_t>(at_tok);
+    st.pos_d = st.up.ptr<int32_t>(at_pos);
+    for (Step::EntryTable* t : {&st.csa_keys, &st.csa_entries, &st.hca_entries}) t->rows = st.up.ptr<int32_t>(t->at);
+    if (has_csa) resolve_comp_plan(st.up, st.csa);
+    if (has_hca) resolve_comp_plan(st.up, st.hca);
+    {
+      Step::WindowPlan& wp = st.window;
+      wp.from_ring = st.up.ptr<int32_t>(wp.at[0]), wp.to_win_r = st.up.ptr<int32_t>(wp.at[1]);
+      wp.to_win_k = st.up.ptr<int32_t>(wp.at[2]), wp.push_row = st.up.ptr<int32_t>(wp.at[3]);
+      wp.lo = st.up.ptr<int32_t>(wp.at[4]), wp.hi = st.up.ptr<int32_t>(wp.at[5]);
+    }
+    // Fed rows take the last step's picks (always in a recorded step: its feed is known only at launch).
+    if (pick_slot && (in_graph || !feed.empty()))
+      be_.feed_tokens(st.up.ptr<int32_t>(at_tok), T, (int)hc, st.up.ptr<int32_t>(at_feed),
+                      picks_.data() + (par ^ 1) * kPickRows, V);
+    Buffer<float> X(be_, T * hc * D), X2(be_, T * hc * D);  // [T, hc, D] residual streams
+    // every stream starts as the token's embedding
+    be_.copy_rows(embed_.data(), D, st.tok_pack + T, X.data(), D, nullptr, T * hc, D);
     Buffer<float> u(be_, T * D), post(be_, T * hc), comb(be_, T * hc * hc);
     st.h = Buffer<float>(be_, T * D);
     st.y = Buffer<float>(be_, T * D);
@@ -767,17 +962,19 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       be_.hc_post(X.data(), st.y.data(), post.data(), comb.data(), T, (int)hc, D, X2.data());
       std::swap(X, X2);
     }
-    Buffer<int32_t> rows_d(be_, rows);
     Buffer<float> Xr(be_, R * hc * D), ur(be_, R * D);
     logits = Buffer<float>(be_, R * V);
-    be_.copy_rows(X.data(), hc * D, rows_d.data(), Xr.data(), hc * D, nullptr, R, hc * D);
+    be_.copy_rows(X.data(), hc * D, st.up.ptr<int32_t>(at_rows), Xr.data(), hc * D, nullptr, R, hc * D);
     be_.hc_head(Xr.data(), R, (int)hc, D, hc_head_fn_.data(), hc_head_base_.data(), hc_head_scale_.data(), hc_eps,
                 eps, ur.data());
     be_.rms_norm(ur.data(), R, D, D, norm_.data(), eps, ur.data());
     be_.linear(ur.data(), R, D, *head_, logits.data(), V);
-    if (argmax_) {  // greedy picks on the backend: only R ids need to cross (argmax())
-      ids = Buffer<int32_t>(be_, R);
-      be_.argmax_rows(logits.data(), R, V, V, ids.data());
+    if (argmax_) {  // picks on the backend: only R ids need to cross (argmax())
+      if (!pick_slot) ids = Buffer<int32_t>(be_, R);
+      pick_out = pick_slot ? picks_.data() + par * kPickRows : ids.data();
+      be_.sample_rows(logits.data(), R, V, V, st.up.ptr<SampleSpec>(at_spec),
+                      edited ? st.up.ptr<RowEdits>(at_erows) : nullptr, edited ? edits_.data() + par * kEditCap : nullptr,
+                      edited ? edits_raw_.data() + par * kEditCap : nullptr, pick_out);
     }
   };
   // The key: everything the recorded launches depend on besides the uploaded bytes (the step's own
@@ -785,12 +982,15 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
   // step N+1 is prepared (its uploads written into its graph's page-locked copies) while step N's graph
   // may still read its own.
   uint64_t key = 0xcbf29ce484222325ull;
-  parity_ ^= decode ? 1 : 0;
   for (uint64_t v : {graph_owner_, (uint64_t)(uintptr_t)cache.pages_base(), (uint64_t)(uintptr_t)cache.slots_base(),
-                     (uint64_t)Bp, (uint64_t)Rp, (uint64_t)cap_csa, (uint64_t)cap_hca, parity_, (uint64_t)argmax_})
+                     (uint64_t)Bp, (uint64_t)Rp, (uint64_t)cap_csa, (uint64_t)cap_hca, par, (uint64_t)argmax_,
+                     (uint64_t)edited})
     key = mix(key, v);
+  if (!elist.empty())  // before the region: not one of its uploads (their size is not in the key)
+    be_.upload(edits_.data() + par * kEditCap, elist.data(), (int64_t)(elist.size() * sizeof(LogitEdit)));
   const Backend::GraphMode mode = decode ? be_.graph_begin(key) : Backend::GraphMode::Off;
   bool graphed = mode != Backend::GraphMode::Off;
+  in_graph = graphed;
   if (ready_only) {  // the step waits for its token ids (launch); nothing has run when it cannot
     if (mode == Backend::GraphMode::Off) return false;
     try {
@@ -804,7 +1004,10 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     ready_rows_ = B_real;
     ready_padded_ = Tp;
     ready_logits_ = logits.data();  // the launched step's stay readable (logits()) until launch
-    ready_ids_ = ids.data();
+    ready_ids_ = pick_out;
+    ready_pick_slot_ = pick_slot;
+    ready_par_ = par;
+    ready_edited_ = edited;
     ready_n_ = R * V;
     for (const auto& c : batch) c.state->pos += (int64_t)c.tokens.size();
     return true;
@@ -818,7 +1021,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       be_.graph_abort(e.what());
       logits = Buffer<float>();
       ids = Buffer<int32_t>();
-      graphed = false;
+      graphed = in_graph = false;
       run();
     }
   }
@@ -826,9 +1029,8 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
   // A graph's logits are freed with its other buffers, so that every graph of a key starts at the same
   // arena top; nothing runs before the next launch, so they stay readable until then. Otherwise they are
   // kept until the next step.
-  out_logits_ = logits.data();
-  out_ids_ = ids.data();
-  out_n_ = R * V;
+  if (edited) set_out(logits.data(), pick_out, R * V, pick_slot, par, std::move(erows), std::move(elist));
+  else set_out(logits.data(), pick_out, R * V, pick_slot, par);
   if (!graphed) out_buf_ = std::move(logits), out_ids_buf_ = std::move(ids);
   return true;
 }

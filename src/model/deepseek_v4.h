@@ -82,6 +82,22 @@ struct V4SeqChunk {
   V4SeqState* state;
   std::span<const int32_t> tokens;
   bool all_logits = false;  // logits for every token of the chunk, else only for the last
+  // How the backend samples the chunk's last row when device sampling is on (set_device_argmax): its
+  // token is what argmax() returns. Other rows of an all_logits chunk are greedy picks.
+  SampleSpec sample{};
+  // That row's logit processors (bias, penalties, a min_tokens mask), applied on the backend before its pick:
+  // `edited` when its request may have any (a step with such a row records the edits), then its penalties
+  // (edit_row; first / count are the model's) and edits. A prepared step takes them at launch instead
+  // (StepEdits): they depend on the tokens up to the one launched.
+  bool edited = false;
+  RowEdits edit_row{};
+  std::span<const LogitEdit> edits;
+};
+
+// A prepared decode step's logit edits, given at launch: rows[i] for sequence i (first / count into list).
+struct StepEdits {
+  std::vector<RowEdits> rows;
+  std::vector<LogitEdit> list;
 };
 
 class DeepseekV4Model {
@@ -114,15 +130,31 @@ class DeepseekV4Model {
   // prepared or run. A malformed step throws here (nothing changed) or, kept for launch, there.
   void prepare(std::span<const V4SeqChunk> batch, V4Cache& cache);
   // forward_view without reading the result: logits() / argmax() read it (any step, chunks of any length).
-  void forward_launch(std::span<const V4SeqChunk> batch, V4Cache& cache) { enqueue(batch, cache, false); }
-  void launch(std::span<const int32_t> ids);
+  void forward_launch(std::span<const V4SeqChunk> batch, V4Cache& cache) { enqueue(batch, cache, false, {}); }
+  // feed (empty, or one entry a sequence): feed[i] ≥ 0 takes sequence i's token from the backend's pick for row
+  // feed[i] of the step launched before this one (its argmax(), read on the backend: the step can be launched
+  // before the host has read that one, with no round trip between them); ids[i] is then ignored. A pick that
+  // is no token (−1 / −2) feeds token 0: that row's request fails, its result is to be dropped. Needs
+  // can_feed() when any entry is ≥ 0.
+  void launch(std::span<const int32_t> ids, std::span<const int32_t> feed = {}, const StepEdits* edits = nullptr);
+  // The most logit edits a step holds (more: the caller samples those rows on the host).
+  static constexpr int64_t kEditCap = 1 << 18;
+  // Whether the last launched step's picks can feed the next launch: a decode step with picks
+  // (set_device_argmax) of at most kPickRows rows. They stay readable as argmax(1) after that launch.
+  bool can_feed() const { return out_pick_slot_; }
+  // Whether the prepared step can take a feed (its picks too go outside the arena).
+  bool prepared_takes_feed() const { return ready_ && ready_pick_slot_; }
+  static constexpr int64_t kPickRows = 4096;
   std::span<const float> logits();
+  // Row r of those logits into dst[V] (one copy of V floats): for a step whose few rows are sampled on the host.
+  void logits_row(int64_t r, float* dst);
   bool prepared() const { return ready_; }
-  // Greedy picks on the backend (Backend::argmax_rows) with every step's logits, so that a greedy batch
-  // reads R ids instead of R·V logits: argmax() returns those of the last launched step (−1 / −2 as
-  // argmax_rows says), empty when it was not computed.
+  // Picks on the backend (Backend::sample_rows, each chunk's `sample`: greedy by default) with every step's
+  // logits, so that a batch without logit processors reads R ids instead of R·V logits: argmax() returns
+  // those of the last launched step (−1 / −2 as sample_rows says), empty when not computed; argmax(1) those of
+  // the step launched before it, when that one could feed (can_feed(): they are kept apart from the arena).
   void set_device_argmax(bool on) { argmax_ = on; }
-  std::span<const int32_t> argmax();
+  std::span<const int32_t> argmax(int back = 0);
   bool prepared_ahead() const { return ready_ && !deferred_cache_; }
   // Decode steps padded to a bucket of batch sizes (stand-in rows, results unchanged): −1 = when the
   // backend asks for it (Backend::decode_rows: CUDA graphs), 0 = never, 1 = always (tests).
@@ -147,7 +179,14 @@ class DeepseekV4Model {
                     const int32_t* wpos, const int32_t* page_rows, int64_t nw, float* page_base);
   void moe(const V4Layer& L, const float* h, const int32_t* tokens, int64_t T, float* out);
   // Validates and plans a step, then runs it (ready_only: records it for launch(); false when it cannot).
-  bool enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache, bool ready_only);
+  // feed: launch()'s, for a step that runs whole (ready_only false); empty = none.
+  bool enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache, bool ready_only, std::span<const int32_t> feed);
+  // A launched step's outputs become the last launched step's (the one before moves to prev_).
+  void set_out(const float* logits, const int32_t* ids, int64_t n, bool pick_slot, uint64_t par,
+               std::vector<RowEdits> erows = {}, std::vector<LogitEdit> elist = {});
+  // Puts back the raw logits of row r's edits into dst[V] (a row of the last launched step, read by the host).
+  void restore_row(int64_t r, float* dst);
+  int64_t decode_rows_of(int64_t B) const;  // a decode step's rows with stand-ins (set_decode_padding)
 
   V4Config cfg_;
   Backend& be_;
@@ -160,11 +199,31 @@ class DeepseekV4Model {
   Buffer<float> inv_freq_main_, inv_freq_compress_;  // [r/2]
   uint64_t graph_owner_ = 0;  // keys this model's step graphs (Backend::graph_begin)
   int pad_decode_ = -1;       // set_decode_padding
-  uint64_t parity_ = 0;       // alternates per decode step: consecutive steps use different graphs
+  uint64_t parity_ = 0;       // the last launched step's; alternates per decode step: consecutive steps use
+                              // different graphs (and halves of picks_)
   const float* out_logits_ = nullptr;  // the last enqueued step's logits [out_n_] (backend memory)
   Buffer<float> out_buf_;              // holds them when the step did not run from a graph
   const int32_t* out_ids_ = nullptr;   // its argmax_rows picks [out_n_ / V], when argmax_
   Buffer<int32_t> out_ids_buf_;
+  // Decode steps' picks outside the arena, by parity [2, kPickRows]: step N+1 reads N's (launch's feed) while the
+  // host reads them after N+1's launch; N+2 writes them again only after that (the engine reads N first).
+  Buffer<int32_t> picks_;
+  bool out_pick_slot_ = false;          // the last launched step's picks are in picks_ (and staged: Backend::stage)
+  int out_slot_ = 0;                    // its parity: picks_ half and stage slot
+  int prev_slot_ = -1;                  // the step launched before it: its stage slot, when it had one
+  int64_t prev_rows_ = 0;
+  bool ready_pick_slot_ = false;        // the prepared step's picks go to picks_ (it can take a feed)
+  bool ready_edited_ = false;           // it applies logit edits (its rows' RowEdits follow the feed map)
+  std::vector<char> deferred_edited_;   // a deferred step's chunks' `edited`
+  // The steps' logit edits outside the arena, by parity [2, kEditCap] (their number is not part of a graph's key).
+  Buffer<LogitEdit> edits_;
+  Buffer<float> edits_raw_;            // [2, kEditCap]: the logits the edits replaced (Backend::sample_rows)
+  // The last launched step's edited rows (host copies of its RowEdits by logits row, and of its edits), so that a
+  // row the host samples after all (logits_row / logits) gets its raw logits back.
+  std::vector<RowEdits> out_erows_;
+  std::vector<LogitEdit> out_elist_;
+  std::vector<float> restored_;        // logits() of a step with edited rows
+  uint64_t ready_par_ = 0;              // its parity
   std::vector<int32_t> ids_host_;
   bool argmax_ = false;
   const int32_t* ready_ids_ = nullptr;
@@ -174,6 +233,7 @@ class DeepseekV4Model {
   const float* ready_logits_ = nullptr;        // its logits [ready_n_], once launched
   V4Cache* deferred_cache_ = nullptr;          // a prepared step without a graph: runs whole at launch
   std::vector<V4SeqState> deferred_states_;    // its sequences' states at prepare
+  std::vector<SampleSpec> deferred_specs_;     // and their sampling
   int64_t ready_n_ = 0;
 };
 

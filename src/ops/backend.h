@@ -12,11 +12,14 @@
 // for CUDA). The model allocates it through alloc()/Buffer<T> and crosses to the host only through
 // upload()/download(), so one forward pass serves both backends. Ops run in submission order (one
 // stream); download() waits for everything before it.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "ops/sampling.h"
 
 namespace deepinfer {
 
@@ -104,6 +107,16 @@ class Backend {
     download(view_.data(), src, bytes);
     return view_.data();
   }
+  // An early read of a launched step's small outputs (its picks): stage(slot, src, bytes) queues their copy to
+  // host memory after the work launched so far and returns at once; staged(slot) waits for that copy only, not
+  // for work launched after it (the next step), and returns the host copy, valid until the slot is staged
+  // again. Slots 0 and 1. Host backends copy at stage() (their work is done when an op returns).
+  virtual void stage(int slot, const void* src, int64_t bytes) {
+    std::vector<char>& s = staged_.at((size_t)slot);
+    s.resize((size_t)bytes);
+    if (bytes > 0) download(s.data(), src, bytes);
+  }
+  virtual const void* staged(int slot) { return staged_.at((size_t)slot).data(); }
   virtual void copy(void* dst, const void* src, int64_t bytes) = 0;           // backend → backend
   // Bytes of backend memory still free (−1: host memory, no separate budget).
   virtual int64_t free_memory() const { return -1; }
@@ -156,12 +169,15 @@ class Backend {
   virtual void graph_abort(const char* /*why*/) {}
   // Pipelined steps (a decode step's host work overlapping the previous step on the device):
   // graph_ready() ends a Capture/Replay region like graph_end but launches nothing; graph_launch(src,
-  // bytes) then replaces the bytes of the region's first upload (a step's token ids, known only once the
-  // previous step has been sampled; null: keep them) and launches it. Between the two, no other region
-  // may begin and nothing else is launched. The region's own buffers are free for the caller's next
+  // bytes) then replaces the first `bytes` bytes of the region's first upload (a step's token ids, known only once
+  // the previous step has been sampled; null: keep them) and launches it. Between the two, no other region
+  // may begin and nothing else is launched but plain uploads (ordered before the launch: a step's logit
+  // edits, whose size is not part of the key). The region's own buffers are free for the caller's next
   // region (the arena), so its outputs stay valid only until the next launch.
   virtual void graph_ready() {}
   virtual void graph_launch(const void* /*first_upload*/, int64_t /*bytes*/) {}
+  // Forgets a readied region without launching it (its step was abandoned: the caller fails its requests).
+  virtual void graph_unready() {}
 
   // ---- data movement (float32 rows) ----
   virtual void fill(float* x, int64_t n, float v) = 0;
@@ -248,6 +264,22 @@ class Backend {
   // stride ld) — the host sampler's greedy pick (argmax_lowest_id) — or −1 when every value is −inf, −2
   // when the row holds a NaN or +inf (the host sampler rejects those rows: the caller asks it for the error).
   virtual void argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out) = 0;
+  // Sampling on the backend: out[m] = sample_row(row m of x[M, N] (row stride ld), spec[m]) (ops/sampling.h:
+  // the host sampler's token for a row without logit processors, bit for bit), spec[M] in backend memory.
+  // −1 / −2 as argmax_rows. Every other row is decided: a pick may feed the next step's token directly
+  // (DeepseekV4Model::launch), so a backend cannot leave a row to the host.
+  // rows / edits / edit_raw (all null, or rows[M], the step's edit list and one float an edit, in backend
+  // memory): row m's logit processors are applied to x in place first (apply_edits, the values before into
+  // edit_raw), so that out[m] is the host sampler's token for a request with bias, penalties or a min_tokens
+  // mask too.
+  virtual void sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
+                           const LogitEdit* edits, float* edit_raw, int32_t* out) = 0;
+  // A step's token ids taken from the previous step's picks on the backend (DeepseekV4Model::launch's feed):
+  // for i < T with feed[i] ≥ 0, t = picks[feed[i]] — 0 when that is no token (< 0 or ≥ V: the row's request
+  // fails and its result is dropped) — goes to pack[i] and to pack[T + i·hc + j], j < hc (the step's token
+  // ids, then the embedding's rows). pack, feed and picks in backend memory.
+  virtual void feed_tokens(int32_t* pack, int64_t T, int hc, const int32_t* feed, const int32_t* picks,
+                           int64_t V) = 0;
 
   // y[M, D] = x / sqrt(mean(x²) + eps) (* w[D] if w). In place allowed (y == x).
   virtual void rms_norm(const float* x, int64_t M, int64_t D, int64_t ld, const float* w, float eps,
@@ -398,6 +430,7 @@ class Backend {
 
  private:
   std::vector<char> view_;  // download_view's buffer (host backends)
+  std::array<std::vector<char>, 2> staged_;  // stage()'s copies (host backends)
   uint64_t graph_owners_ = 0;
 };
 

@@ -99,6 +99,11 @@ std::string Metrics::render(const EngineStats& s, int64_t in_server, bool draini
   gauge(out, "deepinfer_draining", "1 while the server drains for shutdown.", draining ? 1.0 : 0.0);
   counter(out, "deepinfer_engine_steps_total", "Engine steps run.", (double)s.steps);
   counter(out, "deepinfer_num_preemptions_total", "Sequences preempted (recomputed later).", (double)s.preemptions);
+  counter(out, "deepinfer_device_sampled_tokens_total", "Generated tokens picked on the backend (only ids crossed).",
+          (double)s.device_sampled_tokens);
+  counter(out, "deepinfer_fed_steps_total",
+          "Decode steps launched before the previous one was read (tokens taken from its picks on the device).",
+          (double)s.fed_steps);
   std::lock_guard<std::mutex> lk(mu_);
   counter(out, "deepinfer_prompt_tokens_total", "Prompt tokens of finished requests.", (double)prompt_tokens_);
   counter(out, "deepinfer_generation_tokens_total", "Generated tokens of finished requests.",

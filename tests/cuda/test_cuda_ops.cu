@@ -36,6 +36,7 @@
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/graph_edges.h"
 #include "ops/cuda/moe_grouped.h"
+#include "ops/sample_math.h"
 
 using namespace deepinfer;
 namespace dc = deepinfer::cuda;
@@ -1311,7 +1312,11 @@ Result sink_attn_case(const AttnKernel& K, int64_t M, int H, int d, int nk, int 
     CK(run(dc::sink_attention_mma, 0, M, dout.as<float>()));
     auto o2v = down<float>(dout, M * ldo);
     expect_true(res, memcmp(o2v.data(), o.data(), o.size() * 4) == 0, "v3 differs from v2");
-    res.detail += "v3==v2 ";
+    poison(dout);  // q loaded once a cluster: the same Q tiles
+    CK(run(dc::sink_attention_mma_v3q, 0, M, dout.as<float>()));
+    auto oq = down<float>(dout, M * ldo);
+    expect_true(res, memcmp(oq.data(), o.data(), o.size() * 4) == 0, "v3 (q once a cluster) differs from v3");
+    res.detail += "v3==v2==v3q ";
   }
   if (K.dec) {  // attdec keeps v2's arithmetic: same bits, padding too (so the backend may choose by M)
     poison(dout);
@@ -1374,8 +1379,16 @@ Result sink_attn_case(const AttnKernel& K, int64_t M, int H, int d, int nk, int 
     char buf[192];
     if (K.v3) {
       const double v2 = time_us([&] { run(dc::sink_attention_mma, 0, M, dout.as<float>()); });
-      snprintf(buf, sizeof buf, "%.1f GFLOP; v2 %.1f us (v3 %.2fx); clusters resident v3 %d, v2 %d ", res.flops / 1e9,
-               v2, v2 / res.us, dc::sink_attention_mma_max_clusters(d, 3), dc::sink_attention_mma_max_clusters(d, 2));
+      double a3 = 0, a3q = 0;  // alternating
+      for (int rep = 0; rep < 2; ++rep) {
+        a3 += time_us([&] { run(dc::sink_attention_mma_v3, 0, M, dout.as<float>()); }) / 2;
+        a3q += time_us([&] { run(dc::sink_attention_mma_v3q, 0, M, dout.as<float>()); }) / 2;
+      }
+      snprintf(buf, sizeof buf,
+               "%.1f GFLOP; v2 %.1f us (v3 %.2fx); alternating: v3 %.1f us, v3q (q once a cluster) %.1f us; "
+               "clusters resident v3 %d, v2 %d ",
+               res.flops / 1e9, v2, v2 / res.us, a3, a3q, dc::sink_attention_mma_max_clusters(d, 3),
+               dc::sink_attention_mma_max_clusters(d, 2));
     } else if (K.mma) {
       const double f32 = time_us([&] { run(dc::sink_attention_f32, 0, M, dout.as<float>()); });
       const double v1 = time_us([&] { run(dc::sink_attention_mma_v1, 0, M, dout.as<float>()); });
@@ -3891,86 +3904,136 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
 // =================================================================================================
 // Sampler
 // =================================================================================================
-int host_sample(const float* row, int64_t V, float T, int tk, float tp, uint64_t seed, uint64_t ctr, std::vector<int>* order_out) {
-  if (!(T > 0.0f)) {
-    int64_t b = 0;
-    for (int64_t i = 1; i < V; ++i)
-      if (row[i] > row[b]) b = i;
-    return (int)b;
-  }
-  const int k = (int)std::min<int64_t>((tk >= 1 && tk <= 1024) ? tk : 1024, V);
-  float mx = -INFINITY;
-  for (int64_t i = 0; i < V; ++i) mx = std::max(mx, row[i]);
-  const float zmax = mx / T;
-  double zs = 0;
-  for (int64_t i = 0; i < V; ++i) zs += std::exp(row[i] / T - zmax);
-  std::vector<int> ord(V);
-  std::iota(ord.begin(), ord.end(), 0);
-  std::partial_sort(ord.begin(), ord.begin() + k, ord.end(),
-                    [&](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-  ord.resize(k);
-  std::vector<double> cum(k);
-  double run = 0;
-  for (int j = 0; j < k; ++j) cum[j] = (run += std::exp(row[ord[j]] / T - zmax));
-  const double denom = (tk >= 1 && tk <= 1024) ? run : zs;
-  int cut = k - 1;
-  if (tp < 1.0f)
-    for (int j = 0; j < k; ++j)
-      if (cum[j] >= tp * denom) {
-        cut = j;
-        break;
-      }
-  const double target = dc::sample_uniform(seed, ctr) * cum[cut];
-  int tok = cut;
-  for (int j = 0; j <= cut; ++j)
-    if (cum[j] > target) {
-      tok = j;
-      break;
-    }
-  if (order_out) *order_out = ord;
-  return ord[tok];
-}
-
-Result sample_case(int64_t B, int64_t V, const std::string& name) {
+// sample_rows (Backend::sample_rows) against the CPU twin (ops/sampling.h's sample_row), bitwise: every
+// filter alone and together, at the k-th / top-p cut among tied values, −inf tokens, greedy rows, a NaN row
+// (−2), an all −inf row (−1), nearly flat rows (the cut's bin too full to sort: the radix refinement) and
+// rows of one value (every cut among ties, in id order).
+// ld > N: rows not 16-byte aligned (the scalar loads), the gaps NaN (a read past N answers −2).
+// with_edits: every third row carries logit edits (bias, repetition, frequency / presence counts, masks on
+// unique ids), applied in place before the pick: the edited logits and the picks bitwise the CPU's.
+Result sample_rows_case(int64_t M, int64_t N, int kind0, const std::string& name, int64_t ld = 0,
+                        bool with_edits = false) {
   Rng r = rng_for(name);
   Result res;
-  std::vector<float> lg = randn(r, B * V, 3.0f), temp(B), tp(B);
-  std::vector<int32_t> tk(B);
-  std::vector<uint64_t> seed(B), ctr(B);
-  for (int64_t b = 0; b < B; ++b) {
-    const int mode = (int)(b % 5);
-    temp[b] = mode == 0 ? 0.0f : 0.5f + r.uni();
-    tk[b] = mode == 1 ? 50 : mode == 2 ? 0 : mode == 3 ? 1024 : 1;
-    tp[b] = mode == 1 ? 0.9f : mode == 2 ? 0.95f : mode == 3 ? 1.0f : 0.5f;
-    seed[b] = r.next(), ctr[b] = r.range(0, 100000);
+  if (ld < N) ld = N;
+  std::vector<float> x((size_t)(M * ld), std::numeric_limits<float>::quiet_NaN());
+  std::vector<deepinfer::SampleSpec> spec((size_t)M);
+  std::vector<char> flat((size_t)M, 0);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t m = 0; m < M; ++m) {
+    float* row = x.data() + m * ld;
+    const int kind = (int)((m + kind0) % 18);
+    const float scale = kind >= 15 ? 0.02f : 0.5f + 0.5f * (float)(m % 7);  // nearly flat .. peaked
+    flat[m] = kind >= 15;
+    for (int64_t i = 0; i < N; ++i) row[i] = kind == 17 ? 1.5f : scale * (float)r.normal();
+    if (kind == 17)  // one value everywhere but a few better tokens and a few masked ones
+      for (int j = 0; j < 6; ++j) row[r.range(0, (int)N)] = j < 3 ? 2.0f : -inf;
+    if (kind == 3 || kind == 4)  // ties: the best value at several ids, and a band of equal values
+      for (int j = 0; j < 40; ++j) row[r.range(0, (int)N)] = j < 4 ? 12.0f * scale : 2.0f * scale;
+    if (kind == 5)  // masked tokens
+      for (int64_t i = 0; i < N; i += 3) row[i] = -inf;
+    if (kind == 6) row[r.range(0, (int)N)] = std::numeric_limits<float>::quiet_NaN();
+    if (kind == 7) {
+      for (int64_t i = 0; i < N; ++i) row[i] = -inf;
+      if (m % 32 == 23) row[r.range(0, (int)N)] = 1.0f;  // one finite token
+    }
+    deepinfer::SampleSpec& sp = spec[m];
+    sp.temperature = kind == 0 ? 0.0f : 0.3f + 1.2f * (float)r.uni();
+    sp.key = r.next(), sp.position = (uint64_t)r.range(0, 1 << 30) | ((m & 1) ? (1ull << 33) : 0ull);
+    switch (kind) {
+      case 1: sp.top_k = 50; break;
+      case 2: sp.top_p = 0.9f; break;
+      case 3: sp.top_k = 2; sp.top_p = 0.95f; break;
+      case 4: sp.top_k = 30; break;  // the cut inside the band of equal values
+      case 8: sp.min_p = 0.05f; break;
+      case 9: sp.top_k = 1; break;
+      case 10: sp.top_p = 0.5f; sp.min_p = 0.2f; break;
+      case 11: sp.top_k = (int)N - 1; sp.top_p = 0.999f; break;
+      case 12: sp.top_k = 1000; sp.top_p = 0.8f; break;
+      case 13: sp.top_p = 0.99999994f; break;
+      case 14: sp.top_k = 7; sp.min_p = 0.5f; break;
+      case 15: sp.top_p = 0.7f; break;
+      case 16: sp.top_k = (int)(N / 3) + 1; sp.top_p = 0.9f; break;  // both cuts in full bins
+      case 17: sp.top_k = (int)(N / 2); sp.top_p = 0.3f + 0.6f * (float)r.uni(); break;
+      default: break;
+    }
   }
-  DBuf dl = dup(lg, "logits"), dtm = dup(temp, "temp"), dtk = dup(tk, "top_k"), dtp = dup(tp, "top_p"),
-       dsd = dup(seed, "seed"), dct = dup(ctr, "counter"), dout = dalloc(B * 4, "out");
+  std::vector<deepinfer::RowEdits> erows;
+  std::vector<deepinfer::LogitEdit> elist;
+  if (with_edits) {
+    erows.resize((size_t)M);
+    for (int64_t m = 0; m < M; m += 3) {
+      deepinfer::RowEdits& e = erows[(size_t)m];
+      e.rep = m % 2 ? 1.3f : 0.8f, e.freq = 0.1f * (float)(m % 5), e.presence = m % 4 ? 0.25f : 0.0f;
+      e.first = (int32_t)elist.size();
+      std::vector<int32_t> ids;
+      for (int j = 0, n = r.range(1, 300); j < n; ++j) ids.push_back(r.range(-3, (int)N + 3));  // some outside
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      for (int32_t id : ids) {
+        deepinfer::LogitEdit d;
+        d.id = id, d.flags = (uint32_t)r.range(0, 8), d.bias = (float)r.range(-8, 9) * 0.5f, d.count = r.range(0, 4);
+        if (r.range(0, 50) == 0) d.flags = deepinfer::sampling::kEditMask;
+        elist.push_back(d);
+      }
+      e.count = (int32_t)elist.size() - e.first;
+    }
+  }
+  DBuf dx = dup(x, "x"), dspec = dalloc(M * (int64_t)sizeof(deepinfer::SampleSpec), "spec"), dout = dalloc(M * 4, "out");
+  CK(cudaMemcpy(dspec.p(), spec.data(), M * sizeof(deepinfer::SampleSpec), cudaMemcpyHostToDevice));
+  DBuf drows = dalloc(std::max<int64_t>(1, M) * (int64_t)sizeof(deepinfer::RowEdits), "rows"),
+       dedits = dalloc(std::max<int64_t>(1, (int64_t)elist.size()) * (int64_t)sizeof(deepinfer::LogitEdit), "edits"),
+       draw = dalloc(std::max<int64_t>(1, (int64_t)elist.size()) * 4, "raw");
+  if (with_edits) {
+    CK(cudaMemcpy(drows.p(), erows.data(), M * sizeof(deepinfer::RowEdits), cudaMemcpyHostToDevice));
+    if (!elist.empty())
+      CK(cudaMemcpy(dedits.p(), elist.data(), elist.size() * sizeof(deepinfer::LogitEdit), cudaMemcpyHostToDevice));
+  }
   poison(dout);
   auto launch = [&] {
-    return dc::sample(dl.as<float>(), B, V, V, dtm.as<float>(), dtk.as<int32_t>(), dtp.as<float>(), dsd.as<uint64_t>(),
-                      dct.as<uint64_t>(), dout.as<int32_t>(), 0);
+    return dc::sample_rows(dx.as<float>(), M, N, ld, dspec.as<const deepinfer::SampleSpec>(),
+                           with_edits ? drows.as<const deepinfer::RowEdits>() : nullptr,
+                           with_edits ? dedits.as<const deepinfer::LogitEdit>() : nullptr,
+                           with_edits ? draw.as<float>() : nullptr, dout.as<int32_t>(), 0);
   };
   CK(launch());
-  auto out = down<int32_t>(dout, B);
-  int64_t bad = 0, adjacent = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    std::vector<int> ord;
-    const int ref = host_sample(lg.data() + b * V, V, temp[b], tk[b], tp[b], seed[b], ctr[b], &ord);
-    if (out[b] == ref) continue;
-    // a boundary case: the GPU picked the neighbour in best-first order (f32 vs f64 running sums)
-    auto pg = std::find(ord.begin(), ord.end(), out[b]), pr = std::find(ord.begin(), ord.end(), ref);
-    if (pg != ord.end() && std::abs((int)(pg - pr)) == 1)
-      ++adjacent;
-    else
-      ++bad;
+  auto got = down<int32_t>(dout, M);
+  std::vector<int32_t> want((size_t)M);
+  const std::vector<float> x_raw = x;
+  std::vector<float> raw(elist.size());
+  cpu().sample_rows(x.data(), M, N, ld, spec.data(), with_edits ? erows.data() : nullptr,
+                    with_edits ? elist.data() : nullptr, with_edits ? raw.data() : nullptr, want.data());
+  int64_t bad = 0, nflat = 0;
+  for (int64_t m = 0; m < M; ++m) bad += got[m] != want[m], nflat += flat[m];
+  expect_true(res, bad == 0, std::to_string(bad) + " rows differ");
+  if (with_edits) {  // the edited logits themselves (NaN gaps past N compared as bits)
+    const auto xg = down<float>(dx, M * ld);
+    expect_true(res, std::memcmp(xg.data(), x.data(), x.size() * sizeof(float)) == 0, "edited logits differ");
+    const auto rg = down<float>(draw, (int64_t)elist.size());  // the values before, for a host fallback
+    int64_t bad_raw = 0;
+    for (int64_t m = 0; m < M; ++m)
+      for (int32_t j = 0; j < erows[(size_t)m].count; ++j) {
+        const deepinfer::LogitEdit& e = elist[(size_t)(erows[(size_t)m].first + j)];
+        if (e.id < 0 || e.id >= N) continue;
+        const float a = rg[(size_t)(erows[(size_t)m].first + j)], b = x_raw[(size_t)(m * ld + e.id)];
+        bad_raw += std::memcmp(&a, &b, 4) != 0 || std::memcmp(&a, &raw[(size_t)(erows[(size_t)m].first + j)], 4) != 0;
+      }
+    expect_true(res, bad_raw == 0, std::to_string(bad_raw) + " saved raw logits differ");
+    res.detail += std::to_string(elist.size()) + " edits, ";
   }
-  expect_true(res, bad == 0, std::to_string(bad) + " tokens differ");
-  expect_true(res, adjacent <= 1, std::to_string(adjacent) + " boundary flips");
-  res.detail += "exact tokens ";
-  if (g_perf) {
+  res.detail += "bitwise, " + std::to_string(nflat) + " flat rows ";
+  if (g_perf && !with_edits) {
+    // Timed on rows without the degenerate kinds: temperature only, then top-p 0.9 (the common request).
+    for (auto& sp : spec) sp = deepinfer::SampleSpec{1.0f, 1.0f, 0.0f, 0, sp.key, sp.position};
+    CK(cudaMemcpy(dspec.p(), spec.data(), M * sizeof(deepinfer::SampleSpec), cudaMemcpyHostToDevice));
+    const double us_t = time_us([&] { launch(); });
+    for (auto& sp : spec) sp.top_p = 0.9f;
+    CK(cudaMemcpy(dspec.p(), spec.data(), M * sizeof(deepinfer::SampleSpec), cudaMemcpyHostToDevice));
     res.us = time_us([&] { launch(); });
-    res.bytes = B * V * 4.0 * 7;  // max, mass, 4 radix passes, compaction
+    res.bytes = M * N * 4.0;
+    char buf[160];
+    snprintf(buf, sizeof buf, "(top-p 0.9 timed; temperature only %.1f us) ", us_t);
+    res.detail += buf;
   }
   return res;
 }
@@ -4690,8 +4753,9 @@ Result hcnorm_case(int64_t M, int hc, int64_t D, bool weights, const std::string
 
 // perf: n calls, each with its own copy of fn (64 × 1.57 MB > L2, so fn comes from HBM as in the model, where
 // every layer has its own); X fixed (written just before in the model: in L2).
-Result hcdec_pre_perf(int64_t M, const std::string& name) {
-  const int hc = 4, iters = 20;
+// iters = 1: the Sinkhorn's share of the call (its 20-iteration chain is the serial tail of the finishing warp)
+Result hcdec_pre_perf(int64_t M, int iters, const std::string& name) {
+  const int hc = 4;
   const int64_t D = 4096, W = hc * D, mix = (2 + hc) * hc;
   Rng r = rng_for(name);
   Result res;
@@ -4814,7 +4878,11 @@ void register_hcdec(const std::function<std::string(const char*, int64_t)>& nm1)
   if (g_perf) {
     for (int64_t M : {1, 2, 4, 8}) {
       auto n = nm1("hcdec perf hc_pre M=%ld hc=4 D=4096 it=20 (V4-Flash, fn from HBM)", M);
-      add(n, [=] { return hcdec_pre_perf(M, n); });
+      add(n, [=] { return hcdec_pre_perf(M, 20, n); });
+    }
+    for (int64_t M : {1, 8}) {  // the same with a one-iteration Sinkhorn: what moving it off hc_pre could gain
+      auto n = nm1("hcdec perf hc_pre M=%ld hc=4 D=4096 it=1 (the Sinkhorn's share)", M);
+      add(n, [=] { return hcdec_pre_perf(M, 1, n); });
     }
     for (int64_t M : {1, 2, 4, 8, 64, 4096}) {  // 4096: the prefill size must not get slower
       auto n = nm1("hcdec perf hc_post M=%ld hc=4 D=4096 (V4-Flash)", M);
@@ -5726,8 +5794,15 @@ void register_cases() {
       }
     }
   }
-  add("sample B=64 V=129280", [] { return sample_case(64, 129280, "sm1"); });
-  add("sample B=5 V=1000", [] { return sample_case(5, 1000, "sm2"); });
+  add("sample_rows M=64 V=129280", [] { return sample_rows_case(64, 129280, 0, "sm1"); });
+  add("sample_rows M=160 V=1000", [] { return sample_rows_case(160, 1000, 0, "sm2"); });
+  add("sample_rows M=1 V=129280", [] { return sample_rows_case(1, 129280, 2, "sm3"); });
+  // clusters of 16 blocks a row (M ≤ SMs / 16), flat rows among them (radix refinement across the cluster)
+  add("sample_rows M=8 V=129280 (16 blocks a row, flat rows)", [] { return sample_rows_case(8, 129280, 10, "sm7"); });
+  add("sample_rows M=256 V=129280 (one block a row)", [] { return sample_rows_case(256, 129280, 0, "sm8"); });
+  add("sample_rows M=48 V=1001 ld=1003 (unaligned rows)", [] { return sample_rows_case(48, 1001, 5, "sm4", 1003); });
+  add("sample_rows M=64 V=129280 with logit edits", [] { return sample_rows_case(64, 129280, 1, "sm5", 0, true); });
+  add("sample_rows M=33 V=1001 ld=1003 with logit edits", [] { return sample_rows_case(33, 1001, 3, "sm6", 1003, true); });
 }
 
 void measure_ceilings() {

@@ -661,6 +661,83 @@ void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int th
     g_summary["engine"]["full_load"] = {{"requests", many.size()}, {"ok", ok}, {"tok_s", toks / dt},
                                         {"steps", st.steps}, {"preemptions", st.preemptions}};
   }
+
+  // Sampling on the device (Backend::sample_rows, from the decode graphs) against the host sampler on the same
+  // device's logits: seeded temperature / top-k / top-p / min-p requests and n > 1 give the same tokens with
+  // EngineConfig::device_sampling on and off, and with it on the tokens were picked on the device, and decode
+  // steps took their tokens from the previous step's picks there (launched before the host read that step).
+  {
+    std::vector<Request> sampled;
+    for (size_t i = 0; i < 24; ++i) {
+      Request q = reqs[i % reqs.size()];
+      q.params.temperature = 0.5f + 0.1f * (float)(i % 8);
+      q.params.seed = 1000 + i;
+      if (i % 4 == 1) q.params.top_k = 3 + (int)i;
+      if (i % 3 == 2) q.params.top_p = 0.7f + 0.02f * (float)(i % 12);  // 0.74 … 0.92
+      if (i % 5 == 3) q.params.min_p = 0.05f;
+      if (i == 7) q.params.n = 3;
+      sampled.push_back(q);
+    }
+    // The requests with device sampling off (index 0) and on (1): every output's tokens, the tokens picked on the
+    // device, the fed steps, the tokens generated.
+    struct OnOff {
+      std::vector<std::vector<int32_t>> toks[2];
+      int64_t picked[2] = {0, 0}, fed[2] = {0, 0}, total[2] = {0, 0};
+      int64_t same() const {
+        int64_t n = 0;
+        for (size_t i = 0; i < toks[0].size() && i < toks[1].size(); ++i) n += toks[0][i] == toks[1][i];
+        return n;
+      }
+    };
+    auto run_on_off = [&](const std::vector<Request>& set) {
+      OnOff r;
+      for (int on = 0; on < 2; ++on) {
+        EngineConfig cfg;
+        cfg.model_dir = dir;
+        cfg.backend = "cuda";
+        cfg.max_num_seqs = 8;
+        cfg.device_sampling = on == 1;
+        Engine e(cfg);
+        for (auto& g : e.generate(set))
+          for (auto& o : g.outputs) r.toks[on].push_back(o.token_ids), r.total[on] += (int64_t)o.token_ids.size();
+        r.picked[on] = e.stats().device_sampled_tokens;
+        r.fed[on] = e.stats().fed_steps;
+      }
+      return r;
+    };
+    const OnOff s = run_on_off(sampled);
+    const auto& toks = s.toks;
+    const auto& picked = s.picked;
+    const auto& fed = s.fed;
+    const int64_t same = s.same();
+    std::printf("engine cuda sampling: %lld/%zu sampled outputs the same with the picks on the device (%lld tokens "
+                "picked there, %lld steps fed from the step before) and on the host\n",
+                (long long)same, toks[0].size(), (long long)picked[1], (long long)fed[1]);
+    expect(same == (int64_t)toks[0].size() && !toks[0].empty(), "engine cuda: device sampling != host sampling");
+    expect(picked[0] == 0 && picked[1] > 0, "engine cuda: device-sampled token counts");
+    expect(fed[0] == 0 && fed[1] > 0, "engine cuda: fed decode steps");
+    g_summary["engine"]["device_sampling"] = {{"outputs", toks[0].size()}, {"same", same}, {"picked", picked[1]},
+                                              {"fed_steps", fed[1]}};
+    // Logit processors applied on the device as edits (bias, penalties, a min_tokens mask): the same tokens as
+    // the host sampler's processors, every token picked on the device.
+    std::vector<Request> proc = sampled;
+    for (size_t i = 0; i < proc.size(); ++i) {
+      SamplingParams& p = proc[i].params;
+      if (i % 4 == 0) p.repetition_penalty = 1.25f;
+      if (i % 4 == 1) p.frequency_penalty = 0.6f, p.presence_penalty = 0.3f;
+      if (i % 4 == 2) p.logit_bias = {{(int32_t)(i * 37 % 1000), 4.0f}, {(int32_t)(i * 91 % 1000), -100.0f}};
+      if (i % 4 == 3) p.min_tokens = 5, p.stop_token_ids = {(int32_t)(i * 13 % 1000)};
+    }
+    const OnOff ps = run_on_off(proc);
+    const auto& ptoks = ps.toks;
+    const int64_t ppicked = ps.picked[1], ptotal = ps.total[1], psame = ps.same();
+    std::printf("engine cuda logit processors: %lld/%zu outputs the same with the edits on the device (%lld of %lld "
+                "tokens picked there) and on the host\n",
+                (long long)psame, ptoks[0].size(), (long long)ppicked, (long long)ptotal);
+    expect(psame == (int64_t)ptoks[0].size() && !ptoks[0].empty(), "engine cuda: device logit edits != host processors");
+    expect(ppicked == ptotal, "engine cuda: tokens with logit processors not all picked on the device");
+    g_summary["engine"]["device_logit_edits"] = {{"outputs", ptoks[0].size()}, {"same", psame}, {"picked", ppicked}};
+  }
 }
 
 

@@ -83,6 +83,23 @@ def test_async_scheduling_off_gives_the_same_outputs(llm):
     assert a == b
 
 
+def test_device_sampling_off_gives_the_same_outputs(llm):
+    prompts = ["Thou shalt", "The LORD is my shepherd", "Blessed are the meek"]
+    params = [deepinfer.SamplingParams(temperature=0.8, top_p=0.9, seed=5, max_tokens=12),
+              deepinfer.SamplingParams(temperature=1.2, top_k=20, min_p=0.05, seed=6, max_tokens=9),
+              deepinfer.SamplingParams(temperature=0.7, seed=7, max_tokens=10, n=2)]
+    host = deepinfer.LLM(threads=2, device_sampling=False)
+    before = llm.stats()
+    a = [[c.token_ids for c in o.outputs] for o in llm.generate(prompts, params)]
+    b = [[c.token_ids for c in o.outputs] for o in host.generate(prompts, params)]
+    assert a == b
+    # picked on the backend, and decode steps fed from the previous step's picks; none of that with it off
+    after = llm.stats()
+    assert after["device_sampled_tokens"] > before["device_sampled_tokens"]
+    assert after["fed_steps"] > before["fed_steps"]
+    assert host.stats()["device_sampled_tokens"] == 0 and host.stats()["fed_steps"] == 0
+
+
 def test_n_choices_and_logprob_shapes(llm):
     sp = deepinfer.SamplingParams(n=3, temperature=1.0, seed=7, max_tokens=6, logprobs=3)
     out = llm.generate("For God so loved", sp)[0]

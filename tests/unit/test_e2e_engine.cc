@@ -191,6 +191,75 @@ TEST(Engine, AsyncSchedulingGivesTheSameOutputsAsTheSequentialLoop) {
     }
 }
 
+// Sampling on the backend (EngineConfig::device_sampling: only the picks cross when no row has a logit
+// processor, a grammar or logprobs) against the host sampler on the logits: the same tokens for seeded
+// temperature / top-k / top-p / min-p requests and n > 1, sequential and asynchronous, and a batch with one
+// penalized request (its rows alone are sampled on the host, from their own logits rows). The counter shows
+// which path each token took.
+TEST(Engine, DeviceSamplingGivesTheHostSamplersTokens) {
+  std::mt19937 g(33);
+  std::vector<Request> reqs;
+  for (int i = 0; i < 10; ++i) {
+    Request r = make_req(g, 512, 1 + (int)(g() % 30), 2 + (int)(g() % 20), g(), 0.4f + 0.2f * (float)(i % 5));
+    r.params.logprobs.reset();
+    if (i % 4 == 1) r.params.top_k = 5 + i;
+    if (i % 3 == 2) r.params.top_p = 0.6f + 0.05f * (float)i;
+    if (i % 5 == 3) r.params.min_p = 0.05f;
+    if (i == 6) r.params.n = 3;
+    if (i == 9) r.params.temperature = 0.0f;
+    reqs.push_back(r);
+  }
+  // Logit processors (bias, penalties, a min_tokens mask) are applied on the backend as edits: those rows are
+  // picked there too; a request with logprobs samples on the host.
+  std::vector<Request> mixed = reqs;
+  mixed[4].params.presence_penalty = 0.5f;
+  mixed[1].params.repetition_penalty = 1.3f;
+  mixed[2].params.logit_bias = {{5, 3.0f}, {7, -100.0f}, {11, 0.0f}};
+  mixed[3].params.frequency_penalty = 0.7f, mixed[3].params.presence_penalty = -0.2f;
+  mixed[5].params.min_tokens = 6, mixed[5].params.stop_token_ids = {(int32_t)(g() % 512), (int32_t)(g() % 512)};
+  mixed[7].params.logprobs = 2;
+  for (const auto* set : {&reqs, &mixed}) {
+    std::vector<std::vector<GenerateResult>> out;
+    std::vector<int64_t> device_tokens, fed;
+    for (int mode = 0; mode < 3; ++mode) {  // host sampler; device, sequential; device, async
+      EngineConfig cfg;
+      cfg.model_dir = fixture_model();
+      cfg.threads = 2;
+      cfg.max_num_seqs = 5;
+      cfg.max_batched_tokens = 40;
+      cfg.device_sampling = mode > 0;
+      cfg.async_scheduling = mode == 2;
+      Engine e(cfg);
+      out.push_back(run_checked(e, *set));
+      device_tokens.push_back(e.stats().device_sampled_tokens);
+      fed.push_back(e.stats().fed_steps);
+    }
+    // Async with every row picked on the device: decode steps take their tokens from the previous step's
+    // picks (DeepseekV4Model::launch's feed), never before the host has its tokens otherwise.
+    EXPECT_EQ(fed[0], 0);
+    EXPECT_EQ(fed[1], 0);
+    if (set == &reqs) EXPECT_GT(fed[2], 0);
+    // Every token is picked on the device but those of the request with logprobs (its rows alone go to the host).
+    int64_t total = 0, host = 0;
+    for (size_t i = 0; i < set->size(); ++i)
+      for (const auto& c : out[0][i].outputs) {
+        total += (int64_t)c.token_ids.size();
+        if ((*set)[i].params.logprobs) host += (int64_t)c.token_ids.size();
+      }
+    EXPECT_EQ(device_tokens[0], 0);
+    EXPECT_EQ(device_tokens[1], total - host);
+    EXPECT_EQ(device_tokens[2], total - host);
+    for (size_t i = 0; i < set->size(); ++i)
+      for (size_t k = 0; k < out[0][i].outputs.size(); ++k) {
+        SCOPED_TRACE("request " + std::to_string(i) + " choice " + std::to_string(k));
+        for (int mode = 1; mode < 3; ++mode) {
+          EXPECT_EQ(out[0][i].outputs[k].token_ids, out[mode][i].outputs[k].token_ids) << "mode " << mode;
+          EXPECT_EQ(out[0][i].outputs[k].finish, out[mode][i].outputs[k].finish);
+        }
+      }
+  }
+}
+
 TEST(Engine, InvalidRequestsAreClearErrors) {
   EngineConfig cfg;
   cfg.model_dir = fixture_model();

@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <set>
 
-#include "engine/philox.h"
+#include "util/philox.h"
+#include "ops/sample_math.h"
 #include "engine/sampler.h"
 #include "ops/cpu/cpu_backend.h"
 #include "engine/stop_matcher.h"
@@ -448,7 +450,9 @@ TEST(Sampler, GumbelArgmaxMatchesAnIndependentRecomputation) {
   }
 }
 
-// The full-sort definition of the filters, written out plainly.
+// The full-sort definition of the filters, written out plainly (docs/sampling.md): masses are the integers
+// q = ⌊exp(s − max) · 2^32⌋ (sample_math.h's det_exp, checked against std::exp below); top-p keeps a token
+// with q > 0 while the mass ranked before it is < top_p · Z, Z the top-k set's mass; min-p keeps rel ≥ min_p.
 std::vector<int32_t> filters_by_full_sort(const std::vector<float>& s, const SamplingParams& p) {
   std::vector<int32_t> ids;
   for (int32_t i = 0; i < (int32_t)s.size(); ++i)
@@ -456,22 +460,23 @@ std::vector<int32_t> filters_by_full_sort(const std::vector<float>& s, const Sam
   auto better = [&](int32_t a, int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); };
   std::sort(ids.begin(), ids.end(), better);
   if (p.top_k > 0 && (size_t)p.top_k < ids.size()) ids.resize(p.top_k);
-  const double m = s[ids[0]];
-  if (p.top_p < 1.0f) {
-    std::vector<int32_t> by_id = ids;
-    std::sort(by_id.begin(), by_id.end());
-    double z = 0;
-    for (int32_t id : by_id) z += std::exp((double)s[id] - m);
-    double before = 0;
-    size_t keep = 0;
-    while (keep < ids.size() && before < p.top_p * z) before += std::exp((double)s[ids[keep++]] - m);
-    ids.resize(keep);
+  const float m = s[ids[0]];
+  auto q = [&](int32_t id) { return sampling::mass_of(sampling::rel_of(s[id], m)); };
+  if (p.top_p < 1.0f && ids.size() > 1) {
+    uint64_t z = 0;
+    for (int32_t id : ids) z += q(id);
+    const long double limit = (long double)p.top_p * (long double)z;
+    std::vector<int32_t> kept;
+    uint64_t before = 0;
+    for (int32_t id : ids) {
+      if ((long double)before >= limit) break;
+      if (q(id) > 0 || kept.empty()) kept.push_back(id);
+      before += q(id);
+    }
+    ids = kept;
   }
-  if (p.min_p > 0.0f) {
-    size_t keep = 1;
-    while (keep < ids.size() && std::exp((double)s[ids[keep]] - m) >= p.min_p) ++keep;
-    ids.resize(keep);
-  }
+  if (p.min_p > 0.0f)
+    std::erase_if(ids, [&](int32_t id) { return !(sampling::rel_of(s[id], m) >= (double)p.min_p); });
   return ids;
 }
 
@@ -614,4 +619,127 @@ TEST(Sampler, BackendArgmaxRowsIsTheGreedyPick) {
   EXPECT_EQ(out[4], -2);
   EXPECT_EQ(out[5], -2);
   for (int64_t m : {0, 1, 2, 3, 6, 7, 8}) EXPECT_EQ(out[m], deepinfer::argmax_lowest_id(x.data() + m * N, (int)N)) << m;
+}
+
+// sample_math.h's log and exp (the noise and the masses, shared with the CUDA sampler) against the
+// library's in double, over the ranges the sampler uses: within 4 float ulp (relative 2^-21).
+TEST(Sampler, DeterministicLogAndExpAreAccurate) {
+  std::mt19937_64 g(11);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  double worst_log = 0.0, worst_exp = 0.0;
+  for (int i = 0; i < 200000; ++i) {
+    const float x = (float)std::ldexp(u01(g) + 0.5, (int)(g() % 30) - 25);  // [2^-26, 2^5)
+    const double want = std::log((double)x);
+    if (std::fabs(want) > 1e-3) worst_log = std::max(worst_log, std::fabs((deepinfer::sampling::det_log(x) - want) / want));
+    const float y = (float)-std::ldexp(u01(g), (int)(g() % 7));  // (−64, 0]
+    const double we = std::exp((double)y);
+    worst_exp = std::max(worst_exp, std::fabs((deepinfer::sampling::det_exp(y) - we) / we));
+  }
+  // Near 1, log's absolute error matters (−log u of a u close to 1 feeds the second log).
+  double worst_abs = 0.0;
+  for (int k = 1; k < 4096; ++k) {
+    const float x = 1.0f - (float)k * 5.9604645e-8f;
+    worst_abs = std::max(worst_abs, std::fabs(deepinfer::sampling::det_log(x) - std::log((double)x)) / -std::log((double)x));
+  }
+  EXPECT_EQ(deepinfer::sampling::det_exp(0.0f), 1.0f);  // the best token's mass is exactly 2^32
+  EXPECT_EQ(deepinfer::sampling::det_exp(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(deepinfer::sampling::det_log(1.0f), 0.0f);
+  EXPECT_LT(worst_log, 4.8e-7) << worst_log;
+  EXPECT_LT(worst_exp, 4.8e-7) << worst_exp;
+  EXPECT_LT(worst_abs, 4.8e-7) << worst_abs;
+}
+
+// sample_rows (what the engine reads instead of logits when no logit processor is on) is the host
+// sampler's token: every filter, greedy rows, ties, and −2 / −1 where sample_one throws.
+TEST(Sampler, BackendSampleRowsIsTheHostSampler) {
+  deepinfer::CpuBackend be(2);
+  std::mt19937 g(5);
+  const int64_t M = 48, N = 3001;
+  std::vector<float> x(M * N);
+  std::vector<deepinfer::SampleSpec> spec(M);
+  std::vector<deepinfer::SamplingParams> params(M);
+  std::vector<deepinfer::SequenceSamplingState> states;
+  for (int64_t m = 0; m < M; ++m) {
+    std::normal_distribution<float> n(0.0f, 0.3f + 0.4f * (float)(m % 9));
+    for (int64_t i = 0; i < N; ++i) x[m * N + i] = n(g);
+    if (m % 6 == 1) x[m * N + 17] = x[m * N + 2900] = 30.0f;  // a tie at the top
+    auto& p = params[m];
+    p.temperature = m % 8 == 0 ? 0.0f : 0.2f + 0.15f * (float)(m % 11);
+    p.top_k = m % 4 == 1 ? 1 + (int)(m % 40) : 0;
+    p.top_p = m % 3 == 2 ? 0.3f + 0.1f * (float)(m % 7) : 1.0f;
+    p.min_p = m % 5 == 3 ? 0.02f * (float)(m % 4) : 0.0f;
+    states.emplace_back(std::vector<int32_t>{}, 1000 + (uint64_t)m, (uint32_t)(m % 3));
+    spec[m] = {deepinfer::effective_temperature(p.temperature), p.top_p, p.min_p, p.top_k, states[m].rng_key(),
+               (uint64_t)(40 + m * 7)};
+  }
+  x[7 * N + 4] = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t i = 0; i < N; ++i) x[9 * N + i] = -std::numeric_limits<float>::infinity();
+  std::vector<int32_t> out(M);
+  be.sample_rows(x.data(), M, N, N, spec.data(), nullptr, nullptr, nullptr, out.data());
+  EXPECT_EQ(out[7], -2);
+  EXPECT_EQ(out[9], -1);
+  for (int64_t m = 0; m < M; ++m) {
+    if (m == 7 || m == 9) continue;
+    EXPECT_EQ(out[m], deepinfer::sample_one(x.data() + m * N, (int)N, params[m], states[m], 40 + m * 7).token) << m;
+  }
+}
+
+// The reach (sample_math.h kReach) is part of the definition: at |s| ≥ 2^27 a token 32 below the max can tie
+// the best score once the noise is added in float, and without the rule the lower id would win the tie. The
+// GPU never considers it (its bins stop at 24), so neither may the host. Also: top_p ≤ 0 keeps the best token.
+TEST(Sampler, TokensBeyondTheReachNeverWin) {
+  const int64_t N = 129280;
+  std::vector<float> x((size_t)N, 268435456.0f);  // 2^28: float spacing 32
+  x[N - 1] = 268435488.0f;                         // the max, 32 above every other token
+  for (uint64_t key : {145ull, 292ull, 371ull, 7ull, 1000ull}) {
+    for (float top_p : {1.0f, 0.5f, 0.0f, -0.5f}) {
+      deepinfer::SampleSpec sp{1.0f, top_p, 0.0f, 0, key, 1000};
+      EXPECT_EQ(deepinfer::sample_row(x.data(), N, sp), N - 1) << key << " " << top_p;
+    }
+  }
+  // top_p ≤ 0 on an ordinary row: the best token only (what the smallest positive top_p gives).
+  std::mt19937 g(3);
+  std::normal_distribution<float> n(0.0f, 2.0f);
+  std::vector<float> y(5000);
+  for (float& v : y) v = n(g);
+  const int32_t best = (int32_t)(std::max_element(y.begin(), y.end()) - y.begin());
+  for (float top_p : {0.0f, -0.0f, -1.0f, 1e-9f}) {
+    deepinfer::SampleSpec sp{1.3f, top_p, 0.0f, 0, 99, 5};
+    EXPECT_EQ(deepinfer::sample_row(y.data(), (int64_t)y.size(), sp), best) << top_p;
+  }
+}
+
+// The logit processors as sparse edits (what the backends apply before sampling on the device) give
+// apply_logit_processors's logits bit for bit: bias (also of zero, and turning signs), repetition penalties
+// above and below 1 over prompt and output, frequency / presence counts, the min_tokens mask on and off, ids
+// outside the vocabulary, ±0 logits.
+TEST(Sampler, LogitEditsEqualTheLogitProcessors) {
+  std::mt19937 g(11);
+  const int V = 700;
+  for (int it = 0; it < 400; ++it) {
+    std::vector<int32_t> prompt;
+    for (int i = 0, n = (int)(g() % 40); i < n; ++i) prompt.push_back((int32_t)(g() % V));
+    std::vector<int32_t> masked{(int32_t)(g() % V), (int32_t)(g() % V), 3, 3};
+    deepinfer::SequenceSamplingState st(prompt, 5, 0, masked);
+    for (int i = 0, n = (int)(g() % 30); i < n; ++i) st.on_token((int32_t)(g() % (V / 4)));
+    deepinfer::SamplingParams p;
+    if (g() % 2)
+      for (int i = 0; i < 6; ++i) p.logit_bias[(int32_t)(g() % (V + 20)) - 10] = (float)((int)(g() % 9) - 4) * 0.75f;
+    const int mode = (int)(g() % 4);
+    p.repetition_penalty = mode == 0 ? 1.0f : mode == 1 ? 1.3f : mode == 2 ? 0.7f : 1.05f;
+    p.frequency_penalty = g() % 2 ? 0.0f : (float)((int)(g() % 5) - 2) * 0.4f;
+    p.presence_penalty = g() % 2 ? 0.0f : (float)((int)(g() % 5) - 2) * 0.3f;
+    p.min_tokens = g() % 3 == 0 ? 1000 : 0;
+    std::vector<float> x(V);
+    std::normal_distribution<float> n(0.0f, 2.0f);
+    for (float& v : x) v = g() % 17 == 0 ? (g() % 2 ? 0.0f : -0.0f) : n(g);
+    std::vector<float> want = x, got = x;
+    deepinfer::apply_logit_processors(want.data(), V, p, st);
+    std::vector<deepinfer::LogitEdit> edits(3);  // the row's edits need not start at 0
+    const deepinfer::RowEdits row = deepinfer::logit_edits(p, st, V, edits);
+    EXPECT_EQ(row.first, 3);
+    if (!deepinfer::has_logit_processors(p, st)) EXPECT_EQ(row.count, 0) << it;
+    deepinfer::apply_edits(got.data(), V, row, edits.data());
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), V * sizeof(float))) << "case " << it;
+  }
 }

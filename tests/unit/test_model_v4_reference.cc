@@ -182,6 +182,128 @@ TEST(V4Reference, PaddedDecodeStepsAreBitwiseEqual) {
   }
 }
 
+// Decode steps fed from the previous step's picks (DeepseekV4Model::launch's feed: the tokens taken on the
+// backend, as the engine does when it launches step N+1 before reading step N) against the same steps given
+// their tokens on the host: bitwise the same logits and picks. Three sequences after a prefill, sampled (two
+// seeded specs) and greedy; sequence 1's token is given in odd steps (feed −1) to mix the two in one step.
+TEST(V4Reference, FedDecodeStepsEqualStepsGivenTheirTokens) {
+  const auto dirs = fixture_dirs();
+  ASSERT_FALSE(dirs.empty());
+  CpuBackend be(2);
+  LoadedModel m = load_model(dirs.front() + "/model", be);
+  DeepseekV4Model& model = *m.v4;
+  const int64_t V = model.config().vocab_size;
+  auto refs = read_refs(dirs.front());
+  const size_t S = 3;
+  const int steps = 7;
+  const SampleSpec spec[S] = {{0.8f, 0.9f, 0.0f, 0, 11, 0}, {0.0f, 1.0f, 0.0f, 0, 0, 0}, {1.1f, 1.0f, 0.0f, 20, 12, 0}};
+  model.set_device_argmax(true);
+  struct Run {
+    std::vector<float> logits;
+    std::vector<int32_t> tokens;
+  };
+  auto run = [&](bool fed) {
+    Run r;
+    V4Cache cache(model.config(), (int32_t)S, 64);
+    std::vector<V4SeqState> st(S);
+    std::vector<std::vector<int32_t>> prompt(S);
+    std::vector<V4SeqChunk> pre;
+    for (size_t i = 0; i < S; ++i) {
+      const auto& ids = refs[i % refs.size()].ids;
+      prompt[i].assign(ids.begin(), ids.begin() + std::min<size_t>(ids.size(), 10 + 3 * i));
+      EXPECT_TRUE(cache.open(&st[i]) && cache.reserve(&st[i], (int64_t)prompt[i].size() + steps + 1));
+      pre.push_back({&st[i], prompt[i], false, spec[i]});
+      pre.back().sample.position = (uint64_t)prompt[i].size();
+    }
+    model.forward_launch(pre, cache);
+    EXPECT_FALSE(model.can_feed());  // a prefill step's picks are not kept for a feed
+    std::vector<int32_t> tok(model.argmax().begin(), model.argmax().end());
+    for (int t = 0; t < steps; ++t) {
+      std::vector<V4SeqChunk> batch;
+      for (size_t i = 0; i < S; ++i) {
+        batch.push_back({&st[i], std::span<const int32_t>(&tok[i], 1), false, spec[i]});
+        batch.back().sample.position = (uint64_t)st[i].pos + 1;
+      }
+      if (!fed) {
+        const auto l = model.forward_view(batch, cache);
+        r.logits.insert(r.logits.end(), l.begin(), l.end());
+        tok.assign(model.argmax().begin(), model.argmax().end());
+      } else {
+        model.prepare(batch, cache);
+        std::vector<int32_t> feed(S, -1), ids(S, -1);  // −1: a fed row's id is ignored
+        for (size_t i = 0; i < S; ++i) {
+          if (t > 0 && !(i == 1 && t % 2)) feed[i] = (int32_t)i;
+          else ids[i] = tok[i];
+        }
+        if (t > 0) EXPECT_TRUE(model.can_feed());
+        model.launch(ids, t > 0 ? std::span<const int32_t>(feed) : std::span<const int32_t>{});
+        if (t > 0) {  // the step before reads as argmax(1) after this launch
+          const auto prev = model.argmax(1);
+          EXPECT_EQ(std::vector<int32_t>(prev.begin(), prev.end()), tok);
+        }
+        const auto l = model.logits();
+        r.logits.insert(r.logits.end(), l.begin(), l.end());
+        tok.assign(model.argmax().begin(), model.argmax().end());
+      }
+      r.tokens.insert(r.tokens.end(), tok.begin(), tok.end());
+    }
+    return r;
+  };
+  const Run given = run(false), fed = run(true);
+  ASSERT_EQ(given.logits.size(), (size_t)(steps * S * V));
+  ASSERT_EQ(fed.logits.size(), given.logits.size());
+  EXPECT_EQ(0, std::memcmp(given.logits.data(), fed.logits.data(), given.logits.size() * sizeof(float)));
+  EXPECT_EQ(given.tokens, fed.tokens);
+  for (int32_t t : fed.tokens) EXPECT_TRUE(t >= 0 && t < V);
+  model.set_device_argmax(false);
+}
+
+// Logit edits applied on the backend before the picks (bias, penalties, masks) change the logits in place;
+// the host reads them back raw (logits_row / logits restore the edited ids), as a row sampled on the host after
+// all needs: the same bits as a step without edits. The picks are the host sampler's on the edited logits.
+TEST(V4Reference, EditedRowsReadBackRaw) {
+  const auto dirs = fixture_dirs();
+  ASSERT_FALSE(dirs.empty());
+  CpuBackend be(2);
+  LoadedModel m = load_model(dirs.front() + "/model", be);
+  DeepseekV4Model& model = *m.v4;
+  const int64_t V = model.config().vocab_size;
+  auto refs = read_refs(dirs.front());
+  model.set_device_argmax(true);
+  std::vector<LogitEdit> list;
+  for (int32_t id = 0; id < (int32_t)V; id += 7) list.push_back({id, 1.5f, id % 3, (uint32_t)(id % 8)});
+  const RowEdits erow{1.2f, 0.3f, 0.1f, 0, (int32_t)list.size(), 0};
+  const SampleSpec spec{0.9f, 0.95f, 0.0f, 0, 77, 0};
+  auto run = [&](bool edited, std::vector<float>& raw_row, std::vector<float>& all, int32_t& pick) {
+    V4Cache cache(model.config(), 2, 16);
+    std::vector<V4SeqState> st(2);
+    std::vector<V4SeqChunk> batch;
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_TRUE(cache.open(&st[i]) && cache.reserve(&st[i], 12));
+      batch.push_back({&st[i], std::span<const int32_t>(refs[0].ids.data() + i, 10), false, spec});
+      if (edited && i == 1) batch.back().edited = true, batch.back().edit_row = erow, batch.back().edits = list;
+    }
+    model.forward_launch(batch, cache);
+    pick = model.argmax()[1];
+    raw_row.resize((size_t)V);
+    model.logits_row(1, raw_row.data());
+    const auto l = model.logits();
+    all.assign(l.begin(), l.end());
+  };
+  std::vector<float> r0, a0, r1, a1;
+  int32_t p0 = 0, p1 = 0;
+  run(false, r0, a0, p0);
+  run(true, r1, a1, p1);
+  EXPECT_EQ(0, std::memcmp(r0.data(), r1.data(), V * sizeof(float)));
+  ASSERT_EQ(a0.size(), a1.size());
+  EXPECT_EQ(0, std::memcmp(a0.data(), a1.data(), a0.size() * sizeof(float)));
+  std::vector<float> edited = r0;  // the pick is sample_row's on the edited row
+  apply_edits(edited.data(), V, erow, list.data());
+  SampleSpec s = spec;
+  EXPECT_EQ(p1, sample_row(edited.data(), V, s));
+  model.set_device_argmax(false);
+}
+
 TEST(V4Reference, ForwardRejectsBadInput) {
   const auto dirs = fixture_dirs();
   ASSERT_FALSE(dirs.empty());

@@ -526,6 +526,26 @@ void CpuBackend::argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, i
   }
 }
 
+void CpuBackend::sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
+                             const LogitEdit* edits, float* edit_raw, int32_t* out) {
+  // Rows in parallel: each is computed by one thread from its own data (no order, no shared state).
+  pool().parallel_for(M, [&](int64_t b, int64_t e) {
+    for (int64_t m = b; m < e; ++m) {
+      if (rows && rows[m].count > 0) apply_edits(x + m * ld, N, rows[m], edits, edit_raw);
+      out[m] = sample_row(x + m * ld, N, spec[m]);
+    }
+  }, 1);
+}
+
+void CpuBackend::feed_tokens(int32_t* pack, int64_t T, int hc, const int32_t* feed, const int32_t* picks, int64_t V) {
+  for (int64_t i = 0; i < T; ++i) {
+    if (feed[i] < 0) continue;
+    const int32_t p = picks[feed[i]], t = p >= 0 && p < V ? p : 0;
+    pack[i] = t;
+    for (int j = 0; j < hc; ++j) pack[T + i * hc + j] = t;
+  }
+}
+
 void CpuBackend::select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk,
                              const int32_t* rowmap, int64_t rowmap_ld, const int64_t* out_off, int32_t* out) {
   std::vector<int32_t> cand;

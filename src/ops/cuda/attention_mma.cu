@@ -756,6 +756,27 @@ struct A3Layout {                // bytes
 };
 static_assert(64 * A3_OPS * 4 <= A3Layout::sx, "merge O must fit below the partial S");
 
+// v3's merge of one float4 of a head's output: the splits' O in split order, each × its weight (wt[j]; 0: an empty
+// split, or one outweighed to 0 — its O is 0 and is skipped), then × 1/L (wt[AM_KS]); stored at orow (16-byte
+// aligned when al16).
+__device__ __forceinline__ void a3_merge_store(const float4 (&v)[AM_KS], const float* wt, float* orow, bool al16) {
+  float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int j = 0; j < AM_KS; ++j) {
+    const float wj = wt[j];
+    if (wj == 0.0f) continue;
+    a.x = fmaf(v[j].x, wj, a.x), a.y = fmaf(v[j].y, wj, a.y), a.z = fmaf(v[j].z, wj, a.z), a.w = fmaf(v[j].w, wj, a.w);
+  }
+  const float inv = wt[AM_KS];
+  const float4 r = make_float4(__fmul_rn(a.x, inv), __fmul_rn(a.y, inv), __fmul_rn(a.z, inv), __fmul_rn(a.w, inv));
+  if (al16) *reinterpret_cast<float4*>(orow) = r;
+  else orow[0] = r.x, orow[1] = r.y, orow[2] = r.z, orow[3] = r.w;
+}
+
+// QS (session 15): q loaded once a cluster — CTA `split` loads and converts the heads [16·split, +16) and stores
+// them into the Q tile of every CTA of the cluster (distributed shared memory), a quarter of the q reads of QS =
+// false; the same bf16 values in the same places: the same bits.
+template <bool QS>
 __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
     sink_attn_mma3_kernel(const float* __restrict__ q, int64_t ldq, int H, const float* __restrict__ win,
                           const int32_t* __restrict__ win_lo, const int32_t* __restrict__ win_hi,
@@ -857,8 +878,41 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
 
   // q (f32, any stride) → bf16 core matrices; heads ≥ hv are zeros. Warp wp: columns [64wp, +64), 16 at a
   // time; lane = (head & 7, 16-byte chunk j of 4): a warp instruction reads 8 head rows × 64 contiguous
-  // bytes and stores two whole core matrices. 32 items a thread in 2 passes of 16 loads.
-  {
+  // bytes and stores two whole core matrices. 32 items a thread in 2 passes of 16 loads (QS: this CTA's 2 head
+  // groups only, 8 items, each stored into the 4 CTAs).
+  if constexpr (QS) {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");  // this CTA runs (others may store into it)
+    const float* qm = q + m * ldq + (int64_t)g0 * D;
+    const bool al16 = ((uintptr_t)qm & 15) == 0 && (ldq & 3) == 0;
+    const int h7 = lane >> 2, jq = lane & 3;
+    float4 v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int hg = 2 * split + (u & 1), sp = 4 * wp + (u >> 1), h = 8 * hg + h7;
+      const float* src = qm + (int64_t)h * D + 16 * sp + 4 * jq;
+      v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (h < hv) {
+        if (al16) v[u] = *reinterpret_cast<const float4*>(src);
+        else v[u] = make_float4(src[0], src[1], src[2], src[3]);
+      }
+    }
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every CTA of the cluster has started
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int hg = 2 * split + (u & 1), sp = 4 * wp + (u >> 1), cgq = 2 * sp + (jq >> 1);
+      const uint32_t a = sbase + A3Layout::q + (cgq * 8 + hg) * 128 + h7 * 16 + (jq & 1) * 8;
+      const uint32_t lo = pack_bf16(v[u].x, v[u].y), hi = pack_bf16(v[u].z, v[u].w);
+#pragma unroll
+      for (int j = 0; j < AM_KS; ++j) {
+        uint32_t ra;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(a), "r"(j));
+        asm volatile("st.shared::cluster.v2.b32 [%0], {%1, %2};\n" ::"r"(ra), "r"(lo), "r"(hi) : "memory");
+      }
+    }
+    // the stores released to the cluster (acquired before the first MMA below); generic → async proxy for the
+    // wgmmas that read them
+    asm volatile("fence.proxy.async;\nbarrier.cluster.arrive.release.aligned;\n" ::: "memory");
+  } else {
     const float* qm = q + m * ldq + (int64_t)g0 * D;
     const bool al16 = ((uintptr_t)qm & 15) == 0 && (ldq & 3) == 0;
     const int h7 = lane >> 2, jq = lane & 3;
@@ -897,6 +951,7 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
       if (t0 + 2 < t1) load_rows(t0 + 2);
     }
   }
+  if constexpr (QS) asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");  // every CTA's q stores
   detail::fence_proxy_async_smem();
   __syncthreads();  // Q and the first tile ready
 
@@ -1065,21 +1120,7 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
 #pragma unroll
     for (int it = 0; it < ITEMS; ++it) {
       const int idx = tid + it * A3_NT, hl = idx / (D / 4), c = 4 * (idx % (D / 4));
-      const int h = hb + hl;
-      const float4* v = vv[it];
-      if (h >= hv) continue;
-      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-      for (int j = 0; j < AM_KS; ++j) {
-        const float wj = Wt[hl * (AM_KS + 1) + j];
-        if (wj == 0.0f) continue;  // an empty split (or one outweighed to 0): its O is 0
-        a.x = fmaf(v[j].x, wj, a.x), a.y = fmaf(v[j].y, wj, a.y), a.z = fmaf(v[j].z, wj, a.z), a.w = fmaf(v[j].w, wj, a.w);
-      }
-      const float inv = Wt[hl * (AM_KS + 1) + AM_KS];
-      const float4 r = make_float4(__fmul_rn(a.x, inv), __fmul_rn(a.y, inv), __fmul_rn(a.z, inv), __fmul_rn(a.w, inv));
-      float* orow = ob + (int64_t)h * D + c;
-      if (al16) *reinterpret_cast<float4*>(orow) = r;
-      else orow[0] = r.x, orow[1] = r.y, orow[2] = r.z, orow[3] = r.w;
+      if (hb + hl < hv) a3_merge_store(vv[it], Wt + hl * (AM_KS + 1), ob + (int64_t)(hb + hl) * D + c, al16);
     }
   }
   // no CTA leaves while another still reads its shared memory: every remote load above has returned (its value
@@ -1087,20 +1128,26 @@ __global__ void __cluster_dims__(AM_KS, 1, 1) __launch_bounds__(A3_NT, 1)
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
-cudaError_t a3_launch(const float* q, int64_t M, int64_t ldq, int H, const float* win, const int32_t* win_lo,
+template <bool QS>
+cudaError_t a3_launch(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win, const int32_t* win_lo,
                       const int32_t* win_hi, const float* ent, const int32_t* ent_idx, const int64_t* ent_off,
                       const float* sinks, float scale, float* out, int64_t ldo, cudaStream_t s) {
   // (its max dynamic shared memory attribute, A3Layout::total: a3_attrs, once)
+  if (d != 512 || !sink_attention_mma_supported(H, d, win, ent)) return cudaErrorNotSupported;
+  if (M <= 0) return cudaSuccess;
   const int64_t bx = M * AM_KS;
   if (bx > INT_MAX) return cudaErrorInvalidConfiguration;
   const dim3 grid((unsigned)bx, (unsigned)((H + AM_HB - 1) / AM_HB));
-  sink_attn_mma3_kernel<<<grid, A3_NT, A3Layout::total, s>>>(q, ldq, H, win, win_lo, win_hi, ent, ent_idx, ent_off,
-                                                              sinks, scale, out, ldo);
+  sink_attn_mma3_kernel<QS><<<grid, A3_NT, A3Layout::total, s>>>(q, ldq, H, win, win_lo, win_hi, ent, ent_idx,
+                                                              ent_off, sinks, scale, out, ldo);
   return cudaGetLastError();
 }
 
 // Set once (init_kernel_attributes): A3Layout::total bytes of dynamic shared memory.
-cudaError_t a3_attrs() { return detail::set_max_dynamic_smem(sink_attn_mma3_kernel, (size_t)A3Layout::total); }
+cudaError_t a3_attrs() {
+  cudaError_t e = detail::set_max_dynamic_smem(sink_attn_mma3_kernel<false>, (size_t)A3Layout::total);
+  return e != cudaSuccess ? e : detail::set_max_dynamic_smem(sink_attn_mma3_kernel<true>, (size_t)A3Layout::total);
+}
 
 int a3_max_clusters() {
   cudaLaunchConfig_t cfg = {};
@@ -1108,7 +1155,7 @@ int a3_max_clusters() {
   cfg.blockDim = dim3(A3_NT, 1, 1);
   cfg.dynamicSmemBytes = (size_t)A3Layout::total;
   int n = -1;
-  if (cudaOccupancyMaxActiveClusters(&n, sink_attn_mma3_kernel, &cfg) != cudaSuccess) return -1;
+  if (cudaOccupancyMaxActiveClusters(&n, sink_attn_mma3_kernel<false>, &cfg) != cudaSuccess) return -1;
   return n;
 }
 
@@ -1527,9 +1574,13 @@ cudaError_t sink_attention_mma_v3(const float* q, int64_t M, int64_t ldq, int H,
                                   const int32_t* win_lo, const int32_t* win_hi, const float* ent,
                                   const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
                                   float* out, int64_t ldo, cudaStream_t s) {
-  if (d != 512 || !sink_attention_mma_supported(H, d, win, ent)) return cudaErrorNotSupported;
-  if (M <= 0) return cudaSuccess;
-  return a3_launch(AM_ARGS);
+  return a3_launch<false>(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
+}
+cudaError_t sink_attention_mma_v3q(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                                   const int32_t* win_lo, const int32_t* win_hi, const float* ent,
+                                   const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
+                                   float* out, int64_t ldo, cudaStream_t s) {
+  return a3_launch<true>(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, s);
 }
 
 cudaError_t sink_attention_mma_v1(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,

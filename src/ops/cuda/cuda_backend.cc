@@ -88,6 +88,12 @@ struct CudaBackend::Impl {
   char* staging = nullptr;
   void* view = nullptr;  // download_view's page-locked buffer
   size_t view_bytes = 0;
+  // stage() / staged(): per slot a page-locked copy and the event after it.
+  struct Staged {
+    void* host = nullptr;
+    size_t cap = 0;
+    cudaEvent_t done = nullptr;
+  } stg[2];
   cudaEvent_t seg_done[kSegs] = {};
   bool seg_used[kSegs] = {};
   int seg = 0;
@@ -280,12 +286,14 @@ struct HostTimer {
   int cat;
   bool outer = false;
   std::chrono::steady_clock::time_point t0;
-  HostTimer(CudaBackend::Impl* m_, int c, const char* op = __builtin_FUNCTION()) : m(m_), cat(c) {
+  // timed false: no event pair (stage / staged: events recorded after the next step would make the profiler's
+  // fold before the step after it wait for that step, serializing the fed steps being measured).
+  HostTimer(CudaBackend::Impl* m_, int c, const char* op = __builtin_FUNCTION(), bool timed = true) : m(m_), cat(c) {
     if (m->timing) t0 = std::chrono::steady_clock::now();
     if (cat == CudaBackend::Impl::kOp) ++m->op_depth;
     // While a graph is recorded the pair becomes graph nodes (Impl::gprof_event); replays issue no ops.
-    if (m->profiling && m->depth++ == 0 && cat != CudaBackend::Impl::kAlloc && cat != CudaBackend::Impl::kRelease &&
-        m->graph != Backend::GraphMode::Replay) {
+    if (m->profiling && m->depth++ == 0 && timed && cat != CudaBackend::Impl::kAlloc &&
+        cat != CudaBackend::Impl::kRelease && m->graph != Backend::GraphMode::Replay) {
       outer = true;
       if (m->graph == Backend::GraphMode::Capture) m->gprof_event(op);
       else m->prof_begin(op);
@@ -359,6 +367,10 @@ CudaBackend::~CudaBackend() {
   if (impl_->arena) cudaFree(impl_->arena);
   if (impl_->staging) cudaFreeHost(impl_->staging);
   if (impl_->view) cudaFreeHost(impl_->view);
+  for (auto& s : impl_->stg) {
+    if (s.host) cudaFreeHost(s.host);
+    if (s.done) cudaEventDestroy(s.done);
+  }
 }
 
 void* CudaBackend::alloc(int64_t bytes) {
@@ -481,6 +493,29 @@ const void* CudaBackend::download_view(const void* src, int64_t bytes) {
   check(cudaMemcpyAsync(m.view, src, (size_t)bytes, cudaMemcpyDeviceToHost, m.stream), "download_view");
   check(cudaStreamSynchronize(m.stream), "download_view (a kernel before it failed)");
   return m.view;
+}
+void CudaBackend::stage(int slot, const void* src, int64_t bytes) {
+  HostTimer ht_(impl_.get(), Impl::kDownload, __builtin_FUNCTION(), false);
+  Impl& m = *impl_;
+  if (m.graph != GraphMode::Off) throw Error("cuda graph: stage inside a graph region");
+  Impl::Staged& s = m.stg[slot & 1];
+  if (!s.done) check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreate (stage)");
+  if ((size_t)bytes > s.cap) {  // grow (the last copy into it must be done first: rare)
+    check(cudaEventSynchronize(s.done), "stage");
+    if (s.host) cudaFreeHost(s.host);
+    s.host = nullptr;
+    s.cap = 0;
+    check(cudaHostAlloc(&s.host, std::max<size_t>((size_t)bytes, 16384), cudaHostAllocDefault), "cudaHostAlloc (stage)");
+    s.cap = std::max<size_t>((size_t)bytes, 16384);
+  }
+  if (bytes > 0) check(cudaMemcpyAsync(s.host, src, (size_t)bytes, cudaMemcpyDeviceToHost, m.stream), "stage");
+  check(cudaEventRecord(s.done, m.stream), "stage");
+}
+const void* CudaBackend::staged(int slot) {
+  HostTimer ht_(impl_.get(), Impl::kDownload, __builtin_FUNCTION(), false);
+  Impl::Staged& s = impl_->stg[slot & 1];
+  if (s.done) check(cudaEventSynchronize(s.done), "staged (a kernel before it failed)");
+  return s.host;
 }
 void CudaBackend::copy(void* dst, const void* src, int64_t bytes) {
   HostTimer ht_(impl_.get(), Impl::kCopy);
@@ -629,14 +664,15 @@ void CudaBackend::graph_ready() {
   if (m.ready) throw Error("cuda graph: a readied step was not launched");
   m.ready = m.end_region();
 }
+void CudaBackend::graph_unready() { impl_->ready = nullptr; }
 void CudaBackend::graph_launch(const void* first_upload, int64_t bytes) {
   Impl& m = *impl_;
   Impl::GraphEntry* e = m.ready;
   if (!e) throw Error("cuda graph: graph_launch without a readied step");
   m.ready = nullptr;
   if (first_upload) {
-    if (e->uploads.empty() || e->uploads[0].bytes != (size_t)bytes)
-      throw Error("cuda graph: graph_launch's bytes do not match the step's first upload");
+    if (e->uploads.empty() || e->uploads[0].bytes < (size_t)bytes)
+      throw Error("cuda graph: graph_launch's bytes exceed the step's first upload");
     std::memcpy(e->uploads[0].host, first_upload, (size_t)bytes);
   }
   m.launch(e);
@@ -1063,12 +1099,15 @@ void CudaBackend::sink_attention(const float* q, int64_t M, int64_t ldq, int H, 
   // attn_mma2 takes its v1 kernel instead of v2 (same bits). Decode batches (M ≤ kAttDecMaxM) take attdec,
   // v2's bits on 8× the CTAs (so the choice by M keeps batch invariance); DEEPINFER_CUDA_OFF=attdec keeps v2.
   // Larger M at d = 512 take v3, v2's bits on warpgroup MMAs (DEEPINFER_CUDA_OFF=attn_v3 keeps v2; session 10:
-  // −12 % attention time in a 4k prefill, docs/cuda-notes.md "Prefill attention v3").
+  // −12 % attention time in a 4k prefill, docs/cuda-notes.md "Prefill attention v3"), by default as v3q: v3 with q
+  // loaded once a cluster (the same bits; DEEPINFER_CUDA_OFF=attn_qshare keeps v3). Session 18: v3q 2-9 % faster
+  // than v3 a call; v3qm (the key splits merged by remote stores) 8-10 % slower, deleted.
   if (impl_->weights == CudaWeights::Stored && !impl_->off("attn_mma") &&
       cuda::sink_attention_mma_supported(H, d, win, ent)) {
     auto* mma = impl_->off("attn_mma2")                               ? cuda::sink_attention_mma_v1
                 : M <= cuda::kAttDecMaxM && !impl_->off("attdec") ? cuda::sink_attention_dec
-                : d == 512 && !impl_->off("attn_v3")              ? cuda::sink_attention_mma_v3
+                : d == 512 && !impl_->off("attn_v3") && impl_->off("attn_qshare") ? cuda::sink_attention_mma_v3
+                : d == 512 && !impl_->off("attn_v3")              ? cuda::sink_attention_mma_v3q
                                                                       : cuda::sink_attention_mma;
     check(mma(q, M, ldq, H, d, win, win_lo, win_hi, ent, ent_idx, ent_off, sinks, scale, out, ldo, impl_->stream),
           "sink_attention (mma)");
@@ -1501,6 +1540,20 @@ void CudaBackend::argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, 
   HostTimer ht_(impl_.get(), Impl::kOp);
   if (impl_->replaying()) return;
   if (M > 0) check(cuda::argmax_rows(x, M, N, ld, out, impl_->stream), "argmax_rows");
+}
+
+void CudaBackend::sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
+                              const LogitEdit* edits, float* edit_raw, int32_t* out) {
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
+  if (M > 0) check(cuda::sample_rows(x, M, N, ld, spec, rows, edits, edit_raw, out, impl_->stream), "sample_rows");
+}
+
+void CudaBackend::feed_tokens(int32_t* pack, int64_t T, int hc, const int32_t* feed, const int32_t* picks,
+                              int64_t V) {
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
+  if (T > 0) check(cuda::feed_tokens(pack, T, hc, feed, picks, V, impl_->stream), "feed_tokens");
 }
 
 void CudaBackend::select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk,

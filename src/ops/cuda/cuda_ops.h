@@ -16,6 +16,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "ops/sampling.h"
+
 #include <cstdint>
 
 namespace deepinfer::cuda {
@@ -532,6 +534,12 @@ cudaError_t sink_attention_mma_v3(const float* q, int64_t M, int64_t ldq, int H,
                                   const int32_t* win_lo, const int32_t* win_hi, const float* ent,
                                   const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
                                   float* out, int64_t ldo, cudaStream_t s);
+// v3 with q loaded once a cluster (each CTA a quarter of the heads, stored into all four by distributed shared
+// memory): the same bits (session 15, branch attn_qshare).
+cudaError_t sink_attention_mma_v3q(const float* q, int64_t M, int64_t ldq, int H, int d, const float* win,
+                                   const int32_t* win_lo, const int32_t* win_hi, const float* ent,
+                                   const int32_t* ent_idx, const int64_t* ent_off, const float* sinks, float scale,
+                                   float* out, int64_t ldo, cudaStream_t s);
 // attdec (attention_mma.cu): sink_attention_mma's arithmetic (same bits: same splits, bf16 roundings, MMA
 // operands and k-order, softmax and merge order) on 8× its CTAs, for decode: a cluster of 8 per (query, group
 // of 16 heads) = v2's 4 key splits × 2 halves of d, 256 threads, each staging all tiles of its split at once
@@ -637,22 +645,15 @@ cudaError_t engram_gate(float* X, int64_t M, int hc, int64_t D, const float* kv,
 // out[m] = lowest id of the largest value of row m of x[M, N] (stride ld); −1: all −inf; −2: a NaN or +inf
 // in the row (Backend::argmax_rows). One block a row.
 cudaError_t argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out, cudaStream_t s);
-// Per row b of logits[B, V] (row stride ld): temperature[b] ≤ 0 → argmax (ties: lower id). Otherwise
-// z = logits / T; kept = the top_k[b] largest z (1..1024; 0 or larger → the top 1024, see notes);
-// mass_i = exp(z_i − max); denominator = Σ_kept mass if top_k[b] > 0, else Σ_all mass; top-p keeps the
-// shortest best-first prefix whose mass/denominator reaches top_p[b] (at least one); the token is the
-// first of that prefix whose running mass exceeds u·(prefix mass), u = sample_uniform(seed[b],
-// counter[b]). out[B] int32.
-cudaError_t sample(const float* logits, int64_t B, int64_t V, int64_t ld, const float* temperature,
-                   const int32_t* top_k, const float* top_p, const uint64_t* seed, const uint64_t* counter,
-                   int32_t* out, cudaStream_t s);
-// Counter-based uniform in [0, 1) (24 bits), identical on host and device.
-__host__ __device__ inline float sample_uniform(uint64_t seed, uint64_t counter) {
-  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (counter + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return (float)(z >> 40) * (1.0f / 16777216.0f);
-}
+// Backend::sample_rows: out[m] = sample_row(row m of x[M, N], spec[m]) (ops/sampling.h) bit for bit (−1 / −2
+// as argmax_rows). spec[M] in device memory. A cluster of 1 … 16 blocks of 512 threads a row (16 for M ≤ SMs / 16:
+// a small batch's rows spread over the SMs); the token does not depend on it.
+// rows / edits / edit_raw: the rows' logit processors, applied to x in place first, the values before into
+// edit_raw (Backend::sample_rows; null: none).
+cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
+                        const LogitEdit* edits, float* edit_raw, int32_t* out, cudaStream_t s);
+// Backend::feed_tokens (a step's token ids from the previous step's picks). One block.
+cudaError_t feed_tokens(int32_t* pack, int64_t T, int hc, const int32_t* feed, const int32_t* picks, int64_t V,
+                        cudaStream_t s);
 
 }  // namespace deepinfer::cuda

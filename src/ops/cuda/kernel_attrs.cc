@@ -15,7 +15,7 @@ cudaError_t init_kernel_attributes() {
                         detail::init_attributes_gemv_q_v6,
                         detail::init_attributes_gemv_q_v8,
                         detail::init_attributes_moe_gemv2,       detail::init_attributes_gemv_e4m3,
-                        detail::init_attributes_moe_fp8};
+                        detail::init_attributes_moe_fp8,       detail::init_attributes_sampler};
   for (Init f : parts)
     if (const cudaError_t e = f(); e != cudaSuccess) return e;
   return cudaSuccess;

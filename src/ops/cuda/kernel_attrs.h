@@ -41,4 +41,5 @@ cudaError_t init_attributes_gemm_dq();
 cudaError_t init_attributes_f32_ops();
 cudaError_t init_attributes_hc();
 cudaError_t init_attributes_indexer_mma();
+cudaError_t init_attributes_sampler();
 }  // namespace deepinfer::cuda::detail

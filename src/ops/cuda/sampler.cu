@@ -1,174 +1,598 @@
-// GPU sampler: greedy, or temperature + top-k + top-p with a counter-based uniform (sample_uniform).
-// One block a row: radix-select the candidate set (≤ 1024 largest logits, ties to the lower id),
-// bitonic-sort it best first, scan the masses, cut at top-p, draw.
+// GPU sampler (Backend::sample_rows): the host sampler's token (ops/sampling.h), bit for bit — the
+// arithmetic is sample_math.h's, and every sum is of integers, so the parallel order cannot change a result.
+// A row is swept by a cluster of C blocks of 512 threads (C = 1 … 16 by M, so that small batches use many
+// SMs: one block sweeping a 129k row was ~120 µs for temperature alone, 455 µs with top-p on a flat row);
+// each block takes every C-th run of 512 four-id groups, and after each sweep the blocks' partial results
+// (best, counts, integer masses, a bin's keys) are summed through distributed shared memory, every block
+// summing all ranks for itself, so that every block holds the same values and takes the same decisions:
+//   A  NaN / +inf check, the argmax of x (greedy rows stop here), the finite count; m = scale(max x);
+//   B  (filtered rows) bins of d = m − s, 1/16 wide below 24 (bin 384: 24 or farther): the tokens' count and
+//      their quantized mass q (0 from 24 on, sample_math.h);
+//   top-k: the bin of the k-th best token, its tokens sorted → the k-th (value, id) key, then B again over
+//      the top-k set; top-p: the last bin whose best token is kept, sorted and scanned → the worst kept key;
+//   D  Gumbel-max over the kept tokens less than 24 below m (no farther token can win or has mass).
+// A cut that falls in a bin of more than SCAP tokens (a nearly flat row) is found by radix refinement instead
+// of a sort: its 64-bit key 8 bits at a time, one sweep a digit (radix_cut). Every row is decided here.
+#include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_attrs.h"
+#include "ops/sample_math.h"
 
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int SNT = 1024, SCAP = 1024;
+namespace sm = deepinfer::sampling;
+namespace cg = cooperative_groups;
+constexpr int SRT = 512, SW = SRT / 32;
+constexpr int NBQ = 384, NB = NBQ + 1;  // bins with mass (d < 24), and all bins (the last: d ≥ 24)
+constexpr int BPL = (NB + 31) / 32;     // bins a lane in the warp scans over the bins
+constexpr int SCAP = 8192;              // tokens of one bin the block can sort
+constexpr int SIPT = SCAP / SRT;        // their places a thread in the top-p scan
+constexpr int kMaxCluster = 16;         // blocks a row at most (16: the non-portable cluster size)
+using ull = unsigned long long;
+using SampleScan = cub::BlockScan<ull, SRT>;
 
-__global__ void __launch_bounds__(SNT) sample_kernel(const float* __restrict__ logits, int64_t V, int64_t ld,
-                                                     const float* __restrict__ temperature,
-                                                     const int32_t* __restrict__ top_k, const float* __restrict__ top_p,
-                                                     const uint64_t* __restrict__ seed,
-                                                     const uint64_t* __restrict__ counter, int32_t* __restrict__ out) {
-  DI_PDL_WAIT();
-  using ScanI = cub::BlockScan<int, SNT>;
-  using ScanF = cub::BlockScan<float, SNT>;
-  __shared__ union {
-    typename ScanI::TempStorage i;
-    typename ScanF::TempStorage f;
-  } tmp;
-  __shared__ float red[32];
-  __shared__ int hist[256];
-  __shared__ uint32_t s_prefix;
-  __shared__ int s_remaining, s_base_eq, s_base_out, s_cut, s_tok;
-  __shared__ unsigned long long ck[SCAP];  // (~order key) << 32 | id: ascending = best first
-  __shared__ float cum[SCAP];
-  const int64_t b = blockIdx.x;
-  const float* row = logits + b * ld;
-  const int tid = threadIdx.x;
-  const float T = temperature[b];
+struct SampleShared {
+  union {
+    struct {
+      ull mass[SW][NBQ];  // per warp: Σ q of its tokens in each bin
+      int cnt[SW][NB];    // per warp: its tokens in each bin
+    } h;
+    struct {
+      ull cand[SCAP];  // one bin's (value, id) keys, sorted best first
+      ull q[SCAP];     // this block's keys of the bin while they are gathered; then their masses (top-p)
+    } c;
+    struct {
+      ull mass[SW][256];  // per warp: Σ q of the tokens with each value of the key's next digit
+      int cnt[SW][256];   // per warp: their count
+    } r;
+  } u;
+  ull dig_mass[256], dig_mass_loc[256];  // radix_cut: the row's sums of u.r, and this block's (read by the cluster)
+  int dig_cnt[256], dig_cnt_loc[256];
+  ull bin_mass[NB], bin_mass_loc[NB];  // the row's bins, and this block's
+  int bin_cnt[NB], bin_cnt_loc[NB];
+  float g_hi[256];  // a bound on the Gumbel noise of the words with each top byte (the draw's pruning)
+  typename SampleScan::TempStorage scan;
+  float wv[SW];
+  int wi[SW], wb[SW], wf[SW];
+  float pv;  // this block's part of a cluster reduction: best value, its id, NaN / +inf seen, finite count
+  int pi, pbad, pfin;
+  float rv;  // the row's (after the reduction)
+  int ri, rbad, rfin;
+  int nloc;  // gather_bin: this block's keys in u.c.q
+  int ncand, last, flag;
+  ull key;
+  long long limit;  // the top-p limit
+};
+static_assert(SRT >= 256, "radix_cut sums its 256 digits a thread each");
 
-  if (!(T > 0.0f)) {  // greedy
-    float bv = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int64_t i = tid; i < V; i += SNT) {
-      const float v = row[i];
-      if (v > bv || bi == 0x7fffffff) bv = v, bi = (int)i;
+// The row's blocks: C of them, this one `rank`.
+struct Part {
+  int C, rank;
+};
+// Every thread of every block of the cluster arrives (C = 1: the block's barrier).
+__device__ __forceinline__ void part_sync(const Part& P) {
+  if (P.C > 1) cg::this_cluster().sync();
+  else __syncthreads();
+}
+// Block r's copy of a shared variable of this block.
+template <class T>
+__device__ __forceinline__ T* at_rank(T* p, const Part& P, int r) {
+  return P.C > 1 ? cg::this_cluster().map_shared_rank(p, (unsigned)r) : p;
+}
+// out[i] = Σ over the row's blocks of loc[i], i < n, in every block. Between two barriers: every block's loc is
+// complete before the first, and read by all before the second (it may be rewritten, the block may exit).
+// Two arrays of n (counts ca, masses qa) at once.
+__device__ __forceinline__ void part_sum(int* ca, int* cout, ull* qa, ull* qout, int n, const Part& P) {
+  part_sync(P);
+  for (int i = threadIdx.x; i < n; i += SRT) {
+    int c = 0;
+    ull q = 0;
+    for (int r = 0; r < P.C; ++r) c += at_rank(ca, P, r)[i], q += at_rank(qa, P, r)[i];
+    cout[i] = c, qout[i] = q;
+  }
+  part_sync(P);
+}
+
+// (value, id) key of a token: larger = better (value desc, then id asc).
+__device__ __forceinline__ ull comp_key(float s, int64_t i) {
+  return ((ull)sm::order_key(s) << 32) | (ull)(0xFFFFFFFFu - (uint32_t)i);
+}
+__device__ __forceinline__ int bin_of(float s, float m) {
+  const float d = __fsub_rn(m, s);
+  return d < sm::kReach ? (int)__fmul_rn(d, 16.0f) : NBQ;
+}
+// This block's part of the row in groups of four consecutive ids: f(g, v) with v[r] = row[4g + r] (−inf past
+// N, which every sweep skips); the row's groups in runs of SRT, run j to block j mod C; thread t takes group t
+// of its block's runs, four runs' loads in flight, float4 loads when the row is 16-byte aligned.
+template <class F>
+__device__ __forceinline__ void row_groups(const float* __restrict__ row, int64_t N, const Part& P, F&& f) {
+  const bool vec = ((uintptr_t)row & 15) == 0;
+  const int64_t G = (N + 3) / 4, step = (int64_t)P.C * SRT;
+  for (int64_t g0 = (int64_t)P.rank * SRT + threadIdx.x; g0 < G; g0 += 4 * step) {
+    float v[4][4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int64_t g = g0 + u * step;
+      if (vec && 4 * g + 3 < N) {
+        const float4 q = __ldg(reinterpret_cast<const float4*>(row) + g);
+        v[u][0] = q.x, v[u][1] = q.y, v[u][2] = q.z, v[u][3] = q.w;
+      } else {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) v[u][r] = g < G && 4 * g + r < N ? row[4 * g + r] : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (g0 + u * step < G) f(g0 + u * step, v[u]);
+  }
+}
+
+// Better of two (value, id) candidates: the larger value, then the lower id; id −1 = none yet.
+__device__ __forceinline__ void better_of(float& bv, int& bi, float ov, int oi) {
+  if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
+}
+// The row's best (value, id), NaN / +inf flag and finite count from every thread's; every thread gets them.
+__device__ __forceinline__ void row_best(float& bv, int& bi, int& bad, int& fin, SampleShared& sh, const Part& P) {
+  const int tid = threadIdx.x, lane = tid & 31;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    better_of(bv, bi, __shfl_xor_sync(0xffffffffu, bv, o), __shfl_xor_sync(0xffffffffu, bi, o));
+    bad |= __shfl_xor_sync(0xffffffffu, bad, o);
+    fin += __shfl_xor_sync(0xffffffffu, fin, o);
+  }
+  __syncthreads();  // every thread has read the last reduction's wv / wi
+  if (lane == 0) sh.wv[tid >> 5] = bv, sh.wi[tid >> 5] = bi, sh.wb[tid >> 5] = bad, sh.wf[tid >> 5] = fin;
+  __syncthreads();
+  if (tid == 0) {
+    for (int w = 1; w < SW; ++w) better_of(bv, bi, sh.wv[w], sh.wi[w]), bad |= sh.wb[w], fin += sh.wf[w];
+    sh.pv = bv, sh.pi = bi, sh.pbad = bad, sh.pfin = fin;
+  }
+  part_sync(P);  // every block's part is published
+  if (tid < 32) {
+    float v = -INFINITY;
+    int i = -1, b = 0, f = 0;
+    if (lane < P.C) {
+      v = *at_rank(&sh.pv, P, lane), i = *at_rank(&sh.pi, P, lane);
+      b = *at_rank(&sh.pbad, P, lane), f = *at_rank(&sh.pfin, P, lane);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+      better_of(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
+      b |= __shfl_xor_sync(0xffffffffu, b, o);
+      f += __shfl_xor_sync(0xffffffffu, f, o);
     }
-    __shared__ float wv[32];
-    __shared__ int wi[32];
-    if ((tid & 31) == 0) wv[tid >> 5] = bv, wi[tid >> 5] = bi;
+    if (lane == 0) sh.rv = v, sh.ri = i, sh.rbad = b, sh.rfin = f;
+  }
+  part_sync(P);  // every block has read every part (and rv … is visible to the block)
+  bv = sh.rv, bi = sh.ri, bad = sh.rbad, fin = sh.rfin;
+}
+
+// Sweep B: per-bin counts (and masses when `mass`) of the row's finite tokens with key ≥ kmin, into bin_cnt /
+// bin_mass.
+__device__ __forceinline__ void bin_sweep(const float* __restrict__ row, int64_t N, float T, float m, ull kmin, bool mass,
+                                          SampleShared& sh, const Part& P) {
+  const int tid = threadIdx.x, w = tid >> 5;
+  __syncthreads();  // (the union's last use is over)
+  for (int j = tid; j < SW * NB; j += SRT) (&sh.u.h.cnt[0][0])[j] = 0;
+  for (int j = tid; j < SW * NBQ; j += SRT) (&sh.u.h.mass[0][0])[j] = 0;
+  __syncthreads();
+  row_groups(row, N, P, [&](int64_t g, const float (&v)[4]) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const float s = sm::scale_logit(v[r], T);
+      if (!(s > -INFINITY) || comp_key(s, 4 * g + r) < kmin) continue;
+      const int b = bin_of(s, m);
+      atomicAdd(&sh.u.h.cnt[w][b], 1);
+      if (mass && b < NBQ) atomicAdd(&sh.u.h.mass[w][b], (ull)sm::mass_of(sm::rel_of(s, m)));
+    }
+  });
+  __syncthreads();
+  for (int b = tid; b < NB; b += SRT) {
+    int c = 0;
+    ull q = 0;
+    for (int v = 0; v < SW; ++v) c += sh.u.h.cnt[v][b], q += b < NBQ ? sh.u.h.mass[v][b] : 0ull;
+    sh.bin_cnt_loc[b] = c, sh.bin_mass_loc[b] = q;
+  }
+  part_sum(sh.bin_cnt_loc, sh.bin_cnt, sh.bin_mass_loc, sh.bin_mass, NB, P);
+}
+
+// The keys (≥ kmin) of bin `bin`'s finite tokens of the row into cand, sorted best first; their count (≤ SCAP:
+// the caller checked bin_cnt). Slots past it hold 0, below every token's key.
+__device__ __forceinline__ int gather_bin(const float* __restrict__ row, int64_t N, float T, float m, ull kmin, int bin,
+                                          SampleShared& sh, const Part& P) {
+  const int tid = threadIdx.x;
+  __syncthreads();  // every thread has read what the caller passed through shared memory
+  if (tid == 0) sh.nloc = 0;
+  __syncthreads();
+  row_groups(row, N, P, [&](int64_t g, const float (&v)[4]) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const float s = sm::scale_logit(v[r], T);
+      if (!(s > -INFINITY) || bin_of(s, m) != bin) continue;
+      const ull k = comp_key(s, 4 * g + r);
+      if (k >= kmin) sh.u.c.q[atomicAdd(&sh.nloc, 1)] = k;
+    }
+  });
+  part_sync(P);  // every block's keys are in its q
+  int n = 0;
+  for (int r = 0; r < P.C; ++r) {  // rank r's keys to cand[n, n + its count)
+    const int nr = *at_rank(&sh.nloc, P, r);
+    const ull* qr = at_rank(sh.u.c.q, P, r);
+    for (int j = tid; j < nr; j += SRT) sh.u.c.cand[n + j] = qr[j];
+    n += nr;
+  }
+  int Pw = 1;
+  while (Pw < n) Pw <<= 1;
+  for (int j = n + tid; j < Pw; j += SRT) sh.u.c.cand[j] = 0;
+  part_sync(P);  // every block has its copy (q may be rewritten)
+  for (int size = 2; size <= Pw; size <<= 1)  // bitonic, descending
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int i = tid; i < Pw; i += SRT) {
+        const int p = i ^ stride;
+        if (p > i) {
+          const ull a = sh.u.c.cand[i], c = sh.u.c.cand[p];
+          if (((i & size) == 0) == (a < c)) sh.u.c.cand[i] = c, sh.u.c.cand[p] = a;
+        }
+      }
+      __syncthreads();
+    }
+  return n;
+}
+
+// The cut among the row's tokens of bin `bin` with key ≥ kmin when there are too many to sort: their keys are
+// unique (the id is in them), so the cut's key is found one 8-bit digit at a time from the top, each digit by
+// a sweep that counts (and, for top-p, weighs) the tokens whose key agrees with the digits found so far.
+// top-k (topp false): the key at place `place` (0 = best). top-p: the worst key whose mass before it (E0, the
+// mass of the better bins, plus that of the better tokens of the bin) is ≤ limit — the sort-and-scan rule of
+// the top-p cut, which holds for a digit's first token exactly when it holds for the digit. At least one
+// token qualifies (the caller chose the bin so). Eight sweeps: only for nearly flat rows.
+__device__ ull radix_cut(const float* __restrict__ row, int64_t N, float T, float m, ull kmin, int bin, bool topp,
+                         int64_t place, ull E0, int64_t limit, SampleShared& sh, const Part& P) {
+  const int tid = threadIdx.x, w = tid >> 5;
+  ull prefix = 0;  // the key's digits above `shift`
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    const ull hi = shift == 56 ? 0ull : ~0ull << (shift + 8);
+    __syncthreads();  // every thread has read the last level's result (and the caller's shared values)
+    for (int j = tid; j < SW * 256; j += SRT) (&sh.u.r.cnt[0][0])[j] = 0, (&sh.u.r.mass[0][0])[j] = 0;
     __syncthreads();
-    if (tid == 0) {
-      for (int w = 1; w < SNT / 32; ++w)
-        if (wv[w] > bv || (wv[w] == bv && wi[w] < bi)) bv = wv[w], bi = wi[w];
-      out[b] = bi;
+    row_groups(row, N, P, [&](int64_t g, const float (&v)[4]) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float s = sm::scale_logit(v[r], T);
+        if (!(s > -INFINITY) || bin_of(s, m) != bin) continue;
+        const ull k = comp_key(s, 4 * g + r);
+        if (k < kmin || (k & hi) != prefix) continue;
+        const int d = (int)((k >> shift) & 255);
+        atomicAdd(&sh.u.r.cnt[w][d], 1);
+        if (topp) atomicAdd(&sh.u.r.mass[w][d], (ull)sm::mass_of(sm::rel_of(s, m)));
+      }
+    });
+    __syncthreads();
+    if (tid < 256) {
+      int c = 0;
+      ull q = 0;
+      for (int v = 0; v < SW; ++v) c += sh.u.r.cnt[v][tid], q += sh.u.r.mass[v][tid];
+      sh.dig_cnt_loc[tid] = c, sh.dig_mass_loc[tid] = q;
     }
+    part_sum(sh.dig_cnt_loc, sh.dig_cnt, sh.dig_mass_loc, sh.dig_mass, 256, P);
+    if (tid == 0) {  // the digits best first: the larger digit is the better key
+      int chosen = -1;
+      if (!topp) {
+        for (int d = 255; d >= 0; --d) {
+          if (place < sh.dig_cnt[d]) {
+            chosen = d;
+            break;
+          }
+          place -= sh.dig_cnt[d];
+        }
+      } else {
+        ull E = E0, Ech = E0;
+        for (int d = 255; d >= 0; --d) {
+          if (sh.dig_cnt[d] == 0) continue;
+          if ((int64_t)E > limit) break;
+          chosen = d, Ech = E;
+          E += sh.dig_mass[d];
+        }
+        E0 = Ech;
+      }
+      sh.key = prefix | ((ull)(chosen < 0 ? 0 : chosen) << shift);
+    }
+    __syncthreads();
+    prefix = sh.key;
+  }
+  return prefix;
+}
+
+// The scaled value of a key's token.
+__device__ __forceinline__ float key_value(ull k) {
+  const uint32_t o = (uint32_t)(k >> 32);
+  return __uint_as_float((o & 0x80000000u) ? (o & 0x7FFFFFFFu) : ~o);
+}
+
+// Warp 0 (every lane calls): the top-k cut's bin — the first bin where the count of the bins up to it reaches
+// k — over lanes of BPL consecutive bins (a scan of their counts); sh.ncand = the bin, sh.last = the k-th
+// token's place in it, sh.flag = 0 (no cut: the bin is the one beyond the reach), 1 (sort) or 2 (radix).
+__device__ __forceinline__ void topk_bin(int k, SampleShared& sh) {
+  const int lane = threadIdx.x & 31, b0 = lane * BPL;
+  int own = 0;
+  for (int j = 0; j < BPL; ++j) own += b0 + j < NB ? sh.bin_cnt[b0 + j] : 0;
+  int incl = own;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  int before = incl - own, found = NB, place = 0;
+  for (int j = 0; j < BPL && found == NB; ++j) {
+    const int b = b0 + j;
+    if (b >= NB) break;
+    if (before + sh.bin_cnt[b] >= k) found = b, place = k - before - 1;
+    else before += sh.bin_cnt[b];
+  }
+  const unsigned hit = __ballot_sync(0xffffffffu, found < NB);
+  const int src = hit ? __ffs((int)hit) - 1 : 0;
+  const int bk = hit ? __shfl_sync(0xffffffffu, found, src) : NBQ;
+  const int pl = __shfl_sync(0xffffffffu, place, src);
+  if (lane == 0) {
+    // A cut 24 or more below m leaves out only tokens without mass that cannot win: no cut needed.
+    sh.flag = bk == NBQ ? 0 : sh.bin_cnt[bk] > SCAP ? 2 : 1;
+    sh.last = pl;
+    sh.ncand = bk;
+  }
+}
+
+// Warp 0 (every lane calls): the top-p cut's bin — the last non-empty bin whose mass before it, E, is within
+// the limit (E only grows, so these bins are a prefix of the non-empty ones; the first has E = 0) — from a scan
+// of the lanes' masses; sh.ncand = the bin, sh.key = its E, sh.limit, sh.flag = 1 (sort) or 2 (radix).
+__device__ __forceinline__ void topp_bin(float top_p, SampleShared& sh) {
+  const int lane = threadIdx.x & 31, b0 = lane * BPL;
+  ull own = 0;
+  for (int j = 0; j < BPL; ++j) own += b0 + j < NBQ ? sh.bin_mass[b0 + j] : 0ull;
+  ull incl = own;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const ull y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  const ull Z = __shfl_sync(0xffffffffu, incl, 31);
+  const int64_t limit = sm::top_p_limit(top_p, Z);
+  ull E = incl - own, Ebp = 0;
+  int bp = -1;
+  for (int j = 0; j < BPL; ++j) {
+    const int b = b0 + j;
+    if (b >= NBQ) break;
+    if (sh.bin_cnt[b] > 0 && (int64_t)E <= limit) bp = b, Ebp = E;
+    E += sh.bin_mass[b];
+  }
+  const int best = __reduce_max_sync(0xffffffffu, bp);
+  const int src = best < 0 ? 0 : best / BPL;
+  const ull Eb = __shfl_sync(0xffffffffu, Ebp, src);
+  if (lane == 0) {
+    const int b = best < 0 ? 0 : best;
+    sh.flag = sh.bin_cnt[b] > SCAP ? 2 : 1;
+    sh.ncand = b;
+    sh.key = best < 0 ? 0 : Eb;
+    sh.limit = limit;
+  }
+}
+
+__global__ void __launch_bounds__(SRT) sample_rows_kernel(const float* __restrict__ x, int64_t N, int64_t ld,
+                                                          const SampleSpec* __restrict__ spec,
+                                                          int32_t* __restrict__ out) {
+  extern __shared__ __align__(16) unsigned char sample_smem[];
+  SampleShared& sh = *reinterpret_cast<SampleShared*>(sample_smem);
+  const Part P{(int)cg::this_cluster().num_blocks(), (int)cg::this_cluster().block_rank()};
+  const int64_t rowi = blockIdx.x / P.C;
+  const int tid = threadIdx.x;
+  // The noise bounds (constants: before the wait): g_hi[t] ≥ the noise of every word with top byte t — the
+  // noise of the byte's largest word (it grows with the word) plus a margin far above det_log's few-ulp
+  // departures from monotonicity.
+  if (tid < 256) sh.g_hi[tid] = __fadd_rn(sm::gumbel_from_word(((uint32_t)tid << 24) | 0x00FFFFFFu), 1e-3f);
+  DI_PDL_WAIT();
+  const float* row = x + rowi * ld;
+  const SampleSpec sp = spec[rowi];
+
+  // A: the NaN / +inf check, the greedy pick (the argmax of x, ties to the lower id), the finite count.
+  float bv = -INFINITY;
+  int bi = -1, bad = 0, nfin = 0;
+  row_groups(row, N, P, [&](int64_t g, const float (&v)[4]) {  // ascending ids: strict > keeps the lowest
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      bad |= isnan(v[r]) || v[r] == INFINITY;
+      nfin += v[r] > -INFINITY;
+      if (v[r] > bv) bv = v[r], bi = (int)(4 * g + r);
+    }
+  });
+  row_best(bv, bi, bad, nfin, sh, P);
+  const float T = sp.temperature;
+  if (bad || bi < 0 || !(T > 0.0f)) {
+    if (tid == 0 && P.rank == 0) out[rowi] = bad ? -2 : bi;
     return;
   }
+  const float m = sm::scale_logit(bv, T);  // division and the clamps are monotone: the max of the scaled
+  const bool filtered = (sp.top_k > 0 && (int64_t)sp.top_k < N) || sp.top_p < 1.0f || sp.min_p > 0.0f;
 
-  const int tk = top_k[b];
-  const int k = (int)min((int64_t)((tk >= 1 && tk <= SCAP) ? tk : SCAP), V);
-  // max logit and the full-vocabulary mass (used when top-k is off)
-  float mx = -INFINITY;
-  for (int64_t i = tid; i < V; i += SNT) mx = fmaxf(mx, row[i]);
-  mx = detail::block_max(mx, red);
-  const float zmax = mx / T;
-  float zs = 0.0f;
-  for (int64_t i = tid; i < V; i += SNT) zs += expf(row[i] / T - zmax);
-  zs = detail::block_sum(zs, red);
-
-  // radix select of the k-th largest key
-  uint32_t prefix = 0, mask = 0;
-  int remaining = k;
-  for (int pass = 0; pass < 4; ++pass) {
-    const int shift = 24 - 8 * pass;
-    if (tid < 256) hist[tid] = 0;
-    __syncthreads();
-    for (int64_t i = tid; i < V; i += SNT) {
-      const uint32_t key = detail::f32_order_key(row[i]);
-      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1);
-    }
-    __syncthreads();
-    if (tid == 0) {
-      int c = 0, dsel = 0;
-      for (int dg = 255; dg >= 0; --dg) {
-        if (c + hist[dg] >= remaining) {
-          dsel = dg;
-          break;
-        }
-        c += hist[dg];
-      }
-      s_remaining = remaining - c;
-      s_prefix = prefix | ((uint32_t)dsel << shift);
-    }
-    __syncthreads();
-    prefix = s_prefix;
-    remaining = s_remaining;
-    mask |= 255u << shift;
-    __syncthreads();
-  }
-  ck[tid] = ~0ull;
-  if (tid == 0) s_base_eq = 0, s_base_out = 0;
-  __syncthreads();
-  for (int64_t base = 0; base < V; base += SNT) {
-    const int64_t i = base + tid;
-    uint32_t key = 0;
-    if (i < V) key = detail::f32_order_key(row[i]);
-    const int eq = (i < V && key == prefix) ? 1 : 0;
-    int eq_rank, eq_tot;
-    ScanI(tmp.i).ExclusiveSum(eq, eq_rank, eq_tot);
-    __syncthreads();
-    const int be = s_base_eq, bo = s_base_out;
-    const int take = (i < V) && (key > prefix || (eq && be + eq_rank < remaining)) ? 1 : 0;
-    int pos, tot;
-    ScanI(tmp.i).ExclusiveSum(take, pos, tot);
-    if (take) ck[bo + pos] = ((unsigned long long)(~key) << 32) | (unsigned long long)i;
-    __syncthreads();
-    if (tid == 0) s_base_eq = be + eq_tot, s_base_out = bo + tot;
-    __syncthreads();
-    if (s_base_out >= k) break;
-  }
-  // bitonic sort, ascending composite key = best first, ties to the lower id
-  for (int size = 2; size <= SCAP; size <<= 1) {
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+  ull kset = 0;                // top-k set: keys ≥ kset
+  ull kcut = 0;                // top-p: kept keys ≥ kcut (and q > 0)
+  bool use_top_p = false;
+  if (filtered) {
+    const int total = nfin;
+    const bool topk = sp.top_k > 0 && (int64_t)sp.top_k < total;
+    const int64_t set_size = topk ? sp.top_k : total;
+    use_top_p = sp.top_p < 1.0f && set_size > 1;
+    bin_sweep(row, N, T, m, 0, !topk, sh, P);
+    if (topk) {
+      if (tid < 32) topk_bin(sp.top_k, sh);
       __syncthreads();
-      const int p = tid ^ stride;
-      if (p > tid) {
-        const bool up = (tid & size) == 0;
-        const unsigned long long a = ck[tid], c = ck[p];
-        if ((a > c) == up) ck[tid] = c, ck[p] = a;
+      const int flag = sh.flag, place = sh.last, bk = sh.ncand;
+      if (flag == 2) kset = radix_cut(row, N, T, m, 0, bk, false, place, 0, 0, sh, P);
+      if (flag == 1) {
+        gather_bin(row, N, T, m, 0, bk, sh, P);
+        kset = sh.u.c.cand[place];
+      }
+      if (use_top_p) bin_sweep(row, N, T, m, kset, true, sh, P);
+    }
+    if (use_top_p) {
+      __syncthreads();  // (topk: every thread has read the cut's key and flags)
+      if (tid < 32) topp_bin(sp.top_p, sh);
+      __syncthreads();
+      const int bp = sh.ncand, pflag = sh.flag;
+      const ull Ebp = sh.key;
+      const int64_t limit = sh.limit;
+      if (pflag == 2) {
+        kcut = radix_cut(row, N, T, m, kset, bp, true, 0, Ebp, limit, sh, P);
+      } else {
+        const int n = gather_bin(row, N, T, m, kset, bp, sh, P);
+        // The masses before each place in sorted order: a thread's SIPT consecutive places after the exclusive
+        // sum of the threads before it (integers: the order of the sums is immaterial).
+        for (int p = tid; p < n; p += SRT) sh.u.c.q[p] = sm::mass_of(sm::rel_of(key_value(sh.u.c.cand[p]), m));
+        if (tid == 0) sh.last = 0;
+        __syncthreads();
+        ull own = 0;
+        for (int j = 0; j < SIPT; ++j) {
+          const int p = tid * SIPT + j;
+          own += p < n ? sh.u.c.q[p] : 0ull;
+        }
+        ull E;
+        SampleScan(sh.scan).ExclusiveSum(own, E);
+        int last = -1;  // the worst place whose mass before it keeps it (a prefix: that mass only grows)
+        for (int j = 0; j < SIPT; ++j) {
+          const int p = tid * SIPT + j;
+          if (p >= n || (int64_t)(Ebp + E) > limit) break;
+          last = p;
+          E += sh.u.c.q[p];
+        }
+        if (last >= 0) atomicMax(&sh.last, last);
+        __syncthreads();
+        kcut = sh.u.c.cand[sh.last];
       }
     }
   }
-  __syncthreads();
-  const bool valid = tid < k;
-  const int id = valid ? (int)(ck[tid] & 0xffffffffull) : 0;
-  const float mass = valid ? expf(row[id] / T - zmax) : 0.0f;
-  float incl, total;
-  ScanF(tmp.f).InclusiveSum(mass, incl, total);
-  cum[tid] = incl;
-  if (tid == 0) s_cut = k - 1, s_tok = 0x7fffffff;
-  __syncthreads();
-  const float denom = (tk >= 1 && tk <= SCAP) ? total : zs;
-  const float p = top_p[b];
-  if (p < 1.0f) {
-    const float thr = p * denom;
-    if (valid && incl >= thr && (tid == 0 || cum[tid - 1] < thr)) atomicMin(&s_cut, tid);
-  }
-  __syncthreads();
-  const int cut = s_cut;
-  const float target = sample_uniform(seed[b], counter[b]) * cum[cut];
-  if (tid <= cut && cum[tid] > target && (tid == 0 || cum[tid - 1] <= target)) atomicMin(&s_tok, tid);
-  __syncthreads();
-  if (tid == 0) {
-    const int j = s_tok == 0x7fffffff ? cut : s_tok;
-    out[b] = (int32_t)(ck[j] & 0xffffffffull);
-  }
+
+  // D: Gumbel-max over the kept tokens within reach of m; four consecutive ids a thread share a Philox call.
+  // Exact pruning: a token whose value plus its noise bound (g_hi of its word's top byte, or of any word) is
+  // below the thread's best score so far cannot win (rounding is monotone), so most tokens skip det_log.
+  const PhiloxKey pk = philox_key(sp.key);
+  const bool minp = filtered && sp.min_p > 0.0f;
+  const float gmax = sh.g_hi[255];
+  bv = -INFINITY, bi = -1;
+  row_groups(row, N, P, [&](int64_t g, const float (&v)[4]) {
+    bool keep[4];
+    float sv[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int64_t i = 4 * g + r;
+      const float s = sm::scale_logit(v[r], T);
+      sv[r] = s;
+      keep[r] = s > -INFINITY && bin_of(s, m) != NBQ && !(__fadd_rn(s, gmax) < bv);
+      if (keep[r] && filtered) {
+        const ull k = comp_key(s, i);
+        keep[r] = k >= kset && k >= kcut;
+        if (keep[r] && (use_top_p || minp)) {
+          const float rel = sm::rel_of(s, m);
+          keep[r] = !(use_top_p && sm::mass_of(rel) == 0) && !(minp && !(rel >= sp.min_p));
+        }
+      }
+    }
+    if (!(keep[0] || keep[1] || keep[2] || keep[3])) return;
+    const PhiloxCounter w = philox4x32_10(
+        {(uint32_t)sp.position, (uint32_t)RngStream::kSample, (uint32_t)g, (uint32_t)(sp.position >> 32)}, pk);
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      if (keep[r] && !(__fadd_rn(sv[r], sh.g_hi[w[r] >> 24]) < bv))
+        better_of(bv, bi, __fadd_rn(sv[r], sm::gumbel_from_word(w[r])), (int)(4 * g + r));
+  });
+  int b0 = 0, f0 = 0;
+  row_best(bv, bi, b0, f0, sh, P);
+  if (tid == 0 && P.rank == 0) out[rowi] = bi;
 }
 
 }  // namespace
 
-cudaError_t sample(const float* logits, int64_t B, int64_t V, int64_t ld, const float* temperature,
-                   const int32_t* top_k, const float* top_p, const uint64_t* seed, const uint64_t* counter,
-                   int32_t* out, cudaStream_t s) {
-  if (V <= 0 || V > 0x7fffffff) return cudaErrorInvalidValue;
-  if (B <= 0) return cudaSuccess;
-  sample_kernel<<<(unsigned)B, SNT, 0, s>>>(logits, V, ld, temperature, top_k, top_p, seed, counter, out);
-  return cudaGetLastError();
+namespace {
+// The rows' logit processors, in place (apply_edits), before the sampler reads the rows through the read-only
+// path (a kernel of its own: a kernel may not write what it reads with ld.global.nc). One block a row.
+__global__ void __launch_bounds__(256) apply_edits_kernel(float* __restrict__ x, int64_t N, int64_t ld,
+                                                          const RowEdits* __restrict__ rows,
+                                                          const LogitEdit* __restrict__ edits,
+                                                          float* __restrict__ raw) {
+  DI_PDL_WAIT();
+  const RowEdits r = rows[blockIdx.x];
+  float* row = x + (int64_t)blockIdx.x * ld;
+  for (int j = threadIdx.x; j < r.count; j += blockDim.x) {
+    const LogitEdit e = edits[r.first + j];  // one edit an id: no two threads write the same logit
+    if (e.id < 0 || e.id >= N) continue;
+    const float v = row[e.id];
+    raw[r.first + j] = v;
+    if (!isnan(v) && v != INFINITY)  // a NaN / +inf stays: the row answers −2, as the host rejects it
+      row[e.id] = sm::edit_logit(v, e.flags, e.bias, e.count, r.rep, r.freq, r.presence);
+  }
 }
+}  // namespace
+
+// Blocks a row (a cluster): the largest power of two ≤ 16 with M·C ≤ the SMs (one block an SM), 16 only where
+// a cluster of 16 fits the device. The token does not depend on it (integer sums, a total order for the best).
+static int sample_cluster(int64_t M) {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  int C = 1;
+  while (C < kMaxCluster && M * C * 2 <= sms) C *= 2;
+  if (C == kMaxCluster) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3((unsigned)C);
+    cfg.blockDim = dim3(SRT);
+    cfg.dynamicSmemBytes = sizeof(SampleShared);
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = (unsigned)C, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, sample_rows_kernel, &cfg) != cudaSuccess || n < 1) {
+      (void)cudaGetLastError();  // (a failed query leaves no error behind)
+      C /= 2;
+    }
+  }
+  return C;
+}
+
+cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
+                        const LogitEdit* edits, float* edit_raw, int32_t* out, cudaStream_t s) {
+  if (N <= 0 || N > 0x7fffffff) return cudaErrorInvalidValue;
+  if (M <= 0) return cudaSuccess;
+  if (rows) {
+    if (!edits || !edit_raw) return cudaErrorInvalidValue;
+    apply_edits_kernel<<<(unsigned)M, 256, 0, s>>>(x, N, ld, rows, edits, edit_raw);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  const int C = sample_cluster(M);
+  if (M * C > INT_MAX) return cudaErrorInvalidValue;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3((unsigned)(M * C));
+  cfg.blockDim = dim3(SRT);
+  cfg.dynamicSmemBytes = sizeof(SampleShared);
+  cfg.stream = s;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = (unsigned)C, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, sample_rows_kernel, (const float*)x, N, ld, spec, out);
+}
+
+namespace detail {
+cudaError_t init_attributes_sampler() {
+  if (cudaError_t e = set_max_dynamic_smem(sample_rows_kernel, sizeof(SampleShared)); e != cudaSuccess) return e;
+  return cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+}
+}  // namespace detail
 
 namespace {
 constexpr int ANT = 512;

@@ -1,0 +1,61 @@
+#pragma once
+// Sampling of temperature-scaled logits, the part of the sampler that both backends run: the host
+// functions here (src/ops/cpu/sampling.cc) are what the engine's sample_one calls after its logit
+// processors, what the CPU backend's sample_rows runs, and the oracle of the CUDA sampler, which gives the
+// same token bit for bit (the arithmetic is src/ops/sample_math.h).
+#include <cstdint>
+#include <vector>
+
+namespace deepinfer {
+
+// One row's sampling, as a backend takes it (plain data, 32 bytes, copied to backend memory).
+struct SampleSpec {
+  float temperature = 0.0f;  // the effective temperature (effective_temperature); ≤ 0 or NaN: greedy
+  float top_p = 1.0f;        // (0, 1]; 1 = off
+  float min_p = 0.0f;        // [0, 1]; 0 = off
+  int32_t top_k = 0;         // ≤ 0 = off
+  uint64_t key = 0;          // the sequence's RNG key (SequenceSamplingState::rng_key)
+  uint64_t position = 0;     // the RNG counter: absolute position of the token being decided
+};
+static_assert(sizeof(SampleSpec) == 32);
+
+// A row's logit processors (bias, repetition / frequency / presence penalties, the min_tokens mask) as
+// edits of the ids they touch: sample_math.h edit_logit, in place, before sampling. Plain data.
+struct LogitEdit {
+  int32_t id = 0;
+  float bias = 0.0f;   // added when flags has kEditBias
+  int32_t count = 0;   // the id's occurrences in the output (frequency / presence penalties)
+  uint32_t flags = 0;  // kEditBias | kEditRepeat (in the prompt or the output) | kEditMask
+};
+static_assert(sizeof(LogitEdit) == 16);
+struct RowEdits {
+  float rep = 1.0f, freq = 0.0f, presence = 0.0f;  // the request's penalties
+  int32_t first = 0, count = 0;                    // its edits: [first, first + count) of the step's list
+  int32_t unused = 0;
+};
+static_assert(sizeof(RowEdits) == 24);
+// x[id] = edit_logit(x[id], ...) for the row's edits (ids outside [0, N) are skipped), the values before into
+// raw[first + j] when raw is given (so that a row the host must sample after all gets its raw logits back). A
+// NaN or +inf is left as it is: the host sampler rejects a row holding one before its processors run, and so
+// the row still answers −2.
+void apply_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edits, float* raw = nullptr);
+
+// Candidate set of temperature-scaled logits [vocab] (−inf = excluded; no NaN), in order (value desc,
+// id asc): top-k, then top-p on the top-k set, then min-p (rel ≥ min_p). Masses as sample_math.h defines
+// them: rel = exp(s − s_max), q = ⌊rel · 2^32⌋; top-p keeps a token when q > 0 and the mass ranked before
+// it is < top_p · (the top-k set's mass); the best token is always kept.
+std::vector<int32_t> filter_candidates(const float* scaled, int vocab, int top_k, float top_p, float min_p);
+
+// Gumbel(0, 1) noise for `token` at `position` of the sequence with RNG key `key`.
+float gumbel_noise(uint64_t key, uint64_t position, int32_t token);
+
+// The token of scaled logits [vocab]: argmax of s_i + gumbel_noise(key, position, i) over the candidates
+// (all finite tokens when no filter is on), ties to the lower id; −1 when every value is −inf.
+int32_t sample_scaled(const float* scaled, int vocab, int top_k, float top_p, float min_p, uint64_t key,
+                      uint64_t position);
+
+// A backend's row: −2 when x holds a NaN or +inf; greedy (argmax, ties to the lower id) when the temperature
+// is not > 0; else sample_scaled of x / T (sample_math::scale_logit). −1 when every value is −inf.
+int32_t sample_row(const float* x, int64_t N, const SampleSpec& spec);
+
+}  // namespace deepinfer
