@@ -4908,7 +4908,7 @@ void register_cases() {
     add(n, [=] { return quant_case(M, K, n); });
   }
   add("cublaslt_fp8_scale_layout_probe", [] { return lt_fp8_layout_probe("probe"); });
-  for (auto MN : {std::pair<int64_t, int64_t>{1, Vv}, {37, 1000}, {256, Vv}}) {
+  for (auto MN : {std::pair<int64_t, int64_t>{1, Vv}, {8, Vv}, {37, 1000}, {256, Vv}}) {  // clusters of 16, 16, 2, 1
     auto n = nm("argmax_rows M=%ld N=%ld", MN.first, MN.second);
     add(n, [=] { return argmax_case(MN.first, MN.second, n); });
   }

@@ -643,7 +643,7 @@ cudaError_t engram_gate(float* X, int64_t M, int hc, int64_t D, const float* kv,
 // Sampling
 // ------------------------------------------------------------------------------------------------
 // out[m] = lowest id of the largest value of row m of x[M, N] (stride ld); −1: all −inf; −2: a NaN or +inf
-// in the row (Backend::argmax_rows). One block a row.
+// in the row (Backend::argmax_rows). A cluster of 1 … 16 blocks a row (as sample_rows).
 cudaError_t argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out, cudaStream_t s);
 // Backend::sample_rows: out[m] = sample_row(row m of x[M, N], spec[m]) (ops/sampling.h) bit for bit (−1 / −2
 // as argmax_rows). spec[M] in device memory. A cluster of 1 … 16 blocks of 512 threads a row (16 for M ≤ SMs / 16:
