@@ -327,7 +327,8 @@ struct Engine::Impl {
   // The logit edits of a plan's sampled rows that take the backend's pick, as of the tokens known now (rows[i]
   // for chunk i). A row whose edits do not fit the step's capacity gets none and is sampled on the host
   // (edit_overflow, read by device_samplable).
-  StepEdits step_edits(const StepPlan& plan) {
+  // feed (a fed step's map, feed_plan): a fed row's last token is the previous step's pick, pending in its edits.
+  StepEdits step_edits(const StepPlan& plan, const std::vector<int32_t>* feed = nullptr) {
     StepEdits se;
     se.rows.resize(plan.chunks.size());
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
@@ -339,7 +340,8 @@ struct Engine::Impl {
       if (!cfg.device_sampling || model.v41 || !device_samplable_params(r.params, ch) || !may_edit(r.params, ch, c))
         continue;
       const size_t before = se.list.size();
-      RowEdits row = logit_edits(r.params, ch.sampling, (int)vocab, se.list);
+      const bool pending = feed && (*feed)[i] >= 0;
+      RowEdits row = logit_edits(r.params, ch.sampling, (int)vocab, se.list, pending);
       if ((int64_t)se.list.size() > DeepseekV4Model::kEditCap) {
         se.list.resize(before);
         row = RowEdits{};
@@ -425,12 +427,14 @@ struct Engine::Impl {
   // sequence finished: its row is dropped).
   bool feed_plan(const StepPlan& now, const std::vector<Choice*>& who, const StepPlan& next, std::vector<int32_t>& feed) {
     if (!cfg.device_sampling || model.v41 || !model.v4->can_feed() || !model.v4->prepared_takes_feed()) return false;
-    // A row with logit processors in N+1 needs N's token in its edits (counts, the min_tokens mask): not fed.
+    // A row with logit processors in N+1 takes N's token as its one pending token (logit_edits' pending: the
+    // backend adds its occurrence), so it must be the only token its state lacks.
     for (const ScheduledChunk& c : next.chunks) {
       auto own = seq_owner.find(c.seq);
       if (own == seq_owner.end() || !c.sample) continue;
       const Req& r = reqs.at(own->second.first);
-      if (may_edit(r.params, r.choices[own->second.second], c)) return false;
+      const Choice& ch = r.choices[own->second.second];
+      if (may_edit(r.params, ch, c) && c.start != (int64_t)ch.tokens.size()) return false;
     }
     std::map<uint64_t, int32_t> row_of;  // sequence → its sampled row of N (decode: row i = chunk i)
     for (size_t i = 0; i < now.chunks.size(); ++i) {
@@ -487,7 +491,8 @@ struct Engine::Impl {
     if (ready && feed_plan(now, v.who, next, feed)) {
       std::string launch_error;
       try {
-        model.v4->launch(known_ids(next), feed);
+        const StepEdits edits = step_edits(next, &feed);
+        model.v4->launch(known_ids(next), feed, &edits);
       } catch (const std::exception& e) {
         launch_error = e.what();
       }

@@ -650,8 +650,10 @@ cudaError_t argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_
 // a small batch's rows spread over the SMs); the token does not depend on it.
 // rows / edits / edit_raw: the rows' logit processors, applied to x in place first, the values before into
 // edit_raw (Backend::sample_rows; null: none).
+// tokens: the step's token ids for rows with a pending token (RowEdits::pend; may be null when none has).
 cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
-                        const LogitEdit* edits, float* edit_raw, int32_t* out, cudaStream_t s);
+                        const LogitEdit* edits, float* edit_raw, const int32_t* tokens, int32_t* out,
+                        cudaStream_t s);
 // Backend::feed_tokens (a step's token ids from the previous step's picks). One block.
 cudaError_t feed_tokens(int32_t* pack, int64_t T, int hc, const int32_t* feed, const int32_t* picks, int64_t V,
                         cudaStream_t s);

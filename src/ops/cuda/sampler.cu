@@ -621,17 +621,43 @@ namespace {
 __global__ void __launch_bounds__(256) apply_edits_kernel(float* __restrict__ x, int64_t N, int64_t ld,
                                                           const RowEdits* __restrict__ rows,
                                                           const LogitEdit* __restrict__ edits,
-                                                          float* __restrict__ raw) {
+                                                          float* __restrict__ raw, const int32_t* __restrict__ tokens) {
   DI_PDL_WAIT();
   const RowEdits r = rows[blockIdx.x];
   float* row = x + (int64_t)blockIdx.x * ld;
+  __shared__ int jt_s;
+  // The pending token (RowEdits::pend) and its entry in the row's list (ascending ids: a binary search), which
+  // the loop below leaves to thread 0.
+  const int32_t t = r.pend > 0 && tokens ? tokens[r.pend - 1] : -1;
+  const bool has_t = t >= 0 && t < N;
+  if (threadIdx.x == 0) {
+    int32_t lo = 0, hi = r.count;
+    if (has_t)
+      while (lo < hi) {
+        const int32_t mid = (lo + hi) / 2;
+        if (edits[r.first + mid].id < t) lo = mid + 1;
+        else hi = mid;
+      }
+    jt_s = has_t && lo < r.count && edits[r.first + lo].id == t ? lo : -1;
+  }
+  __syncthreads();
+  const int jt = jt_s;
+  auto edit_one = [&](int32_t id, uint32_t flags, float bias, int32_t count, int32_t slot) {
+    const float v = row[id];
+    raw[r.first + slot] = v;
+    if (!isnan(v) && v != INFINITY)  // a NaN / +inf stays: the row answers −2, as the host rejects it
+      row[id] = sm::edit_logit(v, flags, bias, count, r.rep, r.freq, r.presence);
+  };
   for (int j = threadIdx.x; j < r.count; j += blockDim.x) {
     const LogitEdit e = edits[r.first + j];  // one edit an id: no two threads write the same logit
-    if (e.id < 0 || e.id >= N) continue;
-    const float v = row[e.id];
-    raw[r.first + j] = v;
-    if (!isnan(v) && v != INFINITY)  // a NaN / +inf stays: the row answers −2, as the host rejects it
-      row[e.id] = sm::edit_logit(v, e.flags, e.bias, e.count, r.rep, r.freq, r.presence);
+    if (e.id < 0 || e.id >= N || j == jt) continue;
+    edit_one(e.id, e.flags, e.bias, e.count, j);
+  }
+  if (threadIdx.x == 0 && r.pend > 0) raw[r.first + r.count + 1] = __int_as_float(has_t && jt < 0 ? t : -1);
+  if (threadIdx.x == 0 && has_t) {
+    LogitEdit e = jt >= 0 ? edits[r.first + jt] : LogitEdit{t, 0.0f, 0, 0u};
+    sm::pending_edit(e.flags, e.count, r.rep, r.freq, r.presence);
+    edit_one(t, e.flags, e.bias, e.count, jt >= 0 ? jt : r.count);
   }
 }
 }  // namespace
@@ -684,12 +710,13 @@ cudaError_t launch_rows(int64_t M, int C, int threads, size_t smem, cudaStream_t
 }
 
 cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
-                        const LogitEdit* edits, float* edit_raw, int32_t* out, cudaStream_t s) {
+                        const LogitEdit* edits, float* edit_raw, const int32_t* tokens, int32_t* out,
+                        cudaStream_t s) {
   if (N <= 0 || N > 0x7fffffff) return cudaErrorInvalidValue;
   if (M <= 0) return cudaSuccess;
   if (rows) {
     if (!edits || !edit_raw) return cudaErrorInvalidValue;
-    apply_edits_kernel<<<(unsigned)M, 256, 0, s>>>(x, N, ld, rows, edits, edit_raw);
+    apply_edits_kernel<<<(unsigned)M, 256, 0, s>>>(x, N, ld, rows, edits, edit_raw, tokens);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
   const int C = row_cluster(M, sample_rows_kernel, SRT, sizeof(SampleShared));
