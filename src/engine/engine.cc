@@ -263,8 +263,8 @@ struct Engine::Impl {
   // graphs): a decode step is launched without waiting for it (`flight`). The next step() plans step
   // N+1 (the scheduler plans ahead with placeholder tokens) and records it (DeepseekV4Model::prepare)
   // while step N runs, then reads and samples step N's logits and launches N+1 with the sampled ids. When
-  // every sampled row of N takes the backend's pick and N+1 has no logit processors (feed_plan), N+1 is
-  // launched first, its tokens taken from N's picks on the device, and N is read while N+1 runs: the device
+  // every sampled row of N takes the backend's pick (feed_plan; N+1's rows with logit processors take N's pick
+  // as a pending token of their edits), N+1 is launched first, its tokens taken from N's picks on the device, and N is read while N+1 runs: the device
   // then never waits for the host between the two. A
   // sequence that finishes while a planned step still holds it keeps its cache until that step is done
   // (Scheduler: kFinishing); its row of that step is computed and dropped. Steps with prefill chunks run

@@ -219,9 +219,9 @@ TEST(Engine, DeviceSamplingGivesTheHostSamplersTokens) {
   mixed[5].params.min_tokens = 6, mixed[5].params.stop_token_ids = {(int32_t)(g() % 512), (int32_t)(g() % 512)};
   // Without the logprobs request every row is picked on the device, so decode steps are fed even for the rows
   // with processors: their edits take the previous step's pick as a pending token (RowEdits::pend).
-  // Strong penalties (favouring repeats, or against them), at a low temperature and for longer outputs, make the pending token's own
-  // edit decide the next token often (checked to fail when that edit misses its count; every part of it is
-  // checked in Sampler.PendingTokenEditsEqualTheLogitProcessors).
+  // Strong penalties (favouring repeats, or against them), at a low temperature and for longer outputs, make
+  // the pending token's own edit decide the next token often (checked to fail when that edit misses its
+  // count; every part of it is checked in Sampler.PendingTokenEditsEqualTheLogitProcessors).
   std::vector<Request> penalized = mixed;
   penalized[1].params.repetition_penalty = 4.0f;
   penalized[3].params.presence_penalty = -2.0f;

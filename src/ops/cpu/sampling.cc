@@ -1,9 +1,9 @@
 #include "ops/sampling.h"
 
 #include <algorithm>
-#include <cstring>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "ops/sample_math.h"
