@@ -263,8 +263,8 @@ struct Engine::Impl {
   // graphs): a decode step is launched without waiting for it (`flight`). The next step() plans step
   // N+1 (the scheduler plans ahead with placeholder tokens) and records it (DeepseekV4Model::prepare)
   // while step N runs, then reads and samples step N's logits and launches N+1 with the sampled ids. When
-  // every sampled row of N takes the backend's pick and N+1 has no logit processors (feed_plan), N+1 is
-  // launched first, its tokens taken from N's picks on the device, and N is read while N+1 runs: the device
+  // every sampled row of N takes the backend's pick (feed_plan; N+1's rows with logit processors take N's pick
+  // as a pending token of their edits), N+1 is launched first, its tokens taken from N's picks on the device, and N is read while N+1 runs: the device
   // then never waits for the host between the two. A
   // sequence that finishes while a planned step still holds it keeps its cache until that step is done
   // (Scheduler: kFinishing); its row of that step is computed and dropped. Steps with prefill chunks run
@@ -327,7 +327,8 @@ struct Engine::Impl {
   // The logit edits of a plan's sampled rows that take the backend's pick, as of the tokens known now (rows[i]
   // for chunk i). A row whose edits do not fit the step's capacity gets none and is sampled on the host
   // (edit_overflow, read by device_samplable).
-  StepEdits step_edits(const StepPlan& plan) {
+  // feed (a fed step's map, feed_plan): a fed row's last token is the previous step's pick, pending in its edits.
+  StepEdits step_edits(const StepPlan& plan, const std::vector<int32_t>* feed = nullptr) {
     StepEdits se;
     se.rows.resize(plan.chunks.size());
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
@@ -339,7 +340,8 @@ struct Engine::Impl {
       if (!cfg.device_sampling || model.v41 || !device_samplable_params(r.params, ch) || !may_edit(r.params, ch, c))
         continue;
       const size_t before = se.list.size();
-      RowEdits row = logit_edits(r.params, ch.sampling, (int)vocab, se.list);
+      const bool pending = feed && (*feed)[i] >= 0;
+      RowEdits row = logit_edits(r.params, ch.sampling, (int)vocab, se.list, pending);
       if ((int64_t)se.list.size() > DeepseekV4Model::kEditCap) {
         se.list.resize(before);
         row = RowEdits{};
@@ -425,12 +427,14 @@ struct Engine::Impl {
   // sequence finished: its row is dropped).
   bool feed_plan(const StepPlan& now, const std::vector<Choice*>& who, const StepPlan& next, std::vector<int32_t>& feed) {
     if (!cfg.device_sampling || model.v41 || !model.v4->can_feed() || !model.v4->prepared_takes_feed()) return false;
-    // A row with logit processors in N+1 needs N's token in its edits (counts, the min_tokens mask): not fed.
+    // A row with logit processors in N+1 takes N's token as its one pending token (logit_edits' pending: the
+    // backend adds its occurrence), so it must be the only token its state lacks.
     for (const ScheduledChunk& c : next.chunks) {
       auto own = seq_owner.find(c.seq);
       if (own == seq_owner.end() || !c.sample) continue;
       const Req& r = reqs.at(own->second.first);
-      if (may_edit(r.params, r.choices[own->second.second], c)) return false;
+      const Choice& ch = r.choices[own->second.second];
+      if (may_edit(r.params, ch, c) && c.start != (int64_t)ch.tokens.size()) return false;
     }
     std::map<uint64_t, int32_t> row_of;  // sequence → its sampled row of N (decode: row i = chunk i)
     for (size_t i = 0; i < now.chunks.size(); ++i) {
@@ -487,7 +491,8 @@ struct Engine::Impl {
     if (ready && feed_plan(now, v.who, next, feed)) {
       std::string launch_error;
       try {
-        model.v4->launch(known_ids(next), feed);
+        const StepEdits edits = step_edits(next, &feed);
+        model.v4->launch(known_ids(next), feed, &edits);
       } catch (const std::exception& e) {
         launch_error = e.what();
       }

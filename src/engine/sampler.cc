@@ -86,7 +86,7 @@ bool has_logit_processors(const SamplingParams& p, const SequenceSamplingState& 
 }
 
 RowEdits logit_edits(const SamplingParams& params, const SequenceSamplingState& state, int vocab,
-                     std::vector<LogitEdit>& out) {
+                     std::vector<LogitEdit>& out, bool pending) {
   RowEdits row;
   row.rep = params.repetition_penalty;
   row.freq = params.frequency_penalty;
@@ -104,7 +104,7 @@ RowEdits logit_edits(const SamplingParams& params, const SequenceSamplingState& 
   if (rep || counts)
     for (int32_t id : state.output_ids())
       if (in_range(id)) out.push_back({id, 0.0f, counts ? state.output_count(id) : 0, rep ? sampling::kEditRepeat : 0u});
-  if (state.num_output() < params.min_tokens)
+  if (state.num_output() + (pending ? 1 : 0) < params.min_tokens)
     for (int32_t id : state.min_tokens_masked())
       if (in_range(id)) out.push_back({id, 0.0f, 0, sampling::kEditMask});
   const auto first = out.begin() + row.first;
@@ -121,6 +121,10 @@ RowEdits logit_edits(const SamplingParams& params, const SequenceSamplingState& 
   }
   out.erase(w, out.end());
   row.count = (int32_t)(out.size() - (size_t)row.first);
+  if (pending) {
+    row.pend = 1;  // (the backend's token index is the model's to set)
+    out.resize(out.size() + 2, LogitEdit{-1, 0.0f, 0, 0u});
+  }
   return row;
 }
 

@@ -90,8 +90,12 @@ void apply_logit_processors(float* logits, int vocab, const SamplingParams& para
 // The same as edits (ops/sampling.h), one an id in ascending id order, appended to `out`: apply_edits with the
 // returned row (first = out's size before the call) gives apply_logit_processors's logits bit for bit. Empty
 // (count 0, no-op penalties) for a request without processors.
+// pending: the state lacks the last output token (a fed decode row: the backend knows it, RowEdits::pend), so
+// the edits are those of the state with it appended once the backend adds that token's (sample_math.h
+// pending_edit): the min_tokens mask counts it, the row's pend is set and two places after its edits are kept
+// free for it (placeholders with id −1).
 RowEdits logit_edits(const SamplingParams& params, const SequenceSamplingState& state, int vocab,
-                     std::vector<LogitEdit>& out);
+                     std::vector<LogitEdit>& out, bool pending = false);
 // Whether the request has any logit processor for its next token (bias, penalties, an active min_tokens mask),
 // or for the token `pending` places after it (tokens before it not known yet: the mask may be off by then).
 bool has_logit_processors(const SamplingParams& params, const SequenceSamplingState& state, int64_t pending = 0);

@@ -630,10 +630,13 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32
   if (edits) {
     if (edits->rows.size() != ids.size()) refuse("one logit-edit row a sequence of the prepared step");
     if ((int64_t)edits->list.size() > kEditCap) refuse("more logit edits than a step holds");
-    for (const RowEdits& r : edits->rows)
-      if (r.count < 0 || r.first < 0 || (size_t)r.first + (size_t)r.count > edits->list.size() ||
-          (r.count > 0 && !ready_edited_))
+    for (size_t i = 0; i < edits->rows.size(); ++i) {
+      const RowEdits& r = edits->rows[i];
+      if (r.count < 0 || r.first < 0 || (size_t)r.first + (size_t)r.count + (r.pend > 0 ? 2 : 0) > edits->list.size() ||
+          ((r.count > 0 || r.pend > 0) && !ready_edited_))
         refuse("logit edits outside the list, or for a step prepared without them");
+      if (r.pend > 0 && (feed.empty() || feed[i] < 0)) refuse("a pending logit-edit token on a row that is not fed");
+    }
   }
   std::vector<int32_t> t(ready_padded_, 0), map(ready_padded_, -1);  // stand-in rows keep token 0
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -667,6 +670,8 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32
   if (ready_edited_) {
     std::vector<RowEdits> rows((size_t)ready_padded_);
     if (edits) std::copy(edits->rows.begin(), edits->rows.end(), rows.begin());
+    for (size_t i = 0; i < rows.size(); ++i)
+      if (rows[i].pend > 0) rows[i].pend = (int32_t)i + 1;  // its token: the step's id i (one a sequence)
     const size_t at = pack.size();
     pack.resize(at + rows.size() * sizeof(RowEdits) / 4);
     std::memcpy(pack.data() + at, rows.data(), rows.size() * sizeof(RowEdits));
@@ -704,13 +709,19 @@ void DeepseekV4Model::set_out(const float* logits, const int32_t* ids, int64_t n
 }
 
 void DeepseekV4Model::restore_row(int64_t r, float* dst) {
-  if (r >= (int64_t)out_erows_.size() || out_erows_[(size_t)r].count <= 0) return;
+  if (r >= (int64_t)out_erows_.size() || (out_erows_[(size_t)r].count <= 0 && out_erows_[(size_t)r].pend <= 0)) return;
   const RowEdits& e = out_erows_[(size_t)r];
-  std::vector<float> raw((size_t)e.count);
-  be_.download(raw.data(), edits_raw_.data() + out_slot_ * kEditCap + e.first, e.count * (int64_t)sizeof(float));
+  const int32_t n = e.count + (e.pend > 0 ? 2 : 0);  // (a pending token: its value and id after the edits')
+  std::vector<float> raw((size_t)n);
+  be_.download(raw.data(), edits_raw_.data() + out_slot_ * kEditCap + e.first, n * (int64_t)sizeof(float));
   for (int32_t j = 0; j < e.count; ++j) {
     const int32_t id = out_elist_[(size_t)(e.first + j)].id;
     if (id >= 0 && id < cfg_.vocab_size) dst[id] = raw[(size_t)j];
+  }
+  if (e.pend > 0) {
+    int32_t id;
+    std::memcpy(&id, &raw[(size_t)e.count + 1], 4);
+    if (id >= 0 && id < cfg_.vocab_size) dst[id] = raw[(size_t)e.count];
   }
 }
 
@@ -739,7 +750,7 @@ void DeepseekV4Model::logits_row(int64_t r, float* dst) {
 std::span<const float> DeepseekV4Model::logits() {
   const float* v = static_cast<const float*>(be_.download_view(out_logits_, out_n_ * (int64_t)sizeof(float)));
   bool edited = false;
-  for (const RowEdits& e : out_erows_) edited |= e.count > 0;
+  for (const RowEdits& e : out_erows_) edited |= e.count > 0 || e.pend > 0;
   if (!edited) return {v, (size_t)out_n_};
   restored_.assign(v, v + out_n_);  // rows whose edits ran on the backend get their raw logits back
   for (int64_t r = 0; r < (int64_t)out_erows_.size(); ++r) restore_row(r, restored_.data() + r * cfg_.vocab_size);
@@ -813,6 +824,12 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       e = batch[b].edit_row;
       e.first = (int32_t)elist.size(), e.count = (int32_t)batch[b].edits.size();
       elist.insert(elist.end(), batch[b].edits.begin(), batch[b].edits.end());
+      if (e.pend > 0) {  // the row's input token (its last) is pending: two places kept free after its edits
+        if (feed.empty() || feed[(size_t)b] < 0 || batch[b].tokens.size() != 1)
+          throw Error("forward: a pending logit-edit token on a row that is not fed");
+        e.pend = (int32_t)seq_begin[b + 1];
+        elist.resize(elist.size() + 2, LogitEdit{-1, 0.0f, 0, 0u});
+      }
     }
     if ((int64_t)elist.size() > kEditCap) throw Error("forward: more logit edits than a step holds");
   }
@@ -974,7 +991,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       pick_out = pick_slot ? picks_.data() + par * kPickRows : ids.data();
       be_.sample_rows(logits.data(), R, V, V, st.up.ptr<SampleSpec>(at_spec),
                       edited ? st.up.ptr<RowEdits>(at_erows) : nullptr, edited ? edits_.data() + par * kEditCap : nullptr,
-                      edited ? edits_raw_.data() + par * kEditCap : nullptr, pick_out);
+                      edited ? edits_raw_.data() + par * kEditCap : nullptr, st.up.ptr<int32_t>(at_tok), pick_out);
     }
   };
   // The key: everything the recorded launches depend on besides the uploaded bytes (the step's own

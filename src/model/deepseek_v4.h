@@ -87,14 +87,16 @@ struct V4SeqChunk {
   SampleSpec sample{};
   // That row's logit processors (bias, penalties, a min_tokens mask), applied on the backend before its pick:
   // `edited` when its request may have any (a step with such a row records the edits), then its penalties
-  // (edit_row; first / count are the model's) and edits. A prepared step takes them at launch instead
+  // (edit_row; first / count are the model's, pend a flag the model turns into its token's place) and edits. A prepared step takes them at launch instead
   // (StepEdits): they depend on the tokens up to the one launched.
   bool edited = false;
   RowEdits edit_row{};
   std::span<const LogitEdit> edits;
 };
 
-// A prepared decode step's logit edits, given at launch: rows[i] for sequence i (first / count into list).
+// A prepared decode step's logit edits, given at launch: rows[i] for sequence i (first / count into list). A
+// fed row's pend = 1 (logit_edits' pending: its token is the previous step's pick, and the two list places after
+// its edits are kept for it); the model turns it into 1 + that token's place in the step's ids.
 struct StepEdits {
   std::vector<RowEdits> rows;
   std::vector<LogitEdit> list;

@@ -271,9 +271,9 @@ class Backend {
   // rows / edits / edit_raw (all null, or rows[M], the step's edit list and one float an edit, in backend
   // memory): row m's logit processors are applied to x in place first (apply_edits, the values before into
   // edit_raw), so that out[m] is the host sampler's token for a request with bias, penalties or a min_tokens
-  // mask too.
+  // mask too. tokens: the step's token ids, for rows with a pending token (RowEdits::pend; null when none has).
   virtual void sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
-                           const LogitEdit* edits, float* edit_raw, int32_t* out) = 0;
+                           const LogitEdit* edits, float* edit_raw, const int32_t* tokens, int32_t* out) = 0;
   // A step's token ids taken from the previous step's picks on the backend (DeepseekV4Model::launch's feed):
   // for i < T with feed[i] ≥ 0, t = picks[feed[i]] — 0 when that is no token (< 0 or ≥ V: the row's request
   // fails and its result is dropped) — goes to pack[i] and to pack[T + i·hc + j], j < hc (the step's token

@@ -146,6 +146,13 @@ DI_SAMPLE_FN float edit_logit(float x, uint32_t flags, float bias, int32_t count
   return x;
 }
 
+// A pending output token's edit (RowEdits::pend): one more occurrence of it — the repetition flag when the
+// penalty is on, and count + 1 when the frequency or presence penalty is (logit_edits' rules for output ids).
+DI_SAMPLE_FN void pending_edit(uint32_t& flags, int32_t& count, float rep, float freq, float presence) {
+  if (rep != 1.0f) flags |= kEditRepeat;
+  if (freq != 0.0f || presence != 0.0f) count += 1;
+}
+
 // Gumbel(0, 1) noise of one Philox word: increasing in the word, within [−2.82, 16.64].
 DI_SAMPLE_FN float gumbel_from_word(uint32_t word) { return -det_log(-det_log(philox_uniform(word))); }
 

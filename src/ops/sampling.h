@@ -31,14 +31,23 @@ static_assert(sizeof(LogitEdit) == 16);
 struct RowEdits {
   float rep = 1.0f, freq = 0.0f, presence = 0.0f;  // the request's penalties
   int32_t first = 0, count = 0;                    // its edits: [first, first + count) of the step's list
-  int32_t unused = 0;
+  // A pending token (a fed decode row: its input token is the previous step's pick, an output token the list
+  // does not count yet): 1 + its place in the step's token ids (0: none). Its edit is the list's entry for it,
+  // or an empty one, with one more occurrence (sample_math.h pending_edit). The list keeps the two places after
+  // the row's edits free: raw[first + count] gets its value before when the list has no entry for it, and
+  // raw[first + count + 1] the float whose bits are its id then (−1 otherwise), so that the raw row can be
+  // restored without knowing the token on the host.
+  int32_t pend = 0;
 };
 static_assert(sizeof(RowEdits) == 24);
 // x[id] = edit_logit(x[id], ...) for the row's edits (ids outside [0, N) are skipped), the values before into
 // raw[first + j] when raw is given (so that a row the host must sample after all gets its raw logits back). A
 // NaN or +inf is left as it is: the host sampler rejects a row holding one before its processors run, and so
-// the row still answers −2.
-void apply_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edits, float* raw = nullptr);
+// the row still answers −2. tokens: the step's token ids (for row.pend; may be null when no row has one).
+void apply_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edits, float* raw = nullptr,
+                 const int32_t* tokens = nullptr);
+// The place of id in the row's edit list (ascending ids), −1 when it has none.
+int32_t find_edit(const RowEdits& row, const LogitEdit* edits, int32_t id);
 
 // Candidate set of temperature-scaled logits [vocab] (−inf = excluded; no NaN), in order (value desc,
 // id asc): top-k, then top-p on the top-k set, then min-p (rel ≥ min_p). Masses as sample_math.h defines

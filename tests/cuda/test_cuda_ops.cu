@@ -3960,14 +3960,19 @@ Result sample_rows_case(int64_t M, int64_t N, int kind0, const std::string& name
   }
   std::vector<deepinfer::RowEdits> erows;
   std::vector<deepinfer::LogitEdit> elist;
+  // Pending tokens (RowEdits::pend): rows 3k + 1 have one and no list, rows 6k one that is in their list half the
+  // time; tok holds the step's token ids (row m's at m).
+  std::vector<int32_t> tok((size_t)M);
   if (with_edits) {
     erows.resize((size_t)M);
-    for (int64_t m = 0; m < M; m += 3) {
+    for (int64_t m = 0; m < M; ++m) {
+      if (m % 3 == 2) continue;
       deepinfer::RowEdits& e = erows[(size_t)m];
       e.rep = m % 2 ? 1.3f : 0.8f, e.freq = 0.1f * (float)(m % 5), e.presence = m % 4 ? 0.25f : 0.0f;
       e.first = (int32_t)elist.size();
       std::vector<int32_t> ids;
-      for (int j = 0, n = r.range(1, 300); j < n; ++j) ids.push_back(r.range(-3, (int)N + 3));  // some outside
+      if (m % 3 == 0)
+        for (int j = 0, n = r.range(1, 300); j < n; ++j) ids.push_back(r.range(-3, (int)N + 3));  // some outside
       std::sort(ids.begin(), ids.end());
       ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
       for (int32_t id : ids) {
@@ -3977,10 +3982,18 @@ Result sample_rows_case(int64_t M, int64_t N, int kind0, const std::string& name
         elist.push_back(d);
       }
       e.count = (int32_t)elist.size() - e.first;
+      if (m % 3 == 1 || m % 6 == 0) {
+        e.pend = (int32_t)m + 1;
+        const bool listed = m % 6 == 0 && !ids.empty() && r.range(0, 2) == 0;
+        tok[(size_t)m] = listed ? std::max<int32_t>(0, std::min<int32_t>((int32_t)N - 1, ids[ids.size() / 2]))
+                                : r.range(0, (int)N);
+        elist.resize(elist.size() + 2, deepinfer::LogitEdit{-1, 0.0f, 0, 0u});  // the pending token's places
+      }
     }
   }
   DBuf dx = dup(x, "x"), dspec = dalloc(M * (int64_t)sizeof(deepinfer::SampleSpec), "spec"), dout = dalloc(M * 4, "out");
   CK(cudaMemcpy(dspec.p(), spec.data(), M * sizeof(deepinfer::SampleSpec), cudaMemcpyHostToDevice));
+  DBuf dtok = dup(tok, "tokens");
   DBuf drows = dalloc(std::max<int64_t>(1, M) * (int64_t)sizeof(deepinfer::RowEdits), "rows"),
        dedits = dalloc(std::max<int64_t>(1, (int64_t)elist.size()) * (int64_t)sizeof(deepinfer::LogitEdit), "edits"),
        draw = dalloc(std::max<int64_t>(1, (int64_t)elist.size()) * 4, "raw");
@@ -3994,7 +4007,8 @@ Result sample_rows_case(int64_t M, int64_t N, int kind0, const std::string& name
     return dc::sample_rows(dx.as<float>(), M, N, ld, dspec.as<const deepinfer::SampleSpec>(),
                            with_edits ? drows.as<const deepinfer::RowEdits>() : nullptr,
                            with_edits ? dedits.as<const deepinfer::LogitEdit>() : nullptr,
-                           with_edits ? draw.as<float>() : nullptr, dout.as<int32_t>(), 0);
+                           with_edits ? draw.as<float>() : nullptr, with_edits ? dtok.as<const int32_t>() : nullptr,
+                           dout.as<int32_t>(), 0);
   };
   CK(launch());
   auto got = down<int32_t>(dout, M);
@@ -4002,7 +4016,7 @@ Result sample_rows_case(int64_t M, int64_t N, int kind0, const std::string& name
   const std::vector<float> x_raw = x;
   std::vector<float> raw(elist.size());
   cpu().sample_rows(x.data(), M, N, ld, spec.data(), with_edits ? erows.data() : nullptr,
-                    with_edits ? elist.data() : nullptr, with_edits ? raw.data() : nullptr, want.data());
+                    with_edits ? elist.data() : nullptr, with_edits ? raw.data() : nullptr, tok.data(), want.data());
   int64_t bad = 0, nflat = 0;
   for (int64_t m = 0; m < M; ++m) bad += got[m] != want[m], nflat += flat[m];
   expect_true(res, bad == 0, std::to_string(bad) + " rows differ");
@@ -4018,6 +4032,18 @@ Result sample_rows_case(int64_t M, int64_t N, int kind0, const std::string& name
         const float a = rg[(size_t)(erows[(size_t)m].first + j)], b = x_raw[(size_t)(m * ld + e.id)];
         bad_raw += std::memcmp(&a, &b, 4) != 0 || std::memcmp(&a, &raw[(size_t)(erows[(size_t)m].first + j)], 4) != 0;
       }
+    int64_t npend = 0;
+    for (int64_t m = 0; m < M; ++m) {  // a pending token's places: its id (or −1), its value before when unlisted
+      const deepinfer::RowEdits& e = erows[(size_t)m];
+      if (e.pend <= 0) continue;
+      ++npend;
+      const size_t at = (size_t)(e.first + e.count);
+      int32_t id = 0;
+      std::memcpy(&id, &rg[at + 1], 4);
+      bad_raw += std::memcmp(&rg[at + 1], &raw[at + 1], 4) != 0;
+      if (id >= 0) bad_raw += id != tok[(size_t)m] || std::memcmp(&rg[at], &x_raw[(size_t)(m * ld + id)], 4) != 0;
+    }
+    res.detail += std::to_string(npend) + " pending tokens, ";
     expect_true(res, bad_raw == 0, std::to_string(bad_raw) + " saved raw logits differ");
     res.detail += std::to_string(elist.size()) + " edits, ";
   }
@@ -4908,7 +4934,7 @@ void register_cases() {
     add(n, [=] { return quant_case(M, K, n); });
   }
   add("cublaslt_fp8_scale_layout_probe", [] { return lt_fp8_layout_probe("probe"); });
-  for (auto MN : {std::pair<int64_t, int64_t>{1, Vv}, {37, 1000}, {256, Vv}}) {
+  for (auto MN : {std::pair<int64_t, int64_t>{1, Vv}, {8, Vv}, {37, 1000}, {256, Vv}}) {  // clusters of 16, 16, 2, 1
     auto n = nm("argmax_rows M=%ld N=%ld", MN.first, MN.second);
     add(n, [=] { return argmax_case(MN.first, MN.second, n); });
   }

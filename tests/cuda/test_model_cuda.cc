@@ -732,8 +732,9 @@ void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int th
     const auto& ptoks = ps.toks;
     const int64_t ppicked = ps.picked[1], ptotal = ps.total[1], psame = ps.same();
     std::printf("engine cuda logit processors: %lld/%zu outputs the same with the edits on the device (%lld of %lld "
-                "tokens picked there) and on the host\n",
-                (long long)psame, ptoks[0].size(), (long long)ppicked, (long long)ptotal);
+                "tokens picked there, %lld steps fed: their pending tokens edited there) and on the host\n",
+                (long long)psame, ptoks[0].size(), (long long)ppicked, (long long)ptotal, (long long)ps.fed[1]);
+    expect(ps.fed[1] > 0, "engine cuda: no fed steps with logit processors");
     expect(psame == (int64_t)ptoks[0].size() && !ptoks[0].empty(), "engine cuda: device logit edits != host processors");
     expect(ppicked == ptotal, "engine cuda: tokens with logit processors not all picked on the device");
     g_summary["engine"]["device_logit_edits"] = {{"outputs", ptoks[0].size()}, {"same", psame}, {"picked", ppicked}};

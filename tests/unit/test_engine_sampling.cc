@@ -675,7 +675,7 @@ TEST(Sampler, BackendSampleRowsIsTheHostSampler) {
   x[7 * N + 4] = std::numeric_limits<float>::quiet_NaN();
   for (int64_t i = 0; i < N; ++i) x[9 * N + i] = -std::numeric_limits<float>::infinity();
   std::vector<int32_t> out(M);
-  be.sample_rows(x.data(), M, N, N, spec.data(), nullptr, nullptr, nullptr, out.data());
+  be.sample_rows(x.data(), M, N, N, spec.data(), nullptr, nullptr, nullptr, nullptr, out.data());
   EXPECT_EQ(out[7], -2);
   EXPECT_EQ(out[9], -1);
   for (int64_t m = 0; m < M; ++m) {
@@ -742,4 +742,62 @@ TEST(Sampler, LogitEditsEqualTheLogitProcessors) {
     deepinfer::apply_edits(got.data(), V, row, edits.data());
     ASSERT_EQ(0, std::memcmp(want.data(), got.data(), V * sizeof(float))) << "case " << it;
   }
+}
+
+// A fed row's edits (logit_edits with `pending`, RowEdits::pend): the list built without the last output token,
+// plus that token's own edit on the backend (apply_edits with the step's token ids), equal the processors of the
+// state with the token appended — whether the token is new, in the prompt or already in the output, with the
+// min_tokens mask turning off at it, and with a raw row restorable from the saved values and the id place.
+TEST(Sampler, PendingTokenEditsEqualTheLogitProcessors) {
+  std::mt19937 g(12);
+  const int V = 300;
+  int64_t listed = 0, unlisted = 0;
+  for (int it = 0; it < 2000; ++it) {
+    std::vector<int32_t> prompt;
+    for (int i = 0, n = (int)(g() % 40); i < n; ++i) prompt.push_back((int32_t)(g() % V));
+    std::vector<int32_t> masked{(int32_t)(g() % V), (int32_t)(g() % V)};
+    deepinfer::SequenceSamplingState st(prompt, 5, 0, masked), after(prompt, 5, 0, masked);
+    const int n_out = (int)(g() % 12);
+    for (int i = 0; i < n_out; ++i) {
+      const int32_t t = (int32_t)(g() % (V / 4));
+      st.on_token(t), after.on_token(t);
+    }
+    const int32_t t = (int32_t)(g() % 3 == 0 ? g() % (V / 4) : g() % V);  // often a repeat
+    after.on_token(t);
+    deepinfer::SamplingParams p;
+    if (g() % 2)
+      for (int i = 0; i < 6; ++i) p.logit_bias[(int32_t)(g() % V)] = (float)((int)(g() % 9) - 4) * 0.75f;
+    const int mode = (int)(g() % 4);
+    p.repetition_penalty = mode == 0 ? 1.0f : mode == 1 ? 1.3f : mode == 2 ? 0.7f : 1.05f;
+    p.frequency_penalty = g() % 2 ? 0.0f : (float)((int)(g() % 5) - 2) * 0.4f;
+    p.presence_penalty = g() % 2 ? 0.0f : (float)((int)(g() % 5) - 2) * 0.3f;
+    p.min_tokens = g() % 3 == 0 ? n_out + 1 + (int)(g() % 2) : 0;  // the mask may end with the pending token
+    std::vector<float> x(V);
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    for (float& v : x) v = nd(g);
+    std::vector<float> want = x, got = x;
+    deepinfer::apply_logit_processors(want.data(), V, p, after);
+    std::vector<deepinfer::LogitEdit> edits(2);
+    deepinfer::RowEdits row = deepinfer::logit_edits(p, st, V, edits, /*pending=*/true);
+    ASSERT_EQ(row.pend, 1);
+    ASSERT_EQ((int64_t)edits.size(), row.first + row.count + 2);  // the token's two places
+    const int32_t tokens[3] = {7, t, 9};
+    row.pend = 2;  // the step's token ids: this row's is at place 1
+    std::vector<float> raw(edits.size(), -1.0f);
+    deepinfer::apply_edits(got.data(), V, row, edits.data(), raw.data(), tokens);
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), V * sizeof(float))) << "case " << it;
+    // the raw row back from the saved values (as DeepseekV4Model::restore_row does)
+    std::vector<float> back = got;
+    for (int32_t j = 0; j < row.count; ++j) {
+      const int32_t id = edits[(size_t)(row.first + j)].id;
+      if (id >= 0 && id < V) back[(size_t)id] = raw[(size_t)(row.first + j)];
+    }
+    int32_t id = 0;
+    std::memcpy(&id, &raw[(size_t)(row.first + row.count + 1)], 4);
+    if (id >= 0) back[(size_t)id] = raw[(size_t)(row.first + row.count)];
+    (id >= 0 ? unlisted : listed) += 1;
+    ASSERT_EQ(0, std::memcmp(back.data(), x.data(), V * sizeof(float))) << "restore, case " << it;
+  }
+  EXPECT_GT(listed, 100);
+  EXPECT_GT(unlisted, 100);
 }

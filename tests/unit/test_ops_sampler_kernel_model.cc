@@ -48,11 +48,17 @@ Bins bin_sweep(const std::vector<float>& s, float m, ull kmin, bool mass) {
   }
   return b;
 }
-// gather_bin: the bin's keys (≥ kmin), sorted best first.
-std::vector<ull> gather_bin(const std::vector<float>& s, float m, ull kmin, int bin) {
+// The sub-bin of a token below the reach (1/4096 nat; sub_of in the kernel).
+int sub_of(float s, float m) {
+  const float d = sm::f_sub(m, s);
+  return (int)sm::f_mul(d, 4096.0f) - 256 * (int)sm::f_mul(d, 16.0f);
+}
+// gather_bin: the bin's keys (≥ kmin; sub ≥ 0: of that sub-bin only), sorted best first.
+std::vector<ull> gather_bin(const std::vector<float>& s, float m, ull kmin, int bin, int sub = -1) {
   std::vector<ull> c;
   for (size_t i = 0; i < s.size(); ++i)
-    if (s[i] > -INFINITY && bin_of(s[i], m) == bin && comp_key(s[i], (int64_t)i) >= kmin)
+    if (s[i] > -INFINITY && bin_of(s[i], m) == bin && (sub < 0 || sub_of(s[i], m) == sub) &&
+        comp_key(s[i], (int64_t)i) >= kmin)
       c.push_back(comp_key(s[i], (int64_t)i));
   std::sort(c.begin(), c.end(), std::greater<ull>());
   return c;
@@ -95,6 +101,54 @@ ull radix_cut(const std::vector<float>& s, float m, ull kmin, int bin, bool topp
     prefix |= (ull)(chosen < 0 ? 0 : chosen) << shift;
   }
   return prefix;
+}
+
+// cut_key: the cut's key in bin `bin` (nb of its tokens with key ≥ kmin). A bin of more than `whole` tokens is
+// split into 256 sub-bins (sub_sweep + pick_sub, lanes of 8 after a scan), only the cut's sub-bin sorted; a
+// sub-bin of more than `cap` tokens takes radix_cut over the whole bin (whole ≤ cap, as in the kernel).
+ull cut_key(const std::vector<float>& s, float m, ull kmin, int nb, int bin, bool topp, int64_t place, ull E0,
+            int64_t limit, int cap, int whole) {
+  int sub = -1;
+  int64_t pl = place;
+  ull E = E0;
+  if (nb > whole) {
+    std::vector<int> cnt(256);
+    std::vector<ull> mass(256);
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (!(s[i] > -INFINITY) || bin_of(s[i], m) != bin || comp_key(s[i], (int64_t)i) < kmin) continue;
+      const int d = sub_of(s[i], m);
+      ++cnt[d];
+      if (topp) mass[d] += sm::mass_of(sm::rel_of(s[i], m));
+    }
+    if (!topp) {
+      int64_t before = 0;
+      for (int d = 0; d < 256; ++d) {
+        if (place < before + cnt[d]) {
+          sub = d, pl = place - before;
+          break;
+        }
+        before += cnt[d];
+      }
+      if (sub < 0) sub = 0;
+    } else {
+      ull Es = E0;
+      for (int d = 0; d < 256; ++d) {
+        if (cnt[d] > 0 && (int64_t)Es <= limit) sub = d, E = Es;
+        Es += mass[d];
+      }
+      if (sub < 0) sub = 0, E = E0;
+    }
+    if (cnt[sub] > cap) return radix_cut(s, m, kmin, bin, topp, place, E0, limit);
+  }
+  const std::vector<ull> c = gather_bin(s, m, kmin, bin, sub);
+  if (!topp) return c[(size_t)pl];
+  size_t last = 0;
+  for (size_t p = 0; p < c.size(); ++p) {
+    if ((int64_t)E > limit) break;
+    last = p;
+    E += sm::mass_of(sm::rel_of(key_value(c[p]), m));
+  }
+  return c.empty() ? 0 : c[last];
 }
 
 // The kernel's noise bounds: g_hi[t] ≥ the noise of every word with top byte t.
@@ -143,8 +197,10 @@ void topp_bin(const Bins& b, float top_p, int& bp, ull& Ebp, int64_t& limit) {
   Ebp = best < 0 ? 0 : Ebest;
 }
 
-// The kernel's row, serially; `cap` = its sort capacity (SCAP = 8192 on the device), C blocks of nt threads.
-int32_t kernel_model(const float* x, int64_t N, const SampleSpec& sp, int cap, int C = 1, int nt = 512) {
+// The kernel's row, serially; `cap` = its sort capacity (SCAP = 8192 on the device), C blocks of nt threads,
+// bins of more than `whole` tokens (kSortWhole = 512) split into sub-bins before the sort.
+int32_t kernel_model(const float* x, int64_t N, const SampleSpec& sp, int cap, int C = 1, int nt = 512,
+                     int whole = 512) {
   float bv = -INFINITY;
   int bi = -1, bad = 0, nfin = 0;
   for (int64_t i = 0; i < N; ++i) {
@@ -168,7 +224,7 @@ int32_t kernel_model(const float* x, int64_t N, const SampleSpec& sp, int cap, i
     if (topk) {
       int bk = NBQ, place = 0;
       topk_bin(b, sp.top_k, bk, place);
-      if (bk != NBQ) kset = b.cnt[bk] > cap ? radix_cut(s, m, 0, bk, false, place, 0, 0) : gather_bin(s, m, 0, bk)[place];
+      if (bk != NBQ) kset = cut_key(s, m, 0, b.cnt[bk], bk, false, place, 0, 0, cap, whole);
       if (use_top_p) b = bin_sweep(s, m, kset, true);
     }
     if (use_top_p) {
@@ -176,19 +232,7 @@ int32_t kernel_model(const float* x, int64_t N, const SampleSpec& sp, int cap, i
       ull Ebp = 0;
       int64_t limit = 0;
       topp_bin(b, sp.top_p, bp, Ebp, limit);
-      if (b.cnt[bp] > cap) {
-        kcut = radix_cut(s, m, kset, bp, true, 0, Ebp, limit);
-      } else {
-        const std::vector<ull> c = gather_bin(s, m, kset, bp);
-        ull E2 = Ebp;
-        size_t last = 0;
-        for (size_t p = 0; p < c.size(); ++p) {
-          if ((int64_t)E2 > limit) break;
-          last = p;
-          E2 += sm::mass_of(sm::rel_of(key_value(c[p]), m));
-        }
-        kcut = c.empty() ? 0 : c[last];
-      }
+      kcut = cut_key(s, m, kset, b.cnt[bp], bp, true, 0, Ebp, limit, cap, whole);
     }
   }
   const bool minp = filtered && sp.min_p > 0.0f;
@@ -258,7 +302,8 @@ TEST(SamplerKernelModel, EqualsTheHostSamplerOnSmallRows) {
     sp.position = R() % 100000;
     radix_rows += N > cap && (kind == 1 || kind == 2 || kind == 5);
     const int C = 1 + (int)(R() % 3), nt = 1 + (int)(R() % 3);  // threads with several groups: the pruning runs
-    const int32_t want = sample_row(x.data(), N, sp), got = kernel_model(x.data(), N, sp, cap, C, nt);
+    const int whole = (int)(R() % (cap + 1));                     // sub-bins, sorts and radix cuts all run
+    const int32_t want = sample_row(x.data(), N, sp), got = kernel_model(x.data(), N, sp, cap, C, nt, whole);
     if (want != got && ++bad <= 5)
       ADD_FAILURE() << "kind " << kind << " N " << N << " cap " << cap << " T " << sp.temperature << " top_k "
                     << sp.top_k << " top_p " << sp.top_p << " min_p " << sp.min_p << ": host " << want << ", kernel "
@@ -286,6 +331,7 @@ TEST(SamplerKernelModel, EqualsTheHostSamplerOnVocabularyRows) {
     EXPECT_EQ(kernel_model(x.data(), N, sp, 8192, 16, 512), want) << "row " << r << ", 16 blocks";
     EXPECT_EQ(kernel_model(x.data(), N, sp, 8192, 1, 512), want) << "row " << r << ", one block";
     EXPECT_EQ(kernel_model(x.data(), N, sp, 8192, 3, 7), want) << "row " << r << ", 3 blocks of 7 threads";
+    EXPECT_EQ(kernel_model(x.data(), N, sp, 8192, 16, 512, 8192), want) << "row " << r << ", whole bins sorted";
   }
 }
 

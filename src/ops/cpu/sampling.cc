@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "ops/sample_math.h"
@@ -121,14 +122,38 @@ std::vector<int32_t> filter_candidates(const float* scaled, int vocab, int top_k
   return ids;
 }
 
-void apply_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edits, float* raw) {
+int32_t find_edit(const RowEdits& row, const LogitEdit* edits, int32_t id) {
+  int32_t lo = 0, hi = row.count;  // the first place with an id ≥ id
+  while (lo < hi) {
+    const int32_t mid = (lo + hi) / 2;
+    if (edits[row.first + mid].id < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < row.count && edits[row.first + lo].id == id ? lo : -1;
+}
+
+void apply_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edits, float* raw, const int32_t* tokens) {
+  const int32_t t = row.pend > 0 && tokens ? tokens[row.pend - 1] : -1;
+  const int32_t jt = t >= 0 && t < N ? find_edit(row, edits, t) : -1;  // the pending token's entry
+  auto edit_one = [&](int32_t id, LogitEdit e, int32_t slot) {
+    const float v = x[id];
+    if (raw) raw[row.first + slot] = v;
+    if (!(v != v) && v != std::numeric_limits<float>::infinity())
+      x[id] = sampling::edit_logit(v, e.flags, e.bias, e.count, row.rep, row.freq, row.presence);
+  };
   for (int32_t j = 0; j < row.count; ++j) {
     const LogitEdit& e = edits[row.first + j];
-    if (e.id < 0 || e.id >= N) continue;
-    const float v = x[e.id];
-    if (raw) raw[row.first + j] = v;
-    if (!(v != v) && v != std::numeric_limits<float>::infinity())
-      x[e.id] = sampling::edit_logit(v, e.flags, e.bias, e.count, row.rep, row.freq, row.presence);
+    if (e.id < 0 || e.id >= N || j == jt) continue;
+    edit_one(e.id, e, j);
+  }
+  if (row.pend > 0 && raw) {  // the id of a pending token without an entry, for restoring the raw row
+    const int32_t id = t >= 0 && t < N && jt < 0 ? t : -1;
+    std::memcpy(&raw[row.first + row.count + 1], &id, 4);
+  }
+  if (t >= 0 && t < N) {
+    LogitEdit e = jt >= 0 ? edits[row.first + jt] : LogitEdit{t, 0.0f, 0, 0u};
+    sampling::pending_edit(e.flags, e.count, row.rep, row.freq, row.presence);
+    edit_one(t, e, jt >= 0 ? jt : row.count);
   }
 }
 

@@ -1543,10 +1543,11 @@ void CudaBackend::argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, 
 }
 
 void CudaBackend::sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
-                              const LogitEdit* edits, float* edit_raw, int32_t* out) {
+                              const LogitEdit* edits, float* edit_raw, const int32_t* tokens, int32_t* out) {
   HostTimer ht_(impl_.get(), Impl::kOp);
   if (impl_->replaying()) return;
-  if (M > 0) check(cuda::sample_rows(x, M, N, ld, spec, rows, edits, edit_raw, out, impl_->stream), "sample_rows");
+  if (M > 0)
+    check(cuda::sample_rows(x, M, N, ld, spec, rows, edits, edit_raw, tokens, out, impl_->stream), "sample_rows");
 }
 
 void CudaBackend::feed_tokens(int32_t* pack, int64_t T, int hc, const int32_t* feed, const int32_t* picks,

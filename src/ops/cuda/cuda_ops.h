@@ -643,15 +643,17 @@ cudaError_t engram_gate(float* X, int64_t M, int hc, int64_t D, const float* kv,
 // Sampling
 // ------------------------------------------------------------------------------------------------
 // out[m] = lowest id of the largest value of row m of x[M, N] (stride ld); −1: all −inf; −2: a NaN or +inf
-// in the row (Backend::argmax_rows). One block a row.
+// in the row (Backend::argmax_rows). A cluster of 1 … 16 blocks a row (as sample_rows).
 cudaError_t argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out, cudaStream_t s);
 // Backend::sample_rows: out[m] = sample_row(row m of x[M, N], spec[m]) (ops/sampling.h) bit for bit (−1 / −2
 // as argmax_rows). spec[M] in device memory. A cluster of 1 … 16 blocks of 512 threads a row (16 for M ≤ SMs / 16:
 // a small batch's rows spread over the SMs); the token does not depend on it.
 // rows / edits / edit_raw: the rows' logit processors, applied to x in place first, the values before into
 // edit_raw (Backend::sample_rows; null: none).
+// tokens: the step's token ids for rows with a pending token (RowEdits::pend; may be null when none has).
 cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
-                        const LogitEdit* edits, float* edit_raw, int32_t* out, cudaStream_t s);
+                        const LogitEdit* edits, float* edit_raw, const int32_t* tokens, int32_t* out,
+                        cudaStream_t s);
 // Backend::feed_tokens (a step's token ids from the previous step's picks). One block.
 cudaError_t feed_tokens(int32_t* pack, int64_t T, int hc, const int32_t* feed, const int32_t* picks, int64_t V,
                         cudaStream_t s);

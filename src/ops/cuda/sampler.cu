@@ -105,6 +105,12 @@ __device__ __forceinline__ int bin_of(float s, float m) {
   const float d = __fsub_rn(m, s);
   return d < sm::kReach ? (int)__fmul_rn(d, 16.0f) : NBQ;
 }
+// The sub-bin of a token of a bin below the reach: 1/4096 nat wide, floor(4096 d) − 256·bin in [0, 256) (the
+// products by powers of two are exact), so better tokens are in the same or a lower sub-bin.
+__device__ __forceinline__ int sub_of(float s, float m) {
+  const float d = __fsub_rn(m, s);
+  return (int)__fmul_rn(d, 4096.0f) - 256 * (int)__fmul_rn(d, 16.0f);
+}
 // This block's part of the row in groups of four consecutive ids: f(g, v) with v[r] = row[4g + r] (−inf past
 // N, which every sweep skips); the row's groups in runs of SRT, run j to block j mod C; thread t takes group t
 // of its block's runs, four runs' loads in flight, float4 loads when the row is 16-byte aligned.
@@ -200,10 +206,11 @@ __device__ __forceinline__ void bin_sweep(const float* __restrict__ row, int64_t
   part_sum(sh.bin_cnt_loc, sh.bin_cnt, sh.bin_mass_loc, sh.bin_mass, NB, P);
 }
 
-// The keys (≥ kmin) of bin `bin`'s finite tokens of the row into cand, sorted best first; their count (≤ SCAP:
-// the caller checked bin_cnt). Slots past it hold 0, below every token's key.
+// The keys (≥ kmin) of bin `bin`'s finite tokens of the row (sub ≥ 0: of its sub-bin `sub` only) into cand,
+// sorted best first; their count (≤ SCAP: the caller checked the count). Slots past it hold 0, below every
+// token's key.
 __device__ __forceinline__ int gather_bin(const float* __restrict__ row, int64_t N, float T, float m, ull kmin, int bin,
-                                          SampleShared& sh, const Part& P) {
+                                          int sub, SampleShared& sh, const Part& P) {
   const int tid = threadIdx.x;
   __syncthreads();  // every thread has read what the caller passed through shared memory
   if (tid == 0) sh.nloc = 0;
@@ -212,7 +219,7 @@ __device__ __forceinline__ int gather_bin(const float* __restrict__ row, int64_t
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const float s = sm::scale_logit(v[r], T);
-      if (!(s > -INFINITY) || bin_of(s, m) != bin) continue;
+      if (!(s > -INFINITY) || bin_of(s, m) != bin || (sub >= 0 && sub_of(s, m) != sub)) continue;
       const ull k = comp_key(s, 4 * g + r);
       if (k >= kmin) sh.u.c.q[atomicAdd(&sh.nloc, 1)] = k;
     }
@@ -315,7 +322,7 @@ __device__ __forceinline__ float key_value(ull k) {
 
 // Warp 0 (every lane calls): the top-k cut's bin — the first bin where the count of the bins up to it reaches
 // k — over lanes of BPL consecutive bins (a scan of their counts); sh.ncand = the bin, sh.last = the k-th
-// token's place in it, sh.flag = 0 (no cut: the bin is the one beyond the reach), 1 (sort) or 2 (radix).
+// token's place in it, sh.flag = 0 (no cut: the bin is the one beyond the reach) or 1.
 __device__ __forceinline__ void topk_bin(int k, SampleShared& sh) {
   const int lane = threadIdx.x & 31, b0 = lane * BPL;
   int own = 0;
@@ -339,7 +346,7 @@ __device__ __forceinline__ void topk_bin(int k, SampleShared& sh) {
   const int pl = __shfl_sync(0xffffffffu, place, src);
   if (lane == 0) {
     // A cut 24 or more below m leaves out only tokens without mass that cannot win: no cut needed.
-    sh.flag = bk == NBQ ? 0 : sh.bin_cnt[bk] > SCAP ? 2 : 1;
+    sh.flag = bk != NBQ;
     sh.last = pl;
     sh.ncand = bk;
   }
@@ -347,7 +354,7 @@ __device__ __forceinline__ void topk_bin(int k, SampleShared& sh) {
 
 // Warp 0 (every lane calls): the top-p cut's bin — the last non-empty bin whose mass before it, E, is within
 // the limit (E only grows, so these bins are a prefix of the non-empty ones; the first has E = 0) — from a scan
-// of the lanes' masses; sh.ncand = the bin, sh.key = its E, sh.limit, sh.flag = 1 (sort) or 2 (radix).
+// of the lanes' masses; sh.ncand = the bin, sh.key = its E, sh.limit.
 __device__ __forceinline__ void topp_bin(float top_p, SampleShared& sh) {
   const int lane = threadIdx.x & 31, b0 = lane * BPL;
   ull own = 0;
@@ -373,11 +380,136 @@ __device__ __forceinline__ void topp_bin(float top_p, SampleShared& sh) {
   const ull Eb = __shfl_sync(0xffffffffu, Ebp, src);
   if (lane == 0) {
     const int b = best < 0 ? 0 : best;
-    sh.flag = sh.bin_cnt[b] > SCAP ? 2 : 1;
     sh.ncand = b;
     sh.key = best < 0 ? 0 : Eb;
     sh.limit = limit;
   }
+}
+
+// Per sub-bin counts (and masses when `mass`) of the row's tokens of bin `bin` with key ≥ kmin, into dig_cnt /
+// dig_mass (radix_cut's arrays: the two are never used at once).
+__device__ void sub_sweep(const float* __restrict__ row, int64_t N, float T, float m, ull kmin, int bin, bool mass,
+                          SampleShared& sh, const Part& P) {
+  const int tid = threadIdx.x, w = tid >> 5;
+  __syncthreads();  // (the union's last use is over)
+  for (int j = tid; j < SW * 256; j += SRT) (&sh.u.r.cnt[0][0])[j] = 0, (&sh.u.r.mass[0][0])[j] = 0;
+  __syncthreads();
+  row_groups(row, N, P, [&](int64_t g, const float (&v)[4]) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const float s = sm::scale_logit(v[r], T);
+      if (!(s > -INFINITY) || bin_of(s, m) != bin || comp_key(s, 4 * g + r) < kmin) continue;
+      const int d = sub_of(s, m);
+      atomicAdd(&sh.u.r.cnt[w][d], 1);
+      if (mass) atomicAdd(&sh.u.r.mass[w][d], (ull)sm::mass_of(sm::rel_of(s, m)));
+    }
+  });
+  __syncthreads();
+  if (tid < 256) {
+    int c = 0;
+    ull q = 0;
+    for (int v = 0; v < SW; ++v) c += sh.u.r.cnt[v][tid], q += sh.u.r.mass[v][tid];
+    sh.dig_cnt_loc[tid] = c, sh.dig_mass_loc[tid] = q;
+  }
+  part_sum(sh.dig_cnt_loc, sh.dig_cnt, sh.dig_mass_loc, sh.dig_mass, 256, P);
+}
+
+// Warp 0 (every lane calls): the cut's sub-bin from dig_cnt / dig_mass (sub-bin 0 best), lanes of 8 after a scan.
+// top-k: the sub-bin holding place `place` of the bin, sh.last = the place within it. top-p: the last non-empty
+// sub-bin whose E = E0 + the mass of the better sub-bins is ≤ limit (the first non-empty one qualifies: E0 ≤
+// limit), sh.key = its E. sh.ncand = the sub-bin.
+__device__ __forceinline__ void pick_sub(bool topp, int place, ull E0, int64_t limit, SampleShared& sh) {
+  const int lane = threadIdx.x & 31, i0 = lane * 8;
+  int idx = -1;
+  if (!topp) {
+    int own = 0;
+    for (int j = 0; j < 8; ++j) own += sh.dig_cnt[i0 + j];
+    int incl = own;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += y;
+    }
+    int before = incl - own, pl = 0;
+    for (int j = 0; j < 8 && idx < 0; ++j) {
+      if (place < before + sh.dig_cnt[i0 + j]) idx = i0 + j, pl = place - before;
+      else before += sh.dig_cnt[i0 + j];
+    }
+    const unsigned hit = __ballot_sync(0xffffffffu, idx >= 0);
+    const int src = hit ? __ffs((int)hit) - 1 : 0;
+    idx = __shfl_sync(0xffffffffu, idx, src), pl = __shfl_sync(0xffffffffu, pl, src);
+    if (lane == 0) sh.ncand = idx < 0 ? 0 : idx, sh.last = pl;
+  } else {
+    ull own = 0;
+    for (int j = 0; j < 8; ++j) own += sh.dig_mass[i0 + j];
+    ull incl = own;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const ull y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += y;
+    }
+    ull E = E0 + incl - own, Eb = 0;
+    for (int j = 0; j < 8; ++j) {
+      if (sh.dig_cnt[i0 + j] > 0 && (int64_t)E <= limit) idx = i0 + j, Eb = E;
+      E += sh.dig_mass[i0 + j];
+    }
+    const int best = __reduce_max_sync(0xffffffffu, idx);
+    Eb = __shfl_sync(0xffffffffu, Eb, best < 0 ? 0 : best / 8);
+    if (lane == 0) sh.ncand = best < 0 ? 0 : best, sh.key = best < 0 ? E0 : Eb;
+  }
+}
+
+// Bins of up to this many tokens are sorted whole; fuller ones are split into sub-bins first (a bitonic sort of
+// 8192 keys by one block is ~90 dependent stages, tens of µs: s18-run2 measured 151 µs for a flat top-p row).
+constexpr int kSortWhole = 512;
+
+// The cut's key in bin `bin` (bin_cnt[bin] of its tokens have key ≥ kmin). top-k (topp false): the key at place
+// `place` of the bin (0 = best). top-p: the worst key whose mass before it (E0, the better bins' mass, plus the
+// bin's better tokens') is ≤ limit. A full bin is split into 256 sub-bins by one more sweep, and only the cut's
+// sub-bin is gathered and sorted; a sub-bin of more than SCAP tokens (a row of nearly one value) takes radix_cut
+// over the whole bin.
+__device__ ull cut_key(const float* __restrict__ row, int64_t N, float T, float m, ull kmin, int bin, bool topp,
+                       int place, ull E0, int64_t limit, SampleShared& sh, const Part& P) {
+  const int tid = threadIdx.x;
+  int sub = -1, pl = place;
+  ull E = E0;
+  if (sh.bin_cnt[bin] > kSortWhole) {
+    sub_sweep(row, N, T, m, kmin, bin, topp, sh, P);
+    if (tid < 32) pick_sub(topp, place, E0, limit, sh);
+    __syncthreads();
+    sub = sh.ncand, pl = sh.last, E = sh.key;
+    if (sh.dig_cnt[sub] > SCAP) return radix_cut(row, N, T, m, kmin, bin, topp, place, E0, limit, sh, P);
+  }
+  const int n = gather_bin(row, N, T, m, kmin, bin, sub, sh, P);
+  if (!topp) {
+    const ull k = sh.u.c.cand[pl];
+    __syncthreads();  // (every thread has read it before the union's next use)
+    return k;
+  }
+  // The masses before each place in sorted order: a thread's SIPT consecutive places after the exclusive sum of
+  // the threads before it (integers: the order of the sums is immaterial).
+  for (int p = tid; p < n; p += SRT) sh.u.c.q[p] = sm::mass_of(sm::rel_of(key_value(sh.u.c.cand[p]), m));
+  if (tid == 0) sh.last = 0;
+  __syncthreads();
+  ull own = 0;
+  for (int j = 0; j < SIPT; ++j) {
+    const int p = tid * SIPT + j;
+    own += p < n ? sh.u.c.q[p] : 0ull;
+  }
+  ull Ep;
+  SampleScan(sh.scan).ExclusiveSum(own, Ep);
+  int last = -1;  // the worst place whose mass before it keeps it (a prefix: that mass only grows)
+  for (int j = 0; j < SIPT; ++j) {
+    const int p = tid * SIPT + j;
+    if (p >= n || (int64_t)(E + Ep) > limit) break;
+    last = p;
+    Ep += sh.u.c.q[p];
+  }
+  if (last >= 0) atomicMax(&sh.last, last);
+  __syncthreads();
+  const ull k = sh.u.c.cand[sh.last];
+  __syncthreads();
+  return k;
 }
 
 __global__ void __launch_bounds__(SRT) sample_rows_kernel(const float* __restrict__ x, int64_t N, int64_t ld,
@@ -429,47 +561,17 @@ __global__ void __launch_bounds__(SRT) sample_rows_kernel(const float* __restric
       if (tid < 32) topk_bin(sp.top_k, sh);
       __syncthreads();
       const int flag = sh.flag, place = sh.last, bk = sh.ncand;
-      if (flag == 2) kset = radix_cut(row, N, T, m, 0, bk, false, place, 0, 0, sh, P);
-      if (flag == 1) {
-        gather_bin(row, N, T, m, 0, bk, sh, P);
-        kset = sh.u.c.cand[place];
-      }
+      if (flag) kset = cut_key(row, N, T, m, 0, bk, false, place, 0, 0, sh, P);
       if (use_top_p) bin_sweep(row, N, T, m, kset, true, sh, P);
     }
     if (use_top_p) {
       __syncthreads();  // (topk: every thread has read the cut's key and flags)
       if (tid < 32) topp_bin(sp.top_p, sh);
       __syncthreads();
-      const int bp = sh.ncand, pflag = sh.flag;
+      const int bp = sh.ncand;
       const ull Ebp = sh.key;
       const int64_t limit = sh.limit;
-      if (pflag == 2) {
-        kcut = radix_cut(row, N, T, m, kset, bp, true, 0, Ebp, limit, sh, P);
-      } else {
-        const int n = gather_bin(row, N, T, m, kset, bp, sh, P);
-        // The masses before each place in sorted order: a thread's SIPT consecutive places after the exclusive
-        // sum of the threads before it (integers: the order of the sums is immaterial).
-        for (int p = tid; p < n; p += SRT) sh.u.c.q[p] = sm::mass_of(sm::rel_of(key_value(sh.u.c.cand[p]), m));
-        if (tid == 0) sh.last = 0;
-        __syncthreads();
-        ull own = 0;
-        for (int j = 0; j < SIPT; ++j) {
-          const int p = tid * SIPT + j;
-          own += p < n ? sh.u.c.q[p] : 0ull;
-        }
-        ull E;
-        SampleScan(sh.scan).ExclusiveSum(own, E);
-        int last = -1;  // the worst place whose mass before it keeps it (a prefix: that mass only grows)
-        for (int j = 0; j < SIPT; ++j) {
-          const int p = tid * SIPT + j;
-          if (p >= n || (int64_t)(Ebp + E) > limit) break;
-          last = p;
-          E += sh.u.c.q[p];
-        }
-        if (last >= 0) atomicMax(&sh.last, last);
-        __syncthreads();
-        kcut = sh.u.c.cand[sh.last];
-      }
+      kcut = cut_key(row, N, T, m, kset, bp, true, 0, Ebp, limit, sh, P);
     }
   }
 
@@ -519,24 +621,52 @@ namespace {
 __global__ void __launch_bounds__(256) apply_edits_kernel(float* __restrict__ x, int64_t N, int64_t ld,
                                                           const RowEdits* __restrict__ rows,
                                                           const LogitEdit* __restrict__ edits,
-                                                          float* __restrict__ raw) {
+                                                          float* __restrict__ raw, const int32_t* __restrict__ tokens) {
   DI_PDL_WAIT();
   const RowEdits r = rows[blockIdx.x];
   float* row = x + (int64_t)blockIdx.x * ld;
+  __shared__ int jt_s;
+  // The pending token (RowEdits::pend) and its entry in the row's list (ascending ids: a binary search), which
+  // the loop below leaves to thread 0.
+  const int32_t t = r.pend > 0 && tokens ? tokens[r.pend - 1] : -1;
+  const bool has_t = t >= 0 && t < N;
+  if (threadIdx.x == 0) {
+    int32_t lo = 0, hi = r.count;
+    if (has_t)
+      while (lo < hi) {
+        const int32_t mid = (lo + hi) / 2;
+        if (edits[r.first + mid].id < t) lo = mid + 1;
+        else hi = mid;
+      }
+    jt_s = has_t && lo < r.count && edits[r.first + lo].id == t ? lo : -1;
+  }
+  __syncthreads();
+  const int jt = jt_s;
+  auto edit_one = [&](int32_t id, uint32_t flags, float bias, int32_t count, int32_t slot) {
+    const float v = row[id];
+    raw[r.first + slot] = v;
+    if (!isnan(v) && v != INFINITY)  // a NaN / +inf stays: the row answers −2, as the host rejects it
+      row[id] = sm::edit_logit(v, flags, bias, count, r.rep, r.freq, r.presence);
+  };
   for (int j = threadIdx.x; j < r.count; j += blockDim.x) {
     const LogitEdit e = edits[r.first + j];  // one edit an id: no two threads write the same logit
-    if (e.id < 0 || e.id >= N) continue;
-    const float v = row[e.id];
-    raw[r.first + j] = v;
-    if (!isnan(v) && v != INFINITY)  // a NaN / +inf stays: the row answers −2, as the host rejects it
-      row[e.id] = sm::edit_logit(v, e.flags, e.bias, e.count, r.rep, r.freq, r.presence);
+    if (e.id < 0 || e.id >= N || j == jt) continue;
+    edit_one(e.id, e.flags, e.bias, e.count, j);
+  }
+  if (threadIdx.x == 0 && r.pend > 0) raw[r.first + r.count + 1] = __int_as_float(has_t && jt < 0 ? t : -1);
+  if (threadIdx.x == 0 && has_t) {
+    LogitEdit e = jt >= 0 ? edits[r.first + jt] : LogitEdit{t, 0.0f, 0, 0u};
+    sm::pending_edit(e.flags, e.count, r.rep, r.freq, r.presence);
+    edit_one(t, e.flags, e.bias, e.count, jt >= 0 ? jt : r.count);
   }
 }
 }  // namespace
 
-// Blocks a row (a cluster): the largest power of two ≤ 16 with M·C ≤ the SMs (one block an SM), 16 only where
-// a cluster of 16 fits the device. The token does not depend on it (integer sums, a total order for the best).
-static int sample_cluster(int64_t M) {
+// Blocks a row (a cluster) for `kern` with `smem` bytes of dynamic shared memory: the largest power of two ≤ 16
+// with M·C ≤ the SMs, 16 only where a cluster of 16 fits the device. The token does not depend on it (integer
+// sums, a total order for the best).
+template <class Kern>
+int row_cluster(int64_t M, Kern* kern, int threads, size_t smem) {
   int dev = 0, sms = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -547,52 +677,52 @@ static int sample_cluster(int64_t M) {
   if (C == kMaxCluster) {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3((unsigned)C);
-    cfg.blockDim = dim3(SRT);
-    cfg.dynamicSmemBytes = sizeof(SampleShared);
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.dynamicSmemBytes = smem;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeClusterDimension;
     at[0].val.clusterDim.x = (unsigned)C, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, sample_rows_kernel, &cfg) != cudaSuccess || n < 1) {
+    if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess || n < 1) {
       (void)cudaGetLastError();  // (a failed query leaves no error behind)
       C /= 2;
     }
   }
   return C;
 }
-
-cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
-                        const LogitEdit* edits, float* edit_raw, int32_t* out, cudaStream_t s) {
-  if (N <= 0 || N > 0x7fffffff) return cudaErrorInvalidValue;
-  if (M <= 0) return cudaSuccess;
-  if (rows) {
-    if (!edits || !edit_raw) return cudaErrorInvalidValue;
-    apply_edits_kernel<<<(unsigned)M, 256, 0, s>>>(x, N, ld, rows, edits, edit_raw);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  }
-  const int C = sample_cluster(M);
+// Launches `kern` on M rows of C blocks (clusters of C) with `threads` threads and `smem` bytes.
+template <class Kern, class... Args>
+cudaError_t launch_rows(int64_t M, int C, int threads, size_t smem, cudaStream_t s, Kern* kern, Args... args) {
   if (M * C > INT_MAX) return cudaErrorInvalidValue;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3((unsigned)(M * C));
-  cfg.blockDim = dim3(SRT);
-  cfg.dynamicSmemBytes = sizeof(SampleShared);
+  cfg.blockDim = dim3((unsigned)threads);
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeClusterDimension;
   at[0].val.clusterDim.x = (unsigned)C, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
   cfg.attrs = at;
   cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, sample_rows_kernel, (const float*)x, N, ld, spec, out);
+  return cudaLaunchKernelEx(&cfg, kern, args...);
 }
 
-namespace detail {
-cudaError_t init_attributes_sampler() {
-  if (cudaError_t e = set_max_dynamic_smem(sample_rows_kernel, sizeof(SampleShared)); e != cudaSuccess) return e;
-  return cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
+                        const LogitEdit* edits, float* edit_raw, const int32_t* tokens, int32_t* out,
+                        cudaStream_t s) {
+  if (N <= 0 || N > 0x7fffffff) return cudaErrorInvalidValue;
+  if (M <= 0) return cudaSuccess;
+  if (rows) {
+    if (!edits || !edit_raw) return cudaErrorInvalidValue;
+    apply_edits_kernel<<<(unsigned)M, 256, 0, s>>>(x, N, ld, rows, edits, edit_raw, tokens);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  const int C = row_cluster(M, sample_rows_kernel, SRT, sizeof(SampleShared));
+  return launch_rows(M, C, SRT, sizeof(SampleShared), s, sample_rows_kernel, (const float*)x, N, ld, spec, out);
 }
-}  // namespace detail
+
 
 namespace {
 constexpr int ANT = 512;
@@ -600,14 +730,20 @@ constexpr int ANT = 512;
 __device__ __forceinline__ void better(float& bv, int& bi, float ov, int oi) {
   if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
 }
+// A row over a cluster of C blocks (as sample_rows: 17 µs a step at b1 for one block reading a 129k row): block
+// `rank` takes the ids rank·ANT + t + j·C·ANT, ascending a thread; the blocks' bests meet in distributed shared
+// memory (the best is a total order: the same id whatever C).
 __global__ void __launch_bounds__(ANT) argmax_rows_kernel(const float* __restrict__ x, int64_t N, int64_t ld,
                                                           int32_t* __restrict__ out) {
   DI_PDL_WAIT();
-  const float* row = x + (int64_t)blockIdx.x * ld;
+  cg::cluster_group cl = cg::this_cluster();
+  const int C = (int)cl.num_blocks(), rank = (int)cl.block_rank(), tid = threadIdx.x;
+  const int64_t m = blockIdx.x / C;
+  const float* row = x + m * ld;
   float bv = -INFINITY;
   int bi = -1;
   int bad = 0;
-  for (int64_t i = threadIdx.x; i < N; i += ANT) {  // ascending ids: strict > keeps the lowest
+  for (int64_t i = (int64_t)rank * ANT + tid; i < N; i += (int64_t)C * ANT) {  // ascending ids: strict > keeps the lowest
     const float v = row[i];
     bad |= isnan(v) || v == INFINITY;
     if (v > bv) bv = v, bi = (int)i;
@@ -616,19 +752,48 @@ __global__ void __launch_bounds__(ANT) argmax_rows_kernel(const float* __restric
   for (int o = 16; o > 0; o >>= 1) better(bv, bi, __shfl_xor_sync(0xffffffffu, bv, o), __shfl_xor_sync(0xffffffffu, bi, o));
   __shared__ float wv[ANT / 32];
   __shared__ int wi[ANT / 32];
-  if ((threadIdx.x & 31) == 0) wv[threadIdx.x >> 5] = bv, wi[threadIdx.x >> 5] = bi;
+  __shared__ float pv;  // this block's best, NaN / +inf flag (read by the cluster)
+  __shared__ int pi, pb;
+  if ((tid & 31) == 0) wv[tid >> 5] = bv, wi[tid >> 5] = bi;
   bad = __syncthreads_or(bad);
-  if (threadIdx.x == 0) {
+  if (tid == 0) {
     for (int w = 1; w < ANT / 32; ++w) better(bv, bi, wv[w], wi[w]);
-    out[blockIdx.x] = bad ? -2 : bi;
+    pv = bv, pi = bi, pb = bad;
   }
+  if (C == 1) {
+    if (tid == 0) out[m] = bad ? -2 : bi;
+    return;
+  }
+  cl.sync();  // every block's best is published
+  if (tid < 32) {
+    float v = -INFINITY;
+    int i = -1, b = 0;
+    if (tid < C) v = *cl.map_shared_rank(&pv, tid), i = *cl.map_shared_rank(&pi, tid), b = *cl.map_shared_rank(&pb, tid);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      better(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
+      b |= __shfl_xor_sync(0xffffffffu, b, o);
+    }
+    if (tid == 0 && rank == 0) out[m] = b ? -2 : i;
+  }
+  cl.sync();  // no block leaves while another still reads its shared memory
 }
 }  // namespace
 
 cudaError_t argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out, cudaStream_t s) {
   if (M <= 0) return cudaSuccess;
-  argmax_rows_kernel<<<(unsigned)M, ANT, 0, s>>>(x, N, ld, out);
-  return cudaGetLastError();
+  const int C = row_cluster(M, argmax_rows_kernel, ANT, 0);
+  return launch_rows(M, C, ANT, 0, s, argmax_rows_kernel, x, N, ld, out);
 }
+
+namespace detail {
+cudaError_t init_attributes_sampler() {
+  if (cudaError_t e = set_max_dynamic_smem(sample_rows_kernel, sizeof(SampleShared)); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      e != cudaSuccess)
+    return e;
+  return cudaFuncSetAttribute(argmax_rows_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+}
+}  // namespace detail
 
 }  // namespace deepinfer::cuda
