@@ -637,6 +637,12 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32
         refuse("logit edits outside the list, or for a step prepared without them");
       if (r.pend > 0 && (feed.empty() || feed[i] < 0)) refuse("a pending logit-edit token on a row that is not fed");
     }
+    std::vector<std::pair<int64_t, int64_t>> spans;  // the rows' places in the list (a pending token's two too)
+    for (const RowEdits& r : edits->rows)
+      if (r.count > 0 || r.pend > 0) spans.emplace_back(r.first, (int64_t)r.first + r.count + (r.pend > 0 ? 2 : 0));
+    std::sort(spans.begin(), spans.end());
+    for (size_t k = 1; k < spans.size(); ++k)
+      if (spans[k].first < spans[k - 1].second) refuse("logit-edit rows overlap in the list");
   }
   std::vector<int32_t> t(ready_padded_, 0), map(ready_padded_, -1);  // stand-in rows keep token 0
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -304,6 +304,85 @@ TEST(V4Reference, EditedRowsReadBackRaw) {
   model.set_device_argmax(false);
 }
 
+// A fed decode step whose row has logit edits with a pending token (RowEdits::pend: its input token is the step
+// before's pick, which the backend adds to the edits): logits() reads back the raw logits (the pending token's
+// saved value restored by its id), bitwise those of the same step without edits, and the pick is the host
+// sampler's on the raw row edited with that token appended. An edit list whose rows overlap is refused.
+TEST(V4Reference, FedRowsWithPendingEditsReadBackRaw) {
+  const auto dirs = fixture_dirs();
+  ASSERT_FALSE(dirs.empty());
+  CpuBackend be(2);
+  LoadedModel m = load_model(dirs.front() + "/model", be);
+  DeepseekV4Model& model = *m.v4;
+  const int64_t V = model.config().vocab_size;
+  auto refs = read_refs(dirs.front());
+  model.set_device_argmax(true);
+  StepEdits se;
+  for (int32_t id = 5; id < (int32_t)V; id += 13) se.list.push_back({id, 0.5f, id % 3, (uint32_t)(id % 8)});
+  se.rows.resize(2);
+  se.rows[0] = RowEdits{1.3f, 0.4f, 0.2f, 0, (int32_t)se.list.size(), 1};
+  se.list.resize(se.list.size() + 2, LogitEdit{-1, 0.0f, 0, 0u});  // the pending token's two places
+  const SampleSpec spec{0.9f, 0.95f, 0.0f, 0, 91, 0};
+  struct Out {
+    std::vector<float> logits;
+    int32_t pick = -1, pending = -1;
+  };
+  auto run = [&](bool edited, bool overlap) {
+    Out o;
+    V4Cache cache(model.config(), 2, 16);
+    std::vector<V4SeqState> st(2);
+    std::vector<V4SeqChunk> pre;
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_TRUE(cache.open(&st[i]) && cache.reserve(&st[i], 14));
+      pre.push_back({&st[i], std::span<const int32_t>(refs[0].ids.data() + i, 10), false, spec});
+      pre.back().sample.position = 10;
+    }
+    model.forward_launch(pre, cache);
+    std::vector<int32_t> tok(model.argmax().begin(), model.argmax().end());
+    for (int t = 0; t < 2; ++t) {  // a step given its tokens, then one fed from its picks
+      std::vector<V4SeqChunk> batch;
+      for (size_t i = 0; i < 2; ++i) {
+        batch.push_back({&st[i], std::span<const int32_t>(&tok[i], 1), false, spec});
+        batch.back().sample.position = (uint64_t)st[i].pos + 1;
+        if (t == 1 && edited && i == 0) batch.back().edited = true;
+      }
+      model.prepare(batch, cache);
+      if (t == 0) {
+        model.launch(tok);
+        tok.assign(model.argmax().begin(), model.argmax().end());
+        continue;
+      }
+      const std::vector<int32_t> feed{0, 1}, ids{-1, -1};
+      if (overlap) {  // row 1's span over row 0's pending places: refused (the step is abandoned)
+        StepEdits bad = se;
+        bad.rows[1] = RowEdits{1.1f, 0.0f, 0.0f, se.rows[0].count, 1, 0};
+        EXPECT_THROW(model.launch(ids, feed, &bad), Error);
+        return o;
+      }
+      model.launch(ids, feed, edited ? &se : nullptr);
+      o.pending = model.argmax(1)[0];
+      o.pick = model.argmax()[0];
+      const auto l = model.logits();
+      o.logits.assign(l.begin(), l.begin() + V);
+    }
+    return o;
+  };
+  run(true, true);
+  const Out plain = run(false, false), ed = run(true, false);
+  ASSERT_EQ(plain.logits.size(), (size_t)V);
+  EXPECT_EQ(plain.pending, ed.pending);
+  EXPECT_NE((ed.pending - 5) % 13, 0) << "the pending token should have no entry in the list (its own two places)";
+  EXPECT_EQ(0, std::memcmp(plain.logits.data(), ed.logits.data(), V * sizeof(float))) << "raw read-back";
+  std::vector<float> row = plain.logits;
+  RowEdits r0 = se.rows[0];
+  const int32_t tokens[1] = {ed.pending};
+  apply_edits(row.data(), V, r0, se.list.data(), nullptr, tokens);
+  SampleSpec s = spec;
+  s.position = 12;
+  EXPECT_EQ(ed.pick, sample_row(row.data(), V, s));
+  model.set_device_argmax(false);
+}
+
 TEST(V4Reference, ForwardRejectsBadInput) {
   const auto dirs = fixture_dirs();
   ASSERT_FALSE(dirs.empty());
