@@ -146,6 +146,18 @@ DI_SAMPLE_FN float edit_logit(float x, uint32_t flags, float bias, int32_t count
   return x;
 }
 
+// The place of `id` among edits[first, first + count) (ascending ids, one edit an id), −1 when it has none.
+template <class Edit>
+DI_SAMPLE_FN int32_t find_id(const Edit* edits, int32_t first, int32_t count, int32_t id) {
+  int32_t lo = 0, hi = count;  // the first place with an id ≥ id
+  while (lo < hi) {
+    const int32_t mid = (lo + hi) / 2;
+    if (edits[first + mid].id < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < count && edits[first + lo].id == id ? lo : -1;
+}
+
 // A pending output token's edit (RowEdits::pend): one more occurrence of it — the repetition flag when the
 // penalty is on, and count + 1 when the frequency or presence penalty is (logit_edits' rules for output ids).
 DI_SAMPLE_FN void pending_edit(uint32_t& flags, int32_t& count, float rep, float freq, float presence) {

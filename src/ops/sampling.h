@@ -40,14 +40,15 @@ struct RowEdits {
   int32_t pend = 0;
 };
 static_assert(sizeof(RowEdits) == 24);
+// The places a row takes in the step's list (and its raw values): its edits, and two for a pending token. A row
+// with none has nothing to apply.
+inline int32_t edit_places(const RowEdits& r) { return r.count + (r.pend > 0 ? 2 : 0); }
 // x[id] = edit_logit(x[id], ...) for the row's edits (ids outside [0, N) are skipped), the values before into
 // raw[first + j] when raw is given (so that a row the host must sample after all gets its raw logits back). A
 // NaN or +inf is left as it is: the host sampler rejects a row holding one before its processors run, and so
 // the row still answers −2. tokens: the step's token ids (for row.pend; may be null when no row has one).
 void apply_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edits, float* raw = nullptr,
                  const int32_t* tokens = nullptr);
-// The place of id in the row's edit list (ascending ids), −1 when it has none.
-int32_t find_edit(const RowEdits& row, const LogitEdit* edits, int32_t id);
 
 // Candidate set of temperature-scaled logits [vocab] (−inf = excluded; no NaN), in order (value desc,
 // id asc): top-k, then top-p on the top-k set, then min-p (rel ≥ min_p). Masses as sample_math.h defines

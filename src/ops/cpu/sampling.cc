@@ -122,19 +122,9 @@ std::vector<int32_t> filter_candidates(const float* scaled, int vocab, int top_k
   return ids;
 }
 
-int32_t find_edit(const RowEdits& row, const LogitEdit* edits, int32_t id) {
-  int32_t lo = 0, hi = row.count;  // the first place with an id ≥ id
-  while (lo < hi) {
-    const int32_t mid = (lo + hi) / 2;
-    if (edits[row.first + mid].id < id) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo < row.count && edits[row.first + lo].id == id ? lo : -1;
-}
-
 void apply_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edits, float* raw, const int32_t* tokens) {
   const int32_t t = row.pend > 0 && tokens ? tokens[row.pend - 1] : -1;
-  const int32_t jt = t >= 0 && t < N ? find_edit(row, edits, t) : -1;  // the pending token's entry
+  const int32_t jt = t >= 0 && t < N ? sampling::find_id(edits, row.first, row.count, t) : -1;  // the pending token's entry
   auto edit_one = [&](int32_t id, LogitEdit e, int32_t slot) {
     const float v = x[id];
     if (raw) raw[row.first + slot] = v;

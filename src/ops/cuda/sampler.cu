@@ -250,6 +250,39 @@ __device__ __forceinline__ int gather_bin(const float* __restrict__ row, int64_t
   return n;
 }
 
+// One sweep over the row's tokens of bin `bin` with key ≥ kmin: per-digit counts (and masses when `mass`) into
+// dig_cnt / dig_mass, the digit of a token being digit_of(s, key) in [0, 256), or −1 to leave it out (radix_cut's
+// key digits, sub_sweep's sub-bins).
+template <class DigitOf>
+__device__ __forceinline__ void digit_sweep(const float* __restrict__ row, int64_t N, float T, float m, ull kmin,
+                                            int bin, bool mass, SampleShared& sh, const Part& P, DigitOf digit_of) {
+  const int tid = threadIdx.x, w = tid >> 5;
+  __syncthreads();  // every thread has read the last results (and the caller's shared values); the union is free
+  for (int j = tid; j < SW * 256; j += SRT) (&sh.u.r.cnt[0][0])[j] = 0, (&sh.u.r.mass[0][0])[j] = 0;
+  __syncthreads();
+  row_groups(row, N, P, [&](int64_t g, const float (&v)[4]) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const float s = sm::scale_logit(v[r], T);
+      if (!(s > -INFINITY) || bin_of(s, m) != bin) continue;
+      const ull k = comp_key(s, 4 * g + r);
+      if (k < kmin) continue;
+      const int d = digit_of(s, k);
+      if (d < 0) continue;
+      atomicAdd(&sh.u.r.cnt[w][d], 1);
+      if (mass) atomicAdd(&sh.u.r.mass[w][d], (ull)sm::mass_of(sm::rel_of(s, m)));
+    }
+  });
+  __syncthreads();
+  if (tid < 256) {
+    int c = 0;
+    ull q = 0;
+    for (int v = 0; v < SW; ++v) c += sh.u.r.cnt[v][tid], q += sh.u.r.mass[v][tid];
+    sh.dig_cnt_loc[tid] = c, sh.dig_mass_loc[tid] = q;
+  }
+  part_sum(sh.dig_cnt_loc, sh.dig_cnt, sh.dig_mass_loc, sh.dig_mass, 256, P);
+}
+
 // The cut among the row's tokens of bin `bin` with key ≥ kmin when there are too many to sort: their keys are
 // unique (the id is in them), so the cut's key is found one 8-bit digit at a time from the top, each digit by
 // a sweep that counts (and, for top-p, weighs) the tokens whose key agrees with the digits found so far.
@@ -259,33 +292,12 @@ __device__ __forceinline__ int gather_bin(const float* __restrict__ row, int64_t
 // token qualifies (the caller chose the bin so). Eight sweeps: only for nearly flat rows.
 __device__ ull radix_cut(const float* __restrict__ row, int64_t N, float T, float m, ull kmin, int bin, bool topp,
                          int64_t place, ull E0, int64_t limit, SampleShared& sh, const Part& P) {
-  const int tid = threadIdx.x, w = tid >> 5;
+  const int tid = threadIdx.x;
   ull prefix = 0;  // the key's digits above `shift`
   for (int shift = 56; shift >= 0; shift -= 8) {
     const ull hi = shift == 56 ? 0ull : ~0ull << (shift + 8);
-    __syncthreads();  // every thread has read the last level's result (and the caller's shared values)
-    for (int j = tid; j < SW * 256; j += SRT) (&sh.u.r.cnt[0][0])[j] = 0, (&sh.u.r.mass[0][0])[j] = 0;
-    __syncthreads();
-    row_groups(row, N, P, [&](int64_t g, const float (&v)[4]) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const float s = sm::scale_logit(v[r], T);
-        if (!(s > -INFINITY) || bin_of(s, m) != bin) continue;
-        const ull k = comp_key(s, 4 * g + r);
-        if (k < kmin || (k & hi) != prefix) continue;
-        const int d = (int)((k >> shift) & 255);
-        atomicAdd(&sh.u.r.cnt[w][d], 1);
-        if (topp) atomicAdd(&sh.u.r.mass[w][d], (ull)sm::mass_of(sm::rel_of(s, m)));
-      }
-    });
-    __syncthreads();
-    if (tid < 256) {
-      int c = 0;
-      ull q = 0;
-      for (int v = 0; v < SW; ++v) c += sh.u.r.cnt[v][tid], q += sh.u.r.mass[v][tid];
-      sh.dig_cnt_loc[tid] = c, sh.dig_mass_loc[tid] = q;
-    }
-    part_sum(sh.dig_cnt_loc, sh.dig_cnt, sh.dig_mass_loc, sh.dig_mass, 256, P);
+    digit_sweep(row, N, T, m, kmin, bin, topp, sh, P,
+                [&](float, ull k) { return (k & hi) != prefix ? -1 : (int)((k >> shift) & 255); });
     if (tid == 0) {  // the digits best first: the larger digit is the better key
       int chosen = -1;
       if (!topp) {
@@ -390,28 +402,7 @@ __device__ __forceinline__ void topp_bin(float top_p, SampleShared& sh) {
 // dig_mass (radix_cut's arrays: the two are never used at once).
 __device__ void sub_sweep(const float* __restrict__ row, int64_t N, float T, float m, ull kmin, int bin, bool mass,
                           SampleShared& sh, const Part& P) {
-  const int tid = threadIdx.x, w = tid >> 5;
-  __syncthreads();  // (the union's last use is over)
-  for (int j = tid; j < SW * 256; j += SRT) (&sh.u.r.cnt[0][0])[j] = 0, (&sh.u.r.mass[0][0])[j] = 0;
-  __syncthreads();
-  row_groups(row, N, P, [&](int64_t g, const float (&v)[4]) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const float s = sm::scale_logit(v[r], T);
-      if (!(s > -INFINITY) || bin_of(s, m) != bin || comp_key(s, 4 * g + r) < kmin) continue;
-      const int d = sub_of(s, m);
-      atomicAdd(&sh.u.r.cnt[w][d], 1);
-      if (mass) atomicAdd(&sh.u.r.mass[w][d], (ull)sm::mass_of(sm::rel_of(s, m)));
-    }
-  });
-  __syncthreads();
-  if (tid < 256) {
-    int c = 0;
-    ull q = 0;
-    for (int v = 0; v < SW; ++v) c += sh.u.r.cnt[v][tid], q += sh.u.r.mass[v][tid];
-    sh.dig_cnt_loc[tid] = c, sh.dig_mass_loc[tid] = q;
-  }
-  part_sum(sh.dig_cnt_loc, sh.dig_cnt, sh.dig_mass_loc, sh.dig_mass, 256, P);
+  digit_sweep(row, N, T, m, kmin, bin, mass, sh, P, [&](float s, ull) { return sub_of(s, m); });
 }
 
 // Warp 0 (every lane calls): the cut's sub-bin from dig_cnt / dig_mass (sub-bin 0 best), lanes of 8 after a scan.
@@ -630,16 +621,7 @@ __global__ void __launch_bounds__(256) apply_edits_kernel(float* __restrict__ x,
   // the loop below leaves to thread 0.
   const int32_t t = r.pend > 0 && tokens ? tokens[r.pend - 1] : -1;
   const bool has_t = t >= 0 && t < N;
-  if (threadIdx.x == 0) {
-    int32_t lo = 0, hi = r.count;
-    if (has_t)
-      while (lo < hi) {
-        const int32_t mid = (lo + hi) / 2;
-        if (edits[r.first + mid].id < t) lo = mid + 1;
-        else hi = mid;
-      }
-    jt_s = has_t && lo < r.count && edits[r.first + lo].id == t ? lo : -1;
-  }
+  if (threadIdx.x == 0) jt_s = has_t ? sm::find_id(edits, r.first, r.count, t) : -1;
   __syncthreads();
   const int jt = jt_s;
   auto edit_one = [&](int32_t id, uint32_t flags, float bias, int32_t count, int32_t slot) {
@@ -665,6 +647,22 @@ __global__ void __launch_bounds__(256) apply_edits_kernel(float* __restrict__ x,
 // Blocks a row (a cluster) for `kern` with `smem` bytes of dynamic shared memory: the largest power of two ≤ 16
 // with M·C ≤ the SMs, 16 only where a cluster of 16 fits the device. The token does not depend on it (integer
 // sums, a total order for the best).
+// A launch of `blocks` blocks in clusters of C (cfg points into it: keep it in place).
+struct ClusterLaunch {
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute at[1];
+  ClusterLaunch(int64_t blocks, int C, int threads, size_t smem, cudaStream_t s) {
+    cfg.gridDim = dim3((unsigned)blocks);
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = (unsigned)C, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+};
 template <class Kern>
 int row_cluster(int64_t M, Kern* kern, int threads, size_t smem) {
   int dev = 0, sms = 0;
@@ -675,17 +673,9 @@ int row_cluster(int64_t M, Kern* kern, int threads, size_t smem) {
   int C = 1;
   while (C < kMaxCluster && M * C * 2 <= sms) C *= 2;
   if (C == kMaxCluster) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3((unsigned)C);
-    cfg.blockDim = dim3((unsigned)threads);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = (unsigned)C, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
+    const ClusterLaunch L(C, C, threads, smem, nullptr);
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess || n < 1) {
+    if (cudaOccupancyMaxActiveClusters(&n, kern, &L.cfg) != cudaSuccess || n < 1) {
       (void)cudaGetLastError();  // (a failed query leaves no error behind)
       C /= 2;
     }
@@ -696,17 +686,8 @@ int row_cluster(int64_t M, Kern* kern, int threads, size_t smem) {
 template <class Kern, class... Args>
 cudaError_t launch_rows(int64_t M, int C, int threads, size_t smem, cudaStream_t s, Kern* kern, Args... args) {
   if (M * C > INT_MAX) return cudaErrorInvalidValue;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3((unsigned)(M * C));
-  cfg.blockDim = dim3((unsigned)threads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = (unsigned)C, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kern, args...);
+  const ClusterLaunch L(M * C, C, threads, smem, s);
+  return cudaLaunchKernelEx(&L.cfg, kern, args...);
 }
 
 cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
@@ -726,10 +707,6 @@ cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const Sample
 
 namespace {
 constexpr int ANT = 512;
-// Better of two (value, id) candidates: the larger value, then the lower id; id −1 = none yet.
-__device__ __forceinline__ void better(float& bv, int& bi, float ov, int oi) {
-  if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
-}
 // A row over a cluster of C blocks (as sample_rows: 17 µs a step at b1 for one block reading a 129k row): block
 // `rank` takes the ids rank·ANT + t + j·C·ANT, ascending a thread; the blocks' bests meet in distributed shared
 // memory (the best is a total order: the same id whatever C).
@@ -749,7 +726,7 @@ __global__ void __launch_bounds__(ANT) argmax_rows_kernel(const float* __restric
     if (v > bv) bv = v, bi = (int)i;
   }
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) better(bv, bi, __shfl_xor_sync(0xffffffffu, bv, o), __shfl_xor_sync(0xffffffffu, bi, o));
+  for (int o = 16; o > 0; o >>= 1) better_of(bv, bi, __shfl_xor_sync(0xffffffffu, bv, o), __shfl_xor_sync(0xffffffffu, bi, o));
   __shared__ float wv[ANT / 32];
   __shared__ int wi[ANT / 32];
   __shared__ float pv;  // this block's best, NaN / +inf flag (read by the cluster)
@@ -757,7 +734,7 @@ __global__ void __launch_bounds__(ANT) argmax_rows_kernel(const float* __restric
   if ((tid & 31) == 0) wv[tid >> 5] = bv, wi[tid >> 5] = bi;
   bad = __syncthreads_or(bad);
   if (tid == 0) {
-    for (int w = 1; w < ANT / 32; ++w) better(bv, bi, wv[w], wi[w]);
+    for (int w = 1; w < ANT / 32; ++w) better_of(bv, bi, wv[w], wi[w]);
     pv = bv, pi = bi, pb = bad;
   }
   if (C == 1) {
@@ -771,7 +748,7 @@ __global__ void __launch_bounds__(ANT) argmax_rows_kernel(const float* __restric
     if (tid < C) v = *cl.map_shared_rank(&pv, tid), i = *cl.map_shared_rank(&pi, tid), b = *cl.map_shared_rank(&pb, tid);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
-      better(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
+      better_of(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
       b |= __shfl_xor_sync(0xffffffffu, b, o);
     }
     if (tid == 0 && rank == 0) out[m] = b ? -2 : i;
