@@ -632,14 +632,14 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32
     if ((int64_t)edits->list.size() > kEditCap) refuse("more logit edits than a step holds");
     for (size_t i = 0; i < edits->rows.size(); ++i) {
       const RowEdits& r = edits->rows[i];
-      if (r.count < 0 || r.first < 0 || (size_t)r.first + (size_t)r.count + (r.pend > 0 ? 2 : 0) > edits->list.size() ||
-          ((r.count > 0 || r.pend > 0) && !ready_edited_))
+      if (r.count < 0 || r.first < 0 || (size_t)r.first + (size_t)edit_places(r) > edits->list.size() ||
+          (edit_places(r) > 0 && !ready_edited_))
         refuse("logit edits outside the list, or for a step prepared without them");
       if (r.pend > 0 && (feed.empty() || feed[i] < 0)) refuse("a pending logit-edit token on a row that is not fed");
     }
     std::vector<std::pair<int64_t, int64_t>> spans;  // the rows' places in the list (a pending token's two too)
     for (const RowEdits& r : edits->rows)
-      if (r.count > 0 || r.pend > 0) spans.emplace_back(r.first, (int64_t)r.first + r.count + (r.pend > 0 ? 2 : 0));
+      if (edit_places(r) > 0) spans.emplace_back(r.first, (int64_t)r.first + edit_places(r));
     std::sort(spans.begin(), spans.end());
     for (size_t k = 1; k < spans.size(); ++k)
       if (spans[k].first < spans[k - 1].second) refuse("logit-edit rows overlap in the list");
@@ -715,9 +715,9 @@ void DeepseekV4Model::set_out(const float* logits, const int32_t* ids, int64_t n
 }
 
 void DeepseekV4Model::restore_row(int64_t r, float* dst) {
-  if (r >= (int64_t)out_erows_.size() || (out_erows_[(size_t)r].count <= 0 && out_erows_[(size_t)r].pend <= 0)) return;
+  if (r >= (int64_t)out_erows_.size() || edit_places(out_erows_[(size_t)r]) <= 0) return;
   const RowEdits& e = out_erows_[(size_t)r];
-  const int32_t n = e.count + (e.pend > 0 ? 2 : 0);  // (a pending token: its value and id after the edits')
+  const int32_t n = edit_places(e);  // (a pending token: its value and id after the edits')
   std::vector<float> raw((size_t)n);
   be_.download(raw.data(), edits_raw_.data() + out_slot_ * kEditCap + e.first, n * (int64_t)sizeof(float));
   for (int32_t j = 0; j < e.count; ++j) {
@@ -756,7 +756,7 @@ void DeepseekV4Model::logits_row(int64_t r, float* dst) {
 std::span<const float> DeepseekV4Model::logits() {
   const float* v = static_cast<const float*>(be_.download_view(out_logits_, out_n_ * (int64_t)sizeof(float)));
   bool edited = false;
-  for (const RowEdits& e : out_erows_) edited |= e.count > 0 || e.pend > 0;
+  for (const RowEdits& e : out_erows_) edited |= edit_places(e) > 0;
   if (!edited) return {v, (size_t)out_n_};
   restored_.assign(v, v + out_n_);  // rows whose edits ran on the backend get their raw logits back
   for (int64_t r = 0; r < (int64_t)out_erows_.size(); ++r) restore_row(r, restored_.data() + r * cfg_.vocab_size);

@@ -531,7 +531,7 @@ void CpuBackend::sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const S
   // Rows in parallel: each is computed by one thread from its own data (no order, no shared state).
   pool().parallel_for(M, [&](int64_t b, int64_t e) {
     for (int64_t m = b; m < e; ++m) {
-      if (rows && (rows[m].count > 0 || rows[m].pend > 0)) apply_edits(x + m * ld, N, rows[m], edits, edit_raw, tokens);
+      if (rows && edit_places(rows[m]) > 0) apply_edits(x + m * ld, N, rows[m], edits, edit_raw, tokens);
       out[m] = sample_row(x + m * ld, N, spec[m]);
     }
   }, 1);
