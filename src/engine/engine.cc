@@ -302,7 +302,8 @@ struct Engine::Impl {
       const SamplingParams* p = ch && c.sample ? &reqs.at(own->second.first).params : nullptr;
       if (p && cfg.device_sampling && !model.v41 && device_samplable_params(*p, *ch)) {
         v.chunks.back().sample = SampleSpec{effective_temperature(p->temperature), p->top_p, p->min_p, p->top_k,
-                                            ch->sampling.rng_key(), (uint64_t)(c.start + c.len)};
+                                            ch->sampling.rng_key(), (uint64_t)(c.start + c.len),
+                                            p->logprobs ? *p->logprobs : -1};
         v.chunks.back().edited = may_edit(*p, *ch, c);
       }
       v.who.push_back(ch);
@@ -541,16 +542,17 @@ struct Engine::Impl {
     retire_finished_requests();
   }
 
-  // A row the backend's pick (Backend::sample_rows) decides exactly as the host sampler would: no grammar, no
-  // logprobs, its logit processors applied there (its edits fitted the step: edit_overflow), and the position
-  // its spec was given (view_of) is the one the host would use.
+  // A row the backend's pick (Backend::sample_rows) decides exactly as the host sampler would: no grammar, logprobs
+  // only where the backend computes them (Backend::logprob_rows: the host's values bit for bit), its logit
+  // processors applied there (its edits fitted the step: edit_overflow), and the position its spec was given
+  // (view_of) is the one the host would use.
   bool device_samplable(const SamplingParams& p, const Choice& ch, const ScheduledChunk& c) const {
     return device_samplable_params(p, ch) && (uint64_t)(c.start + c.len) == ch.sampling.next_position() &&
            !edit_overflow.count({c.seq, c.start});
   }
   // The part that holds for the whole request (logit processors are applied on the backend: step_edits).
-  static bool device_samplable_params(const SamplingParams& p, const Choice& ch) {
-    return !p.logprobs && !ch.structured;
+  bool device_samplable_params(const SamplingParams& p, const Choice& ch) const {
+    return !ch.structured && (!p.logprobs || (*p.logprobs <= kMaxLogprobs && model.v4 && model.v4->logprobs_on_backend()));
   }
   std::set<std::pair<uint64_t, int64_t>> edit_overflow;  // (sequence, chunk start): its edits did not fit
 
@@ -572,18 +574,27 @@ struct Engine::Impl {
       any_dev = any_dev || dev[k];
     }
     std::span<const int32_t> picks;
+    std::span<const RowLogprobs> lps;  // the device rows' logprobs, when one asked
+    bool any_lp = false;
+    for (size_t k = 0; k < row_chunk.size(); ++k)
+      any_lp = any_lp || (dev[k] && reqs.at(seq_owner.at(plan.chunks[row_chunk[k]].seq).first).params.logprobs);
     std::vector<size_t> host;  // places k sampled on the host
     std::vector<std::string> results_early(row_chunk.size());  // after_next: a pick that is no token
     std::vector<const float*> row_logits(row_chunk.size(), nullptr);
     try {
       if (any_dev) picks = model.v4->argmax(back);
+      if (any_lp) lps = model.v4->logprobs(back);
       for (size_t k = 0; k < row_chunk.size(); ++k) {
         // −1 / −2 (all masked, NaN / +inf): the host sampler says what to do (the error)
         int32_t pick = dev[k] && row_chunk[k] < picks.size() ? picks[row_chunk[k]] : -1;
         if (pick >= vocab) pick = -3;  // not a token (never from a correct backend)
+        if (pick >= 0 && reqs.at(seq_owner.at(plan.chunks[row_chunk[k]].seq).first).params.logprobs &&
+            row_chunk[k] >= lps.size())
+          pick = -4;  // a row that asked for logprobs without them (never from a correct model)
         if (picks_only && pick < 0) {  // the host sampler's error, without the token's place
           results_early[k] = pick == -2   ? "sampler: logits contain NaN or +inf"
                              : pick == -1 ? "sampler: every token is masked (all logits are -inf after processing)"
+                             : pick == -4 ? "sampler: the backend returned no logprobs for the row"
                                           : "sampler: the backend's pick is outside the vocabulary";
           dev[k] = 0;
           continue;
@@ -611,8 +622,15 @@ struct Engine::Impl {
     for (size_t k = 0; k < row_chunk.size(); ++k)
       if (!results_early[k].empty()) results[k].token = -1, results[k].error = results_early[k];
     int64_t n_dev = 0;
-    for (size_t k = 0; k < row_chunk.size(); ++k)
-      if (dev[k]) results[k].token = picks[row_chunk[k]], ++n_dev;
+    for (size_t k = 0; k < row_chunk.size(); ++k) {
+      if (!dev[k]) continue;
+      results[k].token = picks[row_chunk[k]], ++n_dev;
+      if (reqs.at(seq_owner.at(plan.chunks[row_chunk[k]].seq).first).params.logprobs) {
+        const RowLogprobs& l = lps[row_chunk[k]];
+        results[k].logprob = l.token;
+        for (int32_t j = 0; j < l.n; ++j) results[k].top_logprobs.push_back({l.ids[j], l.lps[j]});
+      }
+    }
     if (!host.empty()) {
       std::vector<SampleRow> rows;  // rows[j] is place host[j]
       for (size_t k : host) {

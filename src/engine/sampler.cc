@@ -141,37 +141,13 @@ int32_t argmax_lowest_id(const float* values, int vocab) {
 }
 
 RawLogprobs raw_logprobs(const float* logits, int vocab, int32_t token, int top_n) {
-  auto val = [logits](int32_t i) { return std::isnan(logits[i]) ? kNegInf : logits[i]; };
-  double m = -std::numeric_limits<double>::infinity();
-  for (int32_t i = 0; i < vocab; ++i) m = std::max(m, (double)val(i));
-  // lse = m + log(sum exp(x - m)); logprob = (x - m) - log(sum), which keeps the small terms exact.
-  double log_z = 0.0;
-  if (std::isfinite(m)) {
-    double z = 0.0;
-    for (int32_t i = 0; i < vocab; ++i) z += std::exp((double)val(i) - m);
-    log_z = std::log(z);
-  }
-  auto lp = [&](int32_t i) -> float {
-    if (!std::isfinite(m) || val(i) == kNegInf) return kNegInf;
-    return (float)(((double)val(i) - m) - log_z);
-  };
-
+  // The backends' definition (ops/sampling.h logprob_base: integer masses, exp and log in double), so that a row's
+  // logprobs are the same bits whether the host or a backend computed them.
+  const LogprobBase b = logprob_base(logits, vocab);
+  auto lp = [&](int32_t i) { return b.m > kNegInf ? sampling::logprob_of(logits[i], b.m, b.log_z) : kNegInf; };
   RawLogprobs out;
   out.token_logprob = (token >= 0 && token < vocab) ? lp(token) : kNegInf;
-  // Running top-n by (value desc, id asc); ids arrive ascending, so a later id only displaces an
-  // entry with a strictly smaller value.
-  std::vector<int32_t> best;
-  const size_t n = (size_t)std::max(0, std::min(top_n, vocab));
-  if (n > 0) {
-    best.reserve(n + 1);
-    for (int32_t i = 0; i < vocab; ++i) {
-      const float x = val(i);
-      if (best.size() == n && !(x > val(best.back()))) continue;
-      auto pos = std::find_if(best.begin(), best.end(), [&](int32_t e) { return x > val(e); });
-      best.insert(pos, i);
-      if (best.size() > n) best.pop_back();
-    }
-  }
+  const std::vector<int32_t> best = top_ids(logits, vocab, top_n);
   out.top.reserve(best.size());
   for (int32_t id : best) out.top.push_back({id, lp(id)});
   return out;

@@ -116,7 +116,7 @@ DeepseekV4Model::DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend&
   inv_freq_main_ = Buffer<float>(backend, rope_inv_freq(cfg.rope_main, cfg.rope_dim));
   inv_freq_compress_ = Buffer<float>(backend, rope_inv_freq(cfg.rope_compress, cfg.rope_dim));
   graph_owner_ = backend.new_graph_owner();
-  picks_ = Buffer<int32_t>(backend, 2 * kPickRows);  // before any graph: never moves
+  picks_ = Buffer<int32_t>(backend, 2 * kPickSlot);  // before any graph: never moves
   edits_ = Buffer<LogitEdit>(backend, 2 * kEditCap);
   edits_raw_ = Buffer<float>(backend, 2 * kEditCap);
 }
@@ -693,17 +693,25 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32
     }
   }
   be_.graph_launch(pack.data(), (int64_t)(pack.size() * sizeof(int32_t)));
-  if (edits && ready_edited_) set_out(ready_logits_, ready_ids_, ready_n_, ready_pick_slot_, ready_par_, edits->rows, edits->list);
-  else set_out(ready_logits_, ready_ids_, ready_n_, ready_pick_slot_, ready_par_);
+  if (edits && ready_edited_)
+    set_out(ready_logits_, ready_ids_, ready_n_, ready_pick_slot_, ready_par_, ready_lps_, edits->rows, edits->list);
+  else
+    set_out(ready_logits_, ready_ids_, ready_n_, ready_pick_slot_, ready_par_, ready_lps_);
 }
 
 void DeepseekV4Model::set_out(const float* logits, const int32_t* ids, int64_t n, bool pick_slot, uint64_t par,
-                              std::vector<RowEdits> erows, std::vector<LogitEdit> elist) {
-  // A decode step's picks start for the host right behind it, so that reading them later waits for this step
-  // only, not for the step launched next (Backend::stage). (First: a failure leaves the outputs as they were.)
-  if (pick_slot) be_.stage((int)par, ids, n / cfg_.vocab_size * (int64_t)sizeof(int32_t));
+                              const RowLogprobs* lps, std::vector<RowEdits> erows, std::vector<LogitEdit> elist) {
+  // A decode step's picks (and logprobs) start for the host right behind it, so that reading them later waits for
+  // this step only, not for the step launched next (Backend::stage). (First: a failure leaves the outputs as they
+  // were.)
+  const int64_t rows = n / cfg_.vocab_size;
+  if (pick_slot)
+    be_.stage((int)par, ids,
+              lps ? kPickRows * 4 + rows * (int64_t)sizeof(RowLogprobs) : rows * (int64_t)sizeof(int32_t));
   prev_slot_ = out_pick_slot_ ? out_slot_ : -1;
   prev_rows_ = out_pick_slot_ ? out_n_ / cfg_.vocab_size : 0;
+  prev_lps_ = out_pick_slot_ && out_lps_;
+  out_lps_ = lps;
   out_logits_ = logits;
   out_ids_ = ids;
   out_n_ = n;
@@ -729,6 +737,21 @@ void DeepseekV4Model::restore_row(int64_t r, float* dst) {
     std::memcpy(&id, &raw[(size_t)e.count + 1], 4);
     if (id >= 0 && id < cfg_.vocab_size) dst[id] = raw[(size_t)e.count];
   }
+}
+
+std::span<const RowLogprobs> DeepseekV4Model::logprobs(int back) {
+  if (back != 0 && back != 1) throw Error("logprobs: back is 0 or 1");
+  if (back == 1 && (prev_slot_ < 0 || !prev_lps_)) return {};
+  if (back == 0 && !out_lps_) return {};
+  const int64_t rows = back ? prev_rows_ : out_n_ / cfg_.vocab_size;
+  lps_host_.resize((size_t)rows);
+  if (back || out_pick_slot_) {
+    const char* h = static_cast<const char*>(be_.staged(back ? prev_slot_ : out_slot_));
+    std::memcpy(lps_host_.data(), h + kPickRows * 4, (size_t)rows * sizeof(RowLogprobs));
+  } else {
+    be_.download(lps_host_.data(), out_lps_, rows * (int64_t)sizeof(RowLogprobs));
+  }
+  return lps_host_;
 }
 
 std::span<const int32_t> DeepseekV4Model::argmax(int back) {
@@ -816,6 +839,12 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     r += batch[b].all_logits ? seq_begin[b + 1] - seq_begin[b] : 1;
     specs[(size_t)(r - 1)] = batch[b].sample;
   }
+  // Raw logprobs on the backend for the rows that ask (Backend::logprob_rows), when it has them on; else none.
+  bool lp = false;
+  for (SampleSpec& sp : specs) {
+    if (!argmax_ || !be_.logprobs_on_backend()) sp.logprobs = -1;
+    lp |= sp.logprobs >= 0;
+  }
   // Logit edits of the sampled rows (argmax_): RowEdits [Rp] in the upload after the feed map, the edits in
   // edits_'s half of the step's parity, uploaded before the step (their number is not part of a graph's key).
   bool edited = false;
@@ -878,8 +907,9 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
   }
 
   Buffer<float> logits;  // [Rp, V] (the first R rows are the step's output)
-  Buffer<int32_t> ids;   // [Rp] their picks, when argmax_ and not pick_slot
+  Buffer<int32_t> ids;   // [Rp] their picks, when argmax_ and not pick_slot (then their logprobs, when lp)
   int32_t* pick_out = nullptr;  // where they are
+  RowLogprobs* lps_out = nullptr;  // and the logprobs
   bool in_graph = false;        // run() is recorded (Backend::graph_begin)
   // The step, from the uploads to the logits. A decode step's launches are a function of (this model,
   // B, R, the capacities): the backend may record them once and replay them (Backend::graph_begin).
@@ -963,7 +993,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     // Fed rows take the last step's picks (always in a recorded step: its feed is known only at launch).
     if (pick_slot && (in_graph || !feed.empty()))
       be_.feed_tokens(st.up.ptr<int32_t>(at_tok), T, (int)hc, st.up.ptr<int32_t>(at_feed),
-                      picks_.data() + (par ^ 1) * kPickRows, V);
+                      pick_half(par ^ 1), V);
     Buffer<float> X(be_, T * hc * D), X2(be_, T * hc * D);  // [T, hc, D] residual streams
     // every stream starts as the token's embedding
     be_.copy_rows(embed_.data(), D, st.tok_pack + T, X.data(), D, nullptr, T * hc, D);
@@ -993,11 +1023,18 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     be_.rms_norm(ur.data(), R, D, D, norm_.data(), eps, ur.data());
     be_.linear(ur.data(), R, D, *head_, logits.data(), V);
     if (argmax_) {  // picks on the backend: only R ids need to cross (argmax())
-      if (!pick_slot) ids = Buffer<int32_t>(be_, R);
-      pick_out = pick_slot ? picks_.data() + par * kPickRows : ids.data();
-      be_.sample_rows(logits.data(), R, V, V, st.up.ptr<SampleSpec>(at_spec),
-                      edited ? st.up.ptr<RowEdits>(at_erows) : nullptr, edited ? edits_.data() + par * kEditCap : nullptr,
-                      edited ? edits_raw_.data() + par * kEditCap : nullptr, st.up.ptr<int32_t>(at_tok), pick_out);
+      constexpr int64_t kLpInts = (int64_t)(sizeof(RowLogprobs) / 4);
+      if (!pick_slot) ids = Buffer<int32_t>(be_, R + (lp ? R * kLpInts : 0));  // [R] picks, then [R] RowLogprobs
+      pick_out = pick_slot ? pick_half(par) : ids.data();
+      const RowEdits* er = edited ? st.up.ptr<RowEdits>(at_erows) : nullptr;
+      LogitEdit* el = edited ? edits_.data() + par * kEditCap : nullptr;
+      float* raw = edited ? edits_raw_.data() + par * kEditCap : nullptr;
+      be_.sample_rows(logits.data(), R, V, V, st.up.ptr<SampleSpec>(at_spec), er, el, raw, st.up.ptr<int32_t>(at_tok),
+                      pick_out);
+      if (lp) {  // the rows that asked get their raw logprobs (their edits put back first), next to the picks
+        lps_out = reinterpret_cast<RowLogprobs*>(pick_out + (pick_slot ? kPickRows : R));
+        be_.logprob_rows(logits.data(), R, V, V, st.up.ptr<SampleSpec>(at_spec), er, el, raw, pick_out, lps_out);
+      }
     }
   };
   // The key: everything the recorded launches depend on besides the uploaded bytes (the step's own
@@ -1007,7 +1044,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
   uint64_t key = 0xcbf29ce484222325ull;
   for (uint64_t v : {graph_owner_, (uint64_t)(uintptr_t)cache.pages_base(), (uint64_t)(uintptr_t)cache.slots_base(),
                      (uint64_t)Bp, (uint64_t)Rp, (uint64_t)cap_csa, (uint64_t)cap_hca, par, (uint64_t)argmax_,
-                     (uint64_t)edited})
+                     (uint64_t)edited, (uint64_t)lp})
     key = mix(key, v);
   if (!elist.empty())  // before the region: not one of its uploads (their size is not in the key)
     be_.upload(edits_.data() + par * kEditCap, elist.data(), (int64_t)(elist.size() * sizeof(LogitEdit)));
@@ -1028,6 +1065,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     ready_padded_ = Tp;
     ready_logits_ = logits.data();  // the launched step's stay readable (logits()) until launch
     ready_ids_ = pick_out;
+    ready_lps_ = lps_out;
     ready_pick_slot_ = pick_slot;
     ready_par_ = par;
     ready_edited_ = edited;
@@ -1052,8 +1090,8 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
   // A graph's logits are freed with its other buffers, so that every graph of a key starts at the same
   // arena top; nothing runs before the next launch, so they stay readable until then. Otherwise they are
   // kept until the next step.
-  if (edited) set_out(logits.data(), pick_out, R * V, pick_slot, par, std::move(erows), std::move(elist));
-  else set_out(logits.data(), pick_out, R * V, pick_slot, par);
+  if (edited) set_out(logits.data(), pick_out, R * V, pick_slot, par, lps_out, std::move(erows), std::move(elist));
+  else set_out(logits.data(), pick_out, R * V, pick_slot, par, lps_out);
   if (!graphed) out_buf_ = std::move(logits), out_ids_buf_ = std::move(ids);
   return true;
 }

@@ -157,6 +157,11 @@ class DeepseekV4Model {
   // the step launched before it, when that one could feed (can_feed(): they are kept apart from the arena).
   void set_device_argmax(bool on) { argmax_ = on; }
   std::span<const int32_t> argmax(int back = 0);
+  // The raw logprobs of the rows whose `sample` asked for them (SampleSpec::logprobs ≥ 0; Backend::logprob_rows,
+  // when the backend has them on: logprobs_on_backend), one a logits row as argmax(back) (other rows' entries are
+  // unset); empty when the step computed none.
+  std::span<const RowLogprobs> logprobs(int back = 0);
+  bool logprobs_on_backend() const { return be_.logprobs_on_backend(); }
   bool prepared_ahead() const { return ready_ && !deferred_cache_; }
   // Decode steps padded to a bucket of batch sizes (stand-in rows, results unchanged): −1 = when the
   // backend asks for it (Backend::decode_rows: CUDA graphs), 0 = never, 1 = always (tests).
@@ -184,7 +189,8 @@ class DeepseekV4Model {
   // feed: launch()'s, for a step that runs whole (ready_only false); empty = none.
   bool enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache, bool ready_only, std::span<const int32_t> feed);
   // A launched step's outputs become the last launched step's (the one before moves to prev_).
-  void set_out(const float* logits, const int32_t* ids, int64_t n, bool pick_slot, uint64_t par,
+  // lps: its rows' logprobs (after its picks: ids + kPickRows in picks_, else ids + R), or null.
+  void set_out(const float* logits, const int32_t* ids, int64_t n, bool pick_slot, uint64_t par, const RowLogprobs* lps,
                std::vector<RowEdits> erows = {}, std::vector<LogitEdit> elist = {});
   // Puts back the raw logits of row r's edits into dst[V] (a row of the last launched step, read by the host).
   void restore_row(int64_t r, float* dst);
@@ -206,14 +212,20 @@ class DeepseekV4Model {
   const float* out_logits_ = nullptr;  // the last enqueued step's logits [out_n_] (backend memory)
   Buffer<float> out_buf_;              // holds them when the step did not run from a graph
   const int32_t* out_ids_ = nullptr;   // its argmax_rows picks [out_n_ / V], when argmax_
-  Buffer<int32_t> out_ids_buf_;
-  // Decode steps' picks outside the arena, by parity [2, kPickRows]: step N+1 reads N's (launch's feed) while the
-  // host reads them after N+1's launch; N+2 writes them again only after that (the engine reads N first).
+  Buffer<int32_t> out_ids_buf_;        // (and its logprobs after them, when it had some)
+  const RowLogprobs* out_lps_ = nullptr;  // its logprobs [out_n_ / V], when a row asked for them
+  // Decode steps' picks outside the arena, by parity [2, kPickSlot]: step N+1 reads N's (launch's feed) while the
+  // host reads them after N+1's launch; N+2 writes them again only after that (the engine reads N first). A half
+  // is kPickRows picks, then kPickRows RowLogprobs (staged with the picks when the step has logprobs).
+  static constexpr int64_t kPickSlot = kPickRows + kPickRows * (int64_t)(sizeof(RowLogprobs) / 4);
   Buffer<int32_t> picks_;
+  int32_t* pick_half(uint64_t par) { return picks_.data() + (int64_t)par * kPickSlot; }
   bool out_pick_slot_ = false;          // the last launched step's picks are in picks_ (and staged: Backend::stage)
   int out_slot_ = 0;                    // its parity: picks_ half and stage slot
   int prev_slot_ = -1;                  // the step launched before it: its stage slot, when it had one
   int64_t prev_rows_ = 0;
+  bool prev_lps_ = false;               // its staged copy holds logprobs
+  std::vector<RowLogprobs> lps_host_;
   bool ready_pick_slot_ = false;        // the prepared step's picks go to picks_ (it can take a feed)
   bool ready_edited_ = false;           // it applies logit edits (its rows' RowEdits follow the feed map)
   std::vector<char> deferred_edited_;   // a deferred step's chunks' `edited`
@@ -229,6 +241,7 @@ class DeepseekV4Model {
   std::vector<int32_t> ids_host_;
   bool argmax_ = false;
   const int32_t* ready_ids_ = nullptr;
+  const RowLogprobs* ready_lps_ = nullptr;
   int64_t out_n_ = 0;
   bool ready_ = false;                 // a prepared step waits for launch()
   int64_t ready_rows_ = 0, ready_padded_ = 0;  // its sequences, and its rows with stand-ins

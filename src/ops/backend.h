@@ -274,6 +274,16 @@ class Backend {
   // mask too. tokens: the step's token ids, for rows with a pending token (RowEdits::pend; null when none has).
   virtual void sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
                            const LogitEdit* edits, float* edit_raw, const int32_t* tokens, int32_t* out) = 0;
+  // Raw logprobs on the backend (ops/sampling.h row_logprobs: the host's values bit for bit), for the rows with
+  // spec[m].logprobs ≥ 0, after sample_rows on the same arguments: row m's edits are put back first (its raw
+  // logits, restore_edits: x holds them afterwards), then out[m] = row_logprobs(row m, picks[m],
+  // spec[m].logprobs); −2 rows (NaN / +inf) get out[m].token NaN and n = 0. Other rows are left as they are.
+  // spec, rows, edits, edit_raw, picks and out[M] in backend memory (rows … null: no edits).
+  virtual void logprob_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
+                            const LogitEdit* edits, const float* edit_raw, const int32_t* picks, RowLogprobs* out) = 0;
+  // Whether logprob_rows is on (a backend may keep it off until it is proven: the engine then computes logprobs
+  // on the host from the rows' logits).
+  virtual bool logprobs_on_backend() const { return true; }
   // A step's token ids taken from the previous step's picks on the backend (DeepseekV4Model::launch's feed):
   // for i < T with feed[i] ≥ 0, t = picks[feed[i]] — 0 when that is no token (< 0 or ≥ V: the row's request
   // fails and its result is dropped) — goes to pack[i] and to pack[T + i·hc + j], j < hc (the step's token

@@ -188,6 +188,144 @@ DI_SAMPLE_FN int64_t top_p_limit(float top_p, uint64_t Z) {
   return l < 0 ? 0 : l;
 }
 
+// ---- Logprobs (ops/sampling.h row_logprobs; docs/sampling.md "Logprobs"): the raw log-softmax of a row, the
+// same bits wherever it is computed. lp_i = (float)(((double)x_i − m) − log Z), m the row's largest value,
+// Z = Σ_i q_i · 2^−S with integer masses q_i = ⌊exp(x_i − m) · 2^S⌋ (so the sum is exact in any order), exp and
+// log in double from single IEEE operations (det_exp_d, det_log_d: within a few double ulp), so the float result
+// is within one float ulp of the exact log-softmax but for the masses' truncation (≤ N · 2^−S relative in Z).
+// S = 44 for rows of fewer than 2^19 tokens (Z < 2^63), one less for each doubling beyond (lp_shift).
+
+DI_SAMPLE_FN double d_add(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+DI_SAMPLE_FN double d_sub(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+DI_SAMPLE_FN double d_mul(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+DI_SAMPLE_FN double d_div(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+DI_SAMPLE_FN uint64_t dbits_of(double x) {
+#if defined(__CUDA_ARCH__)
+  return (uint64_t)__double_as_longlong(x);
+#else
+  uint64_t b;
+  std::memcpy(&b, &x, 8);
+  return b;
+#endif
+}
+DI_SAMPLE_FN double double_of(uint64_t b) {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double((long long)b);
+#else
+  double x;
+  std::memcpy(&x, &b, 8);
+  return x;
+#endif
+}
+// 2^k, −1022 ≤ k ≤ 1023.
+DI_SAMPLE_FN double pow2_d(int k) { return double_of((uint64_t)(k + 1023) << 52); }
+
+// e^x for −40 ≤ x ≤ 0 (the logprob masses' range). x = k·ln2 + r, |r| ≤ ln2 / 2 (+ rounding), k·ln2 split in two
+// (fdlibm's ln2_hi has 32 significant bits: k·ln2_hi is exact), e^r by its Taylor series to r^13 (the rest
+// < 1e-17 relative), times 2^k.
+DI_SAMPLE_FN double det_exp_d(double x) {
+  constexpr double kLog2e = 1.44269504088896338700e+00;
+  constexpr double kLn2Hi = 6.93147180369123816490e-01;
+  constexpr double kLn2Lo = 1.90821492927058770002e-10;
+  const double y = d_add(d_mul(x, kLog2e), 0.5);
+#if defined(__CUDA_ARCH__)
+  const double k = floor(y);  // in [−58, 0]
+#else
+  const int ki = (int)y;  // floor(y) exactly (|y| < 60)
+  const double k = (double)(ki - ((double)ki > y ? 1 : 0));
+#endif
+  const double r = d_sub(d_sub(x, d_mul(k, kLn2Hi)), d_mul(k, kLn2Lo));
+  double p = 1.0 / 6227020800.0;  // 1/13!
+  p = d_add(d_mul(p, r), 1.0 / 479001600.0);
+  p = d_add(d_mul(p, r), 1.0 / 39916800.0);
+  p = d_add(d_mul(p, r), 1.0 / 3628800.0);
+  p = d_add(d_mul(p, r), 1.0 / 362880.0);
+  p = d_add(d_mul(p, r), 1.0 / 40320.0);
+  p = d_add(d_mul(p, r), 1.0 / 5040.0);
+  p = d_add(d_mul(p, r), 1.0 / 720.0);
+  p = d_add(d_mul(p, r), 1.0 / 120.0);
+  p = d_add(d_mul(p, r), 1.0 / 24.0);
+  p = d_add(d_mul(p, r), 1.0 / 6.0);
+  p = d_add(d_mul(p, r), 0.5);
+  p = d_add(d_mul(p, r), 1.0);
+  p = d_add(d_mul(p, r), 1.0);
+  return d_mul(p, pow2_d((int)k));
+}
+
+// Natural log of a double x ≥ 1 (a mass sum). x = m·2^e, m in [√½, √2): log m = 2·atanh(s), s = (m − 1) / (m + 1),
+// |s| < 0.172, series to s^23 (the rest < 1e-18); e·ln2 split as in det_exp_d.
+DI_SAMPLE_FN double det_log_d(double x) {
+  constexpr double kLn2Hi = 6.93147180369123816490e-01;
+  constexpr double kLn2Lo = 1.90821492927058770002e-10;
+  const uint64_t b = dbits_of(x);
+  int e = (int)(b >> 52) - 1023;
+  uint64_t mb = (b & 0x000FFFFFFFFFFFFFull) | 0x3FF0000000000000ull;
+  if (mb > 0x3FF6A09E667F3BCDull) mb -= 0x0010000000000000ull, ++e;  // m > √2: halve it
+  const double f = d_sub(double_of(mb), 1.0);                          // exact
+  const double s = d_div(f, d_add(2.0, f));
+  const double z = d_mul(s, s);
+  double p = 1.0 / 23.0;
+  p = d_add(d_mul(p, z), 1.0 / 21.0);
+  p = d_add(d_mul(p, z), 1.0 / 19.0);
+  p = d_add(d_mul(p, z), 1.0 / 17.0);
+  p = d_add(d_mul(p, z), 1.0 / 15.0);
+  p = d_add(d_mul(p, z), 1.0 / 13.0);
+  p = d_add(d_mul(p, z), 1.0 / 11.0);
+  p = d_add(d_mul(p, z), 1.0 / 9.0);
+  p = d_add(d_mul(p, z), 1.0 / 7.0);
+  p = d_add(d_mul(p, z), 1.0 / 5.0);
+  p = d_add(d_mul(p, z), 1.0 / 3.0);
+  p = d_add(d_mul(p, z), 1.0);
+  const double ed = (double)e;
+  return d_add(d_mul(ed, kLn2Hi), d_add(d_mul(ed, kLn2Lo), d_mul(d_add(s, s), p)));
+}
+
+// The masses' scale S for a row of N tokens: Z ≤ N · 2^S < 2^63.
+DI_SAMPLE_FN int lp_shift(int64_t N) {
+  int s = 44;
+  for (int64_t n = N; n >= (int64_t)1 << 19; n >>= 1) --s;
+  return s;
+}
+// A token's mass ⌊exp(x − m) · 2^S⌋ (x ≤ m, m finite; 0 for −inf and farther than 40 below m).
+DI_SAMPLE_FN uint64_t lp_mass(float x, float m, int shift) {
+  const double d = d_sub((double)x, (double)m);
+  if (!(d >= -40.0)) return 0;
+  return (uint64_t)d_mul(det_exp_d(d), pow2_d(shift));  // ≤ 2^S; the conversion truncates
+}
+// log Z from the masses' sum (≥ 2^S: the largest token's mass is exactly 2^S).
+DI_SAMPLE_FN double lp_log_z(uint64_t Z, int shift) {
+  return det_log_d(d_mul((double)(int64_t)Z, pow2_d(-shift)));  // int → double rounds to nearest on both sides
+}
+// A token's logprob (−inf for −inf).
+DI_SAMPLE_FN float logprob_of(float x, float m, double log_z) {
+  if (!(x > -INFINITY)) return -INFINITY;
+  return (float)d_sub(d_sub((double)x, (double)m), log_z);
+}
+
 // Order key of a float: larger value ⟺ larger key (−0 as +0), for radix selection.
 DI_SAMPLE_FN uint32_t order_key(float f) {
   uint32_t u = bits_of(f);

@@ -3,6 +3,7 @@
 // functions here (src/ops/cpu/sampling.cc) are what the engine's sample_one calls after its logit
 // processors, what the CPU backend's sample_rows runs, and the oracle of the CUDA sampler, which gives the
 // same token bit for bit (the arithmetic is src/ops/sample_math.h).
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -16,8 +17,21 @@ struct SampleSpec {
   int32_t top_k = 0;         // ≤ 0 = off
   uint64_t key = 0;          // the sequence's RNG key (SequenceSamplingState::rng_key)
   uint64_t position = 0;     // the RNG counter: absolute position of the token being decided
+  int32_t logprobs = -1;     // the row's raw logprobs with this many top entries (≤ kMaxLogprobs): Backend::logprob_rows; −1 none
+  int32_t pad_ = 0;
 };
-static_assert(sizeof(SampleSpec) == 32);
+static_assert(sizeof(SampleSpec) == 40);
+
+// Raw logprobs of a sampled row, as a backend returns them (Backend::logprob_rows; plain data, 168 bytes): the
+// picked token's and the top n (value desc, then id asc), row_logprobs' values.
+constexpr int kMaxLogprobs = 20;  // vLLM's default --max-logprobs; rows asking more are sampled on the host
+struct RowLogprobs {
+  float token = 0.0f;  // the pick's logprob (−inf when the pick is no token)
+  int32_t n = 0;       // entries of ids / lps
+  int32_t ids[kMaxLogprobs] = {};
+  float lps[kMaxLogprobs] = {};
+};
+static_assert(sizeof(RowLogprobs) == 168);
 
 // A row's logit processors (bias, repetition / frequency / presence penalties, the min_tokens mask) as
 // edits of the ids they touch: sample_math.h edit_logit, in place, before sampling. Plain data.
@@ -49,6 +63,23 @@ inline int32_t edit_places(const RowEdits& r) { return r.count + (r.pend > 0 ? 2
 // the row still answers −2. tokens: the step's token ids (for row.pend; may be null when no row has one).
 void apply_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edits, float* raw = nullptr,
                  const int32_t* tokens = nullptr);
+
+// The edits' raw values back into row x[N] (what apply_edits saved into raw): the row's logits as the model gave
+// them. The host does the same with a downloaded row (DeepseekV4Model::restore_row).
+void restore_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edits, const float* raw);
+
+// The raw log-softmax of a row x[N] (sample_math.h "Logprobs": the same bits on every backend; NaN counts as
+// −inf): m its largest value (−inf: every logprob is −inf) and log Z, so that lp(x_i) = logprob_of(x_i, m, log_z).
+struct LogprobBase {
+  float m = -INFINITY;
+  double log_z = 0.0;
+};
+LogprobBase logprob_base(const float* x, int64_t N);
+// The ids of the n largest values of x[N], best first (value desc, then id asc; NaN as −inf).
+std::vector<int32_t> top_ids(const float* x, int64_t N, int n);
+// A backend row's logprobs (Backend::logprob_rows): out.token = lp(x[token]) (−inf when token is outside
+// [0, N)), out.ids / lps the top min(top_n, N, kMaxLogprobs).
+void row_logprobs(const float* x, int64_t N, int32_t token, int top_n, RowLogprobs& out);
 
 // Candidate set of temperature-scaled logits [vocab] (−inf = excluded; no NaN), in order (value desc,
 // id asc): top-k, then top-p on the top-k set, then min-p (rel ≥ min_p). Masses as sample_math.h defines

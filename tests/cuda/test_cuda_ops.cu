@@ -3911,8 +3911,10 @@ Result moe_grouped_perf_case(dc::WFmt fmt, int64_t T, int E, int K, int64_t D, i
 // ld > N: rows not 16-byte aligned (the scalar loads), the gaps NaN (a read past N answers −2).
 // with_edits: every third row carries logit edits (bias, repetition, frequency / presence counts, masks on
 // unique ids), applied in place before the pick: the edited logits and the picks bitwise the CPU's.
+// lps: then the raw logprobs (Backend::logprob_rows, top lists of 0 … 20, some rows none): every asking row's
+// edits put back and its RowLogprobs bitwise the CPU twin's.
 Result sample_rows_case(int64_t M, int64_t N, int kind0, const std::string& name, int64_t ld = 0,
-                        bool with_edits = false) {
+                        bool with_edits = false, bool lps = false) {
   Rng r = rng_for(name);
   Result res;
   if (ld < N) ld = N;
@@ -4047,8 +4049,47 @@ Result sample_rows_case(int64_t M, int64_t N, int kind0, const std::string& name
     expect_true(res, bad_raw == 0, std::to_string(bad_raw) + " saved raw logits differ");
     res.detail += std::to_string(elist.size()) + " edits, ";
   }
+  if (lps) {
+    int64_t asked = 0;
+    for (int64_t m = 0; m < M; ++m) {
+      spec[(size_t)m].logprobs = (int32_t)((m * 7 + kind0) % 24) - 2;  // −2 … 21 (none, 0 … 20, 21 → 20)
+      asked += spec[(size_t)m].logprobs >= 0;
+    }
+    CK(cudaMemcpy(dspec.p(), spec.data(), M * sizeof(deepinfer::SampleSpec), cudaMemcpyHostToDevice));
+    DBuf dlp = dalloc(M * sizeof(deepinfer::RowLogprobs), "logprobs");
+    poison(dlp);
+    auto lp_launch = [&] {
+      return dc::logprob_rows(dx.as<float>(), M, N, ld, dspec.as<const deepinfer::SampleSpec>(),
+                              with_edits ? drows.as<const deepinfer::RowEdits>() : nullptr,
+                              with_edits ? dedits.as<const deepinfer::LogitEdit>() : nullptr,
+                              with_edits ? draw.as<const float>() : nullptr, dout.as<const int32_t>(),
+                              dlp.as<deepinfer::RowLogprobs>(), 0);
+    };
+    CK(lp_launch());
+    std::vector<deepinfer::RowLogprobs> lw((size_t)M);
+    cpu().logprob_rows(x.data(), M, N, ld, spec.data(), with_edits ? erows.data() : nullptr,
+                       with_edits ? elist.data() : nullptr, with_edits ? raw.data() : nullptr, want.data(), lw.data());
+    const auto lg = down<deepinfer::RowLogprobs>(dlp, M);
+    int64_t bad_lp = 0, entries = 0;
+    for (int64_t m = 0; m < M; ++m) {
+      if (spec[(size_t)m].logprobs < 0) continue;
+      const deepinfer::RowLogprobs &a = lg[(size_t)m], &b = lw[(size_t)m];
+      bool same = std::memcmp(&a.token, &b.token, 4) == 0 && a.n == b.n && a.n >= 0 && a.n <= deepinfer::kMaxLogprobs;
+      for (int j = 0; same && j < a.n; ++j) same = a.ids[j] == b.ids[j] && std::memcmp(&a.lps[j], &b.lps[j], 4) == 0;
+      bad_lp += !same, entries += b.n;
+    }
+    expect_true(res, bad_lp == 0, std::to_string(bad_lp) + " rows' logprobs differ");
+    const auto xg = down<float>(dx, M * ld);  // the asking rows' raw logits back, the others as they were
+    expect_true(res, std::memcmp(xg.data(), x.data(), x.size() * sizeof(float)) == 0, "logits after logprob_rows differ");
+    res.detail += std::to_string(asked) + " rows with logprobs (" + std::to_string(entries) + " top entries), ";
+    if (g_perf) {
+      char buf[96];
+      snprintf(buf, sizeof buf, "logprob_rows %.1f us, ", time_us([&] { lp_launch(); }));
+      res.detail += buf;
+    }
+  }
   res.detail += "bitwise, " + std::to_string(nflat) + " flat rows ";
-  if (g_perf && !with_edits) {
+  if (g_perf && !with_edits && !lps) {
     // Timed on rows without the degenerate kinds: temperature only, then top-p 0.9 (the common request).
     for (auto& sp : spec) sp = deepinfer::SampleSpec{1.0f, 1.0f, 0.0f, 0, sp.key, sp.position};
     CK(cudaMemcpy(dspec.p(), spec.data(), M * sizeof(deepinfer::SampleSpec), cudaMemcpyHostToDevice));
@@ -5829,6 +5870,10 @@ void register_cases() {
   add("sample_rows M=48 V=1001 ld=1003 (unaligned rows)", [] { return sample_rows_case(48, 1001, 5, "sm4", 1003); });
   add("sample_rows M=64 V=129280 with logit edits", [] { return sample_rows_case(64, 129280, 1, "sm5", 0, true); });
   add("sample_rows M=33 V=1001 ld=1003 with logit edits", [] { return sample_rows_case(33, 1001, 3, "sm6", 1003, true); });
+  add("sample_rows M=64 V=129280 with logit edits and logprobs", [] { return sample_rows_case(64, 129280, 1, "sm9", 0, true, true); });
+  add("sample_rows M=48 V=1001 ld=1003 with logit edits and logprobs", [] { return sample_rows_case(48, 1001, 5, "sm10", 1003, true, true); });
+  add("sample_rows M=1 V=129280 logprobs", [] { return sample_rows_case(1, 129280, 22, "sm11", 0, false, true); });
+  add("sample_rows M=8 V=129280 logprobs (flat rows)", [] { return sample_rows_case(8, 129280, 10, "sm12", 0, false, true); });
 }
 
 void measure_ceilings() {

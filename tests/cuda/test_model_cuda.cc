@@ -738,6 +738,50 @@ void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int th
     expect(psame == (int64_t)ptoks[0].size() && !ptoks[0].empty(), "engine cuda: device logit edits != host processors");
     expect(ppicked == ptotal, "engine cuda: tokens with logit processors not all picked on the device");
     g_summary["engine"]["device_logit_edits"] = {{"outputs", ptoks[0].size()}, {"same", psame}, {"picked", ppicked}};
+
+    // Logprobs on the device (Backend::logprob_rows, opt-in until this check passes: DEEPINFER_CUDA_ON=devlogprobs),
+    // with and without logit processors: the same tokens and the same logprobs, bit for bit, as the host computes
+    // from the rows' logits; every token picked on the device and steps fed.
+    std::vector<Request> lpq = proc;
+    for (size_t i = 0; i < lpq.size(); ++i) lpq[i].params.logprobs = i % 3 == 0 ? 20 : i % 3 == 1 ? 0 : 4;
+    const char* on_env = std::getenv("DEEPINFER_CUDA_ON");
+    const std::string on_before = on_env ? on_env : "";
+    setenv("DEEPINFER_CUDA_ON", (on_before + ",devlogprobs").c_str(), 1);
+    std::vector<std::vector<TokenLogprobs>> lps[2];
+    std::vector<std::vector<int32_t>> ltoks[2];
+    int64_t lpicked = 0, lfed = 0, ltotal = 0;
+    for (int on = 0; on < 2; ++on) {
+      EngineConfig cfg;
+      cfg.model_dir = dir;
+      cfg.backend = "cuda";
+      cfg.max_num_seqs = 8;
+      cfg.device_sampling = on == 1;
+      Engine e(cfg);
+      for (auto& g : e.generate(lpq))
+        for (auto& o : g.outputs) lps[on].push_back(o.logprobs), ltoks[on].push_back(o.token_ids);
+      if (on) lpicked = e.stats().device_sampled_tokens, lfed = e.stats().fed_steps;
+    }
+    setenv("DEEPINFER_CUDA_ON", on_before.c_str(), 1);
+    int64_t lsame = 0, lentries = 0;
+    for (size_t i = 0; i < lps[0].size() && i < lps[1].size(); ++i) {
+      bool same = ltoks[0][i] == ltoks[1][i] && lps[0][i].size() == lps[1][i].size() &&
+                  lps[0][i].size() == ltoks[0][i].size();
+      for (size_t t = 0; same && t < lps[0][i].size(); ++t) {
+        const TokenLogprobs &a = lps[0][i][t], &b = lps[1][i][t];
+        same = std::memcmp(&a.logprob, &b.logprob, 4) == 0 && a.top == b.top;
+        lentries += (int64_t)b.top.size();
+      }
+      lsame += same;
+      ltotal += (int64_t)ltoks[1][i].size();
+    }
+    std::printf("engine cuda logprobs: %lld/%zu outputs with the same tokens and logprobs (bitwise; %lld top entries) "
+                "from the device (%lld of %lld tokens picked there, %lld steps fed) and from the host\n",
+                (long long)lsame, lps[0].size(), (long long)lentries, (long long)lpicked, (long long)ltotal,
+                (long long)lfed);
+    expect(lsame == (int64_t)lps[0].size() && !lps[0].empty(), "engine cuda: device logprobs != host logprobs");
+    expect(lpicked == ltotal && lfed > 0, "engine cuda: logprob rows not all picked on the device, or no fed steps");
+    g_summary["engine"]["device_logprobs"] = {{"outputs", lps[0].size()}, {"same", lsame}, {"picked", lpicked},
+                                              {"fed_steps", lfed}};
   }
 }
 

@@ -191,11 +191,11 @@ TEST(Engine, AsyncSchedulingGivesTheSameOutputsAsTheSequentialLoop) {
     }
 }
 
-// Sampling on the backend (EngineConfig::device_sampling: only the picks cross when no row has a logit
-// processor, a grammar or logprobs) against the host sampler on the logits: the same tokens for seeded
-// temperature / top-k / top-p / min-p requests and n > 1, sequential and asynchronous, with logit processors
-// (fed steps included) and with a logprobs request (its rows alone are sampled on the host, from their own
-// logits rows). The counters show which path each token took and that steps were fed.
+// Sampling on the backend (EngineConfig::device_sampling: only the picks, and the logprobs asked for, cross when
+// no row has a grammar) against the host sampler on the logits: the same tokens for seeded temperature / top-k /
+// top-p / min-p requests and n > 1, sequential and asynchronous, with logit processors (fed steps included) and
+// with logprobs requests, with and without processors (Backend::logprob_rows puts the edited logits back first):
+// the same logprobs, bit for bit. The counters show which path each token took and that steps were fed.
 TEST(Engine, DeviceSamplingGivesTheHostSamplersTokens) {
   std::mt19937 g(33);
   std::vector<Request> reqs;
@@ -210,15 +210,15 @@ TEST(Engine, DeviceSamplingGivesTheHostSamplersTokens) {
     reqs.push_back(r);
   }
   // Logit processors (bias, penalties, a min_tokens mask) are applied on the backend as edits: those rows are
-  // picked there too; a request with logprobs samples on the host.
+  // picked there too, and so are the rows of requests with logprobs.
   std::vector<Request> mixed = reqs;
   mixed[4].params.presence_penalty = 0.5f;
   mixed[1].params.repetition_penalty = 1.3f;
   mixed[2].params.logit_bias = {{5, 3.0f}, {7, -100.0f}, {11, 0.0f}};
   mixed[3].params.frequency_penalty = 0.7f, mixed[3].params.presence_penalty = -0.2f;
   mixed[5].params.min_tokens = 6, mixed[5].params.stop_token_ids = {(int32_t)(g() % 512), (int32_t)(g() % 512)};
-  // Without the logprobs request every row is picked on the device, so decode steps are fed even for the rows
-  // with processors: their edits take the previous step's pick as a pending token (RowEdits::pend).
+  // Every row is picked on the device, so decode steps are fed even for the rows with processors: their edits
+  // take the previous step's pick as a pending token (RowEdits::pend).
   // Strong penalties (favouring repeats, or against them), at a low temperature and for longer outputs, make
   // the pending token's own edit decide the next token often (checked to fail when that edit misses its
   // count; every part of it is checked in Sampler.PendingTokenEditsEqualTheLogitProcessors).
@@ -227,7 +227,12 @@ TEST(Engine, DeviceSamplingGivesTheHostSamplersTokens) {
   penalized[3].params.presence_penalty = -2.0f;
   penalized[4].params.frequency_penalty = -2.0f;
   for (int i : {1, 3, 4}) penalized[i].params.max_tokens = 40, penalized[i].params.temperature = 0.5f;
+  // Logprobs: a plain request, one with a bias, and a penalized one (its raw logits, from under edits that
+  // include the pending token's); all twenty, and none but the pick's.
   mixed[7].params.logprobs = 2;
+  mixed[2].params.logprobs = 20;
+  penalized[1].params.logprobs = 5;
+  penalized[4].params.logprobs = 0;
   for (const auto* set : {&reqs, &mixed, &penalized}) {
     std::vector<std::vector<GenerateResult>> out;
     std::vector<int64_t> device_tokens, fed;
@@ -248,23 +253,23 @@ TEST(Engine, DeviceSamplingGivesTheHostSamplersTokens) {
     // picks (DeepseekV4Model::launch's feed), never before the host has its tokens otherwise.
     EXPECT_EQ(fed[0], 0);
     EXPECT_EQ(fed[1], 0);
-    if (set != &mixed) EXPECT_GT(fed[2], 0);
-    // Every token is picked on the device but those of the request with logprobs (its rows alone go to the host).
-    int64_t total = 0, host = 0;
+    EXPECT_GT(fed[2], 0);
+    // Every token is picked on the device.
+    int64_t total = 0;
     for (size_t i = 0; i < set->size(); ++i)
-      for (const auto& c : out[0][i].outputs) {
-        total += (int64_t)c.token_ids.size();
-        if ((*set)[i].params.logprobs) host += (int64_t)c.token_ids.size();
-      }
+      for (const auto& c : out[0][i].outputs) total += (int64_t)c.token_ids.size();
     EXPECT_EQ(device_tokens[0], 0);
-    EXPECT_EQ(device_tokens[1], total - host);
-    EXPECT_EQ(device_tokens[2], total - host);
+    EXPECT_EQ(device_tokens[1], total);
+    EXPECT_EQ(device_tokens[2], total);
     for (size_t i = 0; i < set->size(); ++i)
       for (size_t k = 0; k < out[0][i].outputs.size(); ++k) {
         SCOPED_TRACE("request " + std::to_string(i) + " choice " + std::to_string(k));
         for (int mode = 1; mode < 3; ++mode) {
           EXPECT_EQ(out[0][i].outputs[k].token_ids, out[mode][i].outputs[k].token_ids) << "mode " << mode;
           EXPECT_EQ(out[0][i].outputs[k].finish, out[mode][i].outputs[k].finish);
+          expect_same(out[0][i].outputs[k], out[mode][i].outputs[k]);
+          if ((*set)[i].params.logprobs)
+            EXPECT_EQ(out[mode][i].outputs[k].logprobs.size(), out[mode][i].outputs[k].token_ids.size());
         }
       }
   }

@@ -592,6 +592,153 @@ TEST(Sampler, OverflowingPenaltyStaysOrdered) {
 }
 
 }  // namespace
+// det_exp_d / det_log_d (the logprobs' exp and log, in double from single IEEE operations, shared with the CUDA
+// logprob kernel) against long double over the ranges they take: within a few double ulp, far below a float ulp.
+TEST(Sampler, DeterministicDoubleLogAndExpAreAccurate) {
+  std::mt19937_64 g(13);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  long double worst_exp = 0, worst_log = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const double x = i < 1000 ? -1e-3 * u01(g) : -40.0 * u01(g);
+    const long double we = std::exp((long double)x);
+    worst_exp = std::max(worst_exp, std::fabs(((long double)deepinfer::sampling::det_exp_d(x) - we) / we));
+    const double z = i < 1000 ? 1.0 + 1e-6 * u01(g) : std::ldexp(1.0 + u01(g), (int)(g() % 40));  // [1, 2^40)
+    const long double wl = std::log((long double)z);
+    worst_log = std::max(worst_log, std::fabs((long double)deepinfer::sampling::det_log_d(z) - wl) / std::max(1.0L, wl));
+  }
+  EXPECT_EQ(deepinfer::sampling::det_exp_d(0.0), 1.0);  // the best token's mass is exactly 2^S
+  EXPECT_EQ(deepinfer::sampling::det_log_d(1.0), 0.0);
+  EXPECT_LT(worst_exp, 2e-15L) << (double)worst_exp;
+  EXPECT_LT(worst_log, 2e-15L) << (double)worst_log;
+  EXPECT_EQ(deepinfer::sampling::lp_shift(129280), 44);
+  EXPECT_EQ(deepinfer::sampling::lp_shift((1 << 19) - 1), 44);
+  EXPECT_EQ(deepinfer::sampling::lp_shift(1 << 19), 43);
+  EXPECT_EQ(deepinfer::sampling::lp_shift(3 << 20), 41);
+}
+
+// logprob_rows (the logprobs a backend returns beside its picks) are raw_logprobs of the rows as the model gave
+// them, bit for bit: the rows' logit edits (a pending token's too) are put back first, and the top lists of 0 …
+// 20 entries follow (value desc, id asc) through ties, rows with fewer finite tokens than asked, an all −inf row
+// and a flat one. A NaN row has no logprobs (its pick is −2); rows that asked none are left edited and their
+// entries untouched.
+TEST(Sampler, BackendLogprobRowsAreTheHostsLogprobs) {
+  deepinfer::CpuBackend be(2);
+  std::mt19937 g(21);
+  const int64_t M = 40, N = 2003;
+  std::vector<float> x(M * N);
+  std::vector<deepinfer::SampleSpec> spec(M);
+  std::vector<deepinfer::RowEdits> rows(M);
+  std::vector<deepinfer::LogitEdit> edits(5);  // rows' edits need not start at 0
+  std::vector<int32_t> tokens(M, 0);
+  for (int64_t m = 0; m < M; ++m) {
+    std::normal_distribution<float> n(0.0f, 0.5f + 0.5f * (float)(m % 7));
+    for (int64_t i = 0; i < N; ++i) x[m * N + i] = n(g);
+    spec[m] = {m % 5 == 0 ? 0.0f : 0.8f, m % 4 == 1 ? 0.9f : 1.0f, 0.0f, m % 6 == 2 ? 30 : 0, 77 + (uint64_t)m, 500,
+               m % 7 == 3 ? -1 : (int32_t)(m % 22)};  // 21: more than a backend gives (20)
+    if (m % 3 != 0) continue;
+    deepinfer::RowEdits& r = rows[m];
+    r.rep = 1.4f, r.freq = 0.3f, r.presence = 0.2f;
+    r.first = (int32_t)edits.size();
+    std::set<int32_t> ids;
+    while (ids.size() < 6) ids.insert((int32_t)(g() % N));
+    for (int32_t id : ids)
+      edits.push_back({id, (float)((int)(g() % 9) - 4) * 1.5f, (int32_t)(g() % 3),
+                       deepinfer::sampling::kEditBias | deepinfer::sampling::kEditRepeat});
+    r.count = (int32_t)ids.size();
+    if (m % 2 == 0) {  // a pending token, in the list or not
+      r.pend = (int32_t)m + 1;
+      tokens[m] = m % 4 == 0 ? *ids.begin() : (int32_t)(g() % N);
+      edits.resize(edits.size() + 2, deepinfer::LogitEdit{-1, 0.0f, 0, 0u});
+    }
+  }
+  x[5 * N + 10] = x[5 * N + 1900] = 25.0f;                     // a tie at the top
+  for (int64_t i = 0; i < N; ++i) x[11 * N + i] = -INFINITY;   // three finite tokens, 11 asked
+  x[11 * N + 1500] = 2.0f, x[11 * N + 40] = 2.0f, x[11 * N + 900] = -3.0f;
+  for (int64_t i = 0; i < N; ++i) x[13 * N + i] = -INFINITY;   // all −inf
+  x[16 * N + 100] = std::numeric_limits<float>::quiet_NaN();   // no logprobs
+  for (int64_t i = 0; i < N; ++i) x[19 * N + i] = 1.5f;        // flat
+  const std::vector<float> orig = x;
+  std::vector<float> raw(edits.size(), 0.0f);
+  std::vector<int32_t> picks(M);
+  be.sample_rows(x.data(), M, N, N, spec.data(), rows.data(), edits.data(), raw.data(), tokens.data(), picks.data());
+  const std::vector<float> edited = x;
+  std::vector<deepinfer::RowLogprobs> out(M);
+  for (auto& o : out) o.n = -7;
+  be.logprob_rows(x.data(), M, N, N, spec.data(), rows.data(), edits.data(), raw.data(), picks.data(), out.data());
+  int checked = 0, restored = 0;
+  for (int64_t m = 0; m < M; ++m) {
+    SCOPED_TRACE("row " + std::to_string(m));
+    const float* row = x.data() + m * N;
+    if (spec[m].logprobs < 0) {
+      EXPECT_EQ(out[m].n, -7);
+      EXPECT_EQ(0, std::memcmp(row, edited.data() + m * N, N * sizeof(float)));
+      continue;
+    }
+    EXPECT_EQ(0, std::memcmp(row, orig.data() + m * N, N * sizeof(float)));  // the raw row back
+    if (m == 16) {
+      EXPECT_EQ(picks[m], -2);
+      EXPECT_TRUE(std::isnan(out[m].token));
+      EXPECT_EQ(out[m].n, 0);
+      continue;
+    }
+    const int n = std::min(spec[m].logprobs, deepinfer::kMaxLogprobs);
+    const deepinfer::RawLogprobs want = deepinfer::raw_logprobs(orig.data() + m * N, (int)N, picks[m], n);
+    EXPECT_EQ(deepinfer::sampling::bits_of(out[m].token), deepinfer::sampling::bits_of(want.token_logprob));
+    ASSERT_EQ(out[m].n, (int32_t)want.top.size());
+    for (int j = 0; j < out[m].n; ++j) {
+      EXPECT_EQ(out[m].ids[j], want.top[(size_t)j].token) << j;
+      EXPECT_EQ(deepinfer::sampling::bits_of(out[m].lps[j]), deepinfer::sampling::bits_of(want.top[(size_t)j].logprob));
+    }
+    ++checked;
+    restored += rows[m].count > 0;
+  }
+  EXPECT_GT(checked, 25);
+  EXPECT_GT(restored, 5);
+  // The special rows' lists, by hand.
+  ASSERT_EQ(out[5].n, 5);
+  EXPECT_EQ(out[5].ids[0], 10);
+  EXPECT_EQ(out[5].ids[1], 1900);
+  ASSERT_EQ(out[11].n, 11);
+  EXPECT_EQ(out[11].ids[0], 40);
+  EXPECT_EQ(out[11].ids[1], 1500);
+  EXPECT_EQ(out[11].ids[2], 900);
+  EXPECT_EQ(out[11].ids[3], 0);
+  EXPECT_EQ(out[11].lps[3], -INFINITY);
+  EXPECT_EQ(out[11].ids[10], 7);
+  EXPECT_NEAR(out[11].lps[0], -std::log(2.0 + std::exp(-5.0)), 2e-7);
+  ASSERT_EQ(out[13].n, 13);
+  EXPECT_EQ(out[13].token, -INFINITY);
+  EXPECT_EQ(out[13].ids[12], 12);
+  ASSERT_EQ(out[19].n, 19);
+  EXPECT_EQ(out[19].ids[18], 18);
+  EXPECT_EQ(out[19].token, (float)-std::log((double)N));
+  ASSERT_EQ(out[21].n, 20);  // 21 asked
+}
+
+// A flat row past 2^19 tokens (the masses' scale drops a bit so that Z stays below 2^63) and a peaked one: the
+// logprobs of the exact log-softmax within a float ulp.
+TEST(Sampler, LogprobsOfLongRowsStayExact) {
+  const int64_t N = (1 << 19) + 1001;
+  std::vector<float> x((size_t)N, -2.25f);
+  deepinfer::RowLogprobs o;
+  deepinfer::row_logprobs(x.data(), N, 7, 3, o);
+  EXPECT_EQ(o.token, (float)-std::log((long double)N));
+  EXPECT_EQ(o.ids[2], 2);
+  std::mt19937 g(4);
+  std::normal_distribution<float> n(0.0f, 4.0f);
+  for (float& v : x) v = n(g);
+  long double m = -INFINITY, z = 0;
+  for (float v : x) m = std::max<long double>(m, v);
+  for (float v : x) z += std::exp((long double)v - m);
+  deepinfer::row_logprobs(x.data(), N, 12345, 20, o);
+  const double ref = (double)((long double)x[12345] - m - std::log(z));
+  EXPECT_NEAR(o.token, ref, 1.2e-7 * std::max(1.0, std::fabs(ref)));
+  for (int j = 0; j < 20; ++j) {
+    const double r = (double)((long double)x[(size_t)o.ids[j]] - m - std::log(z));
+    EXPECT_NEAR(o.lps[j], r, 1.2e-7 * std::max(1.0, std::fabs(r))) << j;
+  }
+}
+
 }  // namespace deepinfer
 
 // argmax_rows is the host sampler's greedy pick (the engine reads it instead of the logits for greedy

@@ -537,6 +537,25 @@ void CpuBackend::sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const S
   }, 1);
 }
 
+void CpuBackend::logprob_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
+                              const LogitEdit* edits, const float* edit_raw, const int32_t* picks, RowLogprobs* out) {
+  pool().parallel_for(M, [&](int64_t b, int64_t e) {
+    for (int64_t m = b; m < e; ++m) {
+      if (spec[m].logprobs < 0) continue;
+      float* row = x + m * ld;
+      if (rows && edit_places(rows[m]) > 0) restore_edits(row, N, rows[m], edits, edit_raw);
+      bool bad = false;
+      for (int64_t i = 0; i < N && !bad; ++i) bad = std::isnan(row[i]) || row[i] == std::numeric_limits<float>::infinity();
+      if (bad) {
+        out[m] = RowLogprobs{};
+        out[m].token = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      row_logprobs(row, N, picks[m], spec[m].logprobs, out[m]);
+    }
+  }, 1);
+}
+
 void CpuBackend::feed_tokens(int32_t* pack, int64_t T, int hc, const int32_t* feed, const int32_t* picks, int64_t V) {
   for (int64_t i = 0; i < T; ++i) {
     if (feed[i] < 0) continue;

@@ -147,6 +147,58 @@ void apply_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edit
   }
 }
 
+void restore_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edits, const float* raw) {
+  for (int32_t j = 0; j < row.count; ++j) {
+    const int32_t id = edits[row.first + j].id;
+    if (id >= 0 && id < N) x[id] = raw[row.first + j];
+  }
+  if (row.pend > 0) {  // a pending token without an entry: its id's bits after its value
+    int32_t id;
+    std::memcpy(&id, &raw[row.first + row.count + 1], 4);
+    if (id >= 0 && id < N) x[id] = raw[row.first + row.count];
+  }
+}
+
+LogprobBase logprob_base(const float* x, int64_t N) {
+  LogprobBase b;
+  for (int64_t i = 0; i < N; ++i)
+    if (x[i] > b.m) b.m = x[i];  // (NaN never compares greater)
+  if (!(b.m > kNegInf)) return b;
+  const int shift = sampling::lp_shift(N);
+  uint64_t Z = 0;
+  for (int64_t i = 0; i < N; ++i)
+    if (x[i] > kNegInf) Z += sampling::lp_mass(x[i], b.m, shift);
+  b.log_z = sampling::lp_log_z(Z, shift);
+  return b;
+}
+
+std::vector<int32_t> top_ids(const float* x, int64_t N, int n) {
+  auto val = [x](int64_t i) { return std::isnan(x[i]) ? kNegInf : x[i]; };
+  // A running list by (value desc, id asc); ids arrive ascending, so a later id only displaces an entry with a
+  // strictly smaller value.
+  std::vector<int32_t> best;
+  const size_t k = (size_t)std::max<int64_t>(0, std::min<int64_t>(n, N));
+  if (k == 0) return best;
+  best.reserve(k + 1);
+  for (int64_t i = 0; i < N; ++i) {
+    const float v = val(i);
+    if (best.size() == k && !(v > val(best.back()))) continue;
+    auto pos = std::find_if(best.begin(), best.end(), [&](int32_t e) { return v > val(e); });
+    best.insert(pos, (int32_t)i);
+    if (best.size() > k) best.pop_back();
+  }
+  return best;
+}
+
+void row_logprobs(const float* x, int64_t N, int32_t token, int top_n, RowLogprobs& out) {
+  const LogprobBase b = logprob_base(x, N);
+  auto lp = [&](int64_t i) { return b.m > kNegInf ? sampling::logprob_of(x[i], b.m, b.log_z) : kNegInf; };
+  out.token = token >= 0 && token < N ? lp(token) : kNegInf;
+  const std::vector<int32_t> ids = top_ids(x, N, std::min(top_n, kMaxLogprobs));
+  out.n = (int32_t)ids.size();
+  for (size_t j = 0; j < ids.size(); ++j) out.ids[j] = ids[j], out.lps[j] = lp(ids[j]);
+}
+
 float gumbel_noise(uint64_t key, uint64_t position, int32_t token) {
   return sampling::gumbel_from_word(philox_token_word(key, position, RngStream::kSample, (uint32_t)token));
 }

@@ -1550,6 +1550,16 @@ void CudaBackend::sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const 
     check(cuda::sample_rows(x, M, N, ld, spec, rows, edits, edit_raw, tokens, out, impl_->stream), "sample_rows");
 }
 
+void CudaBackend::logprob_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
+                               const LogitEdit* edits, const float* edit_raw, const int32_t* picks, RowLogprobs* out) {
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
+  if (M > 0) check(cuda::logprob_rows(x, M, N, ld, spec, rows, edits, edit_raw, picks, out, impl_->stream), "logprob_rows");
+}
+// Not yet run on a GPU (written in session 19 without one): opt-in until the op cases and the engine's checks
+// pass there (DEEPINFER_CUDA_ON=devlogprobs); off, the engine computes logprobs on the host from the rows.
+bool CudaBackend::logprobs_on_backend() const { return impl_->on("devlogprobs"); }
+
 void CudaBackend::feed_tokens(int32_t* pack, int64_t T, int hc, const int32_t* feed, const int32_t* picks,
                               int64_t V) {
   HostTimer ht_(impl_.get(), Impl::kOp);

@@ -654,6 +654,12 @@ cudaError_t argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_
 cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
                         const LogitEdit* edits, float* edit_raw, const int32_t* tokens, int32_t* out,
                         cudaStream_t s);
+// Backend::logprob_rows: the rows with spec[m].logprobs ≥ 0 get their edits put back (rows / edits / edit_raw as
+// sample_rows took them; null: none), then out[m] = row_logprobs(row m, picks[m], spec[m].logprobs) bit for bit.
+// One block a row for the restore, then sample_rows' clusters.
+cudaError_t logprob_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
+                         const LogitEdit* edits, const float* edit_raw, const int32_t* picks, RowLogprobs* out,
+                         cudaStream_t s);
 // Backend::feed_tokens (a step's token ids from the previous step's picks). One block.
 cudaError_t feed_tokens(int32_t* pack, int64_t T, int hc, const int32_t* feed, const int32_t* picks, int64_t V,
                         cudaStream_t s);

@@ -206,7 +206,8 @@ __device__ __forceinline__ void bin_sweep(const float* __restrict__ row, int64_t
   part_sum(sh.bin_cnt_loc, sh.bin_cnt, sh.bin_mass_loc, sh.bin_mass, NB, P);
 }
 
-// The keys (≥ kmin) of bin `bin`'s finite tokens of the row (sub ≥ 0: of its sub-bin `sub` only) into cand,
+// The keys (≥ kmin) of bin `bin`'s finite tokens of the row (bin < 0: of every bin; sub ≥ 0: of its sub-bin `sub`
+// only) into cand,
 // sorted best first; their count (≤ SCAP: the caller checked the count). Slots past it hold 0, below every
 // token's key.
 __device__ __forceinline__ int gather_bin(const float* __restrict__ row, int64_t N, float T, float m, ull kmin, int bin,
@@ -219,7 +220,7 @@ __device__ __forceinline__ int gather_bin(const float* __restrict__ row, int64_t
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const float s = sm::scale_logit(v[r], T);
-      if (!(s > -INFINITY) || bin_of(s, m) != bin || (sub >= 0 && sub_of(s, m) != sub)) continue;
+      if (!(s > -INFINITY) || (bin >= 0 && bin_of(s, m) != bin) || (sub >= 0 && sub_of(s, m) != sub)) continue;
       const ull k = comp_key(s, 4 * g + r);
       if (k >= kmin) sh.u.c.q[atomicAdd(&sh.nloc, 1)] = k;
     }
@@ -458,13 +459,15 @@ constexpr int kSortWhole = 512;
 // `place` of the bin (0 = best). top-p: the worst key whose mass before it (E0, the better bins' mass, plus the
 // bin's better tokens') is ≤ limit. A full bin is split into 256 sub-bins by one more sweep, and only the cut's
 // sub-bin is gathered and sorted; a sub-bin of more than SCAP tokens (a row of nearly one value) takes radix_cut
-// over the whole bin.
+// over the whole bin. The bin past the reach (NBQ, top-k only) is sorted whole, or by radix_cut beyond SCAP.
 __device__ ull cut_key(const float* __restrict__ row, int64_t N, float T, float m, ull kmin, int bin, bool topp,
                        int place, ull E0, int64_t limit, SampleShared& sh, const Part& P) {
   const int tid = threadIdx.x;
   int sub = -1, pl = place;
   ull E = E0;
-  if (sh.bin_cnt[bin] > kSortWhole) {
+  if (bin == NBQ) {  // the bin past the reach (logprob_rows' top list only) has no sub-bins
+    if (sh.bin_cnt[bin] > SCAP) return radix_cut(row, N, T, m, kmin, bin, topp, place, E0, limit, sh, P);
+  } else if (sh.bin_cnt[bin] > kSortWhole) {
     sub_sweep(row, N, T, m, kmin, bin, topp, sh, P);
     if (tid < 32) pick_sub(topp, place, E0, limit, sh);
     __syncthreads();
@@ -644,6 +647,128 @@ __global__ void __launch_bounds__(256) apply_edits_kernel(float* __restrict__ x,
 }
 }  // namespace
 
+namespace {
+// The edits' raw values back into the rows that want logprobs (restore_edits), after the pick: one block a row. The
+// entries' ids are distinct, and a pending token without an entry has none of theirs.
+__global__ void __launch_bounds__(256) restore_edits_kernel(float* __restrict__ x, int64_t N, int64_t ld,
+                                                            const SampleSpec* __restrict__ spec,
+                                                            const RowEdits* __restrict__ rows,
+                                                            const LogitEdit* __restrict__ edits,
+                                                            const float* __restrict__ raw) {
+  DI_PDL_WAIT();
+  if (spec[blockIdx.x].logprobs < 0) return;
+  const RowEdits r = rows[blockIdx.x];
+  float* row = x + (int64_t)blockIdx.x * ld;
+  for (int j = threadIdx.x; j < r.count; j += blockDim.x) {
+    const int32_t id = edits[r.first + j].id;
+    if (id >= 0 && id < N) row[id] = raw[r.first + j];
+  }
+  if (threadIdx.x == 0 && r.pend > 0) {
+    const int32_t id = __float_as_int(raw[r.first + r.count + 1]);
+    if (id >= 0 && id < N) row[id] = raw[r.first + r.count];
+  }
+}
+
+// Σ over the row's blocks of every thread's v (integers: the order is immaterial); every thread gets it.
+__device__ __forceinline__ ull row_total(ull v, SampleShared& sh, const Part& P) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();  // (the last readers of dig_*_loc are done)
+  if ((tid & 31) == 0) sh.dig_mass_loc[tid >> 5] = v;
+  __syncthreads();
+  if (tid == 0) {
+    ull t = 0;
+    for (int w = 0; w < SW; ++w) t += sh.dig_mass_loc[w];
+    sh.dig_mass_loc[0] = t, sh.dig_cnt_loc[0] = 0;
+  }
+  part_sum(sh.dig_cnt_loc, sh.dig_cnt, sh.dig_mass_loc, sh.dig_mass, 1, P);
+  return sh.dig_mass[0];
+}
+
+// Raw logprobs of the rows with spec.logprobs ≥ 0 (row_logprobs, bit for bit): a cluster a row as sample_rows.
+//   A  NaN / +inf check, the max m, the finite count;
+//   B  Z = Σ lp_mass (integers), log Z;
+//   C  the top n: the n-th best key by sample_rows' top-k cut (bins of m − x, then its sub-bin or radix_cut), then
+//      every key at or above it gathered and sorted (n ≤ 20 tokens); fewer finite tokens than n: all of them, then
+//      the lowest ids of the −inf ones.
+__global__ void __launch_bounds__(SRT) logprob_rows_kernel(const float* __restrict__ x, int64_t N, int64_t ld,
+                                                           const SampleSpec* __restrict__ spec,
+                                                           const int32_t* __restrict__ picks,
+                                                           RowLogprobs* __restrict__ out) {
+  extern __shared__ __align__(16) unsigned char sample_smem[];
+  SampleShared& sh = *reinterpret_cast<SampleShared*>(sample_smem);
+  const Part P{(int)cg::this_cluster().num_blocks(), (int)cg::this_cluster().block_rank()};
+  const int64_t rowi = blockIdx.x / P.C;
+  const int tid = threadIdx.x;
+  DI_PDL_WAIT();
+  const int want = spec[rowi].logprobs;  // the same in every block of the row: they all leave here or none
+  if (want < 0) return;
+  const float* row = x + rowi * ld;
+  RowLogprobs& o = out[rowi];
+  const bool writer = tid == 0 && P.rank == 0;
+
+  float bv = -INFINITY;
+  int bi = -1, bad = 0, nfin = 0;
+  row_groups(row, N, P, [&](int64_t g, const float (&v)[4]) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      bad |= isnan(v[r]) || v[r] == INFINITY;
+      nfin += v[r] > -INFINITY;
+      if (v[r] > bv) bv = v[r], bi = (int)(4 * g + r);
+    }
+  });
+  row_best(bv, bi, bad, nfin, sh, P);
+  const int n = (int)(want < kMaxLogprobs ? (want < N ? want : N) : (kMaxLogprobs < N ? kMaxLogprobs : N));
+  if (bad) {
+    if (writer) o.token = __int_as_float(0x7fc00000), o.n = 0;
+    return;
+  }
+  const int32_t pick = picks[rowi];
+  if (bi < 0) {  // every value −inf: so is every logprob, and the top ids are the lowest
+    if (writer) {
+      o.token = -INFINITY, o.n = n;
+      for (int j = 0; j < n; ++j) o.ids[j] = j, o.lps[j] = -INFINITY;
+    }
+    return;
+  }
+  const float m = bv;
+  const int shift = sm::lp_shift(N);
+  ull z = 0;
+  row_groups(row, N, P, [&](int64_t, const float (&v)[4]) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      if (v[r] > -INFINITY) z += sm::lp_mass(v[r], m, shift);
+  });
+  const double log_z = sm::lp_log_z(row_total(z, sh, P), shift);
+
+  int ntop = 0;  // the top keys in sh.u.c.cand, best first
+  if (n > 0) {
+    ull kset = 0;
+    if (n < nfin) {
+      bin_sweep(row, N, 1.0f, m, 0, false, sh, P);  // (x / 1 is x: the keys are the raw values')
+      if (tid < 32) topk_bin(n, sh);
+      __syncthreads();
+      const int bk = sh.ncand, place = sh.last;
+      kset = cut_key(row, N, 1.0f, m, 0, bk, false, place, 0, 0, sh, P);
+    }
+    ntop = gather_bin(row, N, 1.0f, m, kset, -1, -1, sh, P);  // min(n, nfin) keys
+  }
+  if (P.rank != 0) return;
+  if (tid < ntop) {
+    const ull k = sh.u.c.cand[tid];
+    o.ids[tid] = (int32_t)(0xFFFFFFFFu - (uint32_t)k);
+    o.lps[tid] = sm::logprob_of(key_value(k), m, log_z);
+  }
+  if (tid == 0) {
+    o.n = n;
+    o.token = pick >= 0 && pick < N ? sm::logprob_of(row[pick], m, log_z) : -INFINITY;
+    for (int64_t i = 0, j = ntop; j < n && i < N; ++i)  // fewer finite tokens than n: the lowest −inf ids
+      if (!(row[i] > -INFINITY)) o.ids[j] = (int32_t)i, o.lps[j] = -INFINITY, ++j;
+  }
+}
+}  // namespace
+
 // Blocks a row (a cluster) for `kern` with `smem` bytes of dynamic shared memory: the largest power of two ≤ 16
 // with M·C ≤ the SMs, 16 only where a cluster of 16 fits the device. The token does not depend on it (integer
 // sums, a total order for the best).
@@ -704,6 +829,19 @@ cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const Sample
   return launch_rows(M, C, SRT, sizeof(SampleShared), s, sample_rows_kernel, (const float*)x, N, ld, spec, out);
 }
 
+cudaError_t logprob_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
+                         const LogitEdit* edits, const float* edit_raw, const int32_t* picks, RowLogprobs* out,
+                         cudaStream_t s) {
+  if (N <= 0 || N > 0x7fffffff) return cudaErrorInvalidValue;
+  if (M <= 0) return cudaSuccess;
+  if (rows) {
+    if (!edits || !edit_raw) return cudaErrorInvalidValue;
+    restore_edits_kernel<<<(unsigned)M, 256, 0, s>>>(x, N, ld, spec, rows, edits, edit_raw);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  const int C = row_cluster(M, logprob_rows_kernel, SRT, sizeof(SampleShared));
+  return launch_rows(M, C, SRT, sizeof(SampleShared), s, logprob_rows_kernel, (const float*)x, N, ld, spec, picks, out);
+}
 
 namespace {
 constexpr int ANT = 512;
@@ -767,6 +905,10 @@ namespace detail {
 cudaError_t init_attributes_sampler() {
   if (cudaError_t e = set_max_dynamic_smem(sample_rows_kernel, sizeof(SampleShared)); e != cudaSuccess) return e;
   if (cudaError_t e = cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      e != cudaSuccess)
+    return e;
+  if (cudaError_t e = set_max_dynamic_smem(logprob_rows_kernel, sizeof(SampleShared)); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaFuncSetAttribute(logprob_rows_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
       e != cudaSuccess)
     return e;
   return cudaFuncSetAttribute(argmax_rows_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
