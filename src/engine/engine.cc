@@ -305,6 +305,7 @@ struct Engine::Impl {
                                             ch->sampling.rng_key(), (uint64_t)(c.start + c.len),
                                             p->logprobs ? *p->logprobs : -1};
         v.chunks.back().edited = may_edit(*p, *ch, c);
+        v.chunks.back().masked = ch->structured.has_value();
       }
       v.who.push_back(ch);
     }
@@ -314,6 +315,8 @@ struct Engine::Impl {
         const RowEdits& r = v.edits.rows[i];
         v.chunks[i].edit_row = r;
         v.chunks[i].edits = std::span<const LogitEdit>(v.edits.list.data() + r.first, (size_t)r.count);
+        if (r.mask >= 0)
+          v.chunks[i].mask = std::span<const uint32_t>(v.edits.masks.data() + r.mask * mask_words(vocab), (size_t)mask_words(vocab));
       }
     }
     return v;
@@ -326,31 +329,58 @@ struct Engine::Impl {
                                 std::max<int64_t>(0, c.start + c.len - (int64_t)ch.sampling.next_position()));
   }
   // The logit edits of a plan's sampled rows that take the backend's pick, as of the tokens known now (rows[i]
-  // for chunk i). A row whose edits do not fit the step's capacity gets none and is sampled on the host
-  // (edit_overflow, read by device_samplable).
+  // for chunk i), and the grammar masks of its structured rows (never fed: the mask needs every token before).
+  // A row whose edits or mask do not fit the step's capacity gets none and is sampled on the host (edit_overflow,
+  // read by device_samplable), and so is a structured row whose mask fails (the host reports it) or whose
+  // min_tokens mask is on (the host's rule when the two leave no token is not the backend's).
   // feed (a fed step's map, feed_plan): a fed row's last token is the previous step's pick, pending in its edits.
   StepEdits step_edits(const StepPlan& plan, const std::vector<int32_t>* feed = nullptr) {
     StepEdits se;
     se.rows.resize(plan.chunks.size());
+    const int64_t W = mask_words(vocab);
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
       const ScheduledChunk& c = plan.chunks[i];
       auto own = seq_owner.find(c.seq);
       if (!c.sample || own == seq_owner.end()) continue;
       const Req& r = reqs.at(own->second.first);
-      const Choice& ch = r.choices[own->second.second];
-      if (!cfg.device_sampling || model.v41 || !device_samplable_params(r.params, ch) || !may_edit(r.params, ch, c))
-        continue;
-      const size_t before = se.list.size();
+      Choice& ch = reqs.at(own->second.first).choices[own->second.second];
+      if (!cfg.device_sampling || model.v41 || !device_samplable_params(r.params, ch)) continue;
       const bool pending = feed && (*feed)[i] >= 0;
-      RowEdits row = logit_edits(r.params, ch.sampling, (int)vocab, se.list, pending);
-      if ((int64_t)se.list.size() > DeepseekV4Model::kEditCap) {
-        se.list.resize(before);
-        row = RowEdits{};
-        edit_overflow.insert({c.seq, c.start});
+      RowEdits row;
+      if (ch.structured) {
+        if (pending || min_tokens_on(r.params, ch, c) || (int64_t)se.masks.size() >= DeepseekV4Model::kMaskRows * W) {
+          edit_overflow.insert({c.seq, c.start});
+          continue;
+        }
+        try {
+          const uint32_t* allowed = ch.structured->fill_mask();
+          row.mask = (int32_t)((int64_t)se.masks.size() / W);
+          se.masks.insert(se.masks.end(), allowed, allowed + W);
+        } catch (const std::exception&) {
+          edit_overflow.insert({c.seq, c.start});
+          continue;
+        }
+      }
+      if (may_edit(r.params, ch, c)) {
+        const size_t before = se.list.size();
+        const int32_t mask = row.mask;
+        row = logit_edits(r.params, ch.sampling, (int)vocab, se.list, pending);
+        row.mask = mask;
+        if ((int64_t)se.list.size() > DeepseekV4Model::kEditCap) {
+          se.list.resize(before);
+          if (mask >= 0) se.masks.resize((size_t)(mask * W));
+          row = RowEdits{};
+          edit_overflow.insert({c.seq, c.start});
+        }
       }
       se.rows[i] = row;
     }
     return se;
+  }
+  // Whether chunk c's row has the min_tokens mask on (as may_edit counts it).
+  static bool min_tokens_on(const SamplingParams& p, const Choice& ch, const ScheduledChunk& c) {
+    const int64_t pending = std::max<int64_t>(0, c.start + c.len - (int64_t)ch.sampling.next_position());
+    return (int64_t)ch.sampling.num_output() + pending < p.min_tokens && !ch.sampling.min_tokens_masked().empty();
   }
   // Every chunk one token: the shape DeepseekV4Model::prepare takes.
   static bool decode_shaped(const StepPlan& plan) {
@@ -442,6 +472,7 @@ struct Engine::Impl {
       const ScheduledChunk& c = now.chunks[i];
       if (!c.sample || !who[i]) continue;
       if (!device_samplable(reqs.at(seq_owner.at(c.seq).first).params, *who[i], c)) return false;
+      if (who[i]->structured) return false;  // its next mask needs this token on the host first
       row_of[c.seq] = (int32_t)i;
     }
     feed.assign(next.chunks.size(), -1);
@@ -550,9 +581,12 @@ struct Engine::Impl {
     return device_samplable_params(p, ch) && (uint64_t)(c.start + c.len) == ch.sampling.next_position() &&
            !edit_overflow.count({c.seq, c.start});
   }
-  // The part that holds for the whole request (logit processors are applied on the backend: step_edits).
+  // The part that holds for the whole request (logit processors and grammar masks are applied on the backend:
+  // step_edits), where the backend has what it needs on.
   bool device_samplable_params(const SamplingParams& p, const Choice& ch) const {
-    return !ch.structured && (!p.logprobs || (*p.logprobs <= kMaxLogprobs && model.v4 && model.v4->logprobs_on_backend()));
+    if (!model.v4) return false;
+    return (!ch.structured || model.v4->masks_on_backend()) &&
+           (!p.logprobs || (*p.logprobs <= kMaxLogprobs && model.v4->logprobs_on_backend()));
   }
   std::set<std::pair<uint64_t, int64_t>> edit_overflow;  // (sequence, chunk start): its edits did not fit
 

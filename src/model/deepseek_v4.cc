@@ -119,6 +119,7 @@ DeepseekV4Model::DeepseekV4Model(const V4Config& cfg, Checkpoint& ckpt, Backend&
   picks_ = Buffer<int32_t>(backend, 2 * kPickSlot);  // before any graph: never moves
   edits_ = Buffer<LogitEdit>(backend, 2 * kEditCap);
   edits_raw_ = Buffer<float>(backend, 2 * kEditCap);
+  if (backend.masks_on_backend()) masks_ = Buffer<uint32_t>(backend, 2 * kMaskRows * mask_words(cfg_.vocab_size));
 }
 
 namespace {
@@ -591,17 +592,20 @@ void DeepseekV4Model::prepare(std::span<const V4SeqChunk> batch, V4Cache& cache)
   if (batch.empty()) throw Error("prepare: an empty step");
   if (enqueue(batch, cache, true, {})) return;
   // No graph for it: the step is kept (its sequences' states as they are now) and runs at launch.
-  deferred_states_.clear(), deferred_specs_.clear(), deferred_edited_.clear();
+  deferred_states_.clear(), deferred_specs_.clear(), deferred_edited_.clear(), deferred_masked_.clear();
   for (const auto& c : batch) {
     deferred_states_.push_back(*c.state), deferred_specs_.push_back(c.sample), deferred_edited_.push_back(c.edited);
+    deferred_masked_.push_back(c.masked);
     c.state->pos += 1;
   }
   deferred_cache_ = &cache;
   ready_ = true;
   ready_rows_ = ready_padded_ = (int64_t)batch.size();
   ready_pick_slot_ = argmax_ && decode_rows_of((int64_t)batch.size()) <= kPickRows;  // as enqueue will find it
-  ready_edited_ = false;
+  ready_edited_ = ready_masked_ = false;
+  for (const auto& c : batch) ready_masked_ |= argmax_ && c.masked && be_.masks_on_backend();
   for (const auto& c : batch) ready_edited_ |= argmax_ && c.edited;
+  ready_edited_ |= ready_masked_;
 }
 
 int64_t DeepseekV4Model::decode_rows_of(int64_t B) const {
@@ -643,6 +647,12 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32
     std::sort(spans.begin(), spans.end());
     for (size_t k = 1; k < spans.size(); ++k)
       if (spans[k].first < spans[k - 1].second) refuse("logit-edit rows overlap in the list");
+    const int64_t W = mask_words(cfg_.vocab_size), nmask = (int64_t)edits->masks.size() / W;
+    if ((int64_t)edits->masks.size() % W != 0 || nmask > kMaskRows || (nmask > 0 && !ready_masked_))
+      refuse("grammar masks of the wrong size, too many, or for a step prepared without them");
+    for (size_t i = 0; i < edits->rows.size(); ++i)  // (a fed row's mask would need its pending token)
+      if (edits->rows[i].mask >= nmask || (edits->rows[i].mask >= 0 && !feed.empty() && feed[i] >= 0))
+        refuse("a grammar mask outside the step's masks, or on a fed row");
   }
   std::vector<int32_t> t(ready_padded_, 0), map(ready_padded_, -1);  // stand-in rows keep token 0
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -661,9 +671,13 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32
     for (size_t i = 0; i < ids.size(); ++i) {
       batch.push_back({&deferred_states_[i], std::span<const int32_t>(&t[i], 1), false, deferred_specs_[i]});
       batch.back().edited = deferred_edited_[i];
+      batch.back().masked = deferred_masked_[i];
       if (edits) {
         batch.back().edit_row = edits->rows[i];
         batch.back().edits = std::span<const LogitEdit>(edits->list.data() + edits->rows[i].first, edits->rows[i].count);
+        const int64_t W = mask_words(cfg_.vocab_size);
+        if (edits->rows[i].mask >= 0)
+          batch.back().mask = std::span<const uint32_t>(edits->masks.data() + edits->rows[i].mask * W, (size_t)W);
       }
     }
     enqueue(batch, cache, false, fed ? std::span<const int32_t>(map.data(), ids.size()) : std::span<const int32_t>{});
@@ -682,14 +696,15 @@ void DeepseekV4Model::launch(std::span<const int32_t> ids, std::span<const int32
     pack.resize(at + rows.size() * sizeof(RowEdits) / 4);
     std::memcpy(pack.data() + at, rows.data(), rows.size() * sizeof(RowEdits));
     // (An upload outside the region, ordered before its launch; if it fails, the step is abandoned.)
-    if (edits && !edits->list.empty()) {
-      try {
+    try {
+      if (edits && !edits->list.empty())
         be_.upload(edits_.data() + ready_par_ * kEditCap, edits->list.data(),
                    (int64_t)(edits->list.size() * sizeof(LogitEdit)));
-      } catch (...) {
-        be_.graph_unready();
-        throw;
-      }
+      if (edits && !edits->masks.empty())
+        be_.upload(mask_half(ready_par_), edits->masks.data(), (int64_t)(edits->masks.size() * sizeof(uint32_t)));
+    } catch (...) {
+      be_.graph_unready();
+      throw;
     }
   }
   be_.graph_launch(pack.data(), (int64_t)(pack.size() * sizeof(int32_t)));
@@ -847,18 +862,29 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
   }
   // Logit edits of the sampled rows (argmax_): RowEdits [Rp] in the upload after the feed map, the edits in
   // edits_'s half of the step's parity, uploaded before the step (their number is not part of a graph's key).
-  bool edited = false;
-  for (const auto& c : batch) edited |= argmax_ && c.edited;
+  // Grammar masks (Backend::mask_rows, before the edits): a row's mask_words(V) words in masks_'s half of the
+  // step's parity, its place in its RowEdits (a masked step records the edits op too).
+  bool edited = false, masked = false;
+  for (const auto& c : batch) edited |= argmax_ && c.edited, masked |= argmax_ && (c.masked || !c.mask.empty());
+  if (masked && !be_.masks_on_backend()) throw Error("forward: grammar masks for a backend without them");
+  edited |= masked;
+  const int64_t W = mask_words(V);
   std::vector<RowEdits> erows;
   std::vector<LogitEdit> elist;
+  std::vector<uint32_t> mlist;
   if (edited) {
     erows.resize((size_t)R);
     for (int64_t b = 0, r = 0; b < B; ++b) {
       r += batch[b].all_logits ? seq_begin[b + 1] - seq_begin[b] : 1;
       RowEdits& e = erows[(size_t)(r - 1)];
       e = batch[b].edit_row;
-      e.first = (int32_t)elist.size(), e.count = (int32_t)batch[b].edits.size();
+      e.first = (int32_t)elist.size(), e.count = (int32_t)batch[b].edits.size(), e.mask = -1;
       elist.insert(elist.end(), batch[b].edits.begin(), batch[b].edits.end());
+      if (!batch[b].mask.empty()) {
+        if ((int64_t)batch[b].mask.size() != W) throw Error("forward: a grammar mask of the wrong size");
+        e.mask = (int32_t)((int64_t)mlist.size() / W);
+        mlist.insert(mlist.end(), batch[b].mask.begin(), batch[b].mask.end());
+      }
       if (e.pend > 0) {  // the row's input token (its last) is pending: two places kept free after its edits
         if (feed.empty() || feed[(size_t)b] < 0 || batch[b].tokens.size() != 1)
           throw Error("forward: a pending logit-edit token on a row that is not fed");
@@ -867,6 +893,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       }
     }
     if ((int64_t)elist.size() > kEditCap) throw Error("forward: more logit edits than a step holds");
+    if ((int64_t)mlist.size() > kMaskRows * W) throw Error("forward: more grammar masks than a step holds");
   }
   // A decode step padded to a bucket of batch sizes: stand-in sequences after the real ones (every op
   // is batch invariant within the bucket, so the real rows' results do not change; their logits rows
@@ -1029,6 +1056,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
       const RowEdits* er = edited ? st.up.ptr<RowEdits>(at_erows) : nullptr;
       LogitEdit* el = edited ? edits_.data() + par * kEditCap : nullptr;
       float* raw = edited ? edits_raw_.data() + par * kEditCap : nullptr;
+      if (masked) be_.mask_rows(logits.data(), R, V, V, er, mask_half(par));  // the grammar first, as the host
       be_.sample_rows(logits.data(), R, V, V, st.up.ptr<SampleSpec>(at_spec), er, el, raw, st.up.ptr<int32_t>(at_tok),
                       pick_out);
       if (lp) {  // the rows that asked get their raw logprobs (their edits put back first), next to the picks
@@ -1044,10 +1072,11 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
   uint64_t key = 0xcbf29ce484222325ull;
   for (uint64_t v : {graph_owner_, (uint64_t)(uintptr_t)cache.pages_base(), (uint64_t)(uintptr_t)cache.slots_base(),
                      (uint64_t)Bp, (uint64_t)Rp, (uint64_t)cap_csa, (uint64_t)cap_hca, par, (uint64_t)argmax_,
-                     (uint64_t)edited, (uint64_t)lp})
+                     (uint64_t)edited, (uint64_t)lp, (uint64_t)masked})
     key = mix(key, v);
   if (!elist.empty())  // before the region: not one of its uploads (their size is not in the key)
     be_.upload(edits_.data() + par * kEditCap, elist.data(), (int64_t)(elist.size() * sizeof(LogitEdit)));
+  if (!mlist.empty()) be_.upload(mask_half(par), mlist.data(), (int64_t)(mlist.size() * sizeof(uint32_t)));
   const Backend::GraphMode mode = decode ? be_.graph_begin(key) : Backend::GraphMode::Off;
   bool graphed = mode != Backend::GraphMode::Off;
   in_graph = graphed;
@@ -1069,6 +1098,7 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
     ready_pick_slot_ = pick_slot;
     ready_par_ = par;
     ready_edited_ = edited;
+    ready_masked_ = masked;
     ready_n_ = R * V;
     for (const auto& c : batch) c.state->pos += (int64_t)c.tokens.size();
     return true;

@@ -92,6 +92,11 @@ struct V4SeqChunk {
   bool edited = false;
   RowEdits edit_row{};
   std::span<const LogitEdit> edits;
+  // A structured-output row's grammar mask (Backend::mask_rows, before the edits), when the backend has masks on
+  // (masks_on_backend): `masked` when the row takes one (a step with such a row records the masks op), then its
+  // allowed-token words (mask_words(V); a prepared step takes them at launch: StepEdits::masks).
+  bool masked = false;
+  std::span<const uint32_t> mask;
 };
 
 // A prepared decode step's logit edits, given at launch: rows[i] for sequence i (first / count into list). A
@@ -100,6 +105,7 @@ struct V4SeqChunk {
 struct StepEdits {
   std::vector<RowEdits> rows;
   std::vector<LogitEdit> list;
+  std::vector<uint32_t> masks;  // the rows' grammar masks, mask_words(V) words each (RowEdits::mask: which)
 };
 
 class DeepseekV4Model {
@@ -162,6 +168,9 @@ class DeepseekV4Model {
   // unset); empty when the step computed none.
   std::span<const RowLogprobs> logprobs(int back = 0);
   bool logprobs_on_backend() const { return be_.logprobs_on_backend(); }
+  bool masks_on_backend() const { return be_.masks_on_backend(); }
+  // The most grammar masks a step holds (more: the caller samples those rows on the host).
+  static constexpr int64_t kMaskRows = 256;
   bool prepared_ahead() const { return ready_ && !deferred_cache_; }
   // Decode steps padded to a bucket of batch sizes (stand-in rows, results unchanged): −1 = when the
   // backend asks for it (Backend::decode_rows: CUDA graphs), 0 = never, 1 = always (tests).
@@ -228,10 +237,14 @@ class DeepseekV4Model {
   std::vector<RowLogprobs> lps_host_;
   bool ready_pick_slot_ = false;        // the prepared step's picks go to picks_ (it can take a feed)
   bool ready_edited_ = false;           // it applies logit edits (its rows' RowEdits follow the feed map)
+  bool ready_masked_ = false;           // and grammar masks
   std::vector<char> deferred_edited_;   // a deferred step's chunks' `edited`
+  std::vector<char> deferred_masked_;   // and `masked`
   // The steps' logit edits outside the arena, by parity [2, kEditCap] (their number is not part of a graph's key).
   Buffer<LogitEdit> edits_;
   Buffer<float> edits_raw_;            // [2, kEditCap]: the logits the edits replaced (Backend::sample_rows)
+  Buffer<uint32_t> masks_;             // [2, kMaskRows, mask_words(V)]: the steps' grammar masks, by parity
+  uint32_t* mask_half(uint64_t par) { return masks_.data() + (int64_t)par * kMaskRows * mask_words(cfg_.vocab_size); }
   // The last launched step's edited rows (host copies of its RowEdits by logits row, and of its edits), so that a
   // row the host samples after all (logits_row / logits) gets its raw logits back.
   std::vector<RowEdits> out_erows_;

@@ -274,6 +274,11 @@ class Backend {
   // mask too. tokens: the step's token ids, for rows with a pending token (RowEdits::pend; null when none has).
   virtual void sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
                            const LogitEdit* edits, float* edit_raw, const int32_t* tokens, int32_t* out) = 0;
+  // Structured-output masks on the backend, before sample_rows: row m with rows[m].mask = k ≥ 0 gets
+  // apply_mask(row m, masks + k · mask_words(N)) in place. rows[M] and masks in backend memory.
+  virtual void mask_rows(float* x, int64_t M, int64_t N, int64_t ld, const RowEdits* rows, const uint32_t* masks) = 0;
+  // Whether mask_rows is on (else the engine samples structured rows on the host from their logits).
+  virtual bool masks_on_backend() const { return true; }
   // Raw logprobs on the backend (ops/sampling.h row_logprobs: the host's values bit for bit), for the rows with
   // spec[m].logprobs ≥ 0, after sample_rows on the same arguments: row m's edits are put back first (its raw
   // logits, restore_edits: x holds them afterwards), then out[m] = row_logprobs(row m, picks[m],

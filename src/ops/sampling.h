@@ -52,8 +52,15 @@ struct RowEdits {
   // raw[first + count + 1] the float whose bits are its id then (−1 otherwise), so that the raw row can be
   // restored without knowing the token on the host.
   int32_t pend = 0;
+  // A structured-output row's grammar mask: its place among the step's masks (Backend::mask_rows), −1 none.
+  int32_t mask = -1;
 };
-static_assert(sizeof(RowEdits) == 24);
+static_assert(sizeof(RowEdits) == 28);
+// Words of a row's allowed-token bitmask (bit i of word i / 32: token i allowed).
+inline int64_t mask_words(int64_t N) { return (N + 31) / 32; }
+// x[i] = −inf for every token i the mask does not allow (a NaN or +inf stays: the row still answers −2), as the
+// host sampler masks a structured-output row before its logit processors.
+void apply_mask(float* x, int64_t N, const uint32_t* allowed);
 // The places a row takes in the step's list (and its raw values): its edits, and two for a pending token. A row
 // with none has nothing to apply.
 inline int32_t edit_places(const RowEdits& r) { return r.count + (r.pend > 0 ? 2 : 0); }

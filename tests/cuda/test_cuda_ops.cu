@@ -4107,6 +4107,48 @@ Result sample_rows_case(int64_t M, int64_t N, int kind0, const std::string& name
   return res;
 }
 
+// mask_rows (structured-output grammar masks on the GPU) against the CPU twin, bitwise: masks from dense to one
+// token and none, rows without a mask (−1), the masks in any order of the step's list, NaN / +inf kept under a
+// clear bit, rows not 16-byte aligned (ld > N, the gaps untouched).
+Result mask_rows_case(int64_t M, int64_t N, int64_t ld, const std::string& name) {
+  Rng r = rng_for(name);
+  Result res;
+  const int64_t W = deepinfer::mask_words(N);
+  std::vector<float> x = randn(r, M * ld, 3.0f);
+  std::vector<deepinfer::RowEdits> rows((size_t)M);
+  std::vector<uint32_t> masks;
+  int64_t nmask = 0;
+  for (int64_t m = M - 1; m >= 0; --m) {  // the list in reverse row order
+    if (m % 5 == 3) continue;               // no mask
+    rows[(size_t)m].mask = (int32_t)nmask++;
+    const int density = (int)(m % 4);
+    for (int64_t w = 0; w < W; ++w) {
+      uint32_t bits = 0;
+      for (int j = 0; j < 32; ++j) {
+        const bool ok = density == 0 ? r.range(0, 50) != 0 : density == 1 ? r.range(0, 2) == 0 : density == 2 ? r.range(0, 16) == 0 : false;
+        bits |= (uint32_t)ok << j;
+      }
+      masks.push_back(bits);
+    }
+    if (m % 7 == 0) x[(size_t)(m * ld + r.range(0, (int)N))] = std::numeric_limits<float>::quiet_NaN();
+    if (m % 7 == 1) x[(size_t)(m * ld + r.range(0, (int)N))] = std::numeric_limits<float>::infinity();
+  }
+  DBuf dx = dup(x, "x"), drows = dup(rows, "rows"), dmasks = dup(masks, "masks");
+  auto launch = [&] {
+    return dc::mask_rows(dx.as<float>(), M, N, ld, drows.as<const deepinfer::RowEdits>(), dmasks.as<const uint32_t>(), 0);
+  };
+  CK(launch());
+  cpu().mask_rows(x.data(), M, N, ld, rows.data(), masks.data());
+  const auto xg = down<float>(dx, M * ld);
+  expect_true(res, std::memcmp(xg.data(), x.data(), x.size() * sizeof(float)) == 0, "masked logits differ");
+  res.detail += std::to_string(nmask) + " masks, bitwise ";
+  if (g_perf) {
+    res.us = time_us([&] { launch(); });
+    res.bytes = nmask * N * 8.0;
+  }
+  return res;
+}
+
 // argmax_rows (greedy sampling on the GPU) against the CPU twin, bitwise: ties placed on purpose (the
 // lowest id wins), rows of −inf with one finite value, all −inf (−1), a NaN or +inf (−2).
 Result argmax_case(int64_t M, int64_t N, const std::string& name) {
@@ -5872,6 +5914,8 @@ void register_cases() {
   add("sample_rows M=48 V=1001 ld=1003 (unaligned rows)", [] { return sample_rows_case(48, 1001, 5, "sm4", 1003); });
   add("sample_rows M=64 V=129280 with logit edits", [] { return sample_rows_case(64, 129280, 1, "sm5", 0, true); });
   add("sample_rows M=33 V=1001 ld=1003 with logit edits", [] { return sample_rows_case(33, 1001, 3, "sm6", 1003, true); });
+  add("mask_rows M=16 V=129280", [] { return mask_rows_case(16, 129280, 129280, "mk1"); });
+  add("mask_rows M=37 V=1001 ld=1003", [] { return mask_rows_case(37, 1001, 1003, "mk2"); });
   add("sample_rows M=64 V=129280 with logit edits and logprobs", [] { return sample_rows_case(64, 129280, 1, "sm9", 0, true, true); });
   add("sample_rows M=48 V=1001 ld=1003 with logit edits and logprobs", [] { return sample_rows_case(48, 1001, 5, "sm10", 1003, true, true); });
   add("sample_rows M=1 V=129280 logprobs", [] { return sample_rows_case(1, 129280, 22, "sm11", 0, false, true); });

@@ -782,6 +782,59 @@ void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int th
     expect(lpicked == ltotal && lfed > 0, "engine cuda: logprob rows not all picked on the device, or no fed steps");
     g_summary["engine"]["device_logprobs"] = {{"outputs", lps[0].size()}, {"same", lsame}, {"picked", lpicked},
                                               {"fed_steps", lfed}};
+
+    // Grammar masks on the device (Backend::mask_rows, opt-in until this check passes: DEEPINFER_CUDA_ON=devmasks):
+    // structured requests (JSON schema, JSON object, regex, a grammar; with logprobs and processors) give the same
+    // tokens and logprobs with the masks on the device as on the host, every structured token picked there.
+    std::vector<Request> sq;
+    const char* kinds[4][2] = {
+        {"j", R"({"type":"object","properties":{"name":{"type":"string","maxLength":10},"n":{"type":"integer"}},"required":["name","n"]})"},
+        {"o", ""},
+        {"r", "(Amen|Selah)\\. [0-9]{1,3} [a-z ]{0,20}!"},
+        {"g", "root ::= \"light\" (\" and \" word)* \".\"\nword ::= [a-z]+\n"}};
+    for (size_t i = 0; i < 16; ++i) {
+      Request q = sampled[i % sampled.size()];
+      q.params.n = 1;
+      q.params.max_tokens = 48;
+      const int k = (int)(i % 4);
+      q.params.structured = {k == 0 ? StructuredKind::kJsonSchema : k == 1 ? StructuredKind::kJsonObject
+                             : k == 2 ? StructuredKind::kRegex : StructuredKind::kGrammar, kinds[k][1]};
+      if (i % 3 == 0) q.params.logprobs = 5;
+      if (i % 5 == 1) q.params.repetition_penalty = 1.2f;
+      sq.push_back(q);
+    }
+    setenv("DEEPINFER_CUDA_ON", (on_before + ",devlogprobs,devmasks").c_str(), 1);
+    std::vector<Completion> sout[2];
+    int64_t spicked = 0, stotal = 0;
+    for (int on = 0; on < 2; ++on) {
+      EngineConfig cfg;
+      cfg.model_dir = dir;
+      cfg.backend = "cuda";
+      cfg.max_num_seqs = 8;
+      cfg.device_sampling = on == 1;
+      Engine e(cfg);
+      for (auto& g : e.generate(sq))
+        for (auto& o : g.outputs) sout[on].push_back(o), stotal += on ? (int64_t)o.token_ids.size() : 0;
+      if (on) spicked = e.stats().device_sampled_tokens;
+    }
+    setenv("DEEPINFER_CUDA_ON", on_before.c_str(), 1);
+    int64_t ssame = 0, serr = 0;
+    for (size_t i = 0; i < sout[0].size() && i < sout[1].size(); ++i) {
+      const Completion &a = sout[0][i], &b = sout[1][i];
+      bool same = a.token_ids == b.token_ids && a.text == b.text && a.finish == b.finish &&
+                  a.logprobs.size() == b.logprobs.size();
+      for (size_t t = 0; same && t < a.logprobs.size(); ++t)
+        same = std::memcmp(&a.logprobs[t].logprob, &b.logprobs[t].logprob, 4) == 0 && a.logprobs[t].top == b.logprobs[t].top;
+      ssame += same;
+      serr += a.finish == Finish::kError || b.finish == Finish::kError;
+    }
+    std::printf("engine cuda grammar masks: %lld/%zu structured outputs the same (tokens, text, logprobs) with the "
+                "masks on the device (%lld of %lld tokens picked there) and on the host; %lld errors\n",
+                (long long)ssame, sout[0].size(), (long long)spicked, (long long)stotal, (long long)serr);
+    expect(ssame == (int64_t)sout[0].size() && !sout[0].empty() && serr == 0,
+           "engine cuda: device grammar masks != host grammar masks");
+    expect(spicked == stotal, "engine cuda: structured tokens not all picked on the device");
+    g_summary["engine"]["device_masks"] = {{"outputs", sout[0].size()}, {"same", ssame}, {"picked", spicked}};
   }
 }
 

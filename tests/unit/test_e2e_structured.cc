@@ -4,6 +4,7 @@
 // n > 1, seeded determinism alone and in a batch, preemption by recompute, abort, per-request errors.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -173,6 +174,62 @@ TEST(Structured, GrammarEndsGenerationEvenWithIgnoreEosAndMinTokens) {
   ASSERT_EQ(c.logprobs.size(), c.token_ids.size());
   EXPECT_EQ(c.logprobs.back().logprob, 0.0f);
   for (const TokenLogprobs& t : c.logprobs) EXPECT_GT(t.logprob, -1e30f);
+}
+
+// Grammar masks on the backend (Backend::mask_rows before the pick, EngineConfig::device_sampling): the same
+// tokens, texts and logprobs (of the masked rows, bit for bit) as the host sampler on downloaded rows, sequential
+// and asynchronous, with logit processors and n > 1 beside plain requests; every structured token picked on the
+// backend (but the min_tokens row's, which the host keeps), and no step fed after a structured row.
+TEST(Structured, MasksOnTheBackendGiveTheHostSamplersOutputs) {
+  std::vector<Request> reqs = {
+      req("In the beginning", StructuredKind::kJsonSchema, kPerson, 11, 2),
+      req("And God said", StructuredKind::kJsonSchema, kVerses, 12),
+      req("Blessed are", StructuredKind::kRegex, "(Amen|Selah)\\. [0-9]{1,3} [a-z ]{0,20}!", 13),
+      req("Let there be", StructuredKind::kGrammar, "root ::= \"light\" (\" and \" word)* \".\"\nword ::= [a-z]+\n", 14, 1, 60),
+  };
+  reqs[0].params.logprobs = 3;
+  reqs[1].params.repetition_penalty = 1.3f, reqs[1].params.logprobs = 0;
+  reqs[2].params.logit_bias = {{65, 2.0f}, {66, -3.0f}};
+  reqs[3].params.min_tokens = 4, reqs[3].params.logprobs = 1;  // the min_tokens mask: that row on the host
+  Request plain;
+  plain.prompt = "The LORD is";
+  plain.add_special_tokens = true;
+  plain.params.seed = 15, plain.params.max_tokens = 30, plain.params.temperature = 0.8f, plain.params.logprobs = 2;
+  reqs.push_back(plain);
+  std::vector<std::vector<GenerateResult>> out;
+  std::vector<int64_t> dev;
+  for (int mode = 0; mode < 3; ++mode) {  // host sampler; backend, sequential; backend, async
+    EngineConfig cfg = nano();
+    cfg.device_sampling = mode > 0;
+    cfg.async_scheduling = mode == 2;
+    Engine e(cfg);
+    out.push_back(e.generate(reqs));
+    dev.push_back(e.stats().device_sampled_tokens);
+  }
+  int64_t total = 0, host_rows = 0;
+  for (size_t i = 0; i < reqs.size(); ++i)
+    for (const Completion& c : out[0][i].outputs) {
+      total += (int64_t)c.token_ids.size();
+      if (i == 3) host_rows += std::min<int64_t>(4, (int64_t)c.token_ids.size());
+    }
+  EXPECT_EQ(dev[0], 0);
+  EXPECT_EQ(dev[1], total - host_rows);
+  EXPECT_EQ(dev[2], total - host_rows);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    for (size_t k = 0; k < out[0][i].outputs.size(); ++k)
+      for (int mode = 1; mode < 3; ++mode) {
+        SCOPED_TRACE("request " + std::to_string(i) + " choice " + std::to_string(k) + " mode " + std::to_string(mode));
+        const Completion &a = out[0][i].outputs[k], &b = out[mode][i].outputs[k];
+        ASSERT_NE(a.finish, Finish::kError) << a.error;
+        EXPECT_EQ(a.token_ids, b.token_ids);
+        EXPECT_EQ(a.text, b.text);
+        EXPECT_EQ(a.finish, b.finish);
+        ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
+        for (size_t t = 0; t < a.logprobs.size(); ++t) {
+          EXPECT_EQ(0, std::memcmp(&a.logprobs[t].logprob, &b.logprobs[t].logprob, 4)) << t;
+          EXPECT_EQ(a.logprobs[t].top, b.logprobs[t].top) << t;
+        }
+      }
 }
 
 TEST(Structured, AbortFinishesAConstrainedRequest) {

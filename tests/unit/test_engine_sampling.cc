@@ -715,6 +715,69 @@ TEST(Sampler, BackendLogprobRowsAreTheHostsLogprobs) {
   ASSERT_EQ(out[21].n, 20);  // 21 asked
 }
 
+// mask_rows (a structured-output row's grammar mask on the backend, before its edits and pick) then sample_rows
+// and logprob_rows give sample_one's token and logprobs with that mask, bit for bit: masks from dense to a single
+// token, with logit processors, greedy and filtered rows; a mask allowing nothing leaves no token (−1: the host
+// then reports it), and a NaN under the mask still answers −2.
+TEST(Sampler, BackendMaskRowsAreTheHostsGrammarMask) {
+  CpuBackend be(2);
+  std::mt19937 g(31);
+  const int64_t M = 24, N = 1000, W = mask_words(N);
+  std::vector<float> x(M * N);
+  std::vector<uint32_t> masks(M * W);
+  std::vector<SampleSpec> spec(M);
+  std::vector<RowEdits> rows(M);
+  std::vector<LogitEdit> edits;
+  std::vector<SamplingParams> params(M);
+  std::vector<SequenceSamplingState> states;
+  for (int64_t m = 0; m < M; ++m) {
+    std::normal_distribution<float> n(0.0f, 1.0f + (float)(m % 4));
+    for (int64_t i = 0; i < N; ++i) x[m * N + i] = n(g);
+    const int density = (int)(m % 4);  // allowed: ~all, ~half, ~1/16, one token
+    for (int64_t i = 0; i < N; ++i) {
+      const bool ok = density == 0 ? g() % 50 != 0 : density == 1 ? g() % 2 == 0 : density == 2 ? g() % 16 == 0 : false;
+      if (ok) masks[m * W + i / 32] |= 1u << (i % 32);
+    }
+    if (density == 3) masks[m * W + (m * 37 % N) / 32] |= 1u << ((m * 37 % N) % 32);
+    SamplingParams& p = params[m];
+    p.temperature = m % 5 == 0 ? 0.0f : 0.7f;
+    p.top_k = m % 3 == 1 ? 5 : 0;
+    p.top_p = m % 4 == 2 ? 0.8f : 1.0f;
+    p.logprobs = (int)(m % 6);
+    if (m % 2) p.repetition_penalty = 1.5f, p.logit_bias = {{(int32_t)(m * 11 % N), 4.0f}};
+    states.emplace_back(std::vector<int32_t>{3, 5, (int32_t)(m * 13 % N)}, 900 + (uint64_t)m, 0);
+    spec[m] = {effective_temperature(p.temperature), p.top_p, p.min_p, p.top_k, states[m].rng_key(), 7, *p.logprobs};
+    rows[m] = logit_edits(p, states[m], (int)N, edits);
+    rows[m].mask = (int32_t)m;
+  }
+  std::fill(masks.begin() + 9 * W, masks.begin() + 10 * W, 0u);  // row 9 allows nothing
+  x[14 * N + 500] = std::numeric_limits<float>::quiet_NaN();     // row 14: NaN (allowed or not)
+  const std::vector<float> orig = x;
+  std::vector<float> raw(edits.size());
+  std::vector<int32_t> picks(M);
+  std::vector<RowLogprobs> lps(M);
+  be.mask_rows(x.data(), M, N, N, rows.data(), masks.data());
+  be.sample_rows(x.data(), M, N, N, spec.data(), rows.data(), edits.data(), raw.data(), nullptr, picks.data());
+  be.logprob_rows(x.data(), M, N, N, spec.data(), rows.data(), edits.data(), raw.data(), picks.data(), lps.data());
+  EXPECT_EQ(picks[9], -1);
+  EXPECT_EQ(picks[14], -2);
+  int checked = 0;
+  for (int64_t m = 0; m < M; ++m) {
+    if (m == 9 || m == 14) continue;
+    SCOPED_TRACE("row " + std::to_string(m));
+    const SampleResult want = sample_one(orig.data() + m * N, (int)N, params[m], states[m], 7, masks.data() + m * W);
+    ASSERT_EQ(picks[m], want.token);
+    EXPECT_EQ(sampling::bits_of(lps[m].token), sampling::bits_of(want.logprob));
+    ASSERT_EQ(lps[m].n, (int32_t)want.top_logprobs.size());
+    for (int j = 0; j < lps[m].n; ++j) {
+      EXPECT_EQ(lps[m].ids[j], want.top_logprobs[(size_t)j].token);
+      EXPECT_EQ(sampling::bits_of(lps[m].lps[j]), sampling::bits_of(want.top_logprobs[(size_t)j].logprob));
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 22);
+}
+
 // A flat row past 2^19 tokens (the masses' scale drops a bit so that Z stays below 2^63) and a peaked one: the
 // logprobs of the exact log-softmax within a float ulp.
 TEST(Sampler, LogprobsOfLongRowsStayExact) {

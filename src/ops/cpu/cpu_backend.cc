@@ -537,6 +537,13 @@ void CpuBackend::sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const S
   }, 1);
 }
 
+void CpuBackend::mask_rows(float* x, int64_t M, int64_t N, int64_t ld, const RowEdits* rows, const uint32_t* masks) {
+  pool().parallel_for(M, [&](int64_t b, int64_t e) {
+    for (int64_t m = b; m < e; ++m)
+      if (rows[m].mask >= 0) apply_mask(x + m * ld, N, masks + rows[m].mask * mask_words(N));
+  }, 1);
+}
+
 void CpuBackend::logprob_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
                               const LogitEdit* edits, const float* edit_raw, const int32_t* picks, RowLogprobs* out) {
   pool().parallel_for(M, [&](int64_t b, int64_t e) {

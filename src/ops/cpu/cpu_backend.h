@@ -52,6 +52,7 @@ class CpuBackend final : public Backend {
   void argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out) override;
   void sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
                    const LogitEdit* edits, float* edit_raw, const int32_t* tokens, int32_t* out) override;
+  void mask_rows(float* x, int64_t M, int64_t N, int64_t ld, const RowEdits* rows, const uint32_t* masks) override;
   void logprob_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
                     const LogitEdit* edits, const float* edit_raw, const int32_t* picks, RowLogprobs* out) override;
   void feed_tokens(int32_t* pack, int64_t T, int hc, const int32_t* feed, const int32_t* picks, int64_t V) override;

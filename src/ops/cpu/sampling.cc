@@ -147,6 +147,12 @@ void apply_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edit
   }
 }
 
+void apply_mask(float* x, int64_t N, const uint32_t* allowed) {
+  for (int64_t i = 0; i < N; ++i)
+    if (!((allowed[i >> 5] >> (i & 31)) & 1u) && !std::isnan(x[i]) && x[i] != std::numeric_limits<float>::infinity())
+      x[i] = kNegInf;
+}
+
 void restore_edits(float* x, int64_t N, const RowEdits& row, const LogitEdit* edits, const float* raw) {
   for (int32_t j = 0; j < row.count; ++j) {
     const int32_t id = edits[row.first + j].id;

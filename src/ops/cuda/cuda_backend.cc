@@ -1550,6 +1550,15 @@ void CudaBackend::sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const 
     check(cuda::sample_rows(x, M, N, ld, spec, rows, edits, edit_raw, tokens, out, impl_->stream), "sample_rows");
 }
 
+void CudaBackend::mask_rows(float* x, int64_t M, int64_t N, int64_t ld, const RowEdits* rows, const uint32_t* masks) {
+  HostTimer ht_(impl_.get(), Impl::kOp);
+  if (impl_->replaying()) return;
+  if (M > 0) check(cuda::mask_rows(x, M, N, ld, rows, masks, impl_->stream), "mask_rows");
+}
+// Not yet run on a GPU (session 19): opt-in until its op cases and the engine's checks pass there
+// (DEEPINFER_CUDA_ON=devmasks); off, the engine samples structured rows on the host from their logits.
+bool CudaBackend::masks_on_backend() const { return impl_->on("devmasks"); }
+
 void CudaBackend::logprob_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
                                const LogitEdit* edits, const float* edit_raw, const int32_t* picks, RowLogprobs* out) {
   HostTimer ht_(impl_.get(), Impl::kOp);

@@ -74,9 +74,11 @@ class CudaBackend final : public Backend {
   void argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_t* out) override;
   void sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
                    const LogitEdit* edits, float* edit_raw, const int32_t* tokens, int32_t* out) override;
+  void mask_rows(float* x, int64_t M, int64_t N, int64_t ld, const RowEdits* rows, const uint32_t* masks) override;
   void logprob_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
                     const LogitEdit* edits, const float* edit_raw, const int32_t* picks, RowLogprobs* out) override;
   bool logprobs_on_backend() const override;
+  bool masks_on_backend() const override;
   void feed_tokens(int32_t* pack, int64_t T, int hc, const int32_t* feed, const int32_t* picks, int64_t V) override;
   void select_topk(const float* score, int64_t M, int64_t n, const int32_t* n_vis, int topk, const int32_t* rowmap, int64_t rowmap_ld,
                    const int64_t* out_off, int32_t* out) override;

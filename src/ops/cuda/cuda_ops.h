@@ -654,6 +654,10 @@ cudaError_t argmax_rows(const float* x, int64_t M, int64_t N, int64_t ld, int32_
 cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
                         const LogitEdit* edits, float* edit_raw, const int32_t* tokens, int32_t* out,
                         cudaStream_t s);
+// Backend::mask_rows: rows with rows[m].mask = k ≥ 0 get x[i] = −inf where bit i of masks + k·mask_words(N) is
+// clear (NaN / +inf kept). A grid of (row, 8192-token span) blocks.
+cudaError_t mask_rows(float* x, int64_t M, int64_t N, int64_t ld, const RowEdits* rows, const uint32_t* masks,
+                      cudaStream_t s);
 // Backend::logprob_rows: the rows with spec[m].logprobs ≥ 0 get their edits put back (rows / edits / edit_raw as
 // sample_rows took them; null: none), then out[m] = row_logprobs(row m, picks[m], spec[m].logprobs) bit for bit.
 // One block a row for the restore, then sample_rows' clusters.

@@ -829,6 +829,39 @@ cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const Sample
   return launch_rows(M, C, SRT, sizeof(SampleShared), s, sample_rows_kernel, (const float*)x, N, ld, spec, out);
 }
 
+namespace {
+constexpr int kMaskSpan = 8192;  // tokens a block of mask_rows_kernel covers (256 words, one a thread)
+// apply_mask on the rows with a mask: block (span, row) takes 8192 tokens, a thread one 32-token word.
+__global__ void __launch_bounds__(256) mask_rows_kernel(float* __restrict__ x, int64_t N, int64_t ld,
+                                                        const RowEdits* __restrict__ rows,
+                                                        const uint32_t* __restrict__ masks) {
+  DI_PDL_WAIT();
+  const int k = rows[blockIdx.y].mask;
+  if (k < 0) return;
+  const int64_t w = (int64_t)blockIdx.x * (kMaskSpan / 32) + threadIdx.x, W = (N + 31) / 32;
+  if (w >= W) return;
+  const uint32_t bits = masks[(int64_t)k * W + w];
+  if (bits == 0xFFFFFFFFu) return;
+  float* row = x + (int64_t)blockIdx.y * ld;
+  for (int j = 0; j < 32; ++j) {
+    const int64_t i = 32 * w + j;
+    if (i >= N) break;
+    if ((bits >> j) & 1u) continue;
+    const float v = row[i];
+    if (!isnan(v) && v != INFINITY) row[i] = -INFINITY;
+  }
+}
+}  // namespace
+
+cudaError_t mask_rows(float* x, int64_t M, int64_t N, int64_t ld, const RowEdits* rows, const uint32_t* masks,
+                      cudaStream_t s) {
+  if (N <= 0 || N > 0x7fffffff || M > 65535) return cudaErrorInvalidValue;
+  if (M <= 0) return cudaSuccess;
+  const dim3 grid((unsigned)((N + kMaskSpan - 1) / kMaskSpan), (unsigned)M);
+  mask_rows_kernel<<<grid, 256, 0, s>>>(x, N, ld, rows, masks);
+  return cudaGetLastError();
+}
+
 cudaError_t logprob_rows(float* x, int64_t M, int64_t N, int64_t ld, const SampleSpec* spec, const RowEdits* rows,
                          const LogitEdit* edits, const float* edit_raw, const int32_t* picks, RowLogprobs* out,
                          cudaStream_t s) {
