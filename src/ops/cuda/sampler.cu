@@ -720,7 +720,7 @@ __global__ void __launch_bounds__(SRT) logprob_rows_kernel(const float* __restri
   });
   row_best(bv, bi, bad, nfin, sh, P);
   const int n = (int)(want < kMaxLogprobs ? (want < N ? want : N) : (kMaxLogprobs < N ? kMaxLogprobs : N));
-  if (bad) {
+  if (bad) {  // (ids / lps left as they were: readers take n entries)
     if (writer) o.token = __int_as_float(0x7fc00000), o.n = 0;
     return;
   }
@@ -755,6 +755,7 @@ __global__ void __launch_bounds__(SRT) logprob_rows_kernel(const float* __restri
     ntop = gather_bin(row, N, 1.0f, m, kset, -1, -1, sh, P);  // min(n, nfin) keys
   }
   if (P.rank != 0) return;
+  if (ntop > n) ntop = n;  // (never: the keys are unique and kset is the n-th; a guard for the list's bounds)
   if (tid < ntop) {
     const ull k = sh.u.c.cand[tid];
     o.ids[tid] = (int32_t)(0xFFFFFFFFu - (uint32_t)k);
@@ -831,24 +832,24 @@ cudaError_t sample_rows(float* x, int64_t M, int64_t N, int64_t ld, const Sample
 
 namespace {
 constexpr int kMaskSpan = 8192;  // tokens a block of mask_rows_kernel covers (256 words, one a thread)
-// apply_mask on the rows with a mask: block (span, row) takes 8192 tokens, a thread one 32-token word.
+// apply_mask on the rows with a mask: block (span, row) takes 8192 tokens — their 256 words into shared memory, one
+// a thread, then token t + 256 j of the span by thread t (consecutive threads, consecutive floats).
 __global__ void __launch_bounds__(256) mask_rows_kernel(float* __restrict__ x, int64_t N, int64_t ld,
                                                         const RowEdits* __restrict__ rows,
                                                         const uint32_t* __restrict__ masks) {
+  __shared__ uint32_t words[kMaskSpan / 32];
   DI_PDL_WAIT();
-  const int k = rows[blockIdx.y].mask;
+  const int k = rows[blockIdx.y].mask;  // (the same for the whole block)
   if (k < 0) return;
-  const int64_t w = (int64_t)blockIdx.x * (kMaskSpan / 32) + threadIdx.x, W = (N + 31) / 32;
-  if (w >= W) return;
-  const uint32_t bits = masks[(int64_t)k * W + w];
-  if (bits == 0xFFFFFFFFu) return;
+  const int64_t W = (N + 31) / 32, w0 = (int64_t)blockIdx.x * (kMaskSpan / 32), i0 = 32 * w0;
+  const int64_t w = w0 + threadIdx.x;
+  words[threadIdx.x] = w < W ? masks[(int64_t)k * W + w] : 0xFFFFFFFFu;
+  __syncthreads();
   float* row = x + (int64_t)blockIdx.y * ld;
-  for (int j = 0; j < 32; ++j) {
-    const int64_t i = 32 * w + j;
-    if (i >= N) break;
-    if ((bits >> j) & 1u) continue;
-    const float v = row[i];
-    if (!isnan(v) && v != INFINITY) row[i] = -INFINITY;
+  for (int t = threadIdx.x; t < kMaskSpan && i0 + t < N; t += 256) {
+    if ((words[t >> 5] >> (t & 31)) & 1u) continue;
+    const float v = row[i0 + t];
+    if (!isnan(v) && v != INFINITY) row[i0 + t] = -INFINITY;
   }
 }
 }  // namespace
