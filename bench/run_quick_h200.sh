@@ -2,7 +2,8 @@
 # A short device call for one new kernel: its op-test correctness cases (OPS_FILTER) beside the model
 # checks (MODEL=1), then op perf filters (PERF, '|'-separated substrings, one process), a 6-layer decode
 # bench with --profile (L6_ARGS, L6=0 skips), a 31-layer decode (L31_ARGS, L31=0 skips) and ablations
-# (ABLATE, '|'-separated OFF values, ABL_ARGS), then more bench runs (BENCHES); OFF / ON are DEEPINFER_CUDA_OFF /
+# (ABLATE, '|'-separated OFF values, ABL_ARGS), then more bench runs (BENCHES), then a kernel timeline (TRACE=1,
+# TRACE_ARGS); OFF / ON are DEEPINFER_CUDA_OFF /
 # DEEPINFER_CUDA_ON for the benches. Everything under OUT.
 # Usage (repo root on the GPU machine): bash bench/run_quick_h200.sh PKG OUT
 set -u
@@ -67,4 +68,20 @@ if [ -n "${BENCHES:-}" ]; then
   done
 fi
 [ -n "${ABLATE_ON:-}" ] && ablate on "$ABLATE_ON"
+# TRACE=1: a kernel timeline of decode steps (bench --kernel-trace through CUPTI; TRACE_ARGS, 31 layers b1 and b8 by
+# default): every kernel's share of a step, graph replays as they run. CUPTI is found under /usr/local/cuda, in
+# PyTorch's wheels, or anywhere (DEEPINFER_CUPTI names it).
+if [ -n "${TRACE:-}" ]; then
+  echo "== kernel trace at $(( $(date +%s) - t0 )) s"
+  if [ -z "${DEEPINFER_CUPTI:-}" ]; then
+    DEEPINFER_CUPTI=$(ls /usr/local/cuda/lib64/libcupti.so* /usr/local/cuda/extras/CUPTI/lib64/libcupti.so* 2>/dev/null | head -1)
+    [ -z "$DEEPINFER_CUPTI" ] && DEEPINFER_CUPTI=$(find / -xdev -name 'libcupti.so*' 2>/dev/null | sort | head -1)
+    export DEEPINFER_CUPTI
+  fi
+  echo "CUPTI: ${DEEPINFER_CUPTI:-none found}"
+  SKIP_MODEL=1 HF_TIMEOUT=0 DI_TIMEOUT=${TRACE_TIMEOUT:-120} OFF=${OFF:-} \
+    BENCH_ARGS="${TRACE_ARGS:---layers 31 --steps 8 --case-seconds 3 --batch 1,8 --prefill 0 --kernel-trace 4}" \
+    bash bench/run_session_h200.sh "$PKG" "$OUT/trace" 2>&1 | grep -E "^\| decode|kernel-trace" | head -6
+  grep -A33 "^kernel trace" "$OUT/trace/bench/bench.log" | head -72
+fi
 echo "== done at $(( $(date +%s) - t0 )) s"

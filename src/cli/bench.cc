@@ -67,6 +67,11 @@ const char* kUsage =
     "  --feed 0|1                 decode with --overlap 1 --logits 0: launch step N+1 with its tokens taken from N's\n"
     "                             picks on the device, then read N (the engine's way with device sampling; default 1)\n"
     "  --temperature T  --top-p P decode picks sampled on the backend (Backend::sample_rows; default 0: greedy)\n"
+    "  --kernel-trace N           after each decode case, N more steps with every kernel's device start and end\n"
+    "                             recorded (CUPTI, loaded at run time: DEEPINFER_CUPTI=path; graph replays and their\n"
+    "                             early launches untouched) and summed by kernel into each one's share of the step\n"
+    "                             (its marginal time: how far its end moves the latest end). Starts CUPTI before the\n"
+    "                             model is built: the other numbers of that run may move; compare its ms/step\n"
     "  --cost-only                print bytes/FLOPs/floors of every case for the slice (--layers, default all), run nothing\n"
     "  --json FILE                write the results as JSON\n"
     "  --hf-json FILE             transformers' results (bench/hf_slice_bench.py) to print side by side\n";
@@ -76,6 +81,7 @@ struct Options {
   int layers = 0;  // 0: default
   bool cost_only = false;  // --cost-only: print the cost model of every case, run nothing
   int64_t profile_steps = 0;  // --profile N: after a case's timed steps, N more steps with device-time profiling
+  int64_t trace_steps = 0;    // --kernel-trace N: then N more decode steps with a kernel timeline
   bool overlap = true;        // --overlap: decode step N+1 prepared while step N runs
   bool read_logits = false;   // --logits: decode steps read every logit (else the picks only)
   bool feed = true;           // --feed: step N+1 launched before N is read, its tokens N's picks
@@ -278,6 +284,8 @@ struct CaseResult {
   std::string error;
   Backend::Profile profile;  // --profile: device time per op over profile_steps extra steps
   int64_t profile_steps = 0;
+  std::vector<KernelRecord> trace;  // --kernel-trace: the kernels of trace_steps extra decode steps
+  int64_t trace_steps = 0;
 
   json to_json() const {
     json j{{"kind", kind}, {"batch", batch}};
@@ -325,6 +333,26 @@ struct CaseResult {
                       {"idle_est_ms_per_step", 1e3 * seconds / S - profile.busy_ms / P},
                       {"ops", ops}};
     }
+    if (trace_steps > 0 && !trace.empty()) {
+      // The kernel timeline, summed by kernel (util/kernel_timeline.h): per step, each kernel's marginal time (its
+      // share of the step's span: Σ marginal + Σ idle = span), its own duration, the idle time before it and how
+      // long it overlapped what ran before (early start).
+      const KernelTimeline t = summarize_kernels(trace);
+      const double P = (double)trace_steps;
+      json ks = json::array();
+      for (const KernelSummaryRow& r : t.rows)
+        ks.push_back({{"kernel", r.name}, {"calls_per_step", r.calls / P}, {"marginal_us_per_step", r.marginal_us / P},
+                      {"us_per_step", r.dur_us / P}, {"idle_before_us_per_step", r.idle_us / P},
+                      {"early_us_per_step", r.early_us / P}});
+      json raw = json::array();
+      for (const KernelRecord& k : trace)
+        raw.push_back({k.name, k.start_ns - trace.front().start_ns, k.end_ns - k.start_ns, k.graph_node, k.blocks, k.threads});
+      j["kernel_trace"] = {{"steps", trace_steps}, {"span_ms_per_step", 1e-3 * t.span_us / P},
+                           {"idle_ms_per_step", 1e-3 * t.idle_us / P}, {"kernels_per_step", t.kernels / P},
+                           {"kernels", ks},
+                           {"records_fields", {"name", "start_ns", "duration_ns", "graph_node", "blocks", "threads"}},
+                           {"records", raw}};
+    }
     return j;
   }
   int64_t prompt_done_ = 0;
@@ -351,7 +379,7 @@ CaseResult run_decode(DeepseekV4Model& model, Backend& be, const CostModel& cm, 
   r.batch = B;
   r.context = o.context;
   const V4Config& c = model.config();
-  const int64_t extra = o.warmup + o.steps + o.profile_steps;
+  const int64_t extra = o.warmup + o.steps + o.profile_steps + o.trace_steps;
   const V4CacheLayout lay = V4CacheLayout::make(c);
   Backend* cache_be = be.free_memory() >= 0 ? &be : nullptr;
   V4Cache cache(c, (int32_t)B, (int32_t)(B * lay.pages_for(o.context + extra)), cache_be);
@@ -426,6 +454,17 @@ CaseResult run_decode(DeepseekV4Model& model, Backend& be, const CostModel& cm, 
     be.set_profiling(false);
     r.profile = be.take_profile();
     r.profile_steps = o.profile_steps;
+  }
+  if (o.trace_steps > 0) {  // the tracer records from the start; only these steps' kernels are kept
+    drain();
+    be.synchronize();
+    be.kernel_trace_window(true);
+    for (int64_t i = 0; i < o.trace_steps; ++i) one_step();
+    drain();
+    be.synchronize();
+    be.kernel_trace_window(false);
+    r.trace = be.take_kernel_trace();
+    r.trace_steps = o.trace_steps;
   }
   return r;
 }
@@ -641,6 +680,31 @@ void print_table(const std::vector<json>& cases, const std::map<std::string, jso
   std::fflush(stdout);
 }
 
+// Where a decode step's time goes, kernel by kernel (--kernel-trace).
+void print_kernel_traces(const std::vector<json>& cases) {
+  for (const auto& c : cases) {
+    if (!c.contains("kernel_trace")) continue;
+    const json& t = c["kernel_trace"];
+    const double span = t["span_ms_per_step"].get<double>();
+    std::printf("\nkernel trace decode batch %lld: %.3f ms/step timed (untraced steps), traced span %.3f ms/step, idle "
+                "%.3f ms, %.0f kernels/step\n",
+                (long long)c["batch"].get<int64_t>(), c["ms_per_step"].get<double>(), span,
+                t["idle_ms_per_step"].get<double>(), t["kernels_per_step"].get<double>());
+    std::printf("  %-44s %6s %10s %6s %10s %10s %10s\n", "kernel (by its share of the step)", "calls", "marginal",
+                "%", "duration", "idle bef.", "early");
+    int shown = 0;
+    for (const auto& k : t["kernels"]) {
+      if (shown++ == 30) break;
+      const double m = k["marginal_us_per_step"].get<double>();
+      std::printf("  %-44.44s %6.1f %8.1f us %5.1f%% %8.1f us %8.1f us %8.1f us\n", k["kernel"].get<std::string>().c_str(),
+                  k["calls_per_step"].get<double>(), m, 100.0 * m / 1e3 / std::max(1e-9, span),
+                  k["us_per_step"].get<double>(), k["idle_before_us_per_step"].get<double>(),
+                  k["early_us_per_step"].get<double>());
+    }
+  }
+  std::fflush(stdout);
+}
+
 // Where the device time of each case goes (--profile).
 void print_profiles(const std::vector<json>& cases) {
   for (const auto& c : cases) {
@@ -692,6 +756,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--gpu-memory-fraction") o.gpu_fraction = flag_double(a, v);
     else if (a == "--seed") o.seed = flag_int(a, v);
     else if (a == "--profile") o.profile_steps = flag_int(a, v);
+    else if (a == "--kernel-trace") o.trace_steps = flag_int(a, v);
     else if (a == "--overlap") o.overlap = flag_int(a, v) != 0;
     else if (a == "--logits") o.read_logits = flag_int(a, v) != 0;
     else if (a == "--feed") o.feed = flag_int(a, v) != 0;
@@ -737,6 +802,13 @@ int cmd_bench(int argc, char** argv) {
     const std::string backend_name = resolve_backend(o.backend);
     std::unique_ptr<Backend> be = make_backend(backend_name, (int)o.threads, o.dtype);
     const bool device = be->free_memory() >= 0;
+    if (o.trace_steps > 0) {  // before any graph is recorded
+      std::string why;
+      if (!be->kernel_trace_start(&why)) {
+        std::fprintf(stderr, "bench: --kernel-trace: %s (no kernel timeline)\n", why.c_str());
+        o.trace_steps = 0;
+      }
+    }
     const int threads = o.threads > 0 ? (int)o.threads : (int)std::max(1u, std::thread::hardware_concurrency());
     const json full_cfg = load_config(o.config);
     parse_v4_config(full_cfg);  // a clear error for a bad config before anything is built
@@ -895,6 +967,7 @@ int cmd_bench(int argc, char** argv) {
                 kHbmBytesPerS / 1e12, kFp8FlopsPerS / 1e12);
     print_table(cases, hf);
     print_profiles(cases);
+    print_kernel_traces(cases);
     save();
     return 0;
   } catch (const std::exception& e) {

@@ -91,12 +91,12 @@ struct V4SeqChunk {
   // (StepEdits): they depend on the tokens up to the one launched.
   bool edited = false;
   RowEdits edit_row{};
-  std::span<const LogitEdit> edits;
+  std::span<const LogitEdit> edits{};
   // A structured-output row's grammar mask (Backend::mask_rows, before the edits), when the backend has masks on
   // (masks_on_backend): `masked` when the row takes one (a step with such a row records the masks op), then its
   // allowed-token words (mask_words(V); a prepared step takes them at launch: StepEdits::masks).
   bool masked = false;
-  std::span<const uint32_t> mask;
+  std::span<const uint32_t> mask{};
 };
 
 // A prepared decode step's logit edits, given at launch: rows[i] for sequence i (first / count into list). A

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ops/sampling.h"
+#include "util/kernel_timeline.h"
 
 namespace deepinfer {
 
@@ -146,6 +147,17 @@ class Backend {
   };
   virtual void set_profiling(bool) {}
   virtual Profile take_profile() { return {}; }
+  // Kernel timeline (a backend with a device and a tracer: CUDA through CUPTI, ops/cuda/kernel_trace.h): from
+  // kernel_trace_start on, every kernel the process runs is recorded as it is launched (graph replays and their
+  // programmatic edges untouched), and those that start while kernel_trace_window(true) is open are kept;
+  // take_kernel_trace() returns them by start time and forgets them. Start it before any graph is recorded.
+  // false (and *why) where there is none; the other two then do nothing.
+  virtual bool kernel_trace_start(std::string* why) {
+    if (why) *why = std::string("no kernel tracer on the ") + name() + " backend";
+    return false;
+  }
+  virtual void kernel_trace_window(bool /*open*/) {}
+  virtual std::vector<KernelRecord> take_kernel_trace() { return {}; }
 
   // ---- step graphs (CUDA graphs; the decode step) ----
   // graph_begin(key) opens a region whose backend calls — ops, their sizes, the buffers they touch and

@@ -17,6 +17,7 @@
 
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/graph_edges.h"
+#include "ops/cuda/kernel_trace.h"
 #include "ops/cuda/moe_grouped.h"
 #include "ops/expert_loop.h"
 #include "util/error.h"
@@ -56,6 +57,7 @@ struct CudaWeight final : Weight {
 }  // namespace
 
 struct CudaBackend::Impl {
+  std::unique_ptr<cuda::KernelTracer> tracer;  // kernel_trace_start
   int device = 0;
   CudaWeights weights = CudaWeights::Stored;
   cudaStream_t stream = nullptr;
@@ -494,6 +496,17 @@ const void* CudaBackend::download_view(const void* src, int64_t bytes) {
   check(cudaStreamSynchronize(m.stream), "download_view (a kernel before it failed)");
   return m.view;
 }
+bool CudaBackend::kernel_trace_start(std::string* why) {
+  if (!impl_->tracer) impl_->tracer = cuda::KernelTracer::start(why);
+  return impl_->tracer != nullptr;
+}
+void CudaBackend::kernel_trace_window(bool open) {
+  if (impl_->tracer) impl_->tracer->window(open);
+}
+std::vector<KernelRecord> CudaBackend::take_kernel_trace() {
+  return impl_->tracer ? impl_->tracer->take() : std::vector<KernelRecord>{};
+}
+
 void CudaBackend::stage(int slot, const void* src, int64_t bytes) {
   HostTimer ht_(impl_.get(), Impl::kDownload, __builtin_FUNCTION(), false);
   Impl& m = *impl_;

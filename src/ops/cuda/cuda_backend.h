@@ -36,6 +36,9 @@ class CudaBackend final : public Backend {
   int64_t free_memory() const override;
   void synchronize() override;
   void set_profiling(bool on) override;
+  bool kernel_trace_start(std::string* why) override;
+  void kernel_trace_window(bool open) override;
+  std::vector<KernelRecord> take_kernel_trace() override;
   int64_t decode_rows(int64_t B) const override;
   GraphMode graph_begin(uint64_t key) override;
   void graph_end() override;
