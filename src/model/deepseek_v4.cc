@@ -530,6 +530,9 @@ void DeepseekV4Model::moe(const V4Layer& L, const float* h, const int32_t* token
   // Routing and the routed experts stay in backend memory: no round trip to the host in a step.
   Buffer<float> logits(be_, T * E), wsel(be_, T * K);  // [T, E], [T, K]
   Buffer<int32_t> sel(be_, T * K);                     // [T, K]
+  // The router needs only h, and only the routed experts need it: a side chain beside the shared expert
+  // (Backend::fork; in a recorded decode step, where the backend runs chains side by side).
+  be_.fork();
   be_.linear(h, T, D, *L.gate, logits.data(), E);
   const RouteScoring scoring = cfg_.scoring == ScoringFunc::Sigmoid   ? RouteScoring::Sigmoid
                                : cfg_.scoring == ScoringFunc::Softmax ? RouteScoring::Softmax
@@ -538,6 +541,7 @@ void DeepseekV4Model::moe(const V4Layer& L, const float* h, const int32_t* token
   be_.moe_route(logits.data(), T, (int)E, (int)K, scoring, L.hash ? nullptr : L.gate_bias.data(),
                 L.hash ? L.tid2eid.data() : nullptr, tokens, normalize, (float)cfg_.routed_scaling_factor, sel.data(),
                 wsel.data());
+  be_.to_main();
   // The shared expert first (w13 with its SwiGLU, then w2); moe_ffn adds its output after the routed sum
   // (the bits of the add_rows that followed the routed experts before).
   Buffer<float> act, ye;  // [T, I], [T, D]
@@ -547,6 +551,7 @@ void DeepseekV4Model::moe(const V4Layer& L, const float* h, const int32_t* token
     be_.linear_swiglu(h, T, D, *L.shared_w13, (float)cfg_.swiglu_limit, act.data());
     be_.linear(act.data(), T, I, *L.shared_w2, ye.data(), D);
   }
+  be_.join();
   be_.moe_ffn(h, T, *L.experts, sel.data(), wsel.data(), (int)K, (float)cfg_.swiglu_limit, ye.data(), out);
 }
 

@@ -159,6 +159,16 @@ class Backend {
   virtual void kernel_trace_window(bool /*open*/) {}
   virtual std::vector<KernelRecord> take_kernel_trace() { return {}; }
 
+  // ---- concurrent chains in a recorded step ----
+  // After fork(), ops go to a side chain that starts after everything before the fork; to_main() returns to the
+  // main chain, whose ops then run beside the side chain's; join() makes what follows wait for both (the side
+  // chain's last ops complete before the joining op starts: no early start across the join). Results are those
+  // of the same ops in order. Backend memory freed between fork and join is not reused before join. Only graph
+  // regions may run chains side by side (CUDA: DEEPINFER_CUDA_ON=branches); elsewhere the calls do nothing.
+  virtual void fork() {}
+  virtual void to_main() {}
+  virtual void join() {}
+
   // ---- step graphs (CUDA graphs; the decode step) ----
   // graph_begin(key) opens a region whose backend calls — ops, their sizes, the buffers they touch and
   // the order of allocations and uploads — the caller guarantees to be a function of `key` alone; only

@@ -1067,6 +1067,36 @@ void stored_section(const std::string& root, CpuBackend& cpu, int n_new) {
                                   " prefill + decode logits bitwise equal to the unfused kernels'");
     }
   }
+
+  // (h) branches (Backend::fork, opt-in DEEPINFER_CUDA_ON=branches): the router captured on a side stream beside the
+  // shared expert, joined by a full edge before the routed experts (which read the routing before their PDL wait)
+  // — the same kernels in another graph shape: bitwise the tokens and logits of the one-chain graphs.
+  const char* on_env = std::getenv("DEEPINFER_CUDA_ON");
+  const std::string on_saved = on_env ? on_env : "";
+  setenv("DEEPINFER_CUDA_ON", (on_saved + ",branches").c_str(), 1);
+  CudaBackend branched(0, CudaWeights::Stored);
+  if (on_env) setenv("DEEPINFER_CUDA_ON", on_saved.c_str(), 1);
+  else unsetenv("DEEPINFER_CUDA_ON");
+  {
+    LoadedModel mb = load_model(dir, branched);
+    GreedyRun br = greedy(*mb.v4, branched, prompts, n_new);
+    GreedyRun b1 = greedy(*mb.v4, branched, one, n_new);
+    int np = 0;
+    GreedyRun bq = greedy(*mb.v4, branched, prompts, n_new, &np);
+    expect(br.out == gr.out && b1.out == g1.out && bq.out == gr.out,
+           "branches: greedy tokens equal the one-chain graphs' (batch, single, pipelined)");
+    std::printf("branches nano: batch of %zu %.3f ms/step (one chain %.3f); one sequence %.3f ms/token (%.3f)\n",
+                prompts.size(), 1e3 * br.decode_s / (n_new - 1), 1e3 * gr.decode_s / (n_new - 1),
+                1e3 * b1.decode_s / (n_new - 1), 1e3 * g1.decode_s / (n_new - 1));
+  }
+  for (const auto& fdir : dirs) {
+    LoadedModel a = load_model(fdir + "/model", fast), b = load_model(fdir + "/model", branched);
+    for (const auto& r : read_refs(fdir)) {
+      auto one_chain = run_schedule(*a.v4, fast, r.ids, 5, 1), two = run_schedule(*b.v4, branched, r.ids, 5, 1);
+      expect(one_chain == two, "branches: " + fs::path(fdir).filename().string() +
+                                   " decode logits bitwise equal to the one-chain graphs'");
+    }
+  }
 }
 
 // ---- DeepSeek-V4.1 ----

@@ -61,6 +61,15 @@ struct CudaBackend::Impl {
   int device = 0;
   CudaWeights weights = CudaWeights::Stored;
   cudaStream_t stream = nullptr;
+  // Backend::fork / to_main / join: `branch` 1 while ops go to the side chain, 2 back on the main chain (0: none);
+  // hold_arena keeps freed arena blocks taken until join (graph regions, captured or replayed alike, so that a
+  // replay allocates as its capture did). In a capture with DEEPINFER_CUDA_ON=branches the side chain is `side`,
+  // forked from and joined to `main_stream` by events; its last nodes (`full_out`) keep full edges out of them.
+  int branch = 0;
+  bool hold_arena = false, side_active = false;
+  cudaStream_t side = nullptr, main_stream = nullptr;
+  cudaEvent_t ev_fork = nullptr, ev_join = nullptr;
+  std::unordered_set<cudaGraphNode_t> full_out;
   int32_t* hc_sync = nullptr;  // hcdec's arrival counter / generation (zeroed once; every launch leaves it zero)
   int32_t* moe_ctr = nullptr;  // the persistent fp8 expert kernel's item counter (2 ints in hc_sync's allocation,
                                // zeroed with it; every launch leaves it zero)
@@ -357,6 +366,9 @@ CudaBackend::~CudaBackend() {
     cudaStreamSynchronize(impl_->stream);
     cudaStreamDestroy(impl_->stream);
   }
+  if (impl_->side) cudaStreamDestroy(impl_->side);
+  for (cudaEvent_t e : {impl_->ev_fork, impl_->ev_join})
+    if (e) cudaEventDestroy(e);
   for (auto& e : impl_->seg_done)
     if (e) cudaEventDestroy(e);
   for (auto& e : impl_->ev) cudaEventDestroy(e);
@@ -430,7 +442,7 @@ void CudaBackend::release(void* p) {
         m.blocks[i].freed = true;
         break;
       }
-    while (!m.blocks.empty() && m.blocks.back().freed) {  // pop what is free at the top
+    while (!m.hold_arena && !m.blocks.empty() && m.blocks.back().freed) {  // pop what is free at the top
       m.arena_top = m.blocks.back().off;
       m.blocks.pop_back();
     }
@@ -616,10 +628,13 @@ bool our_kernel(cudaGraphNode_t n) {
 // kernels and from or to copies stay full dependencies. DEEPINFER_CUDA_OFF=pdl keeps every edge.
 cudaError_t CudaBackend::Impl::programmatic_edges(cudaGraph_t g) {
   std::unordered_map<cudaGraphNode_t, bool> ours;  // (a kernel name lookup a node, once)
-  return cuda::graph_programmatic_edges(g, [&](cudaGraphNode_t x) {
-    auto it = ours.find(x);
-    return it != ours.end() ? it->second : (ours[x] = our_kernel(x));
-  });
+  return cuda::graph_programmatic_edges(
+      g,
+      [&](cudaGraphNode_t x) {
+        auto it = ours.find(x);
+        return it != ours.end() ? it->second : (ours[x] = our_kernel(x));
+      },
+      [&](cudaGraphNode_t x) { return !full_out.count(x); });  // (a side chain's end joins by a full edge)
 }
 
 // Ends the region (Capture: instantiates its graph) and returns the entry to launch; null when Off.
@@ -631,6 +646,7 @@ CudaBackend::Impl::GraphEntry* CudaBackend::Impl::end_region() {
     graph = GraphMode::Off;  // the stream leaves capture whatever happens below
     check(cudaStreamEndCapture(stream, &g), "cudaStreamEndCapture");
     cudaError_t ie = off("pdl") ? cudaSuccess : programmatic_edges(g);
+    full_out.clear();
     if (ie == cudaSuccess) ie = cudaGraphInstantiate(&e->exec, g, 0);
     cudaGraphDestroy(g);
     check(ie, "cudaGraphInstantiate");
@@ -649,6 +665,7 @@ CudaBackend::Impl::GraphEntry* CudaBackend::Impl::end_region() {
     graph = GraphMode::Off;
   }
   cur = nullptr;
+  branch = 0, hold_arena = false;  // (an unjoined fork: the model always joins)
   return e;
 }
 void CudaBackend::Impl::launch(GraphEntry* e) {
@@ -697,11 +714,18 @@ void CudaBackend::graph_abort(const char* why) {
   if (m.graph_failed.size() < 3)
     std::fprintf(stderr, "cuda graph: a step could not run from a graph (%s); it runs op by op\n", why ? why : "?");
   if (m.graph == GraphMode::Capture) {
+    if (m.side_active) {  // an unjoined side stream would fail the end of the capture
+      m.stream = m.main_stream;
+      cudaEventRecord(m.ev_join, m.side);
+      cudaStreamWaitEvent(m.stream, m.ev_join, 0);
+    }
     cudaGraph_t g = nullptr;
     cudaStreamEndCapture(m.stream, &g);
     if (g) cudaGraphDestroy(g);
     cudaGetLastError();
   }
+  m.branch = 0, m.side_active = m.hold_arena = false;
+  m.full_out.clear();
   m.resolve_graph();  // its entry may be the one erased below
   if (m.cur) {
     m.graph_failed.insert(m.cur->key);
@@ -714,6 +738,54 @@ void CudaBackend::graph_abort(const char* why) {
   m.ready = nullptr;
   m.graph = GraphMode::Off;
 }
+// Concurrent chains (Backend::fork): in a capture with DEEPINFER_CUDA_ON=branches (not while profiling: its event
+// pairs assume one stream) the side chain is captured from a second stream forked from and joined to the main one
+// by events — the graph then has two branches; elsewhere the calls only hold the arena (the same allocations in a
+// capture and its replays) and the ops run in order.
+void CudaBackend::fork() {
+  Impl& m = *impl_;
+  if (m.graph == GraphMode::Off) return;
+  if (m.branch) throw Error("cuda graph: fork inside a fork");
+  m.branch = 1;
+  m.hold_arena = true;
+  if (m.graph != GraphMode::Capture || !m.on("branches") || m.profiling) return;
+  if (!m.side) check(cudaStreamCreateWithFlags(&m.side, cudaStreamNonBlocking), "cudaStreamCreate (fork)");
+  for (cudaEvent_t* e : {&m.ev_fork, &m.ev_join})
+    if (!*e) check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate (fork)");
+  check(cudaEventRecord(m.ev_fork, m.stream), "fork");
+  check(cudaStreamWaitEvent(m.side, m.ev_fork, 0), "fork");
+  m.main_stream = m.stream;
+  m.stream = m.side;
+  m.side_active = true;
+}
+void CudaBackend::to_main() {
+  Impl& m = *impl_;
+  if (m.branch != 1) return;
+  m.branch = 2;
+  if (m.side_active) m.stream = m.main_stream;
+}
+void CudaBackend::join() {
+  Impl& m = *impl_;
+  if (!m.branch) return;
+  if (m.side_active) {
+    m.stream = m.main_stream;
+    m.side_active = false;
+    cudaStreamCaptureStatus st{};
+    const cudaGraphNode_t* ends = nullptr;
+    size_t n = 0;
+    check(cudaStreamGetCaptureInfo(m.side, &st, nullptr, nullptr, &ends, nullptr, &n), "join (capture info)");
+    for (size_t i = 0; i < n; ++i) m.full_out.insert(ends[i]);
+    check(cudaEventRecord(m.ev_join, m.side), "join");
+    check(cudaStreamWaitEvent(m.stream, m.ev_join, 0), "join");
+  }
+  m.branch = 0;
+  m.hold_arena = false;
+  while (!m.blocks.empty() && m.blocks.back().freed) {  // what release() held back
+    m.arena_top = m.blocks.back().off;
+    m.blocks.pop_back();
+  }
+}
+
 void CudaBackend::set_profiling(bool on) {
   // DEEPINFER_PROFILER_RANGE=1: the profiled steps are also what an external profiler started with
   // `ncu --profile-from-start off` looks at (kernel counters of exactly the steps `bench --profile` times).

@@ -36,6 +36,9 @@ class CudaBackend final : public Backend {
   int64_t free_memory() const override;
   void synchronize() override;
   void set_profiling(bool on) override;
+  void fork() override;
+  void to_main() override;
+  void join() override;
   bool kernel_trace_start(std::string* why) override;
   void kernel_trace_window(bool open) override;
   std::vector<KernelRecord> take_kernel_trace() override;
