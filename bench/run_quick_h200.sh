@@ -83,5 +83,7 @@ if [ -n "${TRACE:-}" ]; then
     BENCH_ARGS="${TRACE_ARGS:---layers 31 --steps 8 --case-seconds 3 --batch 1,8 --prefill 0 --kernel-trace 4}" \
     bash bench/run_session_h200.sh "$PKG" "$OUT/trace" 2>&1 | grep -E "^\| decode|kernel-trace" | head -6
   grep -A33 "^kernel trace" "$OUT/trace/bench/bench.log" | head -72
+  # the first kernels of the window in order (start, duration, gap / early start, marginal) and a PNG a case
+  python3 bench/plot_kernel_trace.py "$OUT/trace/bench/bench.json" "$OUT/trace" --rows ${TRACE_ROWS:-60} 2>&1 | head -150
 fi
 echo "== done at $(( $(date +%s) - t0 )) s"

@@ -346,11 +346,13 @@ struct CaseResult {
                       {"early_us_per_step", r.early_us / P}});
       json raw = json::array();
       for (const KernelRecord& k : trace)
-        raw.push_back({k.name, k.start_ns - trace.front().start_ns, k.end_ns - k.start_ns, k.graph_node, k.blocks, k.threads});
+        raw.push_back({k.name, k.start_ns - trace.front().start_ns, k.end_ns - k.start_ns, k.graph_node, k.blocks,
+                       k.threads, k.stream});
       j["kernel_trace"] = {{"steps", trace_steps}, {"span_ms_per_step", 1e-3 * t.span_us / P},
                            {"idle_ms_per_step", 1e-3 * t.idle_us / P}, {"kernels_per_step", t.kernels / P},
                            {"kernels", ks},
-                           {"records_fields", {"name", "start_ns", "duration_ns", "graph_node", "blocks", "threads"}},
+                           {"records_fields",
+                            {"name", "start_ns", "duration_ns", "graph_node", "blocks", "threads", "stream"}},
                            {"records", raw}};
     }
     return j;

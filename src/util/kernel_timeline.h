@@ -14,6 +14,7 @@ struct KernelRecord {
   std::string name;  // short_kernel_name of the symbol
   uint64_t start_ns = 0, end_ns = 0;
   uint64_t graph_node = 0;  // 0 outside graphs
+  uint32_t stream = 0;      // the stream it ran on (a step graph's side chain: another)
   int64_t blocks = 0;       // grid size
   int32_t threads = 0;      // block size
 };

@@ -46,6 +46,7 @@ struct KernelTracer::Impl {
       r.name = short_kernel_name(k->name);
       r.start_ns = k->start, r.end_ns = k->end;
       r.graph_node = k->graphNodeId;
+      r.stream = k->streamId;
       r.blocks = (int64_t)k->gridX * k->gridY * k->gridZ;
       r.threads = k->blockX * k->blockY * k->blockZ;
       kept.push_back(std::move(r));
