@@ -757,8 +757,8 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--case-seconds") o.case_seconds = flag_double(a, v);
     else if (a == "--gpu-memory-fraction") o.gpu_fraction = flag_double(a, v);
     else if (a == "--seed") o.seed = flag_int(a, v);
-    else if (a == "--profile") o.profile_steps = flag_int(a, v);
-    else if (a == "--kernel-trace") o.trace_steps = flag_int(a, v);
+    else if (a == "--profile") o.profile_steps = std::max<int64_t>(0, flag_int(a, v));
+    else if (a == "--kernel-trace") o.trace_steps = std::max<int64_t>(0, flag_int(a, v));
     else if (a == "--overlap") o.overlap = flag_int(a, v) != 0;
     else if (a == "--logits") o.read_logits = flag_int(a, v) != 0;
     else if (a == "--feed") o.feed = flag_int(a, v) != 0;

@@ -338,40 +338,60 @@ struct Engine::Impl {
     StepEdits se;
     se.rows.resize(plan.chunks.size());
     const int64_t W = mask_words(vocab);
-    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    auto samplable = [&](size_t i) -> std::pair<const Req*, Choice*> {
       const ScheduledChunk& c = plan.chunks[i];
       auto own = seq_owner.find(c.seq);
-      if (!c.sample || own == seq_owner.end()) continue;
-      const Req& r = reqs.at(own->second.first);
-      Choice& ch = reqs.at(own->second.first).choices[own->second.second];
-      if (!cfg.device_sampling || model.v41 || !device_samplable_params(r.params, ch)) continue;
-      const bool pending = feed && (*feed)[i] >= 0;
-      RowEdits row;
-      if (ch.structured) {
-        if (pending || min_tokens_on(r.params, ch, c) || (int64_t)se.masks.size() >= DeepseekV4Model::kMaskRows * W) {
-          edit_overflow.insert({c.seq, c.start});
-          continue;
-        }
-        try {
-          const uint32_t* allowed = ch.structured->fill_mask();
-          row.mask = (int32_t)((int64_t)se.masks.size() / W);
-          se.masks.insert(se.masks.end(), allowed, allowed + W);
-        } catch (const std::exception&) {
-          edit_overflow.insert({c.seq, c.start});
-          continue;
-        }
+      if (!c.sample || own == seq_owner.end()) return {nullptr, nullptr};
+      Req& r = reqs.at(own->second.first);
+      Choice& ch = r.choices[own->second.second];
+      if (!cfg.device_sampling || model.v41 || !device_samplable_params(r.params, ch)) return {nullptr, nullptr};
+      return {&r, &ch};
+    };
+    // The grammar masks first, filled side by side (each matcher is its own; a failure stays in its row).
+    std::vector<size_t> masked;  // chunks whose row takes a mask: se.masks slot k is masked[k]'s
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+      auto [r, ch] = samplable(i);
+      if (!r || !ch->structured) continue;
+      const ScheduledChunk& c = plan.chunks[i];
+      if ((feed && (*feed)[i] >= 0) || min_tokens_on(r->params, *ch, c) ||
+          (int64_t)masked.size() >= DeepseekV4Model::kMaskRows) {
+        edit_overflow.insert({c.seq, c.start});
+        continue;
       }
-      if (may_edit(r.params, ch, c)) {
-        const size_t before = se.list.size();
-        const int32_t mask = row.mask;
-        row = logit_edits(r.params, ch.sampling, (int)vocab, se.list, pending);
-        row.mask = mask;
-        if ((int64_t)se.list.size() > DeepseekV4Model::kEditCap) {
-          se.list.resize(before);
-          if (mask >= 0) se.masks.resize((size_t)(mask * W));
-          row = RowEdits{};
-          edit_overflow.insert({c.seq, c.start});
+      se.rows[i].mask = (int32_t)masked.size();
+      masked.push_back(i);
+    }
+    se.masks.resize(masked.size() * (size_t)W);
+    std::vector<char> failed(masked.size(), 0);
+    if (!masked.empty())
+      backend.pool().parallel_for((int64_t)masked.size(), [&](int64_t b, int64_t e) {
+        for (int64_t k = b; k < e; ++k) {
+          try {
+            const uint32_t* allowed = samplable(masked[(size_t)k]).second->structured->fill_mask();
+            std::copy(allowed, allowed + W, se.masks.begin() + k * W);
+          } catch (const std::exception&) {
+            failed[(size_t)k] = 1;  // the host samples the row and reports the error
+          }
         }
+      });
+    for (size_t k = 0; k < masked.size(); ++k)
+      if (failed[k]) {
+        se.rows[masked[k]].mask = -1;  // (its slot stays in the list, unused)
+        edit_overflow.insert({plan.chunks[masked[k]].seq, plan.chunks[masked[k]].start});
+      }
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+      auto [r, ch] = samplable(i);
+      const ScheduledChunk& c = plan.chunks[i];
+      if (!r || (ch->structured && se.rows[i].mask < 0) || !may_edit(r->params, *ch, c)) continue;
+      const size_t before = se.list.size();
+      const bool pending = feed && (*feed)[i] >= 0;
+      const int32_t mask = se.rows[i].mask;
+      RowEdits row = logit_edits(r->params, ch->sampling, (int)vocab, se.list, pending);
+      row.mask = mask;
+      if ((int64_t)se.list.size() > DeepseekV4Model::kEditCap) {
+        se.list.resize(before);
+        row = RowEdits{};  // (a mask's slot stays in the list, unused)
+        edit_overflow.insert({c.seq, c.start});
       }
       se.rows[i] = row;
     }

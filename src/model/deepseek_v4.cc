@@ -870,8 +870,11 @@ bool DeepseekV4Model::enqueue(std::span<const V4SeqChunk> batch, V4Cache& cache,
   // Grammar masks (Backend::mask_rows, before the edits): a row's mask_words(V) words in masks_'s half of the
   // step's parity, its place in its RowEdits (a masked step records the edits op too).
   bool edited = false, masked = false;
-  for (const auto& c : batch) edited |= argmax_ && c.edited, masked |= argmax_ && (c.masked || !c.mask.empty());
-  if (masked && !be_.masks_on_backend()) throw Error("forward: grammar masks for a backend without them");
+  for (const auto& c : batch) {
+    if (!c.mask.empty() && !(argmax_ && be_.masks_on_backend()))
+      throw Error("forward: a grammar mask for a backend without them (or without picks)");
+    edited |= argmax_ && c.edited, masked |= argmax_ && be_.masks_on_backend() && (c.masked || !c.mask.empty());
+  }
   edited |= masked;
   const int64_t W = mask_words(V);
   std::vector<RowEdits> erows;

@@ -154,7 +154,8 @@ class DeepseekV4Model {
   bool prepared_takes_feed() const { return ready_ && ready_pick_slot_; }
   static constexpr int64_t kPickRows = 4096;
   std::span<const float> logits();
-  // Row r of those logits into dst[V] (one copy of V floats): for a step whose few rows are sampled on the host.
+  // Row r of those logits into dst[V] (one copy of V floats): for a step whose few rows are sampled on the host. (A
+  // row masked on the backend, a grammar's, comes back masked: restore_row.)
   void logits_row(int64_t r, float* dst);
   bool prepared() const { return ready_; }
   // Picks on the backend (Backend::sample_rows, each chunk's `sample`: greedy by default) with every step's
@@ -201,7 +202,8 @@ class DeepseekV4Model {
   // lps: its rows' logprobs (after its picks: ids + kPickRows in picks_, else ids + R), or null.
   void set_out(const float* logits, const int32_t* ids, int64_t n, bool pick_slot, uint64_t par, const RowLogprobs* lps,
                std::vector<RowEdits> erows = {}, std::vector<LogitEdit> elist = {});
-  // Puts back the raw logits of row r's edits into dst[V] (a row of the last launched step, read by the host).
+  // Puts back the raw logits of row r's edits into dst[V] (a row of the last launched step, read by the host). A
+  // row masked on the backend (a grammar) stays masked: its disallowed tokens read −inf (the host masks it again).
   void restore_row(int64_t r, float* dst);
   int64_t decode_rows_of(int64_t B) const;  // a decode step's rows with stand-ins (set_decode_padding)
 

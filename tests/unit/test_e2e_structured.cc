@@ -232,6 +232,33 @@ TEST(Structured, MasksOnTheBackendGiveTheHostSamplersOutputs) {
       }
 }
 
+// More grammar rows in a step than a step holds masks for (DeepseekV4Model::kMaskRows): the first 256 take their
+// masks on the backend, the rest are sampled on the host; every output is the host sampler's.
+TEST(Structured, MoreGrammarRowsThanAStepHoldsMasks) {
+  std::vector<Request> reqs;
+  for (int i = 0; i < 300; ++i) reqs.push_back(req("Amen", StructuredKind::kRegex, "(yea|nay|selah)[0-9]", 100 + i, 1, 8));
+  std::vector<std::vector<GenerateResult>> out;
+  std::vector<int64_t> dev;
+  for (int mode = 0; mode < 2; ++mode) {
+    EngineConfig cfg = nano(320);
+    cfg.max_batched_tokens = 4096;
+    cfg.device_sampling = mode == 1;
+    Engine e(cfg);
+    out.push_back(e.generate(reqs));
+    dev.push_back(e.stats().device_sampled_tokens);
+  }
+  int64_t total = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const Completion &a = out[0][i].outputs[0], &b = out[1][i].outputs[0];
+    ASSERT_EQ(a.finish, Finish::kStop) << a.error;
+    EXPECT_EQ(a.token_ids, b.token_ids) << i;
+    total += (int64_t)a.token_ids.size();
+  }
+  EXPECT_EQ(dev[0], 0);
+  EXPECT_GT(dev[1], 0);
+  EXPECT_LT(dev[1], total);  // the rows past 256 a step went to the host
+}
+
 TEST(Structured, AbortFinishesAConstrainedRequest) {
   Engine e(nano());
   std::map<int, Finish> fin;
