@@ -406,11 +406,17 @@ void DeepseekV4Model::attention(int l, Step& st) {
     nr[1].out[0] = win.data(), nr[1].out_ld[0] = d, nr[1].out_rows[0] = wp.to_win_r;
     be_.norm_rope(nr, wp.n_ring ? 2 : 1, T, pos, eps, false);
   }
-  be_.linear(qr, T, nqk, *L.wq_b, q.data(), H * d);
+  // A decode step of a layer with compressors may run them and the indexer as a side chain beside wq_b and its
+  // norm (Backend::fork; where the backend runs chains side by side): they need only h and qr, and only the
+  // attention needs what they write. The same ops either way (the indexer's q rope then gets a norm_rope call
+  // of its own: its bits are those of the shared call).
+  const bool csa = L.type == AttnType::CSA, comp = L.type != AttnType::Sliding;
+  const bool decode = st.decode;
+  const bool chains = decode && comp && be_.chains_side_by_side();
+  if (!chains) be_.linear(qr, T, nqk, *L.wq_b, q.data(), H * d);
 
   // Compressor projections for the whole step, one GEMM: comp [T, cw | cw | icw | icw] (row stride nc)
   // = the compressor's kv and gate, then (CSA) the indexer compressor's kv and gate.
-  const bool csa = L.type == AttnType::CSA, comp = L.type != AttnType::Sliding;
   const int64_t cw = comp ? (L.comp.overlap ? 2 : 1) * d : 0;
   const int64_t hI = cfg_.index_n_heads, dI = cfg_.index_head_dim, icw = 2 * dI;
   const int64_t nc = 2 * cw + (csa ? 2 * icw : 0);
@@ -419,36 +425,13 @@ void DeepseekV4Model::attention(int l, Step& st) {
   float* cgate = ckv + cw;
   float* ikv = cgate + cw;
   float* igate = ikv + icw;
-  if (comp) be_.linear(h, T, D, *L.wcomp, cproj.data(), nc);
   // The indexer's head weights γ carry a factor 1/sqrt(hI): folded into indexer_scores' qk_scale when it
   // is a power of two (hI = 4^k, V4's 64: exact, the same bits as scaling γ), else γ is scaled.
   const float gamma_scale = 1.0f / std::sqrt((float)hI);
   int gexp = 0;
   const bool gamma_fold = std::frexp(gamma_scale, &gexp) == 0.5f;
   const float idx_scale = 1.0f / std::sqrt((float)dI) * (gamma_fold ? gamma_scale : 1.0f);
-  if (csa) {
-    iq = Buffer<float>(be_, T * hI * dI);
-    gamma = Buffer<float>(be_, T * hI);
-    be_.linear(qr, T, nqk, *L.idx_wq_b, iq.data(), hI * dI);
-    be_.linear(h, T, D, *L.idx_weights_proj, gamma.data(), hI);
-    if (!gamma_fold) be_.scale(gamma.data(), T * hI, gamma_scale);
-  }
-  // One call: q per head rms_norm (unweighted) + rope; kv rms_norm (kv_norm) + rope, then into the
-  // window buffer and the ring; the indexer's q rope (a CSA layer's inv_freq is inv_freq_compress_).
-  {
-    Backend::NormRope nr[3];
-    nr[0].x = q.data(), nr[0].ld = H * d, nr[0].heads = (int)H, nr[0].head_dim = (int)d, nr[0].norm = true;
-    nr[0].rope_dim = (int)r, nr[0].inv_freq = inv_freq;
-    nr[1].x = kv, nr[1].ld = nqk, nr[1].head_dim = (int)d, nr[1].norm = true, nr[1].w = L.kv_norm.data();
-    nr[1].rope_dim = (int)r, nr[1].inv_freq = inv_freq;
-    nr[1].out[0] = win.data(), nr[1].out_ld[0] = d, nr[1].out_rows[0] = wp.to_win_k;
-    nr[1].out[1] = swa_ring, nr[1].out_ld[1] = d, nr[1].out_rows[1] = wp.push_row;
-    if (csa) {
-      nr[2].x = iq.data(), nr[2].ld = hI * dI, nr[2].heads = (int)hI, nr[2].head_dim = (int)dI;
-      nr[2].rope_dim = (int)r, nr[2].inv_freq = inv_freq_compress_.data();
-    }
-    be_.norm_rope(nr, csa ? 3 : 2, T, pos, eps, false);
-  }
+  if (csa) iq = Buffer<float>(be_, T * hI * dI), gamma = Buffer<float>(be_, T * hI);
 
   // The compressors close their windows into the pages and take the step's tokens into their rings;
   // each query's compressed entries are chosen (CSA) or all taken (HCA) and read in place from the pages
@@ -457,7 +440,6 @@ void DeepseekV4Model::attention(int l, Step& st) {
   // A step of single tokens (decode) closes every sequence's windows in one call per compressor (after
   // the pushes: each window then lies whole in its ring) and scores every sequence's keys in one call
   // (a key list per query). Chunks close and score per sequence (their queries share its keys).
-  const bool decode = st.decode;
   const Step::CompPlan* cp = csa ? &st.csa : comp ? &st.hca : nullptr;
   float* comp_ring = comp ? slots + lay.slot_comp_off[l] : nullptr;  // this layer's regions in slot 0
   float* idx_ring = csa ? slots + lay.slot_idx_off[l] : nullptr;
@@ -469,47 +451,85 @@ void DeepseekV4Model::attention(int l, Step& st) {
   // score_at[b] of one buffer, a decode step's [B, ld]).
   Buffer<int32_t> ent_idx_d(be_, csa ? (decode ? T * cfg_.index_topk : cp->ent_off[T]) : 0);
   Buffer<float> score_d(be_, csa && decode ? (int64_t)B * kld : csa ? cp->score_at[B] : 0);
-  for (size_t b = 0; comp && !decode && b < B; ++b) {
-    const V4SeqState& S = *st.batch[b].state;
-    float* slot = cache.slot_data(S.slot);
-    const int64_t p0 = S.pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
-    float* ring = slot + lay.slot_comp_off[l];
-    compressor_update(L.comp, ring, ring + R * cw, cache, S, lay.page_entries_off[l], ckv + r0 * nc,
-                      cgate + r0 * nc, nc, p0, n);
-    if (!csa) continue;
-    float* iring = slot + lay.slot_idx_off[l];
-    compressor_update(L.idx_comp, iring, iring + R * icw, cache, S, lay.page_idx_off[l], ikv + r0 * nc,
-                      igate + r0 * nc, nc, p0, n);
-    const int64_t nk = cp->n_keys[b];
-    if (nk == 0) continue;
-    float* score = score_d.data() + cp->score_at[b];  // [n, nk]
-    be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, key_base,
-                       st.csa_keys.rows + b * kld, 0, nk, cp->nvis_row + r0, idx_scale, score);
-    be_.select_topk(score, n, nk, cp->nvis_row + r0, (int)cfg_.index_topk, st.csa_entries.rows + b * kld, 0,
-                    cp->ent_off_d + r0, ent_idx_d.data());
+
+  if (chains) be_.fork();
+  if (comp) be_.linear(h, T, D, *L.wcomp, cproj.data(), nc);
+  if (csa) {
+    be_.linear(qr, T, nqk, *L.idx_wq_b, iq.data(), hI * dI);
+    be_.linear(h, T, D, *L.idx_weights_proj, gamma.data(), hI);
+    if (!gamma_fold) be_.scale(gamma.data(), T * hI, gamma_scale);
   }
-  if (comp && cp->n_push) {  // the step's tokens into the compressor rings, after the chunks' closings read them
-    // kv, gate (then the indexer's kv, gate) column slices of the same rows: one op
-    const Backend::RowCopy sets[4] = {{0, comp_ring, cw, cp->push_kv, cw},
-                                      {cw, comp_ring, cw, cp->push_gate, cw},
-                                      {2 * cw, idx_ring, icw, cp->push_ikv, icw},
-                                      {2 * cw + icw, idx_ring, icw, cp->push_igate, icw}};
-    be_.copy_rows_multi(ckv, nc, cp->push_src, sets, csa ? 4 : 2, cp->n_push);
+  // The indexer's q rope (a CSA layer's inv_freq is inv_freq_compress_), in the call below when one chain.
+  Backend::NormRope iq_rope;
+  if (csa) {
+    iq_rope.x = iq.data(), iq_rope.ld = hI * dI, iq_rope.heads = (int)hI, iq_rope.head_dim = (int)dI;
+    iq_rope.rope_dim = (int)r, iq_rope.inv_freq = inv_freq_compress_.data();
   }
-  if (decode && comp) {
-    const int64_t all_ring = std::numeric_limits<int64_t>::max();  // every position from the rings
-    emit_entries(L.comp, comp_ring, comp_ring + R * cw, ckv, cgate, nc, all_ring, cp->close_win,
-                 cp->close_ring, cp->close_pos, cp->close_page, cp->n_close, ent_base);
-    if (csa)
-      emit_entries(L.idx_comp, idx_ring, idx_ring + R * icw, ikv, igate, nc, all_ring, cp->close_win,
-                   cp->close_iring, cp->close_pos, cp->close_ipage, cp->n_close, key_base);
+  if (chains && csa) be_.norm_rope(&iq_rope, 1, T, pos, eps, false);
+  // The compressors' closings and the indexer's choice (decode: after the pushes; chunks: per sequence).
+  auto compress_and_index = [&] {
+    for (size_t b = 0; comp && !decode && b < B; ++b) {
+      const V4SeqState& S = *st.batch[b].state;
+      float* slot = cache.slot_data(S.slot);
+      const int64_t p0 = S.pos, r0 = st.seq_begin[b], n = st.seq_begin[b + 1] - r0;
+      float* ring = slot + lay.slot_comp_off[l];
+      compressor_update(L.comp, ring, ring + R * cw, cache, S, lay.page_entries_off[l], ckv + r0 * nc,
+                        cgate + r0 * nc, nc, p0, n);
+      if (!csa) continue;
+      float* iring = slot + lay.slot_idx_off[l];
+      compressor_update(L.idx_comp, iring, iring + R * icw, cache, S, lay.page_idx_off[l], ikv + r0 * nc,
+                        igate + r0 * nc, nc, p0, n);
+      const int64_t nk = cp->n_keys[b];
+      if (nk == 0) continue;
+      float* score = score_d.data() + cp->score_at[b];  // [n, nk]
+      be_.indexer_scores(iq.data() + r0 * hI * dI, gamma.data() + r0 * hI, n, (int)hI, (int)dI, key_base,
+                         st.csa_keys.rows + b * kld, 0, nk, cp->nvis_row + r0, idx_scale, score);
+      be_.select_topk(score, n, nk, cp->nvis_row + r0, (int)cfg_.index_topk, st.csa_entries.rows + b * kld, 0,
+                      cp->ent_off_d + r0, ent_idx_d.data());
+    }
+    if (comp && cp->n_push) {  // the step's tokens into the compressor rings, after the chunks' closings read them
+      // kv, gate (then the indexer's kv, gate) column slices of the same rows: one op
+      const Backend::RowCopy sets[4] = {{0, comp_ring, cw, cp->push_kv, cw},
+                                        {cw, comp_ring, cw, cp->push_gate, cw},
+                                        {2 * cw, idx_ring, icw, cp->push_ikv, icw},
+                                        {2 * cw + icw, idx_ring, icw, cp->push_igate, icw}};
+      be_.copy_rows_multi(ckv, nc, cp->push_src, sets, csa ? 4 : 2, cp->n_push);
+    }
+    if (decode && comp) {
+      const int64_t all_ring = std::numeric_limits<int64_t>::max();  // every position from the rings
+      emit_entries(L.comp, comp_ring, comp_ring + R * cw, ckv, cgate, nc, all_ring, cp->close_win,
+                   cp->close_ring, cp->close_pos, cp->close_page, cp->n_close, ent_base);
+      if (csa)
+        emit_entries(L.idx_comp, idx_ring, idx_ring + R * icw, ikv, igate, nc, all_ring, cp->close_win,
+                     cp->close_iring, cp->close_pos, cp->close_ipage, cp->n_close, key_base);
+    }
+    if (csa && decode) {  // every sequence's query against its own keys, after every closing wrote its key
+      be_.indexer_scores(iq.data(), gamma.data(), (int64_t)B, (int)hI, (int)dI, key_base, st.csa_keys.rows, kld,
+                         kld, cp->nvis_seq, idx_scale, score_d.data());
+      be_.select_topk(score_d.data(), (int64_t)B, kld, cp->nvis_seq, (int)cfg_.index_topk, st.csa_entries.rows,
+                      kld, cp->ent_off_d, ent_idx_d.data());
+    }
+  };
+  if (chains) {
+    compress_and_index();
+    be_.to_main();
+    be_.linear(qr, T, nqk, *L.wq_b, q.data(), H * d);
   }
-  if (csa && decode) {  // every sequence's query against its own keys, after every closing wrote its key
-    be_.indexer_scores(iq.data(), gamma.data(), (int64_t)B, (int)hI, (int)dI, key_base, st.csa_keys.rows, kld,
-                       kld, cp->nvis_seq, idx_scale, score_d.data());
-    be_.select_topk(score_d.data(), (int64_t)B, kld, cp->nvis_seq, (int)cfg_.index_topk, st.csa_entries.rows,
-                    kld, cp->ent_off_d, ent_idx_d.data());
+  // One call: q per head rms_norm (unweighted) + rope; kv rms_norm (kv_norm) + rope, then into the
+  // window buffer and the ring; the indexer's q rope when one chain.
+  {
+    Backend::NormRope nr[3];
+    nr[0].x = q.data(), nr[0].ld = H * d, nr[0].heads = (int)H, nr[0].head_dim = (int)d, nr[0].norm = true;
+    nr[0].rope_dim = (int)r, nr[0].inv_freq = inv_freq;
+    nr[1].x = kv, nr[1].ld = nqk, nr[1].head_dim = (int)d, nr[1].norm = true, nr[1].w = L.kv_norm.data();
+    nr[1].rope_dim = (int)r, nr[1].inv_freq = inv_freq;
+    nr[1].out[0] = win.data(), nr[1].out_ld[0] = d, nr[1].out_rows[0] = wp.to_win_k;
+    nr[1].out[1] = swa_ring, nr[1].out_ld[1] = d, nr[1].out_rows[1] = wp.push_row;
+    if (csa) nr[2] = iq_rope;
+    be_.norm_rope(nr, csa && !chains ? 3 : 2, T, pos, eps, false);
   }
+  if (chains) be_.join();
+  else compress_and_index();
   const int32_t* ent_idx = csa ? ent_idx_d.data() : comp ? cp->hca_idx : nullptr;
   Buffer<float> o(be_, T * H * d);  // [T, H, d]
   be_.sink_attention(q.data(), T, H * d, (int)H, (int)d, win.data(), wp.lo, wp.hi,

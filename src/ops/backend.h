@@ -168,6 +168,9 @@ class Backend {
   virtual void fork() {}
   virtual void to_main() {}
   virtual void join() {}
+  // Whether fork() would run a side chain beside the main one now (a caller may then order its ops for it: the
+  // same answer while a recorded step is captured and while it is replayed).
+  virtual bool chains_side_by_side() const { return false; }
 
   // ---- step graphs (CUDA graphs; the decode step) ----
   // graph_begin(key) opens a region whose backend calls — ops, their sizes, the buffers they touch and

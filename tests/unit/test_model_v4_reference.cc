@@ -182,6 +182,44 @@ TEST(V4Reference, PaddedDecodeStepsAreBitwiseEqual) {
   }
 }
 
+// A decode step ordered for side chains (Backend::chains_side_by_side: the compressors and the indexer forked off
+// before wq_b, the router before the shared expert) gives bitwise the logits of the one-chain order: no op of a
+// side chain reads what the main chain writes before the join (run here one after another, side chain first).
+TEST(V4Reference, SideChainOrderIsBitwiseTheOneChainOrder) {
+  const auto dirs = fixture_dirs();
+  ASSERT_FALSE(dirs.empty());
+  auto refs = read_refs(dirs.front());
+  std::vector<std::vector<int32_t>> seqs;
+  for (size_t i = 0; i < 4; ++i) {
+    const auto& ids = refs[i % refs.size()].ids;
+    seqs.push_back(std::vector<int32_t>(ids.begin(), ids.begin() + std::min<size_t>(ids.size(), 30 + 11 * i)));
+  }
+  auto run = [&](bool side) {
+    CpuBackend be(2);
+    be.set_side_chain_order(side);
+    LoadedModel m = load_model(dirs.front() + "/model", be);
+    const int64_t V = m.v4->config().vocab_size;
+    V4Cache cache(m.v4->config(), (int32_t)seqs.size(), 64);
+    std::vector<V4SeqState> states(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i)
+      EXPECT_TRUE(cache.open(&states[i]) && cache.reserve(&states[i], (int64_t)seqs[i].size()));
+    std::vector<float> out;
+    for (int64_t t = 0;; ++t) {  // one token a sequence a step: decode steps throughout
+      std::vector<V4SeqChunk> batch;
+      for (size_t i = 0; i < seqs.size(); ++i)
+        if (t < (int64_t)seqs[i].size()) batch.push_back({&states[i], {seqs[i].data() + t, 1}, true});
+      if (batch.empty()) break;
+      auto l = m.v4->forward(batch, cache);
+      EXPECT_EQ(l.size(), batch.size() * V);
+      out.insert(out.end(), l.begin(), l.end());
+    }
+    return out;
+  };
+  const auto one = run(false), side = run(true);
+  ASSERT_EQ(one.size(), side.size());
+  EXPECT_EQ(0, std::memcmp(one.data(), side.data(), one.size() * sizeof(float)));
+}
+
 // Decode steps fed from the previous step's picks (DeepseekV4Model::launch's feed: the tokens taken on the
 // backend, as the engine does when it launches step N+1 before reading step N) against the same steps given
 // their tokens on the host: bitwise the same logits and picks. Three sequences after a prefill, sampled (two

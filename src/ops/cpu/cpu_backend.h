@@ -18,6 +18,10 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int threads = 0, CpuGemm gemm = CpuGemm::Deterministic);
   const char* name() const override { return "cpu"; }
   ThreadPool& pool() { return pool_; }
+  // Tests: answer chains_side_by_side() with `on`, so that a model orders its ops for side chains (fork and join
+  // still run them one after another here: the results must not change).
+  void set_side_chain_order(bool on) { side_chain_order_ = on; }
+  bool chains_side_by_side() const override { return side_chain_order_; }
 
   // Memory is host memory: upload/download/copy are memcpy.
   void* alloc(int64_t bytes) override;
@@ -86,6 +90,7 @@ class CpuBackend final : public Backend {
  private:
   ThreadPool pool_;
   CpuGemm gemm_;
+  bool side_chain_order_ = false;
 };
 
 }  // namespace deepinfer

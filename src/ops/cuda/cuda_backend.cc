@@ -70,6 +70,9 @@ struct CudaBackend::Impl {
   cudaStream_t side = nullptr, main_stream = nullptr;
   cudaEvent_t ev_fork = nullptr, ev_join = nullptr;
   std::unordered_set<cudaGraphNode_t> full_out;
+  // Side chains run in step graphs with DEEPINFER_CUDA_ON=branches, except while profiling (its event pairs assume
+  // one stream) and where gemv_e4m3 has plans (its workspace is one for every weight: one stream must order it).
+  bool chains() const { return graph != GraphMode::Off && on("branches") && !profiling && !e4m3_work; }
   int32_t* hc_sync = nullptr;  // hcdec's arrival counter / generation (zeroed once; every launch leaves it zero)
   int32_t* moe_ctr = nullptr;  // the persistent fp8 expert kernel's item counter (2 ints in hc_sync's allocation,
                                // zeroed with it; every launch leaves it zero)
@@ -738,17 +741,16 @@ void CudaBackend::graph_abort(const char* why) {
   m.ready = nullptr;
   m.graph = GraphMode::Off;
 }
-// Concurrent chains (Backend::fork): in a capture with DEEPINFER_CUDA_ON=branches (not while profiling: its event
-// pairs assume one stream) the side chain is captured from a second stream forked from and joined to the main one
-// by events — the graph then has two branches; elsewhere the calls only hold the arena (the same allocations in a
-// capture and its replays) and the ops run in order.
+// Concurrent chains (Backend::fork): in a capture where Impl::chains() holds the side chain is captured from a
+// second stream forked from and joined to the main one by events — the graph then has two branches; elsewhere the
+// calls only hold the arena (the same allocations in a capture and its replays) and the ops run in order.
 void CudaBackend::fork() {
   Impl& m = *impl_;
   if (m.graph == GraphMode::Off) return;
   if (m.branch) throw Error("cuda graph: fork inside a fork");
   m.branch = 1;
   m.hold_arena = true;
-  if (m.graph != GraphMode::Capture || !m.on("branches") || m.profiling) return;
+  if (m.graph != GraphMode::Capture || !m.chains()) return;
   if (!m.side) check(cudaStreamCreateWithFlags(&m.side, cudaStreamNonBlocking), "cudaStreamCreate (fork)");
   for (cudaEvent_t* e : {&m.ev_fork, &m.ev_join})
     if (!*e) check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate (fork)");
@@ -758,6 +760,7 @@ void CudaBackend::fork() {
   m.stream = m.side;
   m.side_active = true;
 }
+bool CudaBackend::chains_side_by_side() const { return impl_->chains(); }
 void CudaBackend::to_main() {
   Impl& m = *impl_;
   if (m.branch != 1) return;
