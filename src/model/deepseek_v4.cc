@@ -412,7 +412,7 @@ void DeepseekV4Model::attention(int l, Step& st) {
   // of its own: its bits are those of the shared call).
   const bool csa = L.type == AttnType::CSA, comp = L.type != AttnType::Sliding;
   const bool decode = st.decode;
-  const bool chains = decode && comp && be_.chains_side_by_side();
+  const bool chains = decode && comp && be_.chains_side_by_side(T);
   if (!chains) be_.linear(qr, T, nqk, *L.wq_b, q.data(), H * d);
 
   // Compressor projections for the whole step, one GEMM: comp [T, cw | cw | icw | icw] (row stride nc)
@@ -552,7 +552,8 @@ void DeepseekV4Model::moe(const V4Layer& L, const float* h, const int32_t* token
   Buffer<int32_t> sel(be_, T * K);                     // [T, K]
   // The router needs only h, and only the routed experts need it: a side chain beside the shared expert
   // (Backend::fork; in a recorded decode step, where the backend runs chains side by side).
-  be_.fork();
+  const bool chains = be_.chains_side_by_side(T);
+  if (chains) be_.fork();
   be_.linear(h, T, D, *L.gate, logits.data(), E);
   const RouteScoring scoring = cfg_.scoring == ScoringFunc::Sigmoid   ? RouteScoring::Sigmoid
                                : cfg_.scoring == ScoringFunc::Softmax ? RouteScoring::Softmax
@@ -561,7 +562,7 @@ void DeepseekV4Model::moe(const V4Layer& L, const float* h, const int32_t* token
   be_.moe_route(logits.data(), T, (int)E, (int)K, scoring, L.hash ? nullptr : L.gate_bias.data(),
                 L.hash ? L.tid2eid.data() : nullptr, tokens, normalize, (float)cfg_.routed_scaling_factor, sel.data(),
                 wsel.data());
-  be_.to_main();
+  if (chains) be_.to_main();
   // The shared expert first (w13 with its SwiGLU, then w2); moe_ffn adds its output after the routed sum
   // (the bits of the add_rows that followed the routed experts before).
   Buffer<float> act, ye;  // [T, I], [T, D]
@@ -571,7 +572,7 @@ void DeepseekV4Model::moe(const V4Layer& L, const float* h, const int32_t* token
     be_.linear_swiglu(h, T, D, *L.shared_w13, (float)cfg_.swiglu_limit, act.data());
     be_.linear(act.data(), T, I, *L.shared_w2, ye.data(), D);
   }
-  be_.join();
+  if (chains) be_.join();
   be_.moe_ffn(h, T, *L.experts, sel.data(), wsel.data(), (int)K, (float)cfg_.swiglu_limit, ye.data(), out);
 }
 

@@ -164,13 +164,15 @@ class Backend {
   // main chain, whose ops then run beside the side chain's; join() makes what follows wait for both (the side
   // chain's last ops complete before the joining op starts: no early start across the join). Results are those
   // of the same ops in order. Backend memory freed between fork and join is not reused before join. Only graph
-  // regions may run chains side by side (CUDA: DEEPINFER_CUDA_ON=branches); elsewhere the calls do nothing.
+  // regions may run chains side by side (CUDA: DEEPINFER_CUDA_ON=branches, decode steps of ≤ 8 tokens, whose
+  // GEMVs need no workspace); elsewhere the calls do nothing. Call them only where chains_side_by_side says so.
   virtual void fork() {}
   virtual void to_main() {}
   virtual void join() {}
-  // Whether fork() would run a side chain beside the main one now (a caller may then order its ops for it: the
-  // same answer while a recorded step is captured and while it is replayed).
-  virtual bool chains_side_by_side() const { return false; }
+  // Whether a step of `rows` tokens should fork side chains now (the caller forks only then, and may order its ops
+  // for it: the same answer while a recorded step is captured and while it is replayed). Between fork and join the
+  // caller allocates nothing after a side-chain op (a replay must allocate as its capture did).
+  virtual bool chains_side_by_side(int64_t /*rows*/) const { return false; }
 
   // ---- step graphs (CUDA graphs; the decode step) ----
   // graph_begin(key) opens a region whose backend calls — ops, their sizes, the buffers they touch and

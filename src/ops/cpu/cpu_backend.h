@@ -21,7 +21,7 @@ class CpuBackend final : public Backend {
   // Tests: answer chains_side_by_side() with `on`, so that a model orders its ops for side chains (fork and join
   // still run them one after another here: the results must not change).
   void set_side_chain_order(bool on) { side_chain_order_ = on; }
-  bool chains_side_by_side() const override { return side_chain_order_; }
+  bool chains_side_by_side(int64_t) const override { return side_chain_order_; }
 
   // Memory is host memory: upload/download/copy are memcpy.
   void* alloc(int64_t bytes) override;

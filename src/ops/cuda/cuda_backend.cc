@@ -62,8 +62,8 @@ struct CudaBackend::Impl {
   CudaWeights weights = CudaWeights::Stored;
   cudaStream_t stream = nullptr;
   // Backend::fork / to_main / join: `branch` 1 while ops go to the side chain, 2 back on the main chain (0: none);
-  // hold_arena keeps freed arena blocks taken until join (graph regions, captured or replayed alike, so that a
-  // replay allocates as its capture did). In a capture with DEEPINFER_CUDA_ON=branches the side chain is `side`,
+  // hold_arena keeps freed arena blocks taken until join (captured or replayed alike, so that a replay allocates as
+  // its capture did). In a capture the side chain is `side`,
   // forked from and joined to `main_stream` by events; its last nodes (`full_out`) keep full edges out of them.
   int branch = 0;
   bool hold_arena = false, side_active = false;
@@ -741,16 +741,16 @@ void CudaBackend::graph_abort(const char* why) {
   m.ready = nullptr;
   m.graph = GraphMode::Off;
 }
-// Concurrent chains (Backend::fork): in a capture where Impl::chains() holds the side chain is captured from a
-// second stream forked from and joined to the main one by events — the graph then has two branches; elsewhere the
-// calls only hold the arena (the same allocations in a capture and its replays) and the ops run in order.
+// Concurrent chains (Backend::fork), where Impl::chains() holds: in a capture the side chain is captured from a
+// second stream forked from and joined to the main one by events (the graph then has two branches); in a replay
+// the calls only hold the arena as the capture did. Elsewhere they do nothing.
 void CudaBackend::fork() {
   Impl& m = *impl_;
-  if (m.graph == GraphMode::Off) return;
+  if (!m.chains()) return;  // (graph regions only)
   if (m.branch) throw Error("cuda graph: fork inside a fork");
   m.branch = 1;
-  m.hold_arena = true;
-  if (m.graph != GraphMode::Capture || !m.chains()) return;
+  m.hold_arena = true;  // captured and replayed alike: a replay allocates as its capture did
+  if (m.graph != GraphMode::Capture) return;
   if (!m.side) check(cudaStreamCreateWithFlags(&m.side, cudaStreamNonBlocking), "cudaStreamCreate (fork)");
   for (cudaEvent_t* e : {&m.ev_fork, &m.ev_join})
     if (!*e) check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate (fork)");
@@ -760,7 +760,9 @@ void CudaBackend::fork() {
   m.stream = m.side;
   m.side_active = true;
 }
-bool CudaBackend::chains_side_by_side() const { return impl_->chains(); }
+// (≤ 8 rows: every decode GEMV is a plain kernel; above, cuBLASLt's one workspace and the ops' temporaries would
+// be shared by the two chains.)
+bool CudaBackend::chains_side_by_side(int64_t rows) const { return impl_->chains() && rows <= 8; }
 void CudaBackend::to_main() {
   Impl& m = *impl_;
   if (m.branch != 1) return;

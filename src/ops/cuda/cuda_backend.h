@@ -39,7 +39,7 @@ class CudaBackend final : public Backend {
   void fork() override;
   void to_main() override;
   void join() override;
-  bool chains_side_by_side() const override;
+  bool chains_side_by_side(int64_t rows) const override;
   bool kernel_trace_start(std::string* why) override;
   void kernel_trace_window(bool open) override;
   std::vector<KernelRecord> take_kernel_trace() override;
