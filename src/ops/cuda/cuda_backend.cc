@@ -763,6 +763,7 @@ void CudaBackend::fork() {
 // (≤ 8 rows: every decode GEMV is a plain kernel; above, cuBLASLt's one workspace and the ops' temporaries would
 // be shared by the two chains.)
 bool CudaBackend::chains_side_by_side(int64_t rows) const { return impl_->chains() && rows <= 8; }
+int64_t CudaBackend::graph_fallbacks() const { return (int64_t)impl_->graph_failed.size(); }
 void CudaBackend::to_main() {
   Impl& m = *impl_;
   if (m.branch != 1) return;

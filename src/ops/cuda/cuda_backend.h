@@ -40,6 +40,8 @@ class CudaBackend final : public Backend {
   void to_main() override;
   void join() override;
   bool chains_side_by_side(int64_t rows) const override;
+  // Steps that could not run from a graph (captured and failed, or refused): they run op by op (tests check 0).
+  int64_t graph_fallbacks() const;
   bool kernel_trace_start(std::string* why) override;
   void kernel_trace_window(bool open) override;
   std::vector<KernelRecord> take_kernel_trace() override;
