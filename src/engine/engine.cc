@@ -629,9 +629,12 @@ struct Engine::Impl {
     }
     std::span<const int32_t> picks;
     std::span<const RowLogprobs> lps;  // the device rows' logprobs, when one asked
+    std::vector<char> wants_lp(row_chunk.size());
     bool any_lp = false;
-    for (size_t k = 0; k < row_chunk.size(); ++k)
-      any_lp = any_lp || (dev[k] && reqs.at(seq_owner.at(plan.chunks[row_chunk[k]].seq).first).params.logprobs);
+    for (size_t k = 0; k < row_chunk.size(); ++k) {
+      wants_lp[k] = reqs.at(seq_owner.at(plan.chunks[row_chunk[k]].seq).first).params.logprobs.has_value();
+      any_lp = any_lp || (dev[k] && wants_lp[k]);
+    }
     std::vector<size_t> host;  // places k sampled on the host
     std::vector<std::string> results_early(row_chunk.size());  // after_next: a pick that is no token
     std::vector<const float*> row_logits(row_chunk.size(), nullptr);
@@ -642,8 +645,7 @@ struct Engine::Impl {
         // −1 / −2 (all masked, NaN / +inf): the host sampler says what to do (the error)
         int32_t pick = dev[k] && row_chunk[k] < picks.size() ? picks[row_chunk[k]] : -1;
         if (pick >= vocab) pick = -3;  // not a token (never from a correct backend)
-        if (pick >= 0 && reqs.at(seq_owner.at(plan.chunks[row_chunk[k]].seq).first).params.logprobs &&
-            row_chunk[k] >= lps.size())
+        if (pick >= 0 && wants_lp[k] && row_chunk[k] >= lps.size())
           pick = -4;  // a row that asked for logprobs without them (never from a correct model)
         if (picks_only && pick < 0) {  // the host sampler's error, without the token's place
           results_early[k] = pick == -2   ? "sampler: logits contain NaN or +inf"
@@ -679,7 +681,7 @@ struct Engine::Impl {
     for (size_t k = 0; k < row_chunk.size(); ++k) {
       if (!dev[k]) continue;
       results[k].token = picks[row_chunk[k]], ++n_dev;
-      if (reqs.at(seq_owner.at(plan.chunks[row_chunk[k]].seq).first).params.logprobs) {
+      if (wants_lp[k]) {
         const RowLogprobs& l = lps[row_chunk[k]];
         results[k].logprob = l.token;
         for (int32_t j = 0; j < l.n; ++j) results[k].top_logprobs.push_back({l.ids[j], l.lps[j]});

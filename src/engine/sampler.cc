@@ -166,13 +166,11 @@ SampleResult sample_one(const float* logits, int vocab, const SamplingParams& pa
   // the logprobs see (vLLM masks the logits before its sampler).
   std::vector<float> masked;
   if (allowed) {
-    masked.assign(logits, logits + vocab);
     bool any = false;
-    for (int32_t i = 0; i < vocab; ++i) {
-      if ((allowed[i >> 5] >> (i & 31)) & 1u) any = true;
-      else masked[i] = kNegInf;
-    }
+    for (int32_t i = 0; i < vocab && !any; ++i) any = (allowed[i >> 5] >> (i & 31)) & 1u;
     if (!any) throw Error("sampler: the structured-output grammar allows no token");
+    masked.assign(logits, logits + vocab);
+    apply_mask(masked.data(), vocab, allowed);  // the backends' mask (Backend::mask_rows)
     logits = masked.data();
   }
 

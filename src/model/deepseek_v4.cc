@@ -769,15 +769,9 @@ void DeepseekV4Model::restore_row(int64_t r, float* dst) {
   const int32_t n = edit_places(e);  // (a pending token: its value and id after the edits')
   std::vector<float> raw((size_t)n);
   be_.download(raw.data(), edits_raw_.data() + out_slot_ * kEditCap + e.first, n * (int64_t)sizeof(float));
-  for (int32_t j = 0; j < e.count; ++j) {
-    const int32_t id = out_elist_[(size_t)(e.first + j)].id;
-    if (id >= 0 && id < cfg_.vocab_size) dst[id] = raw[(size_t)j];
-  }
-  if (e.pend > 0) {
-    int32_t id;
-    std::memcpy(&id, &raw[(size_t)e.count + 1], 4);
-    if (id >= 0 && id < cfg_.vocab_size) dst[id] = raw[(size_t)e.count];
-  }
+  RowEdits here = e;  // (the row's places, from 0 in the downloaded copy)
+  here.first = 0;
+  restore_edits(dst, cfg_.vocab_size, here, out_elist_.data() + e.first, raw.data());
 }
 
 std::span<const RowLogprobs> DeepseekV4Model::logprobs(int back) {
@@ -786,13 +780,15 @@ std::span<const RowLogprobs> DeepseekV4Model::logprobs(int back) {
   if (back == 0 && !out_lps_) return {};
   const int64_t rows = back ? prev_rows_ : out_n_ / cfg_.vocab_size;
   lps_host_.resize((size_t)rows);
-  if (back || out_pick_slot_) {
-    const char* h = static_cast<const char*>(be_.staged(back ? prev_slot_ : out_slot_));
-    std::memcpy(lps_host_.data(), h + kPickRows * 4, (size_t)rows * sizeof(RowLogprobs));
-  } else {
-    be_.download(lps_host_.data(), out_lps_, rows * (int64_t)sizeof(RowLogprobs));
-  }
+  read_out(back, kPickRows * 4, out_lps_, lps_host_.data(), rows * (int64_t)sizeof(RowLogprobs));
   return lps_host_;
+}
+
+void DeepseekV4Model::read_out(int back, int64_t staged_at, const void* src, void* dst, int64_t bytes) {
+  if (back || out_pick_slot_)
+    std::memcpy(dst, static_cast<const char*>(be_.staged(back ? prev_slot_ : out_slot_)) + staged_at, (size_t)bytes);
+  else
+    be_.download(dst, src, bytes);
 }
 
 std::span<const int32_t> DeepseekV4Model::argmax(int back) {
@@ -801,12 +797,7 @@ std::span<const int32_t> DeepseekV4Model::argmax(int back) {
   if (back == 0 && !out_ids_) return {};
   const int64_t rows = back ? prev_rows_ : out_n_ / cfg_.vocab_size;
   ids_host_.resize((size_t)rows);
-  if (back || out_pick_slot_) {
-    const void* h = be_.staged(back ? prev_slot_ : out_slot_);
-    std::memcpy(ids_host_.data(), h, (size_t)rows * sizeof(int32_t));
-  } else {
-    be_.download(ids_host_.data(), out_ids_, rows * (int64_t)sizeof(int32_t));
-  }
+  read_out(back, 0, out_ids_, ids_host_.data(), rows * (int64_t)sizeof(int32_t));
   return ids_host_;
 }
 

@@ -205,6 +205,9 @@ class DeepseekV4Model {
   // Puts back the raw logits of row r's edits into dst[V] (a row of the last launched step, read by the host). A
   // row masked on the backend (a grammar) stays masked: its disallowed tokens read −inf (the host masks it again).
   void restore_row(int64_t r, float* dst);
+  // Bytes of a launched step's small outputs (picks, logprobs) into dst: from its staged copy at staged_at when it
+  // has one (back = 1 always does), else downloaded from src.
+  void read_out(int back, int64_t staged_at, const void* src, void* dst, int64_t bytes);
   int64_t decode_rows_of(int64_t B) const;  // a decode step's rows with stand-ins (set_decode_padding)
 
   V4Config cfg_;

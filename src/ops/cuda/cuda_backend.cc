@@ -93,6 +93,13 @@ struct CudaBackend::Impl {
     bool freed;
   };
   std::vector<Block> blocks;  // the arena's live blocks, in address order
+  // Pops the freed blocks at the top of the arena (release; join, for what release held back).
+  void pop_freed() {
+    while (!blocks.empty() && blocks.back().freed) {
+      arena_top = blocks.back().off;
+      blocks.pop_back();
+    }
+  }
   // Pinned staging for small uploads (the per-step index arrays). A copy from pageable memory
   // synchronizes the stream first, which drains the GPU at every upload; from pinned memory it is
   // asynchronous. The buffer is a ring of kSegs segments; an event recorded when the ring leaves a
@@ -445,10 +452,7 @@ void CudaBackend::release(void* p) {
         m.blocks[i].freed = true;
         break;
       }
-    while (!m.hold_arena && !m.blocks.empty() && m.blocks.back().freed) {  // pop what is free at the top
-      m.arena_top = m.blocks.back().off;
-      m.blocks.pop_back();
-    }
+    if (!m.hold_arena) m.pop_freed();
     return;
   }
   cudaFreeAsync(p, m.stream);
@@ -786,10 +790,7 @@ void CudaBackend::join() {
   }
   m.branch = 0;
   m.hold_arena = false;
-  while (!m.blocks.empty() && m.blocks.back().freed) {  // what release() held back
-    m.arena_top = m.blocks.back().off;
-    m.blocks.pop_back();
-  }
+  m.pop_freed();  // what release() held back
 }
 
 void CudaBackend::set_profiling(bool on) {
