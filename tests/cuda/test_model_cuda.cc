@@ -55,6 +55,33 @@ namespace {
 int g_failures = 0;
 nlohmann::json g_summary;
 
+// Names appended to a comma list in the environment (DEEPINFER_CUDA_OFF / DEEPINFER_CUDA_ON) while it lives: a
+// backend or engine made meanwhile takes them (the backend reads the lists when it is made); the variable as it
+// was afterwards (unset when it was).
+class EnvAppend {
+ public:
+  EnvAppend(const char* var, const char* names) : var_(var) {
+    const char* v = std::getenv(var);
+    had_ = v != nullptr;
+    if (had_) before_ = v;
+    setenv(var, (before_ + "," + names).c_str(), 1);
+  }
+  ~EnvAppend() {
+    if (had_) setenv(var_, before_.c_str(), 1);
+    else unsetenv(var_);
+  }
+  EnvAppend(const EnvAppend&) = delete;
+  EnvAppend& operator=(const EnvAppend&) = delete;
+
+ private:
+  const char* var_;
+  bool had_ = false;
+  std::string before_;
+};
+// Device 0 for a backend made with an EnvAppend in force: `CudaBackend b(device_with(EnvAppend(...)), ...)` (the
+// temporary lives until the backend is made).
+int device_with(const EnvAppend&) { return 0; }
+
 void expect(bool ok, const std::string& what) {
   if (!ok) {
     ++g_failures;
@@ -744,9 +771,6 @@ void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int th
     // from the rows' logits; every token picked on the device and steps fed.
     std::vector<Request> lpq = proc;
     for (size_t i = 0; i < lpq.size(); ++i) lpq[i].params.logprobs = i % 3 == 0 ? 20 : i % 3 == 1 ? 0 : 4;
-    const char* on_env = std::getenv("DEEPINFER_CUDA_ON");
-    const std::string on_before = on_env ? on_env : "";
-    setenv("DEEPINFER_CUDA_ON", (on_before + ",devlogprobs").c_str(), 1);
     std::vector<std::vector<TokenLogprobs>> lps[2];
     std::vector<std::vector<int32_t>> ltoks[2];
     int64_t lpicked = 0, lfed = 0, ltotal = 0;
@@ -756,12 +780,12 @@ void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int th
       cfg.backend = "cuda";
       cfg.max_num_seqs = 8;
       cfg.device_sampling = on == 1;
+      const EnvAppend env("DEEPINFER_CUDA_ON", "devlogprobs");
       Engine e(cfg);
       for (auto& g : e.generate(lpq))
         for (auto& o : g.outputs) lps[on].push_back(o.logprobs), ltoks[on].push_back(o.token_ids);
       if (on) lpicked = e.stats().device_sampled_tokens, lfed = e.stats().fed_steps;
     }
-    setenv("DEEPINFER_CUDA_ON", on_before.c_str(), 1);
     int64_t lsame = 0, lentries = 0;
     for (size_t i = 0; i < lps[0].size() && i < lps[1].size(); ++i) {
       bool same = ltoks[0][i] == ltoks[1][i] && lps[0][i].size() == lps[1][i].size() &&
@@ -803,7 +827,6 @@ void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int th
       if (i % 5 == 1) q.params.repetition_penalty = 1.2f;
       sq.push_back(q);
     }
-    setenv("DEEPINFER_CUDA_ON", (on_before + ",devlogprobs,devmasks").c_str(), 1);
     std::vector<Completion> sout[2];
     int64_t spicked = 0, stotal = 0;
     for (int on = 0; on < 2; ++on) {
@@ -812,12 +835,12 @@ void engine_section(const std::string& root, CudaBackend& gpu, int n_new, int th
       cfg.backend = "cuda";
       cfg.max_num_seqs = 8;
       cfg.device_sampling = on == 1;
+      const EnvAppend env("DEEPINFER_CUDA_ON", "devlogprobs,devmasks");
       Engine e(cfg);
       for (auto& g : e.generate(sq))
         for (auto& o : g.outputs) sout[on].push_back(o), stotal += on ? (int64_t)o.token_ids.size() : 0;
       if (on) spicked = e.stats().device_sampled_tokens;
     }
-    setenv("DEEPINFER_CUDA_ON", on_before.c_str(), 1);
     int64_t ssame = 0, serr = 0;
     for (size_t i = 0; i < sout[0].size() && i < sout[1].size(); ++i) {
       const Completion &a = sout[0][i], &b = sout[1][i];
@@ -1006,12 +1029,7 @@ void stored_section(const std::string& root, CpuBackend& cpu, int n_new) {
   // tokens, and a fixture's decode schedule bitwise the same logits — over batch sizes 10 and 1 and entry
   // capacities crossed as the sequences grow (nano: 256 new tokens, CSA every 4, HCA every 16).
   expect(prof.graph_steps > 0, "stored decode steps run from CUDA graphs (profiled inside the graph, op by op)");
-  const char* off_env = std::getenv("DEEPINFER_CUDA_OFF");
-  const std::string off_saved = off_env ? off_env : "";
-  setenv("DEEPINFER_CUDA_OFF", (off_saved + ",graphs").c_str(), 1);
-  CudaBackend plain(0, CudaWeights::Stored);
-  if (off_env) setenv("DEEPINFER_CUDA_OFF", off_saved.c_str(), 1);
-  else unsetenv("DEEPINFER_CUDA_OFF");
+  CudaBackend plain(device_with(EnvAppend("DEEPINFER_CUDA_OFF", "graphs")), CudaWeights::Stored);
   {
     LoadedModel mp = load_model(dir, plain);
     GreedyRun pr = greedy(*mp.v4, plain, prompts, n_new);
@@ -1050,10 +1068,7 @@ void stored_section(const std::string& root, CpuBackend& cpu, int n_new) {
   // (g) fuseattn: the attention block's q/kv/indexer-q norm + rope (and kv's window / ring copies) in one
   // norm_rope launch give bitwise the logits of the unfused kernels (DEEPINFER_CUDA_OFF=fuseattn), graphs
   // on in both: nano's greedy tokens, the fixtures' prefill + decode logits.
-  setenv("DEEPINFER_CUDA_OFF", (off_saved + ",fuseattn").c_str(), 1);
-  CudaBackend unfused(0, CudaWeights::Stored);
-  if (off_env) setenv("DEEPINFER_CUDA_OFF", off_saved.c_str(), 1);
-  else unsetenv("DEEPINFER_CUDA_OFF");
+  CudaBackend unfused(device_with(EnvAppend("DEEPINFER_CUDA_OFF", "fuseattn")), CudaWeights::Stored);
   {
     LoadedModel mu = load_model(dir, unfused);
     GreedyRun ur = greedy(*mu.v4, unfused, prompts, n_new);
@@ -1071,12 +1086,7 @@ void stored_section(const std::string& root, CpuBackend& cpu, int n_new) {
   // (h) branches (Backend::fork, opt-in DEEPINFER_CUDA_ON=branches): the router captured on a side stream beside the
   // shared expert, joined by a full edge before the routed experts (which read the routing before their PDL wait)
   // — the same kernels in another graph shape: bitwise the tokens and logits of the one-chain graphs.
-  const char* on_env = std::getenv("DEEPINFER_CUDA_ON");
-  const std::string on_saved = on_env ? on_env : "";
-  setenv("DEEPINFER_CUDA_ON", (on_saved + ",branches").c_str(), 1);
-  CudaBackend branched(0, CudaWeights::Stored);
-  if (on_env) setenv("DEEPINFER_CUDA_ON", on_saved.c_str(), 1);
-  else unsetenv("DEEPINFER_CUDA_ON");
+  CudaBackend branched(device_with(EnvAppend("DEEPINFER_CUDA_ON", "branches")), CudaWeights::Stored);
   {
     LoadedModel mb = load_model(dir, branched);
     GreedyRun br = greedy(*mb.v4, branched, prompts, n_new);
